@@ -1,0 +1,57 @@
+// Package dlock is distributed locking for Go: one API over many backends
+// (Redis, Redlock, ZooKeeper, etcd, PostgreSQL, MySQL, a local file, memory),
+// with fencing tokens, automatic renewal and a loss signal on every one.
+//
+// # Use
+//
+//	locker, err := dlock.Open(ctx, "redis://127.0.0.1:6379")
+//	...
+//	defer locker.Close()
+//
+//	lease, err := locker.Acquire(ctx, "orders/42") // waits; ctx bounds the wait
+//	if err != nil { ... }
+//	defer lease.Release(ctx)
+//
+//	work, cancel := lease.Context(ctx) // cancelled the moment the lock is lost
+//	defer cancel()
+//	err = process(work, lease.Token())  // pass the fencing token to the resource
+//
+// TryAcquire makes one attempt and returns an error matching ErrNotAcquired
+// when another owner holds the lock.
+//
+// # Guarantees
+//
+// A lease is renewed about every TTL/3 (DefaultTTL is 30s) while held. When
+// no renewal can succeed before the lock's validity ends, the lease is
+// reported lost (Done closes, Err matches ErrLost) before the store can
+// give the lock to anyone else. Release and renewal are owner-checked: a
+// client never releases a lock it does not hold.
+//
+// A lock with a TTL cannot stop a holder that was paused (GC, SIGSTOP) or
+// cut off from touching the resource after its lock expired. The remedy is
+// the fencing token: Lease.Token strictly increases with each acquisition
+// of a name, so the resource can reject a write carrying a token lower than
+// one it has already seen.
+//
+// # Backends
+//
+// Each backend is a package that registers a URL scheme: memlock (mem://),
+// redislock (redis://), redlock (redlock://). Import it, for its side effect
+// alone if you only use Open.
+//
+// # Metrics and logs
+//
+// With WithMeterProvider, a Locker records OpenTelemetry metrics, with the
+// attribute "backend" (lock names are never attributes: they are
+// unbounded):
+//
+//	dlock.acquire.duration  histogram, s       Acquire/TryAcquire time, by "result"
+//	dlock.acquisitions      counter            attempts, by "result" (acquired, not_acquired, canceled, error)
+//	dlock.hold.duration     histogram, s       how long leases were held, by "end" (released, lost)
+//	dlock.renewals          counter            renewals, by "result" (ok, error)
+//	dlock.lost              counter            leases lost while held
+//	dlock.held              up-down counter    leases held now
+//
+// With WithLogger, it logs acquisitions and releases at Debug, failed
+// renewals at Warn and lost leases at Error, with the lock's name and token.
+package dlock

@@ -1,0 +1,100 @@
+package driver
+
+import (
+	"errors"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// URL is a backend's URL with helpers that parse its query parameters and
+// report every mistake as a *ParamError naming the parameter.
+type URL struct {
+	*url.URL
+	q    url.Values
+	used map[string]bool
+}
+
+// NewURL wraps u. The query is parsed once.
+func NewURL(u *url.URL) URL {
+	return URL{URL: u, q: u.Query(), used: map[string]bool{}}
+}
+
+// Has reports whether parameter name was given.
+func (u URL) Has(name string) bool { return u.q.Has(name) }
+
+// String returns parameter name, or def when it is absent.
+func (u URL) String(name, def string) string {
+	u.used[name] = true
+	if !u.q.Has(name) {
+		return def
+	}
+	return u.q.Get(name)
+}
+
+// Duration returns parameter name parsed by time.ParseDuration, or def.
+func (u URL) Duration(name string, def time.Duration) (time.Duration, error) {
+	u.used[name] = true
+	if !u.q.Has(name) {
+		return def, nil
+	}
+	v := u.q.Get(name)
+	d, err := time.ParseDuration(v)
+	if err == nil && d < 0 {
+		err = errors.New("must not be negative")
+	}
+	if err != nil {
+		return 0, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: err}
+	}
+	return d, nil
+}
+
+// Int returns parameter name as a base-10 integer, or def.
+func (u URL) Int(name string, def int) (int, error) {
+	u.used[name] = true
+	if !u.q.Has(name) {
+		return def, nil
+	}
+	v := u.q.Get(name)
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: errors.New("not an integer")}
+	}
+	return n, nil
+}
+
+// Bool returns parameter name parsed by strconv.ParseBool, or def.
+func (u URL) Bool(name string, def bool) (bool, error) {
+	u.used[name] = true
+	if !u.q.Has(name) {
+		return def, nil
+	}
+	v := u.q.Get(name)
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: errors.New("not a boolean")}
+	}
+	return b, nil
+}
+
+// Unknown returns a *ParamError for the first (in sorted order) parameter
+// no helper has read, or nil. Openers call it last.
+func (u URL) Unknown() error {
+	keys := make([]string, 0, len(u.q))
+	for k := range u.q {
+		if !u.used[k] {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	return &ParamError{Scheme: u.Scheme, Param: keys[0], Value: u.q.Get(keys[0]), Err: errors.New("unknown parameter")}
+}
+
+// Err returns a *ParamError for the named parameter or URL part.
+func (u URL) Err(param, value string, err error) error {
+	return &ParamError{Scheme: u.Scheme, Param: param, Value: value, Err: err}
+}

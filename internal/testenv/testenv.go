@@ -1,0 +1,183 @@
+// Package testenv finds and starts the real servers dlock's tests run
+// against. Addresses come from environment variables with loopback
+// defaults. A server that is needed but missing fails the test, with a
+// message naming the script that starts it: it is never skipped, so a
+// green run always means the backend was really tested.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ServicesScript starts every server the tests need.
+const ServicesScript = "scripts/services.sh"
+
+// RedisAddr returns the address of the shared Redis server
+// (DLOCK_REDIS_ADDR, default 127.0.0.1:6379) after checking that it
+// answers; it fails t otherwise.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	addr := Getenv("DLOCK_REDIS_ADDR", "127.0.0.1:6379")
+	if err := pingRedis(addr); err != nil {
+		t.Fatalf("Redis at %s (DLOCK_REDIS_ADDR) does not answer: %v; start it with %s", addr, err, ServicesScript)
+	}
+	return addr
+}
+
+// RedisClient returns a client of the shared Redis server, closed when t ends.
+func RedisClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Getenv returns the environment variable key, or def when it is unset.
+func Getenv(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func pingRedis(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// RedisServer is a redis-server process a test started on a free loopback
+// port. It is stopped when the test ends.
+type RedisServer struct {
+	t       testing.TB
+	Addr    string
+	port    int
+	dir     string
+	persist bool
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+}
+
+// RedisOptions configure StartRedis.
+type RedisOptions struct {
+	// Persist turns on the append-only file, so that a restart keeps data.
+	// By default the server keeps nothing on disk, like the machine's Redis.
+	Persist bool
+}
+
+// StartRedis starts a redis-server of the test's own on a free loopback
+// port. It fails t when the redis-server binary is missing.
+func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
+	}
+	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist}
+	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Start starts the server (again) on its port and waits until it answers.
+func (s *RedisServer) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return
+	}
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if s.persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	cmd := exec.Command("redis-server", args...)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := pingRedis(s.Addr); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same port.
+func (s *RedisServer) Restart() {
+	s.Kill()
+	s.Start()
+}
+
+// Client returns a client of this server, closed when the test ends.
+func (s *RedisServer) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// StartRedisN starts n servers; see StartRedis.
+func StartRedisN(t testing.TB, n int, o RedisOptions) []*RedisServer {
+	t.Helper()
+	s := make([]*RedisServer, n)
+	for i := range s {
+		s[i] = StartRedis(t, o)
+	}
+	return s
+}
+
+// Addrs returns the servers' addresses joined by commas, as redlock URLs
+// take them.
+func Addrs(servers []*RedisServer) string {
+	a := make([]string, len(servers))
+	for i, s := range servers {
+		a[i] = s.Addr
+	}
+	return strings.Join(a, ",")
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// String describes the server for test logs.
+func (s *RedisServer) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }

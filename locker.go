@@ -1,0 +1,223 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// A Locker takes named locks on one backend. Create one with Open (from a
+// URL) or New (from a driver, usually through a backend package's
+// constructor), share it across goroutines, and Close it when done.
+//
+// A Locker is safe for concurrent use. It must not be copied.
+type Locker struct {
+	drv     driver.Driver
+	waiter  driver.Waiter
+	backend string
+	cfg     config
+	m       *metrics
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Lease]struct{}
+}
+
+// New returns a Locker over the driver d. Backend packages offer
+// constructors that call it; use New directly for a driver of your own.
+// The options set the Locker's defaults; an invalid option is an error.
+func New(d driver.Driver, opts ...Option) (*Locker, error) {
+	backend := "custom"
+	if s, ok := d.(interface{ Scheme() string }); ok {
+		backend = s.Scheme()
+	}
+	return newLocker(d, backend, opts)
+}
+
+func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) {
+	if d == nil {
+		return nil, errors.New("dlock: New: nil driver")
+	}
+	cfg := defaultConfig().with(opts)
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	l := &Locker{drv: d, backend: backend, cfg: cfg, leases: map[*Lease]struct{}{}}
+	l.waiter, _ = d.(driver.Waiter)
+	l.m = newMetrics(cfg.meter, backend)
+	l.log = cfg.logger
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.log = l.log.With("backend", backend)
+	return l, nil
+}
+
+// Driver returns the Locker's driver, for backend-specific features.
+func (l *Locker) Driver() driver.Driver { return l.drv }
+
+// Acquire takes the lock called name, waiting as long as ctx allows. It
+// returns a held *Lease, or an error: ctx's error (wrapped, so errors.Is
+// works) when ctx ends first, in which case nothing stays held or queued;
+// an error wrapping ErrInvalidName for a bad name; ErrClosed after Close;
+// or the backend's error. A ctx that is already done never acquires.
+//
+// Backends that can be notified of a release wait for that; others retry
+// with the Locker's Backoff, never past the holder's known expiry.
+func (l *Locker) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, name, opts, true)
+}
+
+// TryAcquire makes one attempt to take the lock called name. When another
+// owner holds it, the error matches ErrNotAcquired (and is usually a
+// *HeldError telling how long the holder's lock has left).
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, name, opts, false)
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, opts []Option, wait bool) (*Lease, error) {
+	cfg := l.cfg
+	if len(opts) > 0 {
+		cfg = cfg.with(opts)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	req := driver.Request{Name: name, Owner: newOwner(), TTL: cfg.ttl}
+	start := time.Now()
+	var g driver.Grant
+	var err error
+	switch {
+	case !wait:
+		g, err = l.drv.TryLock(ctx, req)
+	case l.waiter != nil:
+		g, err = l.waiter.Lock(ctx, req)
+	default:
+		g, err = l.retry(ctx, req, cfg.backoff)
+	}
+	waited := time.Since(start)
+	if err != nil {
+		result := resultError
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			result = resultNotAcquired
+		case ctx.Err() != nil:
+			result = resultCanceled
+			if !errors.Is(err, ctx.Err()) {
+				err = errors.Join(ctx.Err(), err)
+			}
+		}
+		l.m.acquired(result, waited)
+		if result == resultError {
+			l.log.WarnContext(ctx, "dlock: acquire failed", "name", name, "error", err)
+		}
+		if result == resultNotAcquired {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
+	}
+	l.m.acquired(resultAcquired, waited)
+	lease := newLease(l, req, g, cfg.autoRenew)
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		l.log.DebugContext(ctx, "dlock: acquired", "name", name, "token", g.Token, "waited", waited)
+	}
+	return lease, nil
+}
+
+// retry is the waiting policy for drivers that cannot be notified: TryLock,
+// then sleep for the backoff, never past the holder's known expiry.
+func (l *Locker) retry(ctx context.Context, req driver.Request, backoff Backoff) (driver.Grant, error) {
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		g, err := l.drv.TryLock(ctx, req)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return g, err
+		}
+		d := backoff(attempt)
+		if held, ok := errors.AsType[*HeldError](err); ok && held.Remaining > 0 {
+			d = min(d, held.Remaining)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// Close releases every lease the Locker still holds (each with a bounded
+// wait), then closes the driver. Leases end with ErrReleased, or ErrLost if
+// they were lost. Close is idempotent; later calls return nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	leases := make([]*Lease, 0, len(l.leases))
+	for s := range l.leases {
+		leases = append(leases, s)
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, s := range leases {
+		ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+		if err := s.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	errs = append(errs, l.drv.Close())
+	return errors.Join(errs...)
+}
+
+// closeReleaseTimeout bounds each release that Close makes.
+const closeReleaseTimeout = 5 * time.Second
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+func (l *Locker) track(s *Lease, add bool) {
+	l.mu.Lock()
+	if add {
+		l.leases[s] = struct{}{}
+	} else {
+		delete(l.leases, s)
+	}
+	l.mu.Unlock()
+}
+
+// newOwner returns 128 random bits in hex: the value that proves which
+// acquisition holds a lock.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return hex.EncodeToString(b[:])
+}

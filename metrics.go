@@ -1,0 +1,100 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Acquisition results, the values of the "result" attribute.
+const (
+	resultAcquired    = "acquired"
+	resultNotAcquired = "not_acquired"
+	resultCanceled    = "canceled"
+	resultError       = "error"
+)
+
+// metrics holds the instruments of one Locker. Lock names are never
+// attribute values: they are unbounded. Attribute sets are built once so
+// the hot path allocates nothing for them.
+type metrics struct {
+	wait     metric.Float64Histogram
+	hold     metric.Float64Histogram
+	acquires metric.Int64Counter
+	renewals metric.Int64Counter
+	lost     metric.Int64Counter
+	held     metric.Int64UpDownCounter
+
+	backend  metric.MeasurementOption
+	byResult map[string]metric.MeasurementOption
+	renewOK  metric.MeasurementOption
+	renewErr metric.MeasurementOption
+	released metric.MeasurementOption
+	lostOpt  metric.MeasurementOption
+}
+
+func newMetrics(mp metric.MeterProvider, backend string) *metrics {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/dlockgo/dlock")
+	var x metrics
+	// Instrument creation only fails on invalid names, which are constants
+	// here; a failed instrument is a no-op one, so the errors are ignored.
+	x.wait, _ = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time spent in Acquire or TryAcquire, by result."))
+	x.hold, _ = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a lease was held, by how it ended."))
+	x.acquires, _ = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquisition attempts, by result."))
+	x.renewals, _ = m.Int64Counter("dlock.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Lease renewals, by result."))
+	x.lost, _ = m.Int64Counter("dlock.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases lost while held."))
+	x.held, _ = m.Int64UpDownCounter("dlock.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases currently held by this process."))
+
+	b := attribute.String("backend", backend)
+	x.backend = metric.WithAttributeSet(attribute.NewSet(b))
+	x.byResult = map[string]metric.MeasurementOption{}
+	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
+		x.byResult[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", r)))
+	}
+	x.renewOK = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", "ok")))
+	x.renewErr = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", "error")))
+	x.released = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "released")))
+	x.lostOpt = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "lost")))
+	return &x
+}
+
+func (m *metrics) acquired(result string, waited time.Duration) {
+	ctx := context.Background()
+	opt := m.byResult[result]
+	m.wait.Record(ctx, waited.Seconds(), opt)
+	m.acquires.Add(ctx, 1, opt)
+	if result == resultAcquired {
+		m.held.Add(ctx, 1, m.backend)
+	}
+}
+
+func (m *metrics) renewed(ok bool) {
+	if ok {
+		m.renewals.Add(context.Background(), 1, m.renewOK)
+	} else {
+		m.renewals.Add(context.Background(), 1, m.renewErr)
+	}
+}
+
+func (m *metrics) ended(lost bool, held time.Duration) {
+	ctx := context.Background()
+	m.held.Add(ctx, -1, m.backend)
+	if lost {
+		m.lost.Add(ctx, 1, m.backend)
+		m.hold.Record(ctx, held.Seconds(), m.lostOpt)
+	} else {
+		m.hold.Record(ctx, held.Seconds(), m.released)
+	}
+}

@@ -1,0 +1,49 @@
+package dlock
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxNameLen is the longest valid lock name, in bytes.
+const MaxNameLen = 200
+
+// ValidateName reports whether name is a valid lock name, with an error
+// wrapping ErrInvalidName when it is not.
+//
+// A valid name is 1 to MaxNameLen bytes of ASCII letters, digits and the
+// characters - _ . : @ + = and /. The slash separates segments: a name
+// must not start or end with one, nor hold an empty segment ("a//b") or a
+// segment "." or "..". These rules are the same on every backend, so that
+// a name means the same lock wherever it is used and maps safely onto
+// every store: a Redis key, a ZooKeeper path, an etcd key, a file name.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("%w: %q: character %q at %d is not allowed", ErrInvalidName, name, name[i], i)
+		}
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("%w: %q: empty segment (leading, trailing or double slash)", ErrInvalidName, name)
+		case ".", "..":
+			return fmt.Errorf("%w: %q: segment %q is not allowed", ErrInvalidName, name, seg)
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-_.:@+=/", c) >= 0
+}

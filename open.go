@@ -1,0 +1,107 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+var registry struct {
+	sync.RWMutex
+	m map[string]driver.Opener
+}
+
+// Register makes a backend available to Open under the URL scheme. Backend
+// packages call it from init, so that importing a backend (often for its
+// side effect alone, import _ ".../redislock") is enough to open its URLs.
+// Register panics if scheme is registered twice or opener is nil: both are
+// programming errors.
+func Register(scheme string, opener driver.Opener) {
+	registry.Lock()
+	defer registry.Unlock()
+	if opener == nil {
+		panic("dlock: Register opener is nil")
+	}
+	if registry.m == nil {
+		registry.m = map[string]driver.Opener{}
+	}
+	if _, dup := registry.m[scheme]; dup {
+		panic("dlock: Register called twice for scheme " + scheme)
+	}
+	registry.m[scheme] = opener
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	s := make([]string, 0, len(registry.m))
+	for k := range registry.m {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Open returns a Locker for the backend that rawURL names, such as
+// "redis://127.0.0.1:6379" or "mem://". The backend's package must be
+// imported (it registers its scheme). Each backend documents its URL and
+// parameters; every backend also accepts these, which set the Locker's
+// defaults:
+//
+//	ttl=30s     the lock's time to live (WithTTL)
+//	renew=true  automatic renewal (WithAutoRenew)
+//
+// Options given to Open take precedence over URL parameters. An unknown
+// scheme is an error listing the registered ones; a bad parameter is a
+// *ParamError naming it.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: Open: %w", err)
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("dlock: Open %q: no scheme; registered: %s", rawURL, strings.Join(Schemes(), ", "))
+	}
+	registry.RLock()
+	opener := registry.m[u.Scheme]
+	registry.RUnlock()
+	if opener == nil {
+		return nil, fmt.Errorf("dlock: Open: unknown scheme %q; registered: %s (is the backend package imported?)",
+			u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	du := driver.NewURL(u)
+	var urlOpts []Option
+	if du.Has("ttl") {
+		ttl, err := du.Duration("ttl", DefaultTTL)
+		if err != nil {
+			return nil, err
+		}
+		if ttl < MinTTL {
+			return nil, du.Err("ttl", du.String("ttl", ""), fmt.Errorf("below the minimum %v", MinTTL))
+		}
+		urlOpts = append(urlOpts, WithTTL(ttl))
+	}
+	if du.Has("renew") {
+		on, err := du.Bool("renew", true)
+		if err != nil {
+			return nil, err
+		}
+		urlOpts = append(urlOpts, WithAutoRenew(on))
+	}
+	d, err := opener(ctx, du)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLocker(d, u.Scheme, append(urlOpts, opts...))
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return l, nil
+}

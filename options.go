@@ -1,0 +1,90 @@
+package dlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// DefaultTTL is the time to live of a lock when no WithTTL option is given.
+// With automatic renewal on (the default) the TTL bounds how long a crashed
+// holder blocks others, not how long work may take.
+const DefaultTTL = 30 * time.Second
+
+// MinTTL is the shortest TTL dlock accepts: below it, one round trip and a
+// drift allowance would leave no validity at all.
+const MinTTL = 10 * time.Millisecond
+
+// An Option configures a Locker (given to New or Open) or one acquisition
+// (given to Acquire or TryAcquire, overriding the Locker's value). Options
+// that only make sense for a Locker say so and are ignored per call.
+type Option func(*config)
+
+type config struct {
+	ttl       time.Duration
+	autoRenew bool
+	backoff   Backoff
+	logger    *slog.Logger
+	meter     metric.MeterProvider
+	err       error
+}
+
+func defaultConfig() config {
+	return config{ttl: DefaultTTL, autoRenew: true, backoff: DefaultBackoff}
+}
+
+func (c config) with(opts []Option) config {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithTTL sets the lock's time to live: how long the store keeps it without
+// a renewal. The default is DefaultTTL; values below MinTTL are an error.
+// With automatic renewal, the lease is renewed about every ttl/3.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) {
+		if ttl < MinTTL {
+			c.err = fmt.Errorf("dlock: TTL %v is below the minimum %v", ttl, MinTTL)
+			return
+		}
+		c.ttl = ttl
+	}
+}
+
+// WithAutoRenew turns automatic renewal (the watchdog) on or off. It is on
+// by default: dlock refreshes the lock about every TTL/3 while the lease is
+// held, and reports the lease lost if no refresh can succeed before the
+// lock's validity ends. Turned off, the caller refreshes with Lease.Refresh
+// and the lease is reported lost when its validity ends without one.
+func WithAutoRenew(on bool) Option {
+	return func(c *config) { c.autoRenew = on }
+}
+
+// WithBackoff sets how long Acquire waits between attempts on a backend
+// that cannot notify waiters of a release. The default is DefaultBackoff.
+func WithBackoff(b Backoff) Option {
+	return func(c *config) {
+		if b != nil {
+			c.backoff = b
+		}
+	}
+}
+
+// WithLogger sets the structured logger for acquisitions, renewal failures
+// and lost leases. The default logs nothing. Locker option.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider that receives
+// dlock's metrics (see the package documentation for the instruments). The
+// default is a no-op provider. Locker option.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meter = mp }
+}
