@@ -1,0 +1,171 @@
+// Package harness runs dlock's benchmark scenarios against dlock and its
+// peers (bsm/redislock, redsync, a raw go-redis loop) on the same Redis
+// servers, for the Go benchmarks and for cmd/compare.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TTL is the lock TTL every implementation uses.
+const TTL = 10 * time.Second
+
+// Impl is one locking implementation under test.
+type Impl interface {
+	// Acquire takes the lock on key, waiting (with the implementation's
+	// own waiting policy) until it is held or ctx ends.
+	Acquire(ctx context.Context, key string) (Held, error)
+	// Close releases the implementation's clients.
+	Close() error
+}
+
+// Held is an acquired lock.
+type Held interface {
+	Release(ctx context.Context) error
+}
+
+// Env is what implementations are built on: the shared Redis server and the
+// benchmark's private masters.
+type Env struct {
+	// Shared is the address of the machine's Redis (127.0.0.1:6379). It is
+	// never flushed; keys there carry the run's unique prefix.
+	Shared string
+	// Nodes are the addresses of the private redis-servers (5) the
+	// benchmark started; they may be flushed between implementations.
+	Nodes []string
+	// Run is unique to this run; every key starts with "dlockbench/"+Run.
+	Run string
+}
+
+// NewEnv returns an Env with a fresh run id.
+func NewEnv(shared string, nodes []string) *Env {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &Env{Shared: shared, Nodes: nodes, Run: time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])}
+}
+
+// Key returns a key (and dlock name) unique to this run, implementation,
+// scenario and purpose.
+func (e *Env) Key(impl, scenario, purpose string) string {
+	k := "dlockbench/" + e.Run + "/" + impl + "/" + scenario
+	if purpose != "" {
+		k += "/" + purpose
+	}
+	return k
+}
+
+// Spec describes an implementation.
+type Spec struct {
+	Name string
+	// Private is true when the implementation uses the private nodes (and
+	// so those may be flushed before it runs).
+	Private bool
+	New     func(e *Env) (Impl, error)
+}
+
+// Implementation names.
+const (
+	DlockRedis   = "dlock-redis"
+	DlockRedlock = "dlock-redlock5"
+	Raw          = "raw-goredis"
+	BSM          = "bsm-redislock"
+	Redsync1     = "redsync-1"
+	Redsync5     = "redsync-5"
+)
+
+// specs lists every implementation in the order they are run and shown.
+// dlock's are added by dlock.go.
+var specs = []Spec{
+	{Name: Raw, New: newRaw},
+	{Name: BSM, New: newBSM},
+	{Name: Redsync1, New: newRedsync1},
+	{Name: Redsync5, Private: true, New: newRedsync5},
+}
+
+// Specs returns the implementations, dlock's first.
+func Specs() []Spec { return specs }
+
+// Select returns the specs named in the comma-separated list (all for "").
+func Select(list string) ([]Spec, error) {
+	if list == "" || list == "all" {
+		return specs, nil
+	}
+	var out []Spec
+	for n := range strings.SplitSeq(list, ",") {
+		n = strings.TrimSpace(n)
+		found := false
+		for _, s := range specs {
+			if s.Name == n {
+				out = append(out, s)
+				found = true
+			}
+		}
+		if !found {
+			var names []string
+			for _, s := range specs {
+				names = append(names, s.Name)
+			}
+			return nil, fmt.Errorf("unknown implementation %q; known: %s", n, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}
+
+// NewClient returns a go-redis client with default options, as a user
+// would write it.
+func NewClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr})
+}
+
+// FlushNodes empties the private nodes (never the shared server).
+func FlushNodes(ctx context.Context, e *Env) error {
+	var errs []error
+	for _, a := range e.Nodes {
+		if a == e.Shared {
+			return errors.New("refusing to flush the shared server")
+		}
+		c := NewClient(a)
+		errs = append(errs, c.FlushAll(ctx).Err())
+		_ = c.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup deletes this run's keys from the shared server, found by SCAN
+// over the run id (the key schemes of the implementations differ, but every
+// key contains the run id).
+func Cleanup(ctx context.Context, e *Env) (int, error) {
+	c := NewClient(e.Shared)
+	defer c.Close()
+	n := 0
+	iter := c.Scan(ctx, 0, "*"+e.Run+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			if err := c.Unlink(ctx, batch...).Err(); err != nil {
+				return n, err
+			}
+			n += len(batch)
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return n, err
+	}
+	if len(batch) > 0 {
+		if err := c.Unlink(ctx, batch...).Err(); err != nil {
+			return n, err
+		}
+		n += len(batch)
+	}
+	return n, nil
+}

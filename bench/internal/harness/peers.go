@@ -1,0 +1,181 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// ---- raw go-redis loop ----
+
+// RawRetry is the raw loop's fixed pause between SET NX attempts while the
+// key is held. It has no library default; 10 ms is a common hand-written
+// choice.
+const RawRetry = 10 * time.Millisecond
+
+// rawRelease deletes the key only if it still holds our value.
+var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+
+type raw struct {
+	c     *redis.Client
+	ttlMS string
+}
+
+func newRaw(e *Env) (Impl, error) {
+	return &raw{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10)}, nil
+}
+
+type rawHeld struct {
+	c   *redis.Client
+	key string
+	val string
+}
+
+func (r *raw) Acquire(ctx context.Context, key string) (Held, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	val := hex.EncodeToString(b[:])
+	var t *time.Timer
+	for {
+		// SET key val NX PX ttl
+		err := r.c.Do(ctx, "set", key, val, "nx", "px", r.ttlMS).Err()
+		if err == nil {
+			return &rawHeld{c: r.c, key: key, val: val}, nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if t == nil {
+			t = time.NewTimer(RawRetry)
+			defer t.Stop()
+		} else {
+			t.Reset(RawRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (h *rawHeld) Release(ctx context.Context) error {
+	n, err := rawRelease.Run(ctx, h.c, []string{h.key}, h.val).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return errors.New("raw: lock not held at release")
+	}
+	return nil
+}
+
+func (r *raw) Close() error { return r.c.Close() }
+
+// ---- github.com/bsm/redislock ----
+
+// BSMMinBackoff and BSMMaxBackoff are the bounds given to bsm/redislock's
+// ExponentialBackoff: by default it does not retry at all, so a waiting
+// Obtain needs a strategy. Its documentation recommends a minimum of no less
+// than 16 ms; the maximum 256 ms is of the same order as redsync's default
+// retry delay (50-250 ms).
+const (
+	BSMMinBackoff = 16 * time.Millisecond
+	BSMMaxBackoff = 256 * time.Millisecond
+)
+
+type bsm struct {
+	c  *redis.Client
+	lc *redislock.Client
+}
+
+func newBSM(e *Env) (Impl, error) {
+	c := NewClient(e.Shared)
+	return &bsm{c: c, lc: redislock.New(c)}, nil
+}
+
+func (b *bsm) Acquire(ctx context.Context, key string) (Held, error) {
+	// The strategy counts attempts, so each Obtain needs its own.
+	return b.lc.Obtain(ctx, key, TTL, &redislock.Options{
+		RetryStrategy: redislock.ExponentialBackoff(BSMMinBackoff, BSMMaxBackoff),
+	})
+}
+
+func (b *bsm) Close() error { return b.c.Close() }
+
+// ---- github.com/go-redsync/redsync/v4 ----
+
+type rs struct {
+	clients []*redis.Client
+	rs      *redsync.Redsync
+}
+
+func newRedsync(addrs []string) (Impl, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("redsync: no nodes")
+	}
+	r := &rs{}
+	var pools []redsyncredis.Pool
+	for _, a := range addrs {
+		c := NewClient(a)
+		r.clients = append(r.clients, c)
+		pools = append(pools, goredis.NewPool(c))
+	}
+	r.rs = redsync.New(pools...)
+	return r, nil
+}
+
+func newRedsync1(e *Env) (Impl, error) { return newRedsync([]string{e.Shared}) }
+
+func newRedsync5(e *Env) (Impl, error) {
+	if len(e.Nodes) < 5 {
+		return nil, fmt.Errorf("redsync-5 needs 5 nodes, have %d", len(e.Nodes))
+	}
+	return newRedsync(e.Nodes[:5])
+}
+
+type rsHeld struct{ m *redsync.Mutex }
+
+// Acquire makes a mutex per acquisition, as redsync's README does, with
+// the default retry policy (32 tries, 50-250 ms apart). When LockContext
+// gives up (ErrFailed after its tries), the caller keeps waiting: Acquire
+// is called again by the scenario, and the wait counts from the first try.
+func (r *rs) Acquire(ctx context.Context, key string) (Held, error) {
+	m := r.rs.NewMutex(key, redsync.WithExpiry(TTL))
+	if err := m.LockContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(ctx.Err(), err)
+		}
+		return nil, err
+	}
+	return rsHeld{m}, nil
+}
+
+func (h rsHeld) Release(ctx context.Context) error {
+	ok, err := h.m.UnlockContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("redsync: unlock reached no quorum")
+	}
+	return nil
+}
+
+func (r *rs) Close() error {
+	var errs []error
+	for _, c := range r.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}

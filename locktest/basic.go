@@ -1,0 +1,222 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+func (s *suite) invalidName(t *testing.T, ctx context.Context, name string) {
+	l := s.locker(t)
+	bad := []string{"", "/a", "a/", "a//b", "../x", "a/../b", "a/./b", "a b", "a{b}", "a\x00b", "é", "a\nb",
+		strings.Repeat("x", dlock.MaxNameLen+1)}
+	for _, n := range bad {
+		if lease, err := l.TryAcquire(ctx, n); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("TryAcquire(%q) = %v, want an error matching ErrInvalidName", n, err)
+			if lease != nil {
+				_ = lease.Release(ctx)
+			}
+		}
+		if lease, err := l.Acquire(ctx, n); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("Acquire(%q) = %v, want an error matching ErrInvalidName", n, err)
+			if lease != nil {
+				_ = lease.Release(ctx)
+			}
+		}
+	}
+	good := []string{name + "/a", name + "/orders/42", name + "/A.b-c_d:e@f+g=h",
+		name + "/" + strings.Repeat("y", dlock.MaxNameLen-len(name)-1)}
+	for _, n := range good {
+		lease, err := l.TryAcquire(ctx, n)
+		if err != nil {
+			t.Errorf("TryAcquire(%q) = %v, want success for a valid name", n, err)
+			continue
+		}
+		release(t, ctx, lease)
+	}
+}
+
+func (s *suite) tryWhileHeld(t *testing.T, ctx context.Context, name string) {
+	a, b := s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+	if lease.Name() != name {
+		t.Errorf("Name() = %q, want %q", lease.Name(), name)
+	}
+	if lease.Err() != nil {
+		t.Errorf("Err() of a held lease = %v, want nil", lease.Err())
+	}
+	mustBeHeld(t, ctx, b, name, "other client while held")
+	mustBeHeld(t, ctx, a, name, "same client while held")
+	if _, err := b.TryAcquire(ctx, name); err != nil {
+		if held, ok := errors.AsType[*dlock.HeldError](err); ok && held.Name != name {
+			t.Errorf("HeldError.Name = %q, want %q", held.Name, name)
+		}
+	}
+	release(t, ctx, lease)
+	mustBeFree(t, ctx, b, name, "after release")
+}
+
+func (s *suite) waitsForRelease(t *testing.T, ctx context.Context, name string) {
+	a, b := s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+	got := make(chan *dlock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- l
+	}()
+	select {
+	case l := <-got:
+		_ = l.Release(ctx)
+		t.Fatal("Acquire returned while another client held the lock")
+	case err := <-errc:
+		t.Fatalf("Acquire while held: %v", err)
+	case <-time.After(s.h.TTL / 2):
+	}
+	released := time.Now()
+	release(t, ctx, lease)
+	select {
+	case l := <-got:
+		if wait := time.Since(released); wait > s.h.TTL {
+			t.Errorf("the waiter took %v after the release to acquire; want it notified, well under the TTL %v", wait, s.h.TTL)
+		}
+		if l.Token() <= lease.Token() {
+			t.Errorf("waiter's token %d is not greater than the previous holder's %d", l.Token(), lease.Token())
+		}
+		release(t, ctx, l)
+	case err := <-errc:
+		t.Fatalf("Acquire after release: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the waiter never acquired after the release")
+	}
+}
+
+func (s *suite) cancelDuringWait(t *testing.T, ctx context.Context, name string) {
+	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+
+	// A deadline during the wait.
+	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/2)
+	start := time.Now()
+	l, err := b.Acquire(wctx, name)
+	cancel()
+	took := time.Since(start)
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("Acquire succeeded while the lock was held")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire past its deadline = %v, want an error matching context.DeadlineExceeded", err)
+	}
+	if l != nil {
+		t.Error("Acquire returned a lease with an error")
+	}
+	if took > s.h.TTL/2+time.Second {
+		t.Errorf("Acquire returned %v after its %v deadline; want promptly", took-s.h.TTL/2, s.h.TTL/2)
+	}
+
+	// A cancel during the wait.
+	wctx, cancelc := context.WithCancel(ctx)
+	time.AfterFunc(s.h.TTL/4, cancelc)
+	start = time.Now()
+	l, err = b.Acquire(wctx, name)
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("Acquire succeeded while the lock was held")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire cancelled = %v, want an error matching context.Canceled", err)
+	}
+	if took := time.Since(start); took > s.h.TTL/4+time.Second {
+		t.Errorf("Acquire returned %v after its cancel; want promptly", took-s.h.TTL/4)
+	}
+
+	// The abandoned waits left nothing held or queued: once the holder
+	// releases, a third client gets the lock at once.
+	release(t, ctx, lease)
+	mustBeFree(t, ctx, c, name, "after the cancelled waiters gave up and the holder released")
+}
+
+func (s *suite) doneContext(t *testing.T, ctx context.Context, name string) {
+	l := s.locker(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, try := range []bool{false, true} {
+		acq := l.Acquire
+		if try {
+			acq = l.TryAcquire
+		}
+		lease, err := acq(done, name)
+		if err == nil {
+			_ = lease.Release(ctx)
+			t.Errorf("acquire (try=%v) with a done context succeeded", try)
+		} else if !errors.Is(err, context.Canceled) {
+			t.Errorf("acquire (try=%v) with a done context = %v, want context.Canceled", try, err)
+		}
+	}
+	mustBeFree(t, ctx, l, name, "after acquires with a done context")
+}
+
+func (s *suite) releaseByNonOwner(t *testing.T, ctx context.Context, name string) {
+	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+
+	// The driver itself refuses an unlock or refresh by another owner.
+	other := driver.Request{Name: name, Owner: "0123456789abcdef0123456789abcdef", TTL: s.h.TTL}
+	if err := b.Driver().Unlock(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("driver Unlock by a non-owner = %v, want an error matching ErrNotHeld", err)
+	}
+	if _, err := b.Driver().Refresh(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("driver Refresh by a non-owner = %v, want an error matching ErrNotHeld", err)
+	}
+	mustBeHeld(t, ctx, c, name, "after a non-owner's unlock")
+
+	// A stale holder's Release does not free the new holder's lock.
+	s.h.TakeAway(t, name)
+	lease2 := acquire(t, ctx, b, name)
+	err := lease.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release by a holder whose lock was taken away = %v, want an error matching ErrNotHeld", err)
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() of a lease whose lock was taken away = %v, want ErrLost", lease.Err())
+	}
+	mustBeHeld(t, ctx, c, name, "after the stale holder's Release")
+	if err := lease2.Refresh(ctx); err != nil {
+		t.Errorf("new holder's Refresh after the stale Release: %v", err)
+	}
+	release(t, ctx, lease2)
+}
+
+func (s *suite) doubleRelease(t *testing.T, ctx context.Context, name string) {
+	a, b := s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+	release(t, ctx, lease)
+	select {
+	case <-lease.Done():
+	default:
+		t.Error("Done() is not closed after Release")
+	}
+	if !errors.Is(lease.Err(), dlock.ErrReleased) {
+		t.Errorf("Err() after Release = %v, want ErrReleased", lease.Err())
+	}
+	lease2 := acquire(t, ctx, b, name)
+	err := lease.Release(ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("second Release = %v, want an error matching ErrNotHeld and ErrReleased", err)
+	}
+	if err := lease.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh after Release = %v, want an error matching ErrNotHeld", err)
+	}
+	mustBeHeld(t, ctx, a, name, "after a second Release by the old holder")
+	release(t, ctx, lease2)
+}

@@ -1,0 +1,90 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+)
+
+// renewalKeepsLock holds a lock for several TTLs with automatic renewal;
+// nobody else may get it meanwhile.
+func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context, name string) {
+	a, b := s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name)
+	end := time.Now().Add(3 * s.h.TTL)
+	for time.Now().Before(end) {
+		mustBeHeld(t, ctx, b, name, "while the holder renews")
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease ended while renewed: %v", err)
+		}
+		time.Sleep(s.h.TTL / 5)
+	}
+	release(t, ctx, lease)
+}
+
+// expiresWithoutRenewal: a holder that does not renew loses the lock after
+// its TTL and another client gets it — and the holder learns of the loss
+// before the other client acquires, not after.
+func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name string) {
+	a, b := s.locker(t), s.locker(t)
+	lease := acquire(t, ctx, a, name, dlock.WithAutoRenew(false))
+	acquired := time.Now()
+	other, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire after the holder stopped renewing: %v", err)
+	}
+	gotAt := time.Now()
+	defer release(t, ctx, other)
+	select {
+	case <-lease.Done():
+	default:
+		t.Error("another client acquired the lock before the holder's Done() closed; the holder must learn of the loss first")
+	}
+	if held := gotAt.Sub(acquired); held < s.h.TTL*9/10 {
+		t.Errorf("another client got the lock %v after it was taken, before its TTL %v", held, s.h.TTL)
+	}
+	if held := gotAt.Sub(acquired); held > s.h.TTL+2*time.Second {
+		t.Errorf("another client got the expired lock only %v after it was taken (TTL %v)", held, s.h.TTL)
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() of an expired lease = %v, want ErrLost", lease.Err())
+	}
+	if other.Token() <= lease.Token() {
+		t.Errorf("the new holder's token %d is not greater than the expired holder's %d", other.Token(), lease.Token())
+	}
+	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of an expired lease = %v, want an error matching ErrNotHeld", err)
+	}
+}
+
+// lostWhenTakenAway: when the store loses the lock, the holder's Done
+// closes within a bounded time, Err matches ErrLost, and a context from
+// Lease.Context is cancelled with that cause.
+func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string) {
+	a := s.locker(t)
+	lease := acquire(t, ctx, a, name)
+	work, cancel := lease.Context(ctx)
+	defer cancel()
+	s.h.TakeAway(t, name)
+	taken := time.Now()
+	if !waitDone(lease, s.h.TTL+2*time.Second) {
+		t.Fatalf("Done() not closed %v after the lock was taken away (TTL %v)", time.Since(taken), s.h.TTL)
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() after the lock was taken away = %v, want ErrLost", lease.Err())
+	}
+	select {
+	case <-work.Done():
+		if !errors.Is(context.Cause(work), dlock.ErrLost) {
+			t.Errorf("context.Cause of the lease's context = %v, want ErrLost", context.Cause(work))
+		}
+	case <-time.After(time.Second):
+		t.Error("the lease's context was not cancelled after the loss")
+	}
+	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release after loss = %v, want an error matching ErrNotHeld and ErrLost", err)
+	}
+}

@@ -1,0 +1,150 @@
+package locktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+)
+
+// DefaultTTL is the lock TTL the suite uses when Harness.TTL is zero.
+const DefaultTTL = 500 * time.Millisecond
+
+// Harness connects the suite to one backend.
+type Harness struct {
+	// NewLocker returns a new, independent client of the backend under
+	// test, as another process would open, with opts applied. The suite
+	// closes it. Required.
+	NewLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker
+
+	// TakeAway removes the lock called name on the store behind its
+	// holder's back, as an operator or a failover would. Required.
+	TakeAway func(t *testing.T, name string)
+
+	// TTL is the short lock TTL the suite uses; DefaultTTL when zero.
+	TTL time.Duration
+}
+
+// Run runs every property of the suite as a subtest of t.
+func Run(t *testing.T, h Harness) {
+	if h.NewLocker == nil || h.TakeAway == nil {
+		t.Fatal("locktest: Harness.NewLocker and Harness.TakeAway are required")
+	}
+	if h.TTL == 0 {
+		h.TTL = DefaultTTL
+	}
+	s := &suite{h: h, run: randomID()}
+	for _, p := range []struct {
+		name  string
+		limit time.Duration
+		fn    func(*testing.T, context.Context, string)
+	}{
+		{"InvalidName", 20 * time.Second, s.invalidName},
+		{"TryAcquireWhileHeld", 20 * time.Second, s.tryWhileHeld},
+		{"AcquireWaitsForRelease", 30 * time.Second, s.waitsForRelease},
+		{"CancelDuringWait", 30 * time.Second, s.cancelDuringWait},
+		{"DoneContextNeverAcquires", 20 * time.Second, s.doneContext},
+		{"MutualExclusion", 120 * time.Second, s.mutualExclusion},
+		{"TokensIncrease", 60 * time.Second, s.tokensIncrease},
+		{"RenewalKeepsLock", 30 * time.Second, s.renewalKeepsLock},
+		{"ExpiresWithoutRenewal", 30 * time.Second, s.expiresWithoutRenewal},
+		{"LostWhenTakenAway", 30 * time.Second, s.lostWhenTakenAway},
+		{"ReleaseByNonOwner", 30 * time.Second, s.releaseByNonOwner},
+		{"DoubleRelease", 20 * time.Second, s.doubleRelease},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), p.limit)
+			defer cancel()
+			stop := context.AfterFunc(ctx, func() {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					t.Errorf("%s: did not finish within %v", p.name, p.limit)
+				}
+			})
+			defer stop()
+			p.fn(t, ctx, fmt.Sprintf("locktest/%s/%s", s.run, p.name))
+		})
+	}
+}
+
+type suite struct {
+	h   Harness
+	run string
+}
+
+// locker opens a client with the suite's TTL, closed when t ends.
+func (s *suite) locker(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	l := s.h.NewLocker(t, append([]dlock.Option{dlock.WithTTL(s.h.TTL)}, opts...)...)
+	if l == nil {
+		t.Fatal("Harness.NewLocker returned nil")
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// acquire takes name or fails t.
+func acquire(t *testing.T, ctx context.Context, l *dlock.Locker, name string, opts ...dlock.Option) *dlock.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, name, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	if lease == nil {
+		t.Fatalf("Acquire(%q) returned a nil lease and a nil error", name)
+	}
+	return lease
+}
+
+// release releases lease or reports an error.
+func release(t *testing.T, ctx context.Context, lease *dlock.Lease) {
+	t.Helper()
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("Release(%q): %v", lease.Name(), err)
+	}
+}
+
+// mustBeHeld checks, with a fresh client's TryAcquire, that name is held.
+func mustBeHeld(t *testing.T, ctx context.Context, l *dlock.Locker, name, when string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctx, name)
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Errorf("%s: TryAcquire(%q) succeeded; the lock should be held", when, name)
+		return
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("%s: TryAcquire(%q) = %v, want an error matching ErrNotAcquired", when, name, err)
+	}
+}
+
+// mustBeFree checks that name can be taken at once, then releases it.
+func mustBeFree(t *testing.T, ctx context.Context, l *dlock.Locker, name, when string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctx, name)
+	if err != nil {
+		t.Errorf("%s: TryAcquire(%q) = %v; the lock should be free", when, name, err)
+		return
+	}
+	release(t, ctx, lease)
+}
+
+// waitDone waits for the lease to end, up to limit.
+func waitDone(lease *dlock.Lease, limit time.Duration) bool {
+	select {
+	case <-lease.Done():
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+func randomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
