@@ -1,0 +1,308 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/memlock"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"a", true},
+		{"orders/42", true},
+		{"A-b_c.d:e@f+g=h/x", true},
+		{"..a", true},
+		{strings.Repeat("n", dlock.MaxNameLen), true},
+		{"", false},
+		{strings.Repeat("n", dlock.MaxNameLen+1), false},
+		{"/a", false},
+		{"a/", false},
+		{"a//b", false},
+		{"..", false},
+		{"a/../b", false},
+		{"./a", false},
+		{"a b", false},
+		{"a{b}", false},
+		{"a*", false},
+		{"ünïcode", false},
+		{"tab\t", false},
+	} {
+		err := dlock.ValidateName(c.name)
+		if c.ok && err != nil {
+			t.Errorf("ValidateName(%q) = %v, want nil", c.name, err)
+		}
+		if !c.ok && !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName", c.name, err)
+		}
+	}
+}
+
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"a", "a/b", "../x", "a//b", "{x}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if dlock.ValidateName(name) != nil {
+			return
+		}
+		// A valid name is safe on every store: no path tricks, no Redis hash
+		// tag braces, nothing outside printable ASCII.
+		if strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") || strings.Contains(name, "//") ||
+			strings.ContainsAny(name, "{} \\\x00") || len(name) > dlock.MaxNameLen {
+			t.Fatalf("ValidateName accepted %q", name)
+		}
+		for _, seg := range strings.Split(name, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("ValidateName accepted %q", name)
+			}
+		}
+	})
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	_, err := dlock.Open(ctx, "nosuch://x")
+	if err == nil || !strings.Contains(err.Error(), "mem") || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("Open of an unknown scheme = %v, want an error naming it and listing the registered ones", err)
+	}
+	if _, err := dlock.Open(ctx, "no scheme"); err == nil {
+		t.Error("Open without a scheme succeeded")
+	}
+	if _, err := dlock.Open(ctx, "mem://x", dlock.WithTTL(time.Millisecond)); err == nil {
+		t.Error("Open with a TTL below MinTTL succeeded")
+	}
+}
+
+func TestRegisterTwicePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("registering a scheme twice did not panic")
+		}
+	}()
+	dlock.Register("mem", func(context.Context, driver.URL) (driver.Driver, error) { return nil, nil })
+}
+
+// flaky wraps a memlock driver; its Refresh can be made to fail.
+type flaky struct {
+	*memlock.Driver
+	failRefresh atomic.Bool
+	refreshes   atomic.Int32
+}
+
+func (f *flaky) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	f.refreshes.Add(1)
+	if f.failRefresh.Load() {
+		return time.Time{}, errors.New("network down")
+	}
+	return f.Driver.Refresh(ctx, r)
+}
+
+func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	d := &flaky{Driver: store.Driver()}
+	l, err := dlock.New(d, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond) // some renewals succeed
+	if lease.Err() != nil {
+		t.Fatalf("lease ended while renewals succeed: %v", lease.Err())
+	}
+	d.failRefresh.Store(true)
+	failedFrom := time.Now()
+	exp := lease.Expires()
+	select {
+	case <-lease.Done():
+	case <-time.After(time.Second):
+		t.Fatal("lease not reported lost while renewals fail")
+	}
+	if now := time.Now(); !now.Before(exp) {
+		t.Errorf("loss reported %v after the lock's validity ended; want before", now.Sub(exp))
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) || !strings.Contains(lease.Err().Error(), "network down") {
+		t.Errorf("Err() = %v, want ErrLost with the renewal's cause", lease.Err())
+	}
+	if d.refreshes.Load() < 3 {
+		t.Errorf("only %d refresh attempts; failed renewals should be retried", d.refreshes.Load())
+	}
+	t.Logf("lost %v after renewals started failing", time.Since(failedFrom))
+}
+
+func TestNoRenewalAfterRelease(t *testing.T) {
+	ctx := context.Background()
+	d := &flaky{Driver: memlock.NewStore().Driver()}
+	l, err := dlock.New(d, dlock.WithTTL(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 50 {
+		lease, err := l.Acquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(runtime.NumGoroutine()%3) * 5 * time.Millisecond)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n := d.refreshes.Load()
+		time.Sleep(25 * time.Millisecond)
+		if m := d.refreshes.Load(); m != n {
+			t.Fatalf("%d renewals ran after Release returned", m-n)
+		}
+	}
+}
+
+func TestLeaseContext(t *testing.T) {
+	ctx := context.Background()
+	l, err := memlock.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, cancel := lease.Context(ctx)
+	defer cancel()
+	if work.Err() != nil {
+		t.Fatal("the lease's context is done while the lease is held")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-work.Done()
+	if !errors.Is(context.Cause(work), dlock.ErrReleased) {
+		t.Errorf("Cause = %v, want ErrReleased", context.Cause(work))
+	}
+}
+
+func TestCloseReleasesLeasesAndLeaksNoGoroutines(t *testing.T) {
+	ctx := context.Background()
+	before := runtime.NumGoroutine()
+	store := memlock.NewStore()
+	l, err := memlock.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*dlock.Lease
+	for _, n := range []string{"a", "b", "c"} {
+		lease, err := l.Acquire(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, cancel := lease.Context(ctx)
+		defer cancel()
+		leases = append(leases, lease)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range leases {
+		if !errors.Is(lease.Err(), dlock.ErrReleased) {
+			t.Errorf("after Close, Err() = %v, want ErrReleased", lease.Err())
+		}
+	}
+	if _, err := l.Acquire(ctx, "a"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
+	}
+	other, _ := memlock.New(store)
+	defer other.Close()
+	if lease, err := other.TryAcquire(ctx, "a"); err != nil {
+		t.Errorf("the lock is still held after Close: %v", err)
+	} else {
+		_ = lease.Release(ctx)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, %d before", n, before)
+	}
+}
+
+func TestMetricsAndLogs(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	store := memlock.NewStore()
+	l, err := memlock.New(store, dlock.WithMeterProvider(mp), dlock.WithLogger(logger), dlock.WithTTL(60*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a renewal
+	store.Revoke("job")
+	<-lease.Done()
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			seen[m.Name] = true
+		}
+	}
+	for _, name := range []string{"dlock.acquire.duration", "dlock.acquisitions", "dlock.renewals", "dlock.lost", "dlock.held", "dlock.hold.duration"} {
+		if !seen[name] {
+			t.Errorf("metric %s not recorded; have %v", name, seen)
+		}
+	}
+	out := logs.String()
+	for _, want := range []string{"dlock: acquired", "name=job", "backend=mem", "dlock: lease lost"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
