@@ -1,0 +1,182 @@
+// Command compare runs dlock's benchmark scenarios (S1, S2, S3) for dlock
+// and its peers against the same Redis servers, each for a fixed duration,
+// and prints markdown tables and the target ratios with PASS/FAIL.
+//
+//	cd bench && go run ./cmd/compare -d 3s
+//
+// It starts 5 redis-server processes of its own (no persistence) on free
+// loopback ports for the multi-node implementations and kills them at the
+// end. On the shared Redis (-redis) it only uses keys holding the run's
+// unique id, and deletes them at the end; it never flushes it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlockgo/dlock/bench/internal/harness"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation")
+	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before each measurement (same scenario, another name)")
+	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
+	implList := flag.String("impls", "", "comma-separated implementations (default all): "+names(harness.Specs()))
+	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
+	rounds := flag.Int("rounds", 1, "rounds; the order of implementations rotates each round and metrics are medians (max wait: the worst)")
+	flag.Parse()
+
+	if err := loopback(*shared); err != nil {
+		return err
+	}
+	specs, err := harness.Select(*implList)
+	if err != nil {
+		return err
+	}
+	scens := strings.Split(*scenList, ",")
+	for _, s := range scens {
+		if s != harness.S1 && s != harness.S2 && s != harness.S3 {
+			return fmt.Errorf("unknown scenario %q", s)
+		}
+	}
+
+	servers, err := harness.StartServers(5)
+	if err != nil {
+		return err
+	}
+	defer harness.KillServers(servers)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		harness.KillServers(servers)
+		os.Exit(130)
+	}()
+
+	env := harness.NewEnv(*shared, harness.Addrs(servers))
+	ctx := context.Background()
+	impls := map[string]harness.Impl{}
+	var order []string
+	for _, s := range specs {
+		im, err := s.New(env)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "skipping %s: %v\n", s.Name, err)
+			continue
+		}
+		impls[s.Name] = im
+		order = append(order, s.Name)
+	}
+	defer func() {
+		for _, im := range impls {
+			_ = im.Close()
+		}
+		if n, err := harness.Cleanup(context.Background(), env); err != nil {
+			fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", *shared, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
+		}
+	}()
+
+	private := map[string]bool{}
+	for _, s := range specs {
+		private[s.Name] = s.Private
+	}
+	all := map[string][]harness.Result{}
+	for r := range *rounds {
+		for _, sc := range scens {
+			for i := range order {
+				name := order[(i+r)%len(order)]
+				im := impls[name]
+				if private[name] {
+					if err := harness.FlushNodes(ctx, env); err != nil {
+						return err
+					}
+				}
+				purpose := fmt.Sprintf("r%d", r)
+				if *warm > 0 {
+					harness.Run(sc, im, env.Key(name, sc, purpose+"-warm"), harness.Budget{D: *warm}, harness.Hooks{})
+				}
+				res := harness.Run(sc, im, env.Key(name, sc, purpose), harness.Budget{D: *d}, harness.Hooks{})
+				res.Impl = name
+				all[name+" "+sc] = append(all[name+" "+sc], res)
+				fmt.Fprintf(os.Stderr, "round %d %s %-15s %8.0f ops/s p50 %v p99 %v maxwait %v other %.1f%% errors %d/%d overlaps %d\n",
+					r+1, sc, name, res.OpsPerSec(), res.P50, res.P99, res.MaxWait, res.OtherPct,
+					res.AcquireErrors, res.ReleaseErrors, res.ExclusionViolations)
+			}
+		}
+	}
+
+	results := harness.Results{}
+	for _, rs := range all {
+		results.Add(harness.Combine(rs))
+	}
+	w := os.Stdout
+	fmt.Fprintf(w, "## dlock benchmark comparison\n\n")
+	fmt.Fprintf(w, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), *shared)
+	fmt.Fprintf(w, "- each scenario: %v warm-up, then %v measured, per implementation; %d round(s)\n", *warm, *d, *rounds)
+	fmt.Fprintf(w, "- TTL %v for every implementation; dlock with automatic renewal on (default)\n", harness.TTL)
+	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loop fixed %v\n",
+		harness.BSMMinBackoff, harness.BSMMaxBackoff, harness.RawRetry)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(w, "- load average at the end: %s\n", strings.TrimSpace(string(la)))
+	}
+	fmt.Fprintln(w)
+	harness.WriteTables(w, results, order)
+	fmt.Fprintf(w, "\n### Targets\n\n")
+	harness.WriteTargets(w, harness.Targets(results))
+	return nil
+}
+
+func names(specs []harness.Spec) string {
+	var n []string
+	for _, s := range specs {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-redis %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-redis %q: only loopback addresses are allowed", addr)
+	}
+	return nil
+}
+
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	for f := range strings.FieldsSeq(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "redis-server " + v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,51 @@
+-- Takes the lock, or reports its holder's remaining time; in wait mode it
+-- also queues the caller (or refreshes its queue entry).
+--
+-- ARGV[1] owner        ARGV[2] ttl ms        ARGV[3] fence counter ttl ms
+-- ARGV[4] mode: "try" (never queue) or "wait"
+-- wait mode only:
+-- ARGV[5] channel      ARGV[6] entry lifetime ms        ARGV[7] lock name
+--
+-- Returns {1, token} when the caller holds the lock, {0, pttl} otherwise.
+local owner, ttl, fence_ttl = ARGV[1], ARGV[2], ARGV[3]
+local cur = redis.call('GET', KEYS[1])
+
+-- Already ours: a retried call, or a handoff whose message was lost.
+if cur == owner then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if ARGV[4] == 'wait' then
+    dequeue(owner)
+  end
+  return {1, current_token(fence_ttl)}
+end
+
+if not cur and (ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0) then
+  redis.call('SET', KEYS[1], owner, 'PX', ttl)
+  return {1, next_token(fence_ttl)}
+end
+if ARGV[4] ~= 'wait' then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+
+-- Queue the caller, or push its entry's deadline forward; the queue's keys
+-- live as long as the longest entry, so abandoned queues vanish.
+local lifetime = tonumber(ARGV[6])
+local entry = string.format('%.0f', now_ms() + lifetime) .. ' ' .. ttl .. ' ' .. ARGV[5]
+if redis.call('HSET', KEYS[4], owner, entry) == 1 then
+  redis.call('RPUSH', KEYS[3], owner)
+end
+for i = 3, 4 do
+  if redis.call('PTTL', KEYS[i]) < lifetime then
+    redis.call('PEXPIRE', KEYS[i], lifetime)
+  end
+end
+
+-- Free but with others waiting (the holder expired): the queue's head
+-- gets it, which may be the caller.
+if not cur then
+  local w, token = hand_off(ARGV[7], fence_ttl, owner)
+  if w == owner then
+    return {1, token}
+  end
+end
+return {0, redis.call('PTTL', KEYS[1])}

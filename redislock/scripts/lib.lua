@@ -1,0 +1,75 @@
+-- Shared functions, prepended to acquire.lua and release.lua.
+--
+-- Keys of one lock (one hash slot: they share the "{name}" tag):
+--   KEYS[1] the lock: owner value, with the lease's expiry
+--   KEYS[2] the fencing counter
+--   KEYS[3] the wait queue: a list of owners, first come first served
+--   KEYS[4] the queue entries: a hash owner -> "<deadline ms> <ttl ms> <channel>"
+
+-- The server's clock in milliseconds (exact: below 2^53).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Advances the fencing counter and returns the new token. A missing counter
+-- (never used, expired, or lost in a restart without persistence) is seeded
+-- from the server's clock in microseconds, built as a string so no float
+-- rounding is involved: tokens grow by one per acquisition, far slower than
+-- the clock, so a reseeded counter is still above every token issued before.
+local function next_token(fence_ttl)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], fence_ttl)
+  return token
+end
+
+-- The token of the lock the caller holds now: the counter's value, or a
+-- fresh token if the counter has gone.
+local function current_token(fence_ttl)
+  local c = redis.call('GET', KEYS[2])
+  if c then
+    redis.call('PEXPIRE', KEYS[2], fence_ttl)
+    return tonumber(c)
+  end
+  return next_token(fence_ttl)
+end
+
+-- Removes owner's queue entry, if it has one.
+local function dequeue(owner)
+  if redis.call('HDEL', KEYS[4], owner) == 1 then
+    redis.call('LREM', KEYS[3], 1, owner)
+  end
+end
+
+-- Gives the free lock to the first live waiter in the queue, dropping the
+-- entries whose deadline has passed (their waiters stopped refreshing
+-- them). The new holder is told on its channel, unless it is self (the
+-- caller, who learns from the reply). Returns the new holder and its
+-- token, or false when no live waiter is left.
+local function hand_off(name, fence_ttl, self)
+  local now = nil
+  while true do
+    local w = redis.call('LPOP', KEYS[3])
+    if not w then
+      return false
+    end
+    local e = redis.call('HGET', KEYS[4], w)
+    if e then
+      redis.call('HDEL', KEYS[4], w)
+      now = now or now_ms()
+      local deadline, ttl, channel = string.match(e, '^(%d+) (%d+) (.+)$')
+      if deadline and tonumber(deadline) >= now then
+        redis.call('SET', KEYS[1], w, 'PX', ttl)
+        local token = next_token(fence_ttl)
+        if w ~= self then
+          redis.call('PUBLISH', channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. name)
+        end
+        return w, token
+      end
+    end
+  end
+end
