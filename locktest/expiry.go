@@ -30,6 +30,10 @@ func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context, name string)
 // before the other client acquires, not after.
 func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name string) {
 	a, b := s.locker(t), s.locker(t)
+	if s.h.Crash != nil {
+		s.crashedHolder(t, ctx, a, b, name)
+		return
+	}
 	lease := acquire(t, ctx, a, name, dlock.WithAutoRenew(false))
 	acquired := time.Now()
 	other, err := b.Acquire(ctx, name)
@@ -86,5 +90,27 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 	}
 	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Release after loss = %v, want an error matching ErrNotHeld and ErrLost", err)
+	}
+}
+
+// crashedHolder is ExpiresWithoutRenewal for session-bound backends: the
+// holder's client crashes; another client gets the lock once the store
+// ends the session, and not before the harness's TTL-scale bound.
+func (s *suite) crashedHolder(t *testing.T, ctx context.Context, a, b *dlock.Locker, name string) {
+	lease := acquire(t, ctx, a, name)
+	mustBeHeld(t, ctx, b, name, "before the holder crashed")
+	s.h.Crash(t, a)
+	crashed := time.Now()
+	other, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire after the holder crashed: %v", err)
+	}
+	t.Logf("another client acquired %v after the holder crashed", time.Since(crashed))
+	if other.Token() <= lease.Token() {
+		t.Errorf("the new holder's token %d is not greater than the crashed holder's %d", other.Token(), lease.Token())
+	}
+	release(t, ctx, other)
+	if !waitDone(lease, s.h.TTL+5*time.Second) {
+		t.Error("the crashed holder's Done() never closed")
 	}
 }

@@ -1,0 +1,281 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPrefix starts every key and channel name the driver uses.
+	DefaultPrefix = "dlock:"
+	// DefaultQueueTTL is the longest a waiter's queue entry lives without
+	// being refreshed by its waiter.
+	DefaultQueueTTL = 3 * time.Second
+	// DefaultFenceTTL is how long a name's fencing counter is kept after
+	// the last acquisition or renewal of its lock.
+	DefaultFenceTTL = 7 * 24 * time.Hour
+)
+
+// minQueueTTL is the shortest entry lifetime used for a short-TTL lock, so
+// that a waiter's re-check arriving a little late does not drop it from
+// the queue.
+const minQueueTTL = 100 * time.Millisecond
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// Prefix starts every key and channel name, so that several
+	// applications can share one Redis. It must not contain braces: the
+	// lock's name in braces is the Redis Cluster hash tag. Default
+	// DefaultPrefix.
+	Prefix string
+
+	// QueueTTL bounds how long a waiter's queue entry lives without a
+	// refresh; a waiter refreshes it every third of that (and of the lock's
+	// TTL, whichever is smaller). An entry whose waiter died (crashed
+	// without cancelling) is skipped once it expires; a release before
+	// then hands the lock to the dead waiter, and the lock stays unused
+	// until that waiter's TTL runs out. A smaller QueueTTL narrows that
+	// window, at the cost of more frequent re-checks while waiting. The
+	// entry lifetime used is min(QueueTTL, max(lock TTL, 100ms)). Zero or
+	// negative means DefaultQueueTTL.
+	QueueTTL time.Duration
+
+	// FenceTTL is how long a name's fencing counter is kept after the last
+	// acquisition or renewal, so that names no longer used do not hold
+	// memory for ever. A counter that expired is reseeded from the
+	// server's clock, which keeps tokens increasing. Zero or negative
+	// means DefaultFenceTTL.
+	FenceTTL time.Duration
+}
+
+// Driver is the Redis driver: a dlock driver.Driver and driver.Waiter over
+// one Redis server (or Redis Cluster) reached through a go-redis client.
+// Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
+//
+// A Driver is safe for concurrent use by multiple goroutines. It must not
+// be copied.
+type Driver struct {
+	client    redis.UniversalClient
+	ownClient bool // opened from a URL: Close closes it
+	prefix    string
+	queueTTL  time.Duration
+	fenceTTL  any // milliseconds, boxed once
+	channel   string
+
+	// entryChannel is the channel written into queue entries: the
+	// driver's own channel, except in tests that lose grant messages.
+	entryChannel any
+
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	active    sync.WaitGroup // Lock calls in progress
+
+	sub subscriber
+}
+
+// NewDriver returns a driver that uses client, with the options o (nil
+// means the defaults). The driver does not close client: the caller keeps
+// owning it.
+func NewDriver(client redis.UniversalClient, o *Options) *Driver {
+	if client == nil {
+		panic("redislock: NewDriver with a nil client")
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = DefaultPrefix
+	}
+	if opt.QueueTTL <= 0 {
+		opt.QueueTTL = DefaultQueueTTL
+	}
+	if opt.FenceTTL <= 0 {
+		opt.FenceTTL = DefaultFenceTTL
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails since Go 1.24
+	d := &Driver{
+		client:   client,
+		prefix:   opt.Prefix,
+		queueTTL: opt.QueueTTL,
+		fenceTTL: max(opt.FenceTTL.Milliseconds(), 1),
+		channel:  opt.Prefix + "w:" + hex.EncodeToString(id[:]),
+		done:     make(chan struct{}),
+	}
+	d.entryChannel = d.channel
+	d.sub.init(d)
+	return d
+}
+
+// New returns a dlock.Locker over NewDriver(client, o), with the Locker
+// options opts. Closing the Locker closes the driver but not client.
+func New(client redis.UniversalClient, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	return dlock.New(NewDriver(client, o), opts...)
+}
+
+// Scheme returns "redis", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "redis" }
+
+// Client returns the go-redis client the driver uses.
+func (d *Driver) Client() redis.UniversalClient { return d.client }
+
+// keys returns the lock's four keys, which share the hash tag {name}: the
+// lock, its fencing counter, its wait queue and the queue's entries. They
+// are cut from one string, so building them costs one allocation (and one
+// for the slice).
+func (d *Driver) keys(name string) []string {
+	p := d.prefix
+	s := p + "{" + name + "}:fence" + p + "{" + name + "}:qe"
+	n := len(p) + len(name) + 2 // len("<prefix>{<name>}")
+	m := n + len(":fence")
+	return []string{s[:n], s[:m], s[m : m+n+2], s[m:]}
+}
+
+// ttlArg returns the lock TTL in whole milliseconds, as the scripts take
+// it, and the TTL it stands for.
+func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
+	ms := ttl.Milliseconds()
+	if ms < 1 {
+		return 0, 0, fmt.Errorf("redislock: TTL %v is below one millisecond", ttl)
+	}
+	return ms, time.Duration(ms) * time.Millisecond, nil
+}
+
+// TryLock makes one attempt to take the lock: SET NX and, on success, the
+// next fencing token, in one script. It never joins the wait queue. When
+// the lock is held by another owner the error is a *driver.HeldError with
+// the holder's remaining TTL. A lock that r.Owner already holds is
+// refreshed and reported as acquired, with its current token.
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if d.closed.Load() {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	ms, ttl, err := ttlArg(r.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	k := d.keys(r.Name)
+	start := time.Now()
+	res, err := acquireScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", r.Name, err)
+	}
+	return d.grant(r, res, start.Add(ttl))
+}
+
+// grant turns an acquire.lua reply into a Grant or a *HeldError.
+func (d *Driver) grant(r driver.Request, res []int64, expires time.Time) (driver.Grant, error) {
+	if len(res) != 2 {
+		return driver.Grant{}, fmt.Errorf("redislock: lock %q: unexpected reply %v", r.Name, res)
+	}
+	if res[0] == 1 {
+		return driver.Grant{Token: uint64(res[1]), Expires: expires}, nil
+	}
+	return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: remaining(res[1])}
+}
+
+// remaining converts a PTTL reply; -1 (no expiry) and -2 (gone) give 0.
+func remaining(pttl int64) time.Duration {
+	return time.Duration(max(pttl, 0)) * time.Millisecond
+}
+
+// Refresh extends the lock to r.TTL if r.Owner holds it, and returns the
+// new expiry, measured from before the request was sent. It returns an
+// error wrapping driver.ErrNotHeld when the lock is gone or another's.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	if d.closed.Load() {
+		return time.Time{}, driver.ErrClosed
+	}
+	ms, ttl, err := ttlArg(r.TTL)
+	if err != nil {
+		return time.Time{}, err
+	}
+	k := d.keys(r.Name)
+	start := time.Now()
+	n, err := refreshScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
+	}
+	if n != 1 {
+		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, driver.ErrNotHeld)
+	}
+	return start.Add(ttl), nil
+}
+
+// Unlock releases the lock if r.Owner holds it and, in the same script,
+// hands it to the first live waiter in the queue. It returns an error
+// wrapping driver.ErrNotHeld when r.Owner did not hold the lock.
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	if d.closed.Load() {
+		return driver.ErrClosed
+	}
+	held, err := d.release(ctx, r)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("redislock: unlock %q: %w", r.Name, driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// release runs release.lua: it drops r.Owner's queue entry and, if r.Owner
+// holds the lock, releases it and hands it on. It reports whether r.Owner
+// held the lock.
+func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
+	n, err := releaseScript.Run(ctx, d.client, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+	if err != nil {
+		return false, fmt.Errorf("redislock: unlock %q: %w", r.Name, err)
+	}
+	return n == 1, nil
+}
+
+// Close ends the driver: calls to Lock still waiting give up (leaving
+// nothing queued) and return driver.ErrClosed, the pub/sub subscription is
+// closed, and so is the client if the driver opened it from a URL. A
+// client passed to NewDriver or New is left open. Close is idempotent.
+func (d *Driver) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		close(d.done)
+		d.active.Wait()
+		d.sub.close()
+		if d.ownClient {
+			err = d.client.Close()
+		}
+	})
+	return err
+}
+
+// drift is the clock-drift allowance taken off a lock's validity when it
+// is measured from a message's arrival: 1% of the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// formatToken is the inverse of the token field of a grant message.
+func parseToken(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
+
+var errOwnerWaiting = errors.New("redislock: this owner is already waiting")
+
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ driver.Waiter = (*Driver)(nil)
+)
