@@ -1,0 +1,202 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// outcome is what one acquisition attempt saw: Lock's waiting policy
+// decides from it how long to wait before the next attempt.
+type outcome struct {
+	got    int // nodes where the caller took the lock
+	failed int // nodes that did not answer (in time)
+	// rival is the most nodes held by any one other owner. A rival with
+	// a quorum holds the lock; without one, the attempt lost a split vote
+	// (or the holder hides behind nodes that did not answer).
+	rival int
+	// remaining is the shortest remaining TTL among other owners' keys;
+	// 0 when unknown or when there were none.
+	remaining time.Duration
+}
+
+// TryLock makes one attempt to take the lock on a quorum of the nodes, all
+// asked in parallel (see the package documentation for the protocol).
+//
+// When another owner holds the lock the error is a *driver.HeldError with
+// the shortest remaining TTL seen. When too few nodes answered to decide,
+// or a quorum answered too late to leave any validity, the error wraps
+// driver.ErrNoQuorum and the first node's error. Either way the attempt
+// was undone on every node first: TryLock leaves nothing held.
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, _, err := d.acquire(ctx, r)
+	return g, err
+}
+
+// acquire is one attempt: phase 1 on every node, then phase 2 when the
+// quorum's counters differ.
+func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, outcome, error) {
+	var o outcome
+	if d.closed.Load() {
+		return driver.Grant{}, o, driver.ErrClosed
+	}
+	ms, ttl, err := ttlArg(r.TTL)
+	if err != nil {
+		return driver.Grant{}, o, err
+	}
+	keys := d.keys(r.Name)
+	start := time.Now()
+	replies := d.fanout(ctx, d.nodeTimeout, quorumSame, acquireScript, d.all(), keys, r.Owner, ms, d.fenceTTL)
+
+	var (
+		got, held uint64 // masks of nodes
+		token     uint64
+		same      = true
+		holders   []string // other owners, in contention only
+		first     nodeErr
+	)
+	for _, rp := range replies {
+		if rp.err == nil {
+			switch v := rp.val.(type) {
+			case int64:
+				if got != 0 && uint64(v) != token {
+					same = false
+				}
+				got |= 1 << rp.node
+				token = max(token, uint64(v))
+				continue
+			case []any:
+				if len(v) == 2 {
+					pttl, ok1 := v[0].(int64)
+					holder, ok2 := v[1].(string)
+					if ok1 && ok2 {
+						held |= 1 << rp.node
+						holders = append(holders, holder)
+						if rem := time.Duration(pttl) * time.Millisecond; rem > 0 && (o.remaining == 0 || rem < o.remaining) {
+							o.remaining = rem
+						}
+						continue
+					}
+				}
+			}
+			rp.err = errUnexpected
+		}
+		o.failed++
+		if first.err == nil {
+			first = nodeErr{rp.node, rp.err}
+		}
+	}
+	o.got = bits.OnesCount64(got)
+	o.rival = mostCommon(holders)
+
+	if o.got >= d.quorum {
+		if d.fencing && !same && !d.skipWriteBack {
+			d.writeBacks.Add(1)
+			t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, fenceScript, got, keys, r.Owner, int64(token), d.fenceTTL))
+			if t.yes < d.quorum {
+				d.undo(ctx, r, keys, d.all()&^held, true)
+				return driver.Grant{}, o, d.noQuorum("lock", r.Name, t.yes, "confirmed the fencing token", t.firstErr)
+			}
+		}
+		expires := start.Add(ttl - d.allowance(ttl))
+		if took := time.Since(start); !time.Now().Before(expires) {
+			d.undo(ctx, r, keys, d.all()&^held, true)
+			return driver.Grant{}, o, fmt.Errorf("redlock: lock %q: %w: a quorum took %v to answer, more than the TTL %v less the drift allowance %v",
+				r.Name, driver.ErrNoQuorum, took, ttl, d.allowance(ttl))
+		}
+		return driver.Grant{Token: token, Expires: expires}, o, nil
+	}
+
+	// Failed. Undo on every node that may hold our key: those we got and
+	// those that did not answer (our SET may have landed after all). Tell
+	// waiters unless another owner holds a quorum: they may be waiting on
+	// the keys we are about to delete.
+	if o.got > 0 || o.failed > 0 {
+		d.undo(ctx, r, keys, d.all()&^held, o.got > 0 && o.rival < d.quorum)
+	}
+	if answered := o.got + bits.OnesCount64(held); answered < d.quorum {
+		return driver.Grant{}, o, d.noQuorum("lock", r.Name, answered, "answered", first)
+	}
+	return driver.Grant{}, o, &driver.HeldError{Name: r.Name, Remaining: o.remaining}
+}
+
+// undo deletes the caller's key, owner-checked, on the nodes in mask and
+// waits for the answers (for up to releaseTimeoutFactor node timeouts). It
+// runs even when ctx was cancelled: an attempt given up must leave nothing
+// behind. With notify, each node that deleted the key publishes the name.
+func (d *Driver) undo(ctx context.Context, r driver.Request, keys []string, mask uint64, notify bool) {
+	channel := ""
+	if notify {
+		channel = d.channel
+	}
+	d.fanout(context.WithoutCancel(ctx), d.nodeTimeout*releaseTimeoutFactor, allAnswer, releaseScript, mask, keys, r.Owner, channel, r.Name)
+}
+
+// mostCommon returns how often the most frequent value occurs in s.
+func mostCommon(s []string) int {
+	best := 0
+	for i := range s {
+		n := 0
+		for j := i; j < len(s); j++ {
+			if s[j] == s[i] {
+				n++
+			}
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
+// Refresh extends the lock to r.TTL on every node where r.Owner holds it,
+// all asked in parallel. It succeeds when a quorum confirms, and returns
+// the new expiry: the instant before the requests were sent, plus the TTL,
+// less the drift allowance. When fewer than a quorum can still hold it
+// (the others answered that the lock is gone or another's) the error wraps
+// driver.ErrNotHeld; when too few answered to tell, it wraps
+// driver.ErrNoQuorum, which dlock treats as transient.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	if d.closed.Load() {
+		return time.Time{}, driver.ErrClosed
+	}
+	ms, ttl, err := ttlArg(r.TTL)
+	if err != nil {
+		return time.Time{}, err
+	}
+	start := time.Now()
+	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), d.keys(r.Name), r.Owner, ms, d.fenceTTL))
+	switch {
+	case t.yes >= d.quorum:
+		return start.Add(ttl - d.allowance(ttl)), nil
+	case t.yes+t.failed < d.quorum:
+		return time.Time{}, fmt.Errorf("redlock: refresh %q: %w: held on %d of %d nodes, %d needed",
+			r.Name, driver.ErrNotHeld, t.yes, len(d.nodes), d.quorum)
+	}
+	return time.Time{}, d.noQuorum("refresh", r.Name, t.yes, "confirmed", t.firstErr)
+}
+
+// Unlock deletes the lock on every node where r.Owner holds it, all asked
+// in parallel, and each node that deleted it tells its subscribers (the
+// waiters of every Driver with that prefix). It returns nil as soon as a
+// quorum has deleted it (the other nodes' deletes follow), or when a
+// quorum answered and at least one node held it; an error wrapping
+// driver.ErrNotHeld when a quorum answered and none held it; otherwise an
+// error wrapping driver.ErrNoQuorum (nodes that did not answer keep the
+// lock until its TTL runs out). Requests to a node that does not answer
+// wait up to ten node timeouts, not one: nothing is timed against the
+// TTL here, and a delete lost to a slow moment keeps the lock for a TTL.
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	if d.closed.Load() {
+		return driver.ErrClosed
+	}
+	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), d.keys(r.Name), r.Owner, d.channel, r.Name))
+	switch answered := t.yes + t.no; {
+	case answered < d.quorum:
+		return d.noQuorum("unlock", r.Name, answered, "answered", t.firstErr)
+	case t.yes == 0:
+		return fmt.Errorf("redlock: unlock %q: %w", r.Name, driver.ErrNotHeld)
+	}
+	return nil
+}

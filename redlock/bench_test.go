@@ -1,0 +1,130 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// benchClients are the two client set-ups the benchmarks compare: the one
+// the URL opener makes, and go-redis's defaults (what a user passing
+// redis.NewClient(&redis.Options{Addr: a}) gets).
+var benchClients = []struct {
+	name string
+	make func(b *testing.B, c *cluster) []redis.UniversalClient
+}{
+	{"clients=opener", func(b *testing.B, c *cluster) []redis.UniversalClient { return c.clients(b) }},
+	{"clients=default", func(b *testing.B, c *cluster) []redis.UniversalClient {
+		cs := make([]redis.UniversalClient, len(c.servers))
+		for i, s := range c.servers {
+			rc := redis.NewClient(&redis.Options{Addr: s.Addr})
+			b.Cleanup(func() { _ = rc.Close() })
+			cs[i] = rc
+		}
+		return cs
+	}},
+}
+
+func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
+	l, err := New(cs, nil, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	prepare(b, l.Driver().(*Driver))
+	return l
+}
+
+// BenchmarkAcquireRelease: one goroutine takes and releases one name in a
+// loop over 5 nodes, fencing on (the default).
+func BenchmarkAcquireRelease(b *testing.B) {
+	c := newCluster(b, 5)
+	for _, bc := range benchClients {
+		b.Run(bc.name, func(b *testing.B) {
+			l := benchLocker(b, bc.make(b, c))
+			ctx := context.Background()
+			name := uniqueName("bench/s1")
+			b.ReportAllocs()
+			for b.Loop() {
+				lease, err := l.Acquire(ctx, name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+// BenchmarkParallelDistinct: 16 goroutines (8 per CPU on this 2-core
+// machine: SetParallelism(16/GOMAXPROCS)) each take and release a name
+// of their own, over 5 nodes.
+func BenchmarkParallelDistinct(b *testing.B) {
+	c := newCluster(b, 5)
+	for _, bc := range benchClients {
+		b.Run(bc.name, func(b *testing.B) {
+			l := benchLocker(b, bc.make(b, c))
+			ctx := context.Background()
+			prefix := uniqueName("bench/s2")
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 16/runtimeProcs()))
+			b.RunParallel(func(pb *testing.PB) {
+				name := prefix + "/" + strconv.FormatInt(seq.Add(1), 10)
+				for pb.Next() {
+					lease, err := l.Acquire(ctx, name)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := lease.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+// BenchmarkDriver: TryLock and Unlock on the driver alone (no Locker, no
+// lease), one goroutine, 5 nodes: the driver's own cost.
+func BenchmarkDriver(b *testing.B) {
+	c := newCluster(b, 5)
+	d, err := NewDriver(c.clients(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	prepare(b, d)
+	ctx := context.Background()
+	r := driver.Request{Name: uniqueName("bench/driver"), Owner: newOwner(), TTL: 10 * time.Second}
+	var failed int
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.TryLock(ctx, r); err != nil {
+			if !errors.Is(err, dlock.ErrNoQuorum) {
+				b.Fatal(err)
+			}
+			failed++ // too slow for the node timeout: the machine is loaded
+			continue
+		}
+		if err := d.Unlock(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(float64(failed)/float64(b.N), "noquorum/op")
+}

@@ -1,0 +1,116 @@
+// Package redlock is dlock's Redlock backend: a lock held on a quorum of N
+// independent Redis masters (no replication between them), so that it
+// survives the loss of any minority of them, with fencing tokens that
+// strictly increase across acquisitions.
+//
+// Open it from a URL (the package registers the "redlock" scheme):
+//
+//	import _ "github.com/dlockgo/dlock/redlock"
+//
+//	locker, err := dlock.Open(ctx, "redlock://redis-a:6379,redis-b:6379,redis-c:6379,redis-d:6379,redis-e:6379")
+//
+// or from go-redis clients of your own, one per node, with New:
+//
+//	locker, err := redlock.New([]redis.UniversalClient{c1, c2, c3, c4, c5}, nil)
+//
+// # Protocol
+//
+// Every request goes to all N nodes at once, each bounded by the node
+// timeout (Options.NodeTimeout, default 20ms); a decision needs a quorum of
+// N/2+1 nodes.
+//
+// Acquire, phase 1: on each node, a script sets the lock's key to the
+// owner value if it is free (SET NX PX ttl) and then advances that node's
+// fencing counter for the name by one, returning it. A counter that does
+// not exist yet starts at the node's clock in microseconds. With a quorum
+// of keys set, the token is the largest counter returned. If every node of
+// the quorum returned the same value, it is already stored on a quorum;
+// otherwise phase 2 raises the counter to the token on every node where
+// the lock is still the caller's, and needs a quorum too. The lock is
+// valid until the instant before phase 1 was sent plus the TTL, less a
+// drift allowance (DriftFactor of the TTL plus Options.Drift, by default
+// 1% + 2ms); if the answers came so late that nothing is left, or either
+// phase misses its quorum, the attempt deletes its key on every node it
+// may have reached and fails. docs/REDLOCK.md explains why the tokens
+// strictly increase, and under which assumptions.
+//
+// A failed attempt's error is a *driver.HeldError (matching
+// dlock.ErrNotAcquired) when a quorum answered and the lock is held, with
+// the shortest remaining TTL seen; it wraps dlock.ErrNoQuorum, and the
+// first node's error, when too few nodes answered to decide.
+//
+// Refresh extends the key on every node where the caller holds it and
+// needs a quorum; when fewer nodes can still hold it, the lease is lost.
+// Unlock deletes the key where the caller holds it and publishes the
+// lock's name on the release channel of each node that deleted it.
+// Acquisitions, refreshes and releases return as soon as a quorum has
+// answered alike; the slower nodes' requests still run, in order.
+//
+// Each node has one sender goroutine in the Driver; requests that arrive
+// while a batch is on the wire go out together in one pipeline. Call
+// Driver.Prepare at start-up to dial every node and load the scripts
+// before the first lock, whose requests would otherwise pay for both
+// within the node timeout.
+//
+// Waiting (Acquire) subscribes once per Driver, on every node, to the
+// release channel ("<prefix>released"); a release wakes the local waiters
+// of that name, which retry after a short random pause. Without a message
+// a waiter retries when the holder's key would expire, or, after a split
+// vote, after a random pause that grows with each split in a row. It never
+// polls on a fixed interval.
+//
+// # Keys
+//
+// For a lock named orders/42 with the default prefix, each node holds
+//
+//	dlock:rl:{orders/42}        the owner value, with the lock's TTL
+//	dlock:rl:{orders/42}:fence  the fencing counter, kept for FenceTTL (7 days)
+//
+// The braces are a Redis Cluster hash tag: a lock and its counter share
+// one slot.
+//
+// # URL
+//
+// The host part lists the nodes, separated by commas; a node without a
+// port uses 6379. User information, if any, is the username and password
+// of every node:
+//
+//	redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
+//	redlock://:secret@redis-a,redis-b,redis-c:6380
+//
+// Because the URL is parsed by net/url, which checks the port after the
+// last colon only, the last node of a list whose other nodes have ports
+// must have one too.
+//
+// Parameters:
+//
+//	node_timeout  how long one node has to answer, 5ms to 50ms; default 20ms
+//	              redlock://h1:6379,h2:6379,h3:6379?node_timeout=10ms
+//	drift         the fixed part of the clock-drift allowance; default 2ms
+//	              redlock://h1:6379,h2:6379,h3:6379?drift=5ms
+//	prefix        the start of every key and the channel; default "dlock:rl:"
+//	              redlock://h1:6379,h2:6379,h3:6379?prefix=myapp:locks:
+//	fencing       fencing tokens on (true, the default) or off (false: every
+//	              token is 0, and acquisitions never take a second round trip)
+//	              redlock://h1:6379,h2:6379,h3:6379?fencing=false
+//	fence_ttl     how long a counter outlives its lock's last use; default 168h
+//	              redlock://h1:6379,h2:6379,h3:6379?fence_ttl=720h
+//
+// and dlock's own ttl and renew (see dlock.Open):
+//
+//	redlock://h1:6379,h2:6379,h3:6379?ttl=10s&renew=true
+//
+// A Driver opened from a URL makes its own go-redis clients, with
+// ContextTimeoutEnabled (so that the node timeout bounds socket reads) and
+// no retries of commands or dials (a dead node fails at once), and closes
+// them on Close.
+//
+// # Safety
+//
+// Redlock inherits the limits of every TTL lock (a paused holder may act
+// after its lock expired: pass Lease.Token to the resource and let it
+// reject stale tokens) and adds its own: it assumes the nodes' clocks run
+// at about the same rate as the client's, and a node that restarts without
+// persistence forgets the locks it held, so it should stay down for a TTL
+// before rejoining. docs/REDLOCK.md discusses both.
+package redlock

@@ -1,0 +1,134 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// DefaultPort is the port of a node given without one.
+const DefaultPort = "6379"
+
+func init() {
+	dlock.Register("redlock", open)
+}
+
+// open is the opener of redlock:// URLs; see the package documentation
+// for their form and parameters. It opens no connection: nodes are dialed
+// on first use, so a Locker opens even while some nodes are down.
+func open(_ context.Context, u driver.URL) (driver.Driver, error) {
+	addrs, err := nodeAddrs(u)
+	if err != nil {
+		return nil, err
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, u.Err("path", u.Path, errors.New("a redlock URL has no path"))
+	}
+	var o Options
+	if o.NodeTimeout, err = u.Duration("node_timeout", DefaultNodeTimeout); err != nil {
+		return nil, err
+	}
+	if o.NodeTimeout < MinNodeTimeout || o.NodeTimeout > MaxNodeTimeout {
+		return nil, u.Err("node_timeout", u.String("node_timeout", ""),
+			fmt.Errorf("must be between %v and %v", MinNodeTimeout, MaxNodeTimeout))
+	}
+	if o.Drift, err = u.Duration("drift", DefaultDrift); err != nil {
+		return nil, err
+	}
+	if o.Drift == 0 {
+		return nil, u.Err("drift", u.String("drift", ""), errors.New("must be positive"))
+	}
+	o.Prefix = u.String("prefix", DefaultPrefix)
+	if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {
+		return nil, u.Err("prefix", o.Prefix, errors.New("must be non-empty and without braces"))
+	}
+	fencing, err := u.Bool("fencing", true)
+	if err != nil {
+		return nil, err
+	}
+	o.NoFencing = !fencing
+	if o.FenceTTL, err = u.Duration("fence_ttl", DefaultFenceTTL); err != nil {
+		return nil, err
+	}
+	if o.FenceTTL < time.Millisecond {
+		return nil, u.Err("fence_ttl", u.String("fence_ttl", ""), errors.New("must be at least 1ms"))
+	}
+	if err := u.Unknown(); err != nil {
+		return nil, err
+	}
+
+	var user, pass string
+	if u.User != nil {
+		user = u.User.Username()
+		pass, _ = u.User.Password()
+	}
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{
+			Addr:     a,
+			Username: user,
+			Password: pass,
+			// The node timeout must bound socket reads too.
+			ContextTimeoutEnabled: true,
+			// A retry rarely fits in the node timeout; a dead node should
+			// fail at once, not after the timeout.
+			MaxRetries:    -1,
+			DialerRetries: 1,
+		})
+	}
+	d, err := NewDriver(clients, &o)
+	if err != nil {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		return nil, err
+	}
+	d.ownClients = true
+	return d, nil
+}
+
+// nodeAddrs parses the URL's comma-separated host list.
+func nodeAddrs(u driver.URL) ([]string, error) {
+	if u.Host == "" {
+		return nil, u.Err("host", "", errors.New("no nodes; want redlock://host1:port1,host2:port2,..."))
+	}
+	var addrs []string
+	seen := map[string]bool{}
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h == "" {
+			return nil, u.Err("host", u.Host, errors.New("empty entry in the node list"))
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			if strings.Contains(h, ":") {
+				return nil, u.Err("host", h, err)
+			}
+			host, port = h, DefaultPort
+		}
+		if host == "" {
+			return nil, u.Err("host", h, errors.New("no host name"))
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, u.Err("host", h, fmt.Errorf("bad port %q", port))
+		}
+		addr := net.JoinHostPort(host, port)
+		if seen[addr] {
+			return nil, u.Err("host", h, errors.New("node listed twice (it would vote twice)"))
+		}
+		seen[addr] = true
+		addrs = append(addrs, addr)
+	}
+	if len(addrs) > MaxNodes {
+		return nil, u.Err("host", u.Host, fmt.Errorf("%d nodes, more than %d", len(addrs), MaxNodes))
+	}
+	return addrs, nil
+}

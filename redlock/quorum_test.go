@@ -1,0 +1,337 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// With 2 of 5 nodes down, the lock still works: it is taken on the 3 live
+// nodes, excludes under contention, and is released from all of them.
+func TestMinorityDown(t *testing.T) {
+	c := newCluster(t, 5)
+	c.kill(1, 3)
+	ctx := t.Context()
+	a, b := c.locker(t, nil), c.locker(t, nil)
+	name := uniqueName("minority")
+
+	lease, err := a.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire with 2 of 5 nodes down: %v", err)
+	}
+	if got := c.owners(name); countOf(got, lease.Owner()) != 3 {
+		t.Errorf("lock on the nodes = %q, want the owner on the 3 live ones", got)
+	}
+	if _, err := b.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("second TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := c.ownersSettled(name, lease.Owner()); countOf(got, "") != 3 {
+		t.Errorf("lock on the nodes after release = %q, want it gone from the live ones", got)
+	}
+
+	// Exclusion under contention, over two clients.
+	var holders, most, sections atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 6 {
+		l := []*dlock.Locker{a, b}[g%2]
+		wg.Go(func() {
+			for range 10 {
+				lease, err := l.Acquire(ctx, name)
+				if err != nil {
+					t.Errorf("Acquire under contention: %v", err)
+					return
+				}
+				n := holders.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				sections.Add(1)
+				runtime.Gosched()
+				holders.Add(-1)
+				if err := lease.Release(ctx); err != nil {
+					t.Errorf("Release under contention: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m > 1 {
+		t.Errorf("%d holders at once", m)
+	}
+	if n := sections.Load(); n != 60 {
+		t.Errorf("%d critical sections, want 60", n)
+	}
+	noLock := func(got []string) bool { return countOf(got, "") == 3 }
+	if got := c.ownersUntil(name, noLock); !noLock(got) {
+		t.Errorf("lock on the nodes after contention = %q, want it gone", got)
+	}
+}
+
+// With 3 of 5 nodes down no lock can be taken: the error says there is no
+// quorum (not that the lock is held), and nothing is left on the 2 live
+// nodes.
+func TestMajorityDown(t *testing.T) {
+	c := newCluster(t, 5)
+	c.kill(0, 2, 4)
+	ctx := t.Context()
+	l := c.locker(t, nil)
+	name := uniqueName("majority")
+
+	_, err := l.TryAcquire(ctx, name)
+	if !errors.Is(err, dlock.ErrNoQuorum) {
+		t.Fatalf("TryAcquire with 3 of 5 nodes down = %v, want an error matching ErrNoQuorum", err)
+	}
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire with 3 of 5 nodes down = %v, should not match ErrNotAcquired", err)
+	}
+	t.Logf("TryAcquire: %v", err)
+
+	start := time.Now()
+	_, err = l.Acquire(ctx, name)
+	if !errors.Is(err, dlock.ErrNoQuorum) {
+		t.Fatalf("Acquire with 3 of 5 nodes down = %v, want an error matching ErrNoQuorum", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Acquire took %v to give up; want it prompt", took)
+	}
+	if got := c.owners(name); got[1] != "" || got[3] != "" {
+		t.Errorf("lock on the nodes = %q, want nothing on the live nodes 1 and 3", got)
+	}
+
+	if err := l.Driver().(*Driver).Prepare(ctx); !errors.Is(err, dlock.ErrNoQuorum) {
+		t.Errorf("Prepare with 3 of 5 nodes down = %v, want ErrNoQuorum", err)
+	}
+
+	// A lock held on 2 live nodes by someone else: still no quorum, and
+	// still not "held".
+	c.set(t, name, newOwner(), time.Minute, 1, 3)
+	if _, err := l.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNoQuorum) {
+		t.Errorf("TryAcquire = %v, want ErrNoQuorum", err)
+	}
+}
+
+// A minority of the nodes acquired is no lock: another owner holds the
+// key on 3 nodes, we get the other 2 and must give them back.
+func TestMinorityAcquired(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := t.Context()
+	d := c.driver(t, nil)
+	name := uniqueName("split")
+	other := newOwner()
+	c.set(t, name, other, 10*time.Second, 0, 1, 2)
+
+	r := driver.Request{Name: name, Owner: newOwner(), TTL: 10 * time.Second}
+	_, err := tryLock(t, d, r)
+	var held *driver.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("TryLock = %v, want a *driver.HeldError", err)
+	}
+	if held.Remaining <= 0 || held.Remaining > 10*time.Second {
+		t.Errorf("HeldError.Remaining = %v, want in (0, 10s]", held.Remaining)
+	}
+	got := c.owners(name)
+	if countOf(got, other) != 3 || countOf(got, "") != 2 {
+		t.Errorf("lock on the nodes = %q, want the other owner's on 3 and ours removed from 2", got)
+	}
+
+	// Held on 2 only: we get 3, a quorum.
+	c.takeAway(t, name)
+	c.set(t, name, other, 10*time.Second, 3, 4)
+	g, err := tryLock(t, d, r)
+	if err != nil {
+		t.Fatalf("TryLock with 3 nodes free: %v", err)
+	}
+	if g.Token == 0 {
+		t.Error("token 0 with fencing on")
+	}
+	if err := d.Unlock(ctx, r); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+	if got := c.ownersSettled(name, r.Owner); countOf(got, r.Owner) != 0 {
+		t.Errorf("lock on the nodes after unlock = %q, want ours gone", got)
+	}
+	if err := d.Unlock(ctx, r); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock = %v, want ErrNotHeld", err)
+	}
+}
+
+// Refresh needs a quorum: with the lock gone from 3 nodes it is not held
+// any more; with 3 nodes unreachable the failure is transient.
+func TestRefreshQuorum(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := t.Context()
+	d, clock := c.clockedDriver(t, nil)
+	name := uniqueName("refresh")
+	r := driver.Request{Name: name, Owner: newOwner(), TTL: 10 * time.Second}
+	_, err := tryLock(t, d, r)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	var exp time.Time
+	for range 3 { // again if too few nodes answered in time (loaded machine)
+		clock.reset()
+		if exp, err = d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	if limit := clock.earliest().Add(r.TTL - d.allowance(r.TTL)); exp.After(limit) {
+		t.Errorf("Refresh expiry %v after first send+TTL-drift %v", exp, limit)
+	}
+
+	key := DefaultPrefix + "{" + name + "}"
+	for _, i := range []int{0, 1} {
+		c.admin[i].Del(ctx, key)
+	}
+	if _, err := d.Refresh(ctx, r); err != nil {
+		t.Errorf("Refresh with the lock on 3 of 5 nodes: %v", err)
+	}
+	c.kill(2, 3)
+	if _, err := d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh with the lock on 1 live node and 2 down = %v, want ErrNoQuorum (transient)", err)
+	}
+	c.start(2, 3) // empty: the lock is gone there
+	if _, err := d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Refresh with the lock on 1 of 5 nodes = %v, want ErrNotHeld", err)
+	}
+}
+
+// The holder's renewal loses its quorum when 3 nodes die: the lease is
+// reported lost before its TTL runs out, counted from the last renewal
+// that succeeded, which was sent before the nodes died.
+func TestRenewalLosesQuorum(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	l := c.locker(t, nil, dlock.WithTTL(ttl))
+	lease, err := l.Acquire(ctx, uniqueName("renewal"))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	time.Sleep(ttl / 2) // at least one renewal
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease ended while renewed: %v", err)
+	}
+	c.kill(0, 1, 2)
+	killed := time.Now() // no renewal can succeed after this
+	select {
+	case <-lease.Done():
+		took := time.Since(killed)
+		t.Logf("lost %v after 3 of 5 nodes died: %v", took, lease.Err())
+		if took >= ttl {
+			t.Errorf("Done closed %v after the nodes died, not before the TTL %v", took, ttl)
+		}
+		if exp, limit := lease.Expires(), killed.Add(ttl); exp.After(limit) {
+			t.Errorf("the lease's last expiry %v is after the kill + TTL %v", exp, limit)
+		}
+	case <-time.After(2 * ttl):
+		t.Fatal("Done not closed after 3 of 5 nodes died")
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", lease.Err())
+	}
+}
+
+// The validity of a grant is measured from before the request was sent,
+// less the drift allowance.
+func TestValidity(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := t.Context()
+	d, clock := c.clockedDriver(t, &Options{Drift: 3 * time.Millisecond})
+	for _, ttl := range []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 30 * time.Second} {
+		r := driver.Request{Name: uniqueName("validity"), Owner: newOwner(), TTL: ttl}
+		var g driver.Grant
+		var err error
+		for range 3 { // again if too few nodes answered in time (loaded machine)
+			clock.reset()
+			if g, err = d.TryLock(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("TryLock(ttl %v): %v", ttl, err)
+		}
+		drift := ttl/100 + 3*time.Millisecond
+		// No node can have set the key before the first request left.
+		if limit := clock.earliest().Add(ttl - drift); g.Expires.After(limit) {
+			t.Errorf("ttl %v: Expires %v is after first send+TTL-drift %v", ttl, g.Expires, limit)
+		}
+		if !g.Expires.After(time.Now()) {
+			t.Errorf("ttl %v: Expires %v already passed", ttl, g.Expires)
+		}
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
+}
+
+// A wait that ends (cancelled or acquired) and Close leave no goroutine
+// behind.
+func TestNoGoroutineLeak(t *testing.T) {
+	c := newCluster(t, 5)
+	before := runtime.NumGoroutine()
+	func() {
+		ctx := context.Background()
+		clients := c.clients(t)
+		defer func() {
+			for _, rc := range clients {
+				_ = rc.Close()
+			}
+		}()
+		d, err := NewDriver(clients, testOptions(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := dlock.New(d, dlock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := uniqueName("leak")
+		lease, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		if _, err := l.Acquire(wctx, name); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire while held = %v, want DeadlineExceeded", err)
+		}
+		cancel()
+		got := make(chan error, 1)
+		go func() {
+			lease2, err := l.Acquire(ctx, name)
+			if err == nil {
+				err = lease2.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := lease.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-got; err != nil {
+			t.Error(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+}

@@ -1,0 +1,308 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults and limits of Options.
+const (
+	// DefaultNodeTimeout is how long one node has to answer one request.
+	DefaultNodeTimeout = 20 * time.Millisecond
+	// MinNodeTimeout is the shortest Options.NodeTimeout.
+	MinNodeTimeout = 5 * time.Millisecond
+	// MaxNodeTimeout is the longest Options.NodeTimeout.
+	MaxNodeTimeout = 50 * time.Millisecond
+
+	// DefaultDrift is the fixed part of the clock-drift allowance; the
+	// other part is DriftFactor of the TTL.
+	DefaultDrift = 2 * time.Millisecond
+	// DriftFactor is the share of the TTL allowed for the nodes' clocks
+	// running at different rates from the client's: 1%.
+	DriftFactor = 0.01
+
+	// DefaultPrefix starts every key and the channel name the driver uses.
+	// It differs from the redis backend's, so that the two never share
+	// keys on one server.
+	DefaultPrefix = "dlock:rl:"
+
+	// DefaultFenceTTL is how long a name's fencing counter is kept on a
+	// node after the last acquisition or renewal of its lock.
+	DefaultFenceTTL = 7 * 24 * time.Hour
+
+	// MaxNodes is the largest number of nodes a Driver takes.
+	MaxNodes = 64
+)
+
+// releaseTimeoutFactor: requests that delete a lock (Unlock, and the
+// undoing of a failed attempt) wait this many node timeouts for an answer.
+// Nothing is timed against a TTL there, and a release lost to a slow moment
+// would keep the lock until its TTL ends.
+const releaseTimeoutFactor = 10
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// NodeTimeout bounds each request to one node: a node that has not
+	// answered by then counts as down for that request. Values outside
+	// [MinNodeTimeout, MaxNodeTimeout] are clamped; zero means
+	// DefaultNodeTimeout. A lock can only be taken if a quorum answers
+	// within the timeout, so it should be a few round trips, not more:
+	// the longer it is, the more of the TTL a slow node eats.
+	NodeTimeout time.Duration
+
+	// Drift is the fixed part of the clock-drift allowance: a lock's
+	// validity is its TTL less DriftFactor of the TTL, less Drift. Zero
+	// or negative means DefaultDrift.
+	Drift time.Duration
+
+	// Prefix starts every key and the release channel's name, so that
+	// several applications can share the nodes. It must not contain
+	// braces: the lock's name in braces is the Redis Cluster hash tag
+	// that keeps a lock and its counter in one slot. Empty means
+	// DefaultPrefix.
+	Prefix string
+
+	// NoFencing turns fencing tokens off: acquisitions are then one
+	// phase always, and every Grant's token is 0. Only for users who
+	// cannot use tokens and want to save the counter's keys and the rare
+	// second round trip; Lease.Token is then meaningless.
+	NoFencing bool
+
+	// FenceTTL is how long a name's fencing counter is kept on a node
+	// after the last acquisition or renewal. A counter that expired is
+	// reseeded from the node's clock, which keeps tokens increasing (see
+	// docs/REDLOCK.md). Zero or negative means DefaultFenceTTL.
+	FenceTTL time.Duration
+}
+
+// Driver is the Redlock driver: a dlock driver.Driver and driver.Waiter
+// that holds a lock on a quorum (N/2+1) of N independent Redis masters,
+// with fencing tokens that strictly increase across acquisitions. Create
+// it with NewDriver (or New, or dlock.Open with a redlock:// URL).
+//
+// A Driver is safe for concurrent use by multiple goroutines. It must not
+// be copied.
+type Driver struct {
+	clients     []redis.UniversalClient
+	nodes       []*node
+	nodesDone   sync.WaitGroup // the nodes' senders
+	ownClients  bool           // opened from a URL: Close closes them
+	quorum      int
+	nodeTimeout time.Duration
+	drift       time.Duration
+	prefix      string
+	fencing     bool
+	fenceTTL    any // counter ttl in ms as the scripts take it, boxed once; "0" without fencing
+	channel     string
+
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+
+	sub subscriber
+
+	// writeBacks counts acquisitions that needed phase 2 (the nodes of
+	// the quorum returned different counters).
+	writeBacks atomic.Uint64
+	// skipWriteBack turns phase 2 off, for the test that shows why it
+	// is needed. Never set outside tests.
+	skipWriteBack bool
+}
+
+// NewDriver returns a driver over the independent Redis masters clients,
+// one client per node, with the options o (nil means the defaults). The
+// clients must reach distinct servers: a server counted twice votes twice.
+// The driver does not close the clients: the caller keeps owning them.
+//
+// Each request to a node is bounded by Options.NodeTimeout. go-redis
+// applies a context's deadline to its socket reads only with
+// redis.Options.ContextTimeoutEnabled; without it, a node that hangs is
+// still counted as failed after the node timeout, but its request goes on
+// in the background until the client's own ReadTimeout, and holds up the
+// requests queued behind it for that node (they are dropped, unsent, once
+// their callers have stopped waiting). MaxRetries: -1 and DialerRetries: 1
+// are advisable too: a retry rarely fits in the node timeout, and with
+// go-redis's defaults every request to a node that is down waits out the
+// whole node timeout instead of failing at once.
+//
+// The driver runs one goroutine per node, which sends that node its
+// requests (batching those that arrive together into one pipeline), and,
+// once a Lock has had to wait, one per node for the release subscription.
+// Close stops them.
+func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
+	if len(clients) == 0 {
+		return nil, errors.New("redlock: NewDriver: no clients")
+	}
+	if len(clients) > MaxNodes {
+		return nil, fmt.Errorf("redlock: NewDriver: %d clients, more than %d", len(clients), MaxNodes)
+	}
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("redlock: NewDriver: client %d is nil", i)
+		}
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.NodeTimeout == 0 {
+		opt.NodeTimeout = DefaultNodeTimeout
+	}
+	opt.NodeTimeout = min(max(opt.NodeTimeout, MinNodeTimeout), MaxNodeTimeout)
+	if opt.Drift <= 0 {
+		opt.Drift = DefaultDrift
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opt.Prefix, "{}") {
+		return nil, fmt.Errorf("redlock: NewDriver: prefix %q contains a brace", opt.Prefix)
+	}
+	if opt.FenceTTL <= 0 {
+		opt.FenceTTL = DefaultFenceTTL
+	}
+	d := &Driver{
+		clients:     append([]redis.UniversalClient(nil), clients...),
+		quorum:      len(clients)/2 + 1,
+		nodeTimeout: opt.NodeTimeout,
+		drift:       opt.Drift,
+		prefix:      opt.Prefix,
+		fencing:     !opt.NoFencing,
+		fenceTTL:    "0",
+		channel:     opt.Prefix + "released",
+		done:        make(chan struct{}),
+	}
+	if d.fencing {
+		d.fenceTTL = max(opt.FenceTTL.Milliseconds(), 1)
+	}
+	for _, c := range d.clients {
+		n := newNode(c, d.done)
+		d.nodes = append(d.nodes, n)
+		d.nodesDone.Add(1)
+		go n.run(&d.nodesDone)
+	}
+	d.sub.init(d)
+	return d, nil
+}
+
+// New returns a dlock.Locker over NewDriver(clients, o), with the Locker
+// options opts. Closing the Locker closes the driver but not the clients.
+func New(clients []redis.UniversalClient, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	d, err := NewDriver(clients, o)
+	if err != nil {
+		return nil, err
+	}
+	l, err := dlock.New(d, opts...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Scheme returns "redlock", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "redlock" }
+
+// Nodes returns the number of nodes.
+func (d *Driver) Nodes() int { return len(d.nodes) }
+
+// Quorum returns how many nodes must agree: Nodes()/2+1.
+func (d *Driver) Quorum() int { return d.quorum }
+
+// Close ends the driver: calls to Lock still waiting return
+// driver.ErrClosed, the release subscriptions are closed, and so are the
+// clients if the driver opened them from a URL. Clients passed to
+// NewDriver or New are left open. Locks still held are not released (the
+// Locker releases its leases before it closes the driver). Close is
+// idempotent.
+func (d *Driver) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		close(d.done)
+		d.sub.close()
+		d.nodesDone.Wait()
+		if d.ownClients {
+			errs := make([]error, 0, len(d.clients))
+			for _, c := range d.clients {
+				errs = append(errs, c.Close())
+			}
+			err = errors.Join(errs...)
+		}
+	})
+	return err
+}
+
+// keys returns the lock's key and its fencing counter's, which share the
+// hash tag {name}, cut from one string.
+func (d *Driver) keys(name string) []string {
+	s := d.prefix + "{" + name + "}:fence"
+	return []string{s[:len(s)-len(":fence")], s}
+}
+
+// allowance is the clock-drift allowance for a lock of the given TTL.
+func (d *Driver) allowance(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*DriftFactor) + d.drift
+}
+
+// ttlArg returns the lock TTL in whole milliseconds, as the scripts take
+// it, and the TTL it stands for.
+func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
+	ms := ttl.Milliseconds()
+	if ms < 1 {
+		return 0, 0, fmt.Errorf("redlock: TTL %v is below one millisecond", ttl)
+	}
+	return ms, time.Duration(ms) * time.Millisecond, nil
+}
+
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ driver.Waiter = (*Driver)(nil)
+)
+
+// Prepare connects to every node and loads the driver's scripts there, all
+// nodes at once, so that the first lock operations do not pay for dialing
+// and for the scripts' first run within the node timeout. It returns an
+// error wrapping driver.ErrNoQuorum when fewer than a quorum of nodes could
+// be prepared before ctx ended. Calling it is optional: without it, the
+// first request to each node does the same work.
+func (d *Driver) Prepare(ctx context.Context) error {
+	if d.closed.Load() {
+		return driver.ErrClosed
+	}
+	errs := make([]error, len(d.clients))
+	var wg sync.WaitGroup
+	for i, c := range d.clients {
+		wg.Go(func() {
+			pipe := c.Pipeline()
+			for _, sc := range allScripts {
+				pipe.ScriptLoad(ctx, sc.src)
+			}
+			_, errs[i] = pipe.Exec(ctx)
+		})
+	}
+	wg.Wait()
+	var t tally
+	for i, err := range errs {
+		if err != nil {
+			t.fail(i, err)
+		} else {
+			t.yes++
+		}
+	}
+	if t.yes < d.quorum {
+		return d.noQuorum("prepare", "", t.yes, "prepared", t.firstErr)
+	}
+	return nil
+}
