@@ -1,0 +1,496 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ZooKeeperScript installs ZooKeeper and starts the project's servers.
+const ZooKeeperScript = "scripts/zookeeper.sh"
+
+// ZooKeeper defaults: the ports scripts/zookeeper.sh uses. Tests that find
+// nothing there start servers of their own.
+const (
+	DefaultZKAddr     = "127.0.0.1:21810"
+	DefaultZKEnsemble = "127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813"
+)
+
+// ZKTickTime is the tickTime of every server the project starts. The
+// server bounds session timeouts to 2 to 20 ticks unless configured
+// otherwise (the project's servers allow up to 60s), so a small tick lets
+// tests use sessions of a second or two.
+const ZKTickTime = 200 * time.Millisecond
+
+var zkShared struct {
+	sync.Mutex
+	standalone *ZKCluster
+	ensemble   *ZKCluster
+}
+
+// ZKAddr returns the address of the shared standalone ZooKeeper server:
+// DLOCK_ZK_ADDR if set (it must answer), else DefaultZKAddr if a server
+// answers there, else a server this test binary starts on a free port and
+// stops in StopSharedZK. It fails t when none can be had, naming the script
+// that installs ZooKeeper: a test never skips for want of a server.
+func ZKAddr(t testing.TB) string {
+	t.Helper()
+	return sharedZK(t, "DLOCK_ZK_ADDR", DefaultZKAddr, 1)[0]
+}
+
+// ZKEnsembleAddrs returns the client addresses of the shared 3-node
+// ensemble: DLOCK_ZK_ENSEMBLE (comma-separated) if set, else
+// DefaultZKEnsemble if it answers, else an ensemble this test binary starts.
+// Tests must not stop its nodes; start a private one with StartZK for that.
+func ZKEnsembleAddrs(t testing.TB) []string {
+	t.Helper()
+	return sharedZK(t, "DLOCK_ZK_ENSEMBLE", DefaultZKEnsemble, 3)
+}
+
+func sharedZK(t testing.TB, env, def string, n int) []string {
+	t.Helper()
+	if v, ok := os.LookupEnv(env); ok && v != "" {
+		addrs := strings.Split(v, ",")
+		for _, a := range addrs {
+			if host, _, err := net.SplitHostPort(a); err != nil || !zkLoopbackHost(host) {
+				t.Fatalf("%s=%s: tests use loopback addresses only (host:port)", env, v)
+			}
+		}
+		if err := zkServing(addrs); err != nil {
+			t.Fatalf("ZooKeeper at %s (%s) does not serve: %v; start it with %s", v, env, err, ZooKeeperScript)
+		}
+		return addrs
+	}
+	addrs := strings.Split(def, ",")
+	if zkServing(addrs) == nil {
+		return addrs
+	}
+	zkShared.Lock()
+	defer zkShared.Unlock()
+	slot := &zkShared.standalone
+	if n > 1 {
+		slot = &zkShared.ensemble
+	}
+	if *slot == nil {
+		dir, err := os.MkdirTemp("", "dlock-zk-")
+		if err != nil {
+			t.Fatalf("ZooKeeper: %v", err)
+		}
+		c, err := launchZK(dir, n)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			t.Fatalf("no ZooKeeper at %s (%s unset) and starting one failed: %v; install and start it with %s", def, env, err, ZooKeeperScript)
+		}
+		c.ownDir = true
+		*slot = c
+		t.Logf("no ZooKeeper at %s: started %d server(s) of this test binary at %s", def, n, strings.Join(c.Addrs(), ","))
+	}
+	return (*slot).Addrs()
+}
+
+// zkLoopbackHost reports whether host is a loopback address or localhost.
+func zkLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// StopSharedZK stops the shared servers this test binary started, if any.
+// A package whose tests use ZKAddr or ZKEnsembleAddrs calls it from
+// TestMain after m.Run.
+func StopSharedZK() {
+	zkShared.Lock()
+	defer zkShared.Unlock()
+	for _, c := range []*ZKCluster{zkShared.standalone, zkShared.ensemble} {
+		if c != nil {
+			c.Stop()
+		}
+	}
+	zkShared.standalone, zkShared.ensemble = nil, nil
+}
+
+// ZKCluster is a set of ZooKeeper server processes a test started on free
+// loopback ports: one standalone server, or an ensemble.
+type ZKCluster struct {
+	Servers []*ZKServer
+	dir     string
+	ownDir  bool
+}
+
+// ZKServer is one ZooKeeper server process of a ZKCluster.
+type ZKServer struct {
+	// ID is the server's myid (1-based).
+	ID int
+	// Addr is its client address.
+	Addr string
+	dir  string
+	cfg  string
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	stdin io.Closer
+	exit  chan struct{}
+}
+
+// StartZK starts n ZooKeeper servers (1: standalone; 3: an ensemble) of
+// the test's own on free loopback ports, with data in t.TempDir(), and
+// waits until they serve. They are stopped when the test ends. It fails t
+// when ZooKeeper is not installed.
+func StartZK(t testing.TB, n int) *ZKCluster {
+	t.Helper()
+	c, err := launchZK(t.TempDir(), n)
+	if err != nil {
+		t.Fatalf("start ZooKeeper: %v; install it with %s", err, ZooKeeperScript)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// ZKClasspath returns the Java classpath of the installed ZooKeeper server:
+// DLOCK_ZK_CLASSPATH if set, else the Debian package's jar (whose manifest
+// names its dependencies), with slf4j-simple for logs when present.
+func ZKClasspath() (string, error) {
+	if cp := os.Getenv("DLOCK_ZK_CLASSPATH"); cp != "" {
+		return cp, nil
+	}
+	const jar = "/usr/share/java/zookeeper.jar"
+	if _, err := os.Stat(jar); err != nil {
+		return "", fmt.Errorf("ZooKeeper is not installed (%v)", err)
+	}
+	cp := jar
+	if _, err := os.Stat("/usr/share/java/slf4j-simple.jar"); err == nil {
+		cp += ":/usr/share/java/slf4j-simple.jar"
+	}
+	return cp, nil
+}
+
+func launchZK(dir string, n int) (*ZKCluster, error) {
+	if n < 1 {
+		return nil, errors.New("need at least one server")
+	}
+	cp, err := ZKClasspath()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(zkJava()); err != nil {
+		return nil, fmt.Errorf("java not found: %v", err)
+	}
+	// Each server needs a client port, and ensemble members a quorum and
+	// an election port too.
+	per := 1
+	if n > 1 {
+		per = 3
+	}
+	ports, err := zkFreePorts(n * per)
+	if err != nil {
+		return nil, err
+	}
+	c := &ZKCluster{dir: dir}
+	var servers strings.Builder
+	if n > 1 {
+		for i := 1; i <= n; i++ {
+			fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i, ports[n+2*(i-1)], ports[n+2*(i-1)+1])
+		}
+	}
+	for i := 1; i <= n; i++ {
+		port := ports[i-1]
+		s := &ZKServer{ID: i, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
+		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "data", "myid"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		s.cfg = filepath.Join(s.dir, "zoo.cfg")
+		cfg := ZKConfig(filepath.Join(s.dir, "data"), port) + servers.String()
+		if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	for _, s := range c.Servers {
+		if err := s.launch(cp); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	if err := c.WaitServing(60 * time.Second); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ZKConfig returns the zoo.cfg lines (without server.N lines) of a project
+// server: small tickTime, loopback only, admin server off, every
+// four-letter word allowed, sessions of up to 60s.
+func ZKConfig(dataDir string, clientPort int) string {
+	return fmt.Sprintf(`tickTime=%d
+initLimit=10
+syncLimit=5
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+minSessionTimeout=%d
+maxSessionTimeout=60000
+admin.enableServer=false
+4lw.commands.whitelist=*
+standaloneEnabled=true
+reconfigEnabled=false
+`, ZKTickTime.Milliseconds(), dataDir, clientPort, 2*ZKTickTime.Milliseconds())
+}
+
+func zkJava() string { return Getenv("JAVA", "java") }
+
+// launch starts the server's JVM under a shell that kills it when the test
+// binary goes away (its stdin pipe closes), so that a test killed by a
+// timeout leaves no server behind.
+func (s *ZKServer) launch(cp string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	// A background job's stdin is /dev/null unless redirected: hand the
+	// pipe to cat through fd 3.
+	const guard = `exec 3<&0
+"$@" </dev/null 3<&- & j=$!
+{ cat <&3 >/dev/null; kill -9 $j 2>/dev/null; } &
+exec 3<&-
+wait $j`
+	cmd := exec.Command("sh", "-c", guard, "sh", zkJava(),
+		"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
+		"-Dzookeeper.admin.enableServer=false", "-Dznode.container.checkIntervalMs=1000",
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfg)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start ZooKeeper server %d: %w", s.ID, err)
+	}
+	s.cmd, s.stdin, s.exit = cmd, stdin, make(chan struct{})
+	go func(exit chan struct{}) {
+		_ = cmd.Wait()
+		close(exit)
+	}(s.exit)
+	return nil
+}
+
+// Stop kills the server at once (SIGKILL), as a crash would. Its data
+// stays, so Start brings it back with its state.
+func (s *ZKServer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.stdin.Close()
+	<-s.exit
+	s.cmd = nil
+}
+
+// Start starts a stopped server again on its ports; it does not wait for
+// it to serve (an ensemble member serves only once it has joined a
+// quorum): see ZKCluster.WaitServing.
+func (s *ZKServer) Start() error {
+	cp, err := ZKClasspath()
+	if err != nil {
+		return err
+	}
+	return s.launch(cp)
+}
+
+// Running reports whether the server's process is running.
+func (s *ZKServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// exited reports whether the server's process ended without Stop.
+func (s *ZKServer) exited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Mode returns the server's mode from the srvr four-letter word:
+// "standalone", "leader" or "follower"; an error when it does not serve.
+func (s *ZKServer) Mode() (string, error) { return ZKMode(s.Addr) }
+
+// Log returns the end of the server's log, for test failure messages.
+func (s *ZKServer) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Addrs returns the client addresses of the cluster's servers.
+func (c *ZKCluster) Addrs() []string {
+	a := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		a[i] = s.Addr
+	}
+	return a
+}
+
+// Leader returns the server that is leader (or the standalone server), or
+// nil when none serves as such right now.
+func (c *ZKCluster) Leader() *ZKServer {
+	for _, s := range c.Servers {
+		if !s.Running() {
+			continue
+		}
+		if m, err := s.Mode(); err == nil && (m == "leader" || m == "standalone") {
+			return s
+		}
+	}
+	return nil
+}
+
+// WaitServing waits until every running server serves clients (an ensemble:
+// a leader was elected and the others follow it).
+func (c *ZKCluster) WaitServing(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var running []string
+		for _, s := range c.Servers {
+			if !s.Running() {
+				continue
+			}
+			if s.exited() {
+				return fmt.Errorf("ZooKeeper server %d exited:\n%s", s.ID, s.Log())
+			}
+			running = append(running, s.Addr)
+		}
+		err := zkServing(running)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, s := range c.Servers {
+				fmt.Fprintf(&logs, "\n--- server %d (%s) log:\n%s", s.ID, s.Addr, s.Log())
+			}
+			return fmt.Errorf("ZooKeeper did not serve within %v: %v%s", limit, err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop stops every server and removes the cluster's data when the cluster
+// made its own directory.
+func (c *ZKCluster) Stop() {
+	for _, s := range c.Servers {
+		s.Stop()
+	}
+	if c.ownDir {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// zkServing checks that every address serves clients, in an ensemble with
+// one leader.
+func zkServing(addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("no server")
+	}
+	leaders := 0
+	for _, a := range addrs {
+		m, err := ZKMode(a)
+		if err != nil {
+			return err
+		}
+		if m == "leader" || m == "standalone" {
+			leaders++
+		}
+	}
+	if len(addrs) > 1 && leaders != 1 {
+		return fmt.Errorf("%d leaders among %s", leaders, strings.Join(addrs, ","))
+	}
+	return nil
+}
+
+// ZKMode asks the server at addr for its mode with the srvr four-letter
+// word: "standalone", "leader" or "follower".
+func ZKMode(addr string) (string, error) {
+	out, err := ZKFourLetter(addr, "srvr")
+	if err != nil {
+		return "", err
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return strings.TrimSpace(m), nil
+		}
+	}
+	return "", fmt.Errorf("%s does not serve: %q", addr, strings.TrimSpace(out))
+}
+
+// ZKFourLetter sends a four-letter word to the server at addr and returns
+// its answer.
+func ZKFourLetter(addr, word string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte(word)); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil && len(b) == 0 {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// zkFreePorts returns n distinct free loopback ports.
+func zkFreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close() // held until all are chosen, so that they differ
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

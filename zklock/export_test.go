@@ -1,0 +1,44 @@
+package zklock
+
+import "time"
+
+// Crash makes the driver stop as a crashed process would: its TCP
+// connection drops and no new one can be made, so its session is neither
+// closed nor kept alive, and the ensemble expires it after its timeout.
+func (d *Driver) Crash() {
+	d.refuse.Store(true)
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	c := s.tcp
+	s.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// Wakeups returns how many watch notifications the driver's waiters got.
+func (d *Driver) Wakeups() int64 { return d.wakeups.Load() }
+
+// Listings returns how many child listings the driver's acquisitions made.
+func (d *Driver) Listings() int64 { return d.listings.Load() }
+
+// Waiting returns how many of the driver's waiters have their watch set.
+func (d *Driver) Waiting() int64 { return d.waiting.Load() }
+
+// SessionInfo returns the current session's id, the timeout the server
+// granted, and the wall-clock instant at which the driver last knew the
+// ensemble heard from it.
+func (d *Driver) SessionInfo() (id int64, granted time.Duration, heard time.Time) {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return 0, 0, time.Time{}
+	}
+	return s.id.Load(), time.Duration(s.granted.Load()), s.start.Add(time.Duration(s.heard.Load()))
+}

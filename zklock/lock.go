@@ -1,0 +1,219 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// errRequeue makes Lock start over: the session ended or the waiter's node
+// vanished while it waited.
+var errRequeue = errors.New("zklock: requeue")
+
+// TryLock implements driver.Driver: it queues a node and, unless the node
+// is first in line, removes it and returns a *driver.HeldError. When the
+// lock is free and the name's znode holds nothing else, that is one round
+// trip; otherwise two more (a child listing, and the removal).
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, err := d.acquire(ctx, r, false)
+	if errors.Is(err, errRequeue) {
+		err = fmt.Errorf("zklock: %q: the lock node vanished before it could be checked: %w", r.Name, err)
+	}
+	return g, err
+}
+
+// Lock implements driver.Waiter: it queues a node behind the holder and
+// earlier waiters and waits for the node just before its own to go. When
+// ctx ends first, it removes its node and returns ctx's error. A wait cut
+// short by the end of the driver's session starts over, at the back of the
+// queue, on a new session.
+func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	for {
+		g, err := d.acquire(ctx, r, true)
+		if errors.Is(err, errRequeue) && ctx.Err() == nil {
+			continue
+		}
+		if errors.Is(err, errRequeue) {
+			err = ctx.Err()
+		}
+		return g, err
+	}
+}
+
+// acquire creates the request's node and, if it is not alone, checks its
+// place in the queue and, when wait is set, waits for its turn.
+func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
+	s, err := d.session()
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	n := &node{s: s, name: r.Name, owner: r.Owner, parent: d.prefix + "/" + r.Name, guid: guidFor(r.Owner)}
+	alone, err := d.createCtx(ctx, n)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if alone {
+		return d.grant(n, nil), nil
+	}
+	return d.queue(ctx, n, wait)
+}
+
+// createCtx is create, bounded by ctx: when ctx ends first, the node the
+// create goes on to make is removed in the background.
+func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error) {
+	if ctx.Done() == nil {
+		return d.create(n)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	type result struct {
+		alone bool
+		err   error
+	}
+	res := make(chan result, 1)
+	go func() {
+		alone, err := d.create(n)
+		res <- result{alone, err}
+	}()
+	select {
+	case r := <-res:
+		return r.alone, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.err == nil {
+				d.discard(n, false)
+			}
+		}()
+		return false, ctx.Err()
+	}
+}
+
+// create makes n's ephemeral sequential node and reads its token, in one
+// round trip: a multi-op creates the node and sets the (empty) data of its
+// parent; the parent's new stat carries the transaction's zxid, which is
+// the node's czxid, and the parent's child count. alone reports that the
+// node is the parent's only child, so it holds the lock.
+//
+// A missing parent is created (as a container, with its own missing
+// parents). When the reply is lost with the connection, the node is looked
+// for by its guid before another is created.
+func (d *Driver) create(n *node) (alone bool, err error) {
+	s := n.s
+	ops := []any{
+		&zk.CreateRequest{Path: n.parent + "/" + nodePrefix + n.guid + nodeTag, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.SetDataRequest{Path: n.parent, Version: -1},
+	}
+	pause := 2 * time.Millisecond
+	for parents, lostReply := 0, false; ; {
+		if lostReply {
+			found, err := d.find(n)
+			if err != nil || found {
+				return false, err
+			}
+			lostReply = false
+		}
+		res, err := s.conn.Multi(ops...)
+		switch {
+		case err == nil && len(res) == 2 && res[1].Stat != nil:
+			n.path = res[0].String
+			n.token = uint64(res[1].Stat.Mzxid)
+			if c, ok := parseChild(n.base()); ok {
+				n.seq = c.seq
+			}
+			return res[1].Stat.NumChildren == 1, nil
+		case err == nil:
+			return false, fmt.Errorf("zklock: create in %s: unexpected multi reply %+v", n.parent, res)
+		case errors.Is(err, zk.ErrNoNode) && parents < 5:
+			// Retried a few times: a container the server removes as
+			// empty between our creating it and using it is recreated.
+			parents++
+			if err := d.makeParents(s, n.parent); err != nil {
+				return false, err
+			}
+		case s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing):
+			<-s.waitEnd(err)
+			return false, s.endErr()
+		case transient(err) && s.isEstablished():
+			// The request may have been applied, unless it was never sent.
+			lostReply = !unsent(err)
+			if !s.sleep(pause) {
+				return false, s.endErr()
+			}
+			pause = min(2*pause, 100*time.Millisecond)
+		default:
+			return false, fmt.Errorf("zklock: create lock node in %s: %w", n.parent, err)
+		}
+	}
+}
+
+// find looks for n's node by its guid after a lost creation reply; when
+// found it fills in n's path and token.
+func (d *Driver) find(n *node) (bool, error) {
+	var names []string
+	err := n.s.do(func() (err error) {
+		names, _, err = n.s.conn.Children(n.parent)
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, c := range lockChildren(names) {
+		if c.guid != n.guid {
+			continue
+		}
+		var st *zk.Stat
+		var ok bool
+		p := n.parent + "/" + c.name
+		if err := n.s.do(func() (err error) {
+			ok, st, err = n.s.conn.Exists(p)
+			return err
+		}); err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		n.path, n.seq, n.token, n.recovered = p, c.seq, uint64(st.Czxid), true
+		return true, nil
+	}
+	return false, nil
+}
+
+// makeParents creates p and its missing ancestors as container znodes,
+// which the server removes once they are empty: the names of locks no
+// longer used do not pile up.
+func (d *Driver) makeParents(s *session, p string) error {
+	for range 5 {
+		var err error
+		if e := s.do(func() error {
+			_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+			if transient(err) {
+				return err
+			}
+			return nil
+		}); e != nil {
+			return e
+		}
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && path.Dir(p) != "/":
+			if err := d.makeParents(s, path.Dir(p)); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("zklock: create %s: %w", p, err)
+		}
+	}
+	return fmt.Errorf("zklock: create %s: its parent keeps disappearing", p)
+}

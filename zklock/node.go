@@ -1,0 +1,108 @@
+package zklock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Lock nodes are named _c_<guid>-lock#<sequence>. The guid (the owner value
+// when it is 32 hex digits, as dlock's are) lets a client find a node whose
+// creation reply it lost. The '#' cannot occur in a lock name, so a lock
+// node never collides with the container of a longer name ("a" and "a/b"
+// share the znode <prefix>/a).
+const (
+	nodePrefix = "_c_"
+	guidLen    = 32
+	nodeTag    = "-lock#"
+	seqAt      = len(nodePrefix) + guidLen + len(nodeTag)
+)
+
+// A node is one acquisition's ephemeral sequential znode.
+type node struct {
+	s      *session
+	name   string // the lock's name
+	owner  string
+	parent string // <prefix>/<name>
+	path   string // parent/_c_<guid>-lock#<seq>
+	guid   string
+	seq    uint32
+	token  uint64 // the node's czxid
+
+	// recovered: found again after a lost creation reply. A second node
+	// with the same guid may then exist; release removes it too.
+	recovered bool
+
+	lost       chan struct{} // Grant.Lost; nil until granted
+	lostOnce   sync.Once
+	guardTimer *time.Timer // starts guard, for a grant without a node watch
+}
+
+// base returns the node's name within its parent.
+func (n *node) base() string { return n.path[len(n.parent)+1:] }
+
+// lose closes n.lost once.
+func (n *node) lose() { n.lostOnce.Do(func() { close(n.lost) }) }
+
+// guidFor returns the guid of an acquisition: the owner value when it is 32
+// lower-case hex digits, else a random one.
+func guidFor(owner string) string {
+	if len(owner) == guidLen && strings.Trim(owner, "0123456789abcdef") == "" {
+		return owner
+	}
+	var b [guidLen / 2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return hex.EncodeToString(b[:])
+}
+
+// child is a lock node in a listing.
+type child struct {
+	name string
+	guid string
+	seq  uint32
+}
+
+// parseChild parses a lock node's name; ok is false for other children
+// (the containers of longer names).
+func parseChild(name string) (c child, ok bool) {
+	if len(name) <= seqAt || !strings.HasPrefix(name, nodePrefix) || name[seqAt-len(nodeTag):seqAt] != nodeTag {
+		return child{}, false
+	}
+	// ZooKeeper formats the parent's int32 cversion with %010d: it can be
+	// negative once it wrapped around.
+	v, err := strconv.ParseInt(name[seqAt:], 10, 64)
+	if err != nil {
+		return child{}, false
+	}
+	return child{name: name, guid: name[len(nodePrefix) : len(nodePrefix)+guidLen], seq: uint32(int32(v))}, true
+}
+
+// before orders sequence numbers in serial-number arithmetic, so that the
+// order survives the wrap-around of the parent's 32-bit cversion (live
+// nodes always lie within 2^31 of each other).
+func before(a, b uint32) bool { return int32(a-b) < 0 }
+
+// lockChildren returns the lock nodes among a parent's children, in queue
+// order: the first holds the lock.
+func lockChildren(names []string) []child {
+	locks := make([]child, 0, len(names))
+	for _, n := range names {
+		if c, ok := parseChild(n); ok {
+			locks = append(locks, c)
+		}
+	}
+	slices.SortFunc(locks, func(a, b child) int {
+		switch {
+		case a.seq == b.seq:
+			return 0
+		case before(a.seq, b.seq):
+			return -1
+		}
+		return 1
+	})
+	return locks
+}

@@ -1,0 +1,130 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/zklock"
+)
+
+func TestOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := testenv.ZKAddr(t)
+	prefix := testPrefix()
+	l, err := dlock.Open(ctx, "zk://"+addr+","+addr+prefix+"?session_timeout=3s&ttl=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d, ok := l.Driver().(*zklock.Driver)
+	if !ok {
+		t.Fatalf("driver is %T", l.Driver())
+	}
+	if d.Prefix() != prefix {
+		t.Errorf("Prefix() = %q, want %q", d.Prefix(), prefix)
+	}
+	lease, err := l.Acquire(ctx, "open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, granted, _ := d.SessionInfo(); granted != 3*time.Second {
+		t.Errorf("granted session timeout %v, want the URL's 3s", granted)
+	}
+	if !lease.Expires().IsZero() {
+		t.Errorf("Expires() = %v, want zero: the lock lives as long as the session", lease.Expires())
+	}
+	adm := newAdmin(t, []string{addr})
+	if n := len(adm.locks(prefix, "open")); n != 1 {
+		t.Errorf("%d lock nodes under the URL's prefix, want 1", n)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ url, param string }{
+		{"zk://127.0.0.1:21810/x?colour=red", "colour"},
+		{"zk://127.0.0.1:21810/x?session_timeout=soon", "session_timeout"},
+		{"zk://127.0.0.1:21810/x?session_timeout=1ms", "session_timeout"},
+		{"zk:///x", "host"},
+		{"zk://,127.0.0.1:21810/x", "host"},
+		{"zk://user@127.0.0.1:21810/x", "user"},
+		{"zk://127.0.0.1:21810/zookeeper", "path"},
+		{"zk://127.0.0.1:21810/zookeeper/quota", "path"},
+		{"zk://127.0.0.1:21810/a//b", "path"},
+		{"zk://127.0.0.1:21810/a/../b", "path"},
+		{"zk://127.0.0.1:21810/a%20b", "path"},
+	} {
+		l, err := dlock.Open(ctx, c.url)
+		if err == nil {
+			_ = l.Close()
+		}
+		pe, ok := errors.AsType[*dlock.ParamError](err)
+		if !ok || pe.Param != c.param {
+			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", c.url, err, c.param)
+		}
+	}
+}
+
+func TestNewDriverErrors(t *testing.T) {
+	for _, c := range []struct {
+		servers []string
+		o       zklock.Options
+	}{
+		{nil, zklock.Options{}},
+		{[]string{""}, zklock.Options{}},
+		{[]string{"127.0.0.1:21810"}, zklock.Options{Prefix: "/"}},
+		{[]string{"127.0.0.1:21810"}, zklock.Options{Prefix: "dlock"}},
+		{[]string{"127.0.0.1:21810"}, zklock.Options{Prefix: "/a/"}},
+		{[]string{"127.0.0.1:21810"}, zklock.Options{SessionTimeout: time.Millisecond}},
+	} {
+		d, err := zklock.NewDriver(c.servers, &c.o)
+		if err == nil {
+			_ = d.Close()
+			t.Errorf("NewDriver(%q, %+v) succeeded", c.servers, c.o)
+		}
+	}
+}
+
+// TestDefaults: a server without a port gets the default port, and a URL
+// without a path the default prefix.
+func TestDefaults(t *testing.T) {
+	l, err := dlock.Open(context.Background(), "zk://127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if p := l.Driver().(*zklock.Driver).Prefix(); p != zklock.DefaultPrefix {
+		t.Errorf("Prefix() = %q, want %q", p, zklock.DefaultPrefix)
+	}
+}
+
+// TestClosedDriver: after Close, calls fail with ErrClosed.
+func TestClosedDriver(t *testing.T) {
+	ctx := context.Background()
+	l, err := zklock.New([]string{testenv.ZKAddr(t)}, &zklock.Options{Prefix: testPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, "closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lease.Err(), dlock.ErrReleased) {
+		t.Errorf("after Close, Err() = %v, want ErrReleased", lease.Err())
+	}
+	if _, err := l.Driver().TryLock(ctx, driver.Request{Name: "closed", Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second}); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
+	}
+}

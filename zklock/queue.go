@@ -1,0 +1,228 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// queue finds n's place among the parent's lock nodes. First in line, it
+// holds the lock. Otherwise TryLock gives up, and Lock watches the node just
+// before its own and waits.
+func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, error) {
+	var own <-chan zk.Event // n's node watch, set before waiting
+	for {
+		locks, err := d.list(ctx, n)
+		if err != nil {
+			d.discard(n, true)
+			return driver.Grant{}, err
+		}
+		i := -1
+		for j, c := range locks {
+			switch {
+			case c.name == n.base():
+				i = j
+			case c.guid == n.guid && n.recovered:
+				// A second node of ours, from a create whose lost reply
+				// was applied after all.
+				d.removeStray(n.s, n.parent+"/"+c.name)
+			}
+		}
+		if i < 0 {
+			d.discard(n, false)
+			return driver.Grant{}, errRequeue // taken away while queued
+		}
+		if i == 0 {
+			return d.grant(n, own), nil
+		}
+		if !wait {
+			d.discard(n, true)
+			return driver.Grant{}, &driver.HeldError{Name: n.name}
+		}
+		if own == nil {
+			if own, err = d.watchCtx(ctx, n.s, n.path); err != nil {
+				d.discard(n, true)
+				return driver.Grant{}, requeueIfGone(err)
+			}
+		}
+		granted, err := d.wait(ctx, n, n.parent+"/"+locks[i-1].name, i == 1, own)
+		if err != nil {
+			d.discard(n, true)
+			return driver.Grant{}, err
+		}
+		if granted {
+			return d.grant(n, own), nil
+		}
+	}
+}
+
+// wait waits for the node pred, just before n's, to go. When pred was first
+// in line (n's listing said so, or pred's data changed, which only a
+// holder's release does), n is now first: no other node can have slipped in
+// before it, since sequence numbers only grow, so n holds the lock without
+// listing the children again (granted). Otherwise (a waiter before n gave
+// up, or an operator deleted pred) n must look again.
+func (d *Driver) wait(ctx context.Context, n *node, pred string, head bool, own <-chan zk.Event) (granted bool, err error) {
+	for {
+		ev, err := d.watchCtx(ctx, n.s, pred)
+		if errors.Is(err, zk.ErrNoNode) {
+			return settle(head, own)
+		}
+		if err != nil {
+			return false, err
+		}
+		d.waiting.Add(1)
+		select {
+		case e := <-ev:
+			d.waiting.Add(-1)
+			d.wakeups.Add(1)
+			switch e.Type {
+			case zk.EventNodeDeleted:
+				return settle(head, own)
+			case zk.EventNodeDataChanged:
+				// Only a holder's release sets a lock node's data, in the
+				// transaction that deletes it: pred was first in line.
+				return settle(true, own)
+			case zk.EventNotWatching:
+				return false, errRequeue // the session is ending
+			}
+		case <-own:
+			d.waiting.Add(-1)
+			return false, errRequeue
+		case <-n.s.done:
+			d.waiting.Add(-1)
+			return false, errRequeue
+		case <-ctx.Done():
+			d.waiting.Add(-1)
+			return false, ctx.Err()
+		}
+	}
+}
+
+// settle decides a wait whose predecessor went: granted when it was first
+// in line, unless n's own node went too. Notifications come in order: had
+// n's node gone before its predecessor, its watch would hold the news.
+func settle(head bool, own <-chan zk.Event) (granted bool, err error) {
+	select {
+	case <-own:
+		return false, errRequeue
+	default:
+		return head, nil
+	}
+}
+
+// list returns the lock nodes of n's parent, in queue order.
+func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
+	d.listings.Add(1)
+	var names []string
+	err := call(ctx, func() error {
+		return n.s.do(func() (err error) {
+			names, _, err = n.s.conn.Children(n.parent)
+			return err
+		})
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil // the parent is gone, and n's node with it
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zklock: list %s: %w", n.parent, err)
+	}
+	return lockChildren(names), nil
+}
+
+// watchCtx sets a data watch on p (a node that is gone gets none: unlike
+// an exists watch, it leaves nothing behind on the server).
+func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (<-chan zk.Event, error) {
+	var ev <-chan zk.Event
+	err := call(ctx, func() error {
+		return s.do(func() (err error) {
+			_, _, ev, err = s.conn.GetW(p)
+			return err
+		})
+	})
+	return ev, err
+}
+
+// requeueIfGone turns "n's node is gone" into errRequeue.
+func requeueIfGone(err error) error {
+	if errors.Is(err, zk.ErrNoNode) {
+		return errRequeue
+	}
+	return err
+}
+
+// grant records n as held and starts watching its node for loss. own is
+// the node's watch if the wait set one.
+func (d *Driver) grant(n *node, own <-chan zk.Event) driver.Grant {
+	n.lost = make(chan struct{})
+	d.mu.Lock()
+	d.held[n.owner] = n
+	d.mu.Unlock()
+	switch {
+	case n.s.ended():
+		d.forget(n) // the session's end may have missed it
+	case own != nil:
+		go d.guard(n, own)
+	default:
+		// Most locks held briefly are released before the watch would be
+		// set: set it only if the lock is still held after guardDelay.
+		n.guardTimer = time.AfterFunc(guardDelay, func() { d.guard(n, nil) })
+	}
+	return driver.Grant{Token: n.token, Lost: n.lost}
+}
+
+// guardDelay is how long after a grant without a watch on its node (an
+// uncontended one) the driver sets that watch. Until then, a deletion of
+// the node behind the holder's back (by an operator) is noticed that much
+// later; the end of the session is noticed at once regardless.
+const guardDelay = 25 * time.Millisecond
+
+// loseSession ends the locks of a session that ended.
+func (d *Driver) loseSession(s *session) {
+	var gone []*node
+	d.mu.Lock()
+	for owner, n := range d.held {
+		if n.s == s {
+			delete(d.held, owner)
+			gone = append(gone, n)
+		}
+	}
+	d.mu.Unlock()
+	for _, n := range gone {
+		n.lose()
+	}
+}
+
+// guard closes n.lost when n's node goes (taken away, or removed by Unlock)
+// or its session ends. The watch is set in the background after the grant:
+// a node deleted before it is set shows as gone when it is set. Any event
+// ends the lock: the node was deleted, its session is over, or its data
+// changed, which only a release does (in the transaction that deletes it).
+func (d *Driver) guard(n *node, ev <-chan zk.Event) {
+	defer d.forget(n)
+	if ev == nil {
+		var err error
+		if ev, err = d.watchCtx(context.Background(), n.s, n.path); err != nil {
+			return
+		}
+	}
+	select {
+	case <-ev:
+	case <-n.s.done:
+	}
+}
+
+// forget drops n from the held locks and closes its Lost channel.
+func (d *Driver) forget(n *node) {
+	d.mu.Lock()
+	if d.held[n.owner] == n {
+		delete(d.held, n.owner)
+	}
+	d.mu.Unlock()
+	n.lose()
+}

@@ -1,0 +1,308 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// A session is one ZooKeeper session and its zk.Conn. The driver trusts it
+// only as long as the ensemble may still hold it: it ends, for good, when
+// the server reports it expired, when the driver has heard nothing from the
+// ensemble for almost the session timeout (the ensemble may have expired it
+// by then), or when the driver closes. Ending closes the zk.Conn, so that
+// a session the driver gave up on cannot come back to life with its locks.
+type session struct {
+	d     *Driver
+	conn  *zk.Conn
+	start time.Time // the base of the durations below (monotonic)
+
+	// heard is the send time of the latest request the ensemble answered:
+	// the ensemble last heard from the session no earlier than that, so
+	// it cannot expire it before heard + granted.
+	heard   atomic.Int64 // time.Duration since start
+	granted atomic.Int64 // session timeout granted by the server; 0 before the handshake
+	id      atomic.Int64
+
+	established chan struct{} // closed at the first handshake
+	estOnce     sync.Once
+
+	mu  sync.Mutex // guards conn while dialing, and tcp
+	tcp net.Conn   // the current TCP connection (for the crash hook)
+
+	done    chan struct{} // closed when the session ends
+	endOnce sync.Once
+	cause   error // why it ended; set before done closes
+}
+
+// errNoContact ends a session the ensemble may have expired: the driver
+// heard nothing from it for almost the session timeout.
+var errNoContact = errors.New("zklock: no reply from ZooKeeper for almost the session timeout: the session may have expired")
+
+// errExpired ends a session the server reported expired.
+var errExpired = errors.New("zklock: ZooKeeper session expired")
+
+// dial opens a new session. d.mu is held.
+func (d *Driver) dial() (*session, error) {
+	s := &session{d: d, start: time.Now(), established: make(chan struct{}), done: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn, _, err := zk.Connect(d.servers, d.timeout,
+		zk.WithDialer(s.dialTCP), zk.WithEventCallback(s.event),
+		zk.WithLogger(zkLogger{d.log}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zklock: connect to %v: %w", d.servers, err)
+	}
+	s.conn = conn
+	go s.monitor()
+	return s, nil
+}
+
+// dialTCP is the zk.Conn's dialer: it wraps every connection in a
+// trackedConn, which tells the session when the ensemble last heard from it.
+func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn, error) {
+	if s.d.refuse.Load() {
+		return nil, errors.New("zklock: connections refused (crashed client)")
+	}
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.tcp = c
+	s.mu.Unlock()
+	return &trackedConn{Conn: c, s: s}, nil
+}
+
+// event receives the zk.Conn's events; it must not block.
+func (s *session) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateExpired:
+		s.end(errExpired)
+	case zk.StateDisconnected:
+		if !s.ended() {
+			s.d.log.Warn("zklock: disconnected from ZooKeeper; locks are kept unless the session times out",
+				"server", ev.Server, "session", s.id.Load())
+		}
+	case zk.StateHasSession:
+		s.d.log.Debug("zklock: connected", "server", ev.Server, "session", s.id.Load())
+	}
+}
+
+// clock returns the session's time: the monotonic time since it started.
+func (s *session) clock() time.Duration { return time.Since(s.start) }
+
+// greeted records a connect response: the session's id and granted
+// timeout, and that the server heard from it when the request was sent.
+func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
+	if id == 0 {
+		s.end(errExpired) // the zk.Conn reports it too
+		return
+	}
+	if first := s.id.Load(); first != 0 && first != id {
+		s.end(errExpired) // a new session: the old one is gone
+		return
+	}
+	s.id.Store(id)
+	s.granted.Store(int64(timeout))
+	s.heardAt(sent)
+	s.estOnce.Do(func() { close(s.established) })
+}
+
+// heardAt records that the ensemble answered a request sent at sent.
+func (s *session) heardAt(sent time.Duration) {
+	for {
+		h := s.heard.Load()
+		if int64(sent) <= h || s.heard.CompareAndSwap(h, int64(sent)) {
+			return
+		}
+	}
+}
+
+// trust returns how much longer the session can be trusted to exist: until
+// shortly before the earliest instant at which the ensemble could expire
+// it. ok is false before the first handshake.
+func (s *session) trust() (left time.Duration, ok bool) {
+	g := time.Duration(s.granted.Load())
+	if g == 0 {
+		return 0, false
+	}
+	// The margin covers the clocks' rates and the time a reply takes to
+	// reach us after the ensemble decided to expire the session.
+	deadline := time.Duration(s.heard.Load()) + g - g/10
+	return deadline - s.clock(), true
+}
+
+// monitor ends the session when it can no longer be trusted.
+func (s *session) monitor() {
+	select {
+	case <-s.established:
+	case <-s.done:
+		return
+	}
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		left, _ := s.trust()
+		if left <= 0 {
+			s.end(errNoContact)
+			return
+		}
+		t.Reset(left)
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// end ends the session once: its locks are lost, and its zk.Conn is closed
+// so that it cannot renew the session behind the driver's back.
+func (s *session) end(cause error) {
+	s.endOnce.Do(func() {
+		s.cause = cause
+		close(s.done)
+		s.d.loseSession(s)
+		if !errors.Is(cause, driver.ErrClosed) {
+			s.d.log.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
+		}
+		go func() {
+			s.mu.Lock()
+			c := s.conn
+			s.mu.Unlock()
+			if c != nil {
+				c.Close()
+			}
+		}()
+	})
+}
+
+// ended reports whether the session ended.
+func (s *session) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// isEstablished reports whether the session had its first handshake.
+func (s *session) isEstablished() bool {
+	select {
+	case <-s.established:
+		return true
+	default:
+		return false
+	}
+}
+
+// endErr returns the error of an operation the session's end cut short.
+func (s *session) endErr() error {
+	return fmt.Errorf("%w: %w", errSessionEnded, s.cause)
+}
+
+// errSessionEnded wraps the cause of a session's end in operation errors.
+var errSessionEnded = errors.New("zklock: session ended")
+
+// transient reports whether err is a connection error that a retry on the
+// same session can overcome: the zk.Conn reconnects (to another server if
+// need be) and keeps the session, unless it expires. Besides its own
+// errors, the zk.Conn returns the network's when sending a request fails.
+func transient(err error) bool {
+	if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) {
+		return true
+	}
+	_, isNet := err.(net.Error) // passed on unwrapped
+	return isNet
+}
+
+// unsent reports whether err says a request never reached the server; any
+// other connection error leaves it unknown whether it was applied.
+func unsent(err error) bool { return errors.Is(err, zk.ErrNoServer) }
+
+// do runs op until it succeeds or fails for good. Connection errors are
+// retried while the session lasts; op must be safe to repeat.
+func (s *session) do(op func() error) error {
+	pause := 2 * time.Millisecond
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) {
+			<-s.waitEnd(err)
+			return s.endErr()
+		}
+		if !transient(err) || !s.isEstablished() {
+			return err
+		}
+		if !s.sleep(pause) {
+			return s.endErr()
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// waitEnd returns s.done, first ending the session if err says it is over
+// and the zk.Conn's event has not ended it yet.
+func (s *session) waitEnd(err error) <-chan struct{} {
+	if !s.ended() {
+		s.end(fmt.Errorf("zklock: %w", err))
+	}
+	return s.done
+}
+
+// sleep pauses for d; it reports false if the session ended meanwhile.
+func (s *session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// call runs fn, returning early with ctx's error if ctx ends first (fn
+// then goes on in the background). The zk client's calls take no context.
+func call(ctx context.Context, fn func() error) error {
+	if ctx.Done() == nil {
+		return fn()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	res := make(chan error, 1)
+	go func() { res <- fn() }()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// zkLogger passes the zk client's messages to the driver's logger.
+type zkLogger struct{ l *slog.Logger }
+
+// Printf implements zk.Logger.
+func (z zkLogger) Printf(format string, args ...any) {
+	if z.l.Enabled(context.Background(), slog.LevelDebug) {
+		z.l.Debug("zk: " + fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,337 @@
+package zklock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/zklock"
+)
+
+// TestCrashedHolder: a holder whose process dies (connection gone, session
+// neither closed nor renewed) keeps the lock until the ensemble expires its
+// session, which it cannot do sooner than the session timeout after it
+// last heard from the holder; then a waiter gets it. The holder's driver
+// declares the lock lost before that.
+func TestCrashedHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	servers := []string{testenv.ZKAddr(t)}
+	prefix := testPrefix()
+	const timeout = 2 * time.Second
+	a, da := newLocker(t, servers, prefix, timeout)
+	b, _ := newLocker(t, servers, prefix, timeout)
+	lease, err := a.Acquire(ctx, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "crash")
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		got <- l
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter queues
+	da.Crash()
+	crashed := time.Now()
+	_, granted, heard := da.SessionInfo()
+	if granted != timeout {
+		t.Errorf("granted session timeout %v, want %v", granted, timeout)
+	}
+	var lostAt time.Time
+	lostc := make(chan time.Time, 1)
+	go func() {
+		<-lease.Done()
+		lostc <- time.Now()
+	}()
+	other := <-got
+	if other == nil {
+		return
+	}
+	acquired := time.Now()
+	select {
+	case lostAt = <-lostc:
+	default:
+		t.Fatal("the waiter got the lock before the crashed holder's lease was declared lost")
+	}
+	t.Logf("crashed holder: lease lost %v after the crash (%v after the ensemble last heard from it); waiter acquired %v after the crash (%v after)",
+		lostAt.Sub(crashed).Round(time.Millisecond), lostAt.Sub(heard).Round(time.Millisecond),
+		acquired.Sub(crashed).Round(time.Millisecond), acquired.Sub(heard).Round(time.Millisecond))
+	if d := acquired.Sub(heard); d < timeout {
+		t.Errorf("the waiter acquired %v after the ensemble last heard from the holder, before the session timeout %v", d, timeout)
+	}
+	if d := acquired.Sub(crashed); d > timeout+2*time.Second {
+		t.Errorf("the waiter acquired only %v after the crash (session timeout %v)", d, timeout)
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("crashed holder's Err() = %v, want ErrLost", lease.Err())
+	}
+	if other.Token() <= lease.Token() {
+		t.Errorf("token %d after the crash is not above the crashed holder's %d", other.Token(), lease.Token())
+	}
+	_ = other.Release(ctx)
+}
+
+// TestShortConnectionLossKeepsLock: a connection loss shorter than the
+// session timeout keeps the session and the lock.
+func TestShortConnectionLossKeepsLock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	server := testenv.ZKAddr(t)
+	p := startProxy(t, server)
+	prefix := testPrefix()
+	const timeout = 5 * time.Second
+	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
+	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	lease, err := a.Acquire(ctx, "short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := da.SessionInfo()
+	p.Cut()
+	time.Sleep(500 * time.Millisecond)
+	if lease.Err() != nil {
+		t.Fatalf("lease ended during a short connection loss: %v", lease.Err())
+	}
+	p.Restore()
+	// Once reconnected, the session is the same and the lock still held.
+	deadline := time.Now().Add(timeout)
+	for {
+		_, _, heard := da.SessionInfo()
+		if time.Since(heard) < 200*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the driver did not reconnect")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if id2, _, _ := da.SessionInfo(); id2 != id {
+		t.Errorf("session %x after the connection loss, want the same %x", id2, id)
+	}
+	if lease.Err() != nil {
+		t.Fatalf("lease ended across a short connection loss: %v", lease.Err())
+	}
+	if _, err := b.TryAcquire(ctx, "short"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire by another client after the short loss = %v, want ErrNotAcquired", err)
+	}
+	if err := lease.Refresh(ctx); err != nil {
+		t.Errorf("Refresh after the short loss: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("Release after the short loss: %v", err)
+	}
+}
+
+// TestLongConnectionLossLosesLock: a connection loss longer than the
+// session timeout loses the lock; the holder learns of it before another
+// client gets the lock. Once the connection is back, the driver works
+// again on a new session.
+func TestLongConnectionLossLosesLock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	server := testenv.ZKAddr(t)
+	p := startProxy(t, server)
+	prefix := testPrefix()
+	const timeout = 2 * time.Second
+	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
+	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	lease, err := a.Acquire(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := da.SessionInfo()
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "long")
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		got <- l
+	}()
+	time.Sleep(200 * time.Millisecond)
+	p.Cut()
+	cut := time.Now()
+	select {
+	case <-lease.Done():
+	case <-time.After(timeout + time.Second):
+		t.Fatalf("lease not lost %v into a connection loss (session timeout %v)", time.Since(cut), timeout)
+	}
+	lost := time.Since(cut)
+	other := <-got
+	if other == nil {
+		return
+	}
+	taken := time.Since(cut)
+	t.Logf("connection cut: lease lost after %v, lock taken by another client after %v", lost.Round(time.Millisecond), taken.Round(time.Millisecond))
+	if lost >= taken {
+		t.Errorf("the holder learned of the loss after another client got the lock")
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of the lost lease = %v, want ErrNotHeld", err)
+	}
+	_ = other.Release(ctx)
+
+	p.Restore()
+	again, err := a.Acquire(ctx, "long")
+	if err != nil {
+		t.Fatalf("Acquire once the connection is back: %v", err)
+	}
+	if id2, _, _ := da.SessionInfo(); id2 == id {
+		t.Error("the driver kept using the session it gave up on")
+	}
+	_ = again.Release(ctx)
+}
+
+// TestReleaseDuringConnectionLoss: a release while the connection is lost
+// does not leave the node behind: the delete goes through once the client
+// reconnects (within the session timeout), whether Release waited for it or
+// its context ended first.
+func TestReleaseDuringConnectionLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	server := testenv.ZKAddr(t)
+	p := startProxy(t, server)
+	prefix := testPrefix()
+	adm := newAdmin(t, []string{server})
+	const timeout = 6 * time.Second
+	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
+	b, _ := newLocker(t, []string{server}, prefix, timeout)
+
+	for _, patient := range []bool{true, false} {
+		lease, err := a.Acquire(ctx, "release")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _, _ := da.SessionInfo()
+		p.Cut()
+		released := make(chan error, 1)
+		go func() {
+			rctx := ctx
+			if !patient {
+				var rcancel context.CancelFunc
+				rctx, rcancel = context.WithTimeout(ctx, 200*time.Millisecond)
+				defer rcancel()
+			}
+			released <- lease.Release(rctx)
+		}()
+		time.Sleep(time.Second)
+		p.Restore()
+		restored := time.Now()
+		err = <-released
+		switch {
+		case patient && err != nil:
+			t.Errorf("Release waiting through the connection loss: %v", err)
+		case !patient && !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("Release with a deadline during the connection loss = %v, want DeadlineExceeded", err)
+		}
+		adm.waitLocks(prefix, "release", 0, timeout)
+		t.Logf("patient=%v: node removed %v after the connection came back", patient, time.Since(restored).Round(time.Millisecond))
+		if id2, _, _ := da.SessionInfo(); id2 != id {
+			t.Errorf("the session changed (%x to %x): the node went with the session, not with the release", id, id2)
+		}
+		other, err := b.TryAcquire(ctx, "release")
+		if err != nil {
+			t.Fatalf("TryAcquire after the release: %v", err)
+		}
+		_ = other.Release(ctx)
+	}
+}
+
+// TestKilledProcess: a holder process killed with SIGKILL keeps its lock
+// until the ensemble expires its session; then a waiter gets it.
+func TestKilledProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := testenv.ZKAddr(t)
+	prefix := testPrefix()
+	const timeout = 2 * time.Second
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DLOCK_ZK_HELPER="+addr+" "+prefix+" "+timeout.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	var token uint64
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "HELD %d", &token); err == nil {
+			break
+		}
+	}
+	if token == 0 {
+		t.Fatal("the helper process did not take the lock")
+	}
+	b, _ := newLocker(t, []string{addr}, prefix, timeout)
+	if _, err := b.TryAcquire(ctx, "killed"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while the helper holds the lock = %v", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	lease, err := b.Acquire(ctx, "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(killed)
+	t.Logf("lock of a killed process taken %v after the kill (session timeout %v)", took.Round(time.Millisecond), timeout)
+	// The ensemble last heard from the helper at most a ping interval (a
+	// third of the timeout) before the kill.
+	if took < timeout*2/3-100*time.Millisecond {
+		t.Errorf("the lock was free %v after the kill, before the session could expire", took)
+	}
+	if took > timeout+2*time.Second {
+		t.Errorf("the lock was free only %v after the kill", took)
+	}
+	if lease.Token() <= token {
+		t.Errorf("token %d is not above the killed holder's %d", lease.Token(), token)
+	}
+	_ = lease.Release(ctx)
+}
+
+// TestHelperHolder is the holder process of TestKilledProcess: it takes
+// the lock, says so, and waits to be killed.
+func TestHelperHolder(t *testing.T) {
+	env := os.Getenv("DLOCK_ZK_HELPER")
+	if env == "" {
+		return
+	}
+	f := strings.Fields(env)
+	timeout, _ := time.ParseDuration(f[2])
+	l, err := zklock.New([]string{f[0]}, &zklock.Options{Prefix: f[1], SessionTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(context.Background(), "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("HELD %d\n", lease.Token())
+	time.Sleep(time.Minute)
+}

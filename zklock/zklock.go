@@ -1,0 +1,276 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPrefix is the znode under which locks live.
+	DefaultPrefix = "/dlock"
+	// DefaultSessionTimeout is the ZooKeeper session timeout the driver
+	// asks for: how long the ensemble keeps a silent client's locks.
+	DefaultSessionTimeout = 10 * time.Second
+	// DefaultPort is the port of a server address given without one.
+	DefaultPort = "2181"
+)
+
+// MinSessionTimeout is the shortest session timeout the driver accepts.
+// Servers grant no less than two of their ticks (tickTime, 2s by default).
+const MinSessionTimeout = 100 * time.Millisecond
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// Prefix is the znode under which the driver keeps its locks: the
+	// lock called "orders/42" lives under <Prefix>/orders/42. It starts
+	// with a slash; its segments follow the rules of lock names
+	// (dlock.ValidateName), and it must not be the root nor lie under
+	// /zookeeper. Default DefaultPrefix.
+	Prefix string
+
+	// SessionTimeout is the session timeout the driver asks the server
+	// for. A lock lives as long as its session: a client that crashes or
+	// is cut off loses its locks that long after the ensemble last heard
+	// from it, and a connection loss shorter than that keeps them. The
+	// server clamps the value to its minSessionTimeout and
+	// maxSessionTimeout (2 and 20 ticks unless configured); the driver
+	// uses the value the server granted. Default DefaultSessionTimeout.
+	SessionTimeout time.Duration
+
+	// ACL is the access control list of the nodes the driver creates.
+	// Default zk.WorldACL(zk.PermAll).
+	ACL []zk.ACL
+
+	// Logger receives session events (connection lost, session ended) and,
+	// at Debug level, the ZooKeeper client's own messages. Default: none.
+	Logger *slog.Logger
+}
+
+// Driver is the ZooKeeper driver: a dlock driver.Driver and driver.Waiter
+// over one ZooKeeper ensemble. Create it with NewDriver (or New, or
+// dlock.Open with a zk:// URL).
+//
+// A Driver owns one ZooKeeper session at a time, shared by all its locks.
+// When the session ends (it expired, the ensemble was out of reach for
+// longer than the session timeout, or the driver was closed) its locks
+// are lost and the next call opens a new session.
+//
+// A Driver is safe for concurrent use by multiple goroutines. It must not
+// be copied.
+type Driver struct {
+	servers []string
+	prefix  string
+	timeout time.Duration
+	acl     []zk.ACL
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	sess   *session
+	held   map[string]*node // by owner
+	closed bool
+
+	// Test hooks: refuse makes the dialer fail, as for a crashed process;
+	// wakeups counts the watch notifications waiters received, listings
+	// the child listings acquisitions made, waiting the waiters whose
+	// watch is set.
+	refuse   atomic.Bool
+	wakeups  atomic.Int64
+	listings atomic.Int64
+	waiting  atomic.Int64
+}
+
+// NewDriver returns a driver for the ensemble whose servers are given as
+// host:port addresses (a missing port means DefaultPort), with the options
+// o (nil means the defaults). It starts connecting at once but does not
+// wait for a session: an unreachable ensemble shows in the first call.
+// Close the driver to end its session.
+func NewDriver(servers []string, o *Options) (*Driver, error) {
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("zklock: no server address")
+	}
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		a, err := serverAddr(s)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = DefaultPrefix
+	}
+	if err := checkPrefix(opt.Prefix); err != nil {
+		return nil, err
+	}
+	if opt.SessionTimeout == 0 {
+		opt.SessionTimeout = DefaultSessionTimeout
+	}
+	if opt.SessionTimeout < MinSessionTimeout {
+		return nil, fmt.Errorf("zklock: session timeout %v is below the minimum %v", opt.SessionTimeout, MinSessionTimeout)
+	}
+	if opt.ACL == nil {
+		opt.ACL = zk.WorldACL(zk.PermAll)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{
+		servers: addrs,
+		prefix:  opt.Prefix,
+		timeout: opt.SessionTimeout,
+		acl:     opt.ACL,
+		log:     opt.Logger,
+		held:    map[string]*node{},
+	}
+	if _, err := d.session(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// New returns a dlock.Locker over NewDriver(servers, o), with the Locker
+// options opts. Closing the Locker closes the driver and its session.
+func New(servers []string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	d, err := NewDriver(servers, o)
+	if err != nil {
+		return nil, err
+	}
+	l, err := dlock.New(d, opts...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Scheme returns "zk", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "zk" }
+
+// Prefix returns the znode under which the driver keeps its locks.
+func (d *Driver) Prefix() string { return d.prefix }
+
+// Close ends the driver's session, which removes every lock node it still
+// has on the ensemble at once (when the ensemble can be reached; else they
+// go when the session times out). Locks still held are lost. Close is
+// idempotent.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	s := d.sess
+	d.sess = nil
+	d.mu.Unlock()
+	if s != nil {
+		s.end(driver.ErrClosed)
+		s.conn.Close() // waits (boundedly) for the server to close the session
+	}
+	return nil
+}
+
+// session returns the driver's live session, opening one if there is none.
+func (d *Driver) session() (*session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, driver.ErrClosed
+	}
+	if d.sess != nil && !d.sess.ended() {
+		return d.sess, nil
+	}
+	s, err := d.dial()
+	if err != nil {
+		return nil, err
+	}
+	d.sess = s
+	return s, nil
+}
+
+// serverAddr checks a server address and adds the default port.
+func serverAddr(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("zklock: empty server address")
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return net.JoinHostPort(s, DefaultPort), nil
+		}
+		return "", fmt.Errorf("zklock: server address %q: %w", s, err)
+	}
+	return s, nil
+}
+
+// checkPrefix reports whether p can be the driver's prefix.
+func checkPrefix(p string) error {
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok || rest == "" {
+		return fmt.Errorf("zklock: prefix %q must be a znode path below the root, like %q", p, DefaultPrefix)
+	}
+	if rest == "zookeeper" || strings.HasPrefix(rest, "zookeeper/") {
+		return fmt.Errorf("zklock: prefix %q lies in ZooKeeper's own /zookeeper tree", p)
+	}
+	if err := dlock.ValidateName(rest); err != nil {
+		return fmt.Errorf("zklock: prefix %q: %w", p, err)
+	}
+	return nil
+}
+
+func init() {
+	dlock.Register("zk", open)
+}
+
+// open is the Opener of zk:// URLs (see the package documentation).
+func open(_ context.Context, u driver.URL) (driver.Driver, error) {
+	timeout, err := u.Duration("session_timeout", DefaultSessionTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout < MinSessionTimeout {
+		return nil, u.Err("session_timeout", u.String("session_timeout", ""), fmt.Errorf("below the minimum %v", MinSessionTimeout))
+	}
+	if err := u.Unknown(); err != nil {
+		return nil, err
+	}
+	if u.User != nil {
+		return nil, u.Err("user", u.User.Username(), errors.New("zk URLs take no user information"))
+	}
+	if u.Host == "" {
+		return nil, u.Err("host", "", errors.New("no server: want zk://host:port[,host:port...]/prefix"))
+	}
+	var servers []string
+	for s := range strings.SplitSeq(u.Host, ",") {
+		a, err := serverAddr(s)
+		if err != nil {
+			return nil, u.Err("host", u.Host, err)
+		}
+		servers = append(servers, a)
+	}
+	prefix := u.Path
+	if prefix == "" || prefix == "/" {
+		prefix = DefaultPrefix
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, u.Err("path", u.Path, err)
+	}
+	return NewDriver(servers, &Options{Prefix: prefix, SessionTimeout: timeout})
+}
