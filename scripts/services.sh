@@ -2,6 +2,8 @@
 # Installs and starts, on loopback only, every server dlock's tests need.
 # Safe to run again: it starts only what is not running.
 #
+#   ZooKeeper  standalone 127.0.0.1:21810 and an ensemble on 21811-21813
+#              (scripts/zookeeper.sh)
 #   Redis      127.0.0.1:6379 (DLOCK_REDIS_ADDR), no persistence. Tests that
 #              need servers of their own (Redlock's 5 masters, restarts)
 #              start redis-server processes themselves on free ports.
@@ -36,3 +38,6 @@ if ! redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
 fi
 redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null || { echo "services: Redis on $redis_addr does not answer" >&2; exit 1; }
 echo "services: Redis $redis_addr up"
+
+# ZooKeeper: a standalone server and a 3-node ensemble (scripts/zookeeper.sh).
+bash "$(dirname "$0")/zookeeper.sh" start all
