@@ -4,6 +4,8 @@
 #
 #   ZooKeeper  standalone 127.0.0.1:21810 and an ensemble on 21811-21813
 #              (scripts/zookeeper.sh)
+#   etcd       the binary (tests start their own clusters) and one member on
+#              127.0.0.1:23790 (scripts/etcd.sh)
 #   Redis      127.0.0.1:6379 (DLOCK_REDIS_ADDR), no persistence. Tests that
 #              need servers of their own (Redlock's 5 masters, restarts)
 #              start redis-server processes themselves on free ports.
@@ -41,3 +43,9 @@ echo "services: Redis $redis_addr up"
 
 # ZooKeeper: a standalone server and a 3-node ensemble (scripts/zookeeper.sh).
 bash "$(dirname "$0")/zookeeper.sh" start all
+
+# etcd: the tests start clusters of their own from the etcd binary
+# (internal/testenv/etcd.go); install it, and start the shared member on
+# 127.0.0.1:23790 for manual runs and benchmarks (scripts/etcd.sh).
+bash "$(dirname "$0")/etcd.sh" install
+bash "$(dirname "$0")/etcd.sh" start

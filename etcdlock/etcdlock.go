@@ -1,0 +1,294 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options and of etcd:// URLs.
+const (
+	// DefaultPrefix starts every key the driver writes.
+	DefaultPrefix = "dlock"
+	// DefaultEndpoint is the etcd an etcd:// URL without a host reaches.
+	DefaultEndpoint = "127.0.0.1:2379"
+	// DefaultDialTimeout bounds how long Open waits for an etcd member to
+	// answer (URL parameter dial_timeout).
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultRequestTimeout bounds each request to etcd before the driver
+	// tries again (URL parameter request_timeout).
+	DefaultRequestTimeout = time.Second
+)
+
+func init() {
+	dlock.Register("etcd", open)
+}
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// Prefix starts every key, so that several applications can share one
+	// etcd cluster; trailing slashes are dropped. Lockers that must
+	// exclude each other use the same prefix; prefixes of unrelated
+	// Lockers must not nest ("a" and "a/b"), or names could meet. Default
+	// DefaultPrefix.
+	Prefix string
+
+	// RequestTimeout bounds each request the driver makes; a request that
+	// times out is tried again (within the caller's context) where that is
+	// safe. A write sent through a follower just as the leader fails can
+	// otherwise hang until etcd's own request timeout, 5s plus two election
+	// timeouts, and hold up a release or a handoff that long. Raise it for
+	// clusters whose writes are slow. Zero or negative means
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// Driver is the etcd driver: a dlock driver.Driver and driver.Waiter over
+// an etcd cluster reached through a go.etcd.io/etcd/client/v3 client.
+// Create it with NewDriver (or New, or dlock.Open with an etcd:// URL).
+//
+// Locks live as long as the driver's session for their TTL: see the
+// package documentation. A Driver is safe for concurrent use by multiple
+// goroutines. It must not be copied.
+type Driver struct {
+	c       *clientv3.Client
+	own     bool // opened from a URL: Close closes c
+	prefix  string
+	timeout time.Duration // RequestTimeout
+	hooks   *testHooks    // nil outside tests
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // sessions' keep-alive loops
+
+	mu     sync.Mutex
+	closed bool
+	slots  map[int64]*slot  // by lease TTL in seconds
+	locks  map[string]*lock // held locks by owner
+}
+
+// slot holds the live session for one lease TTL.
+type slot struct {
+	grant sync.Mutex // serializes the grant of a new lease
+	cur   *session   // guarded by Driver.mu; nil when none is live
+}
+
+// lock is a lock the driver holds.
+type lock struct {
+	name, owner string
+	k           keys
+	rev         int64 // the key's create revision: the fencing token
+	s           *session
+	lost        chan struct{} // closed once when the lock is lost
+	unlocking   bool          // guarded by Driver.mu: Unlock owns the slot
+}
+
+// testHooks let tests count the driver's watches and wake-ups.
+type testHooks struct {
+	watch   func(name, key string) // a waiter started watching key
+	wake    func(name, key string) // a waiter saw key deleted
+	requeue func(name string)      // a waiter lost its key and queued again
+}
+
+// NewDriver returns a driver that uses client, with the options o (nil
+// means the defaults). The driver does not close client: the caller keeps
+// owning it. It panics if client is nil.
+func NewDriver(client *clientv3.Client, o *Options) *Driver {
+	if client == nil {
+		panic("etcdlock: NewDriver with a nil client")
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	prefix := strings.TrimRight(opt.Prefix, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if opt.RequestTimeout <= 0 {
+		opt.RequestTimeout = DefaultRequestTimeout
+	}
+	d := &Driver{
+		c:       client,
+		prefix:  prefix,
+		timeout: opt.RequestTimeout,
+		slots:   map[int64]*slot{},
+		locks:   map[string]*lock{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
+}
+
+// New returns a dlock.Locker over NewDriver(client, o), with the Locker
+// options opts. Closing the Locker closes the driver but not client.
+func New(client *clientv3.Client, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	return dlock.New(NewDriver(client, o), opts...)
+}
+
+// Scheme returns "etcd", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "etcd" }
+
+// Client returns the etcd client the driver uses.
+func (d *Driver) Client() *clientv3.Client { return d.c }
+
+// Prefix returns the prefix of every key the driver writes.
+func (d *Driver) Prefix() string { return d.prefix }
+
+// keys of one acquisition attempt. Every contender's key for a name starts
+// with prefix. The last segment is the session's lease ID in hex, with
+// ".<n>" after it when n > 0: n is the lowest slot the session has free
+// for the name, so that a process that takes a name again and again
+// writes the same key, as etcd's own concurrency.Mutex does. (Every new
+// key name would leave an index entry under the name until the server
+// compacts, and each acquisition reads that whole range.) The value is the
+// acquisition's owner. Names cannot contain '#', so "<name>/#" never
+// starts the keys of another name.
+type keys struct {
+	prefix string // <Prefix>/<name>/#
+	key    string // <Prefix>/<name>/#<lease>[.<n>]
+	slot   slotKey
+}
+
+// slotKey names a key slot of a session: one name, one index.
+type slotKey struct {
+	name string
+	n    int
+}
+
+// Close ends the driver's sessions, revoking their leases so that any key
+// left behind goes at once, and closes the client if the driver opened it
+// (from a URL). Waiting Lock calls return ErrClosed. Close is idempotent.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	var live []*session
+	for _, sl := range d.slots {
+		if sl.cur != nil {
+			live = append(live, sl.cur)
+		}
+	}
+	d.mu.Unlock()
+	d.cancel()
+	d.wg.Wait()
+	var errs []error
+	for _, s := range live {
+		s.end(driver.ErrClosed, false)
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		if _, err := d.c.Revoke(ctx, s.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(s.id), err))
+		}
+		cancel()
+	}
+	if d.own {
+		errs = append(errs, d.c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// closeTimeout bounds each lease revocation Close makes.
+const closeTimeout = 2 * time.Second
+
+// req returns the context for one request: ctx, bounded by RequestTimeout.
+func (d *Driver) req(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.timeout)
+}
+
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// open is the Opener for etcd:// URLs.
+func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
+	dial, err := u.Duration("dial_timeout", DefaultDialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if dial == 0 {
+		return nil, u.Err("dial_timeout", "0s", errors.New("must be positive"))
+	}
+	reqTimeout, err := u.Duration("request_timeout", DefaultRequestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if reqTimeout == 0 {
+		return nil, u.Err("request_timeout", "0s", errors.New("must be positive"))
+	}
+	if err := u.Unknown(); err != nil {
+		return nil, err
+	}
+	if u.User != nil {
+		return nil, u.Err("userinfo", u.User.Username(),
+			errors.New("credentials are not taken from URLs: pass a client configured with them to etcdlock.New"))
+	}
+	eps, err := endpoints(u)
+	if err != nil {
+		return nil, err
+	}
+	prefix := strings.Trim(u.Path, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:            eps,
+		DialTimeout:          dial,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: open %v: %w", eps, err)
+	}
+	// One serializable read shows that a member answers, so that a wrong
+	// address fails Open rather than the first Acquire.
+	cctx, cancel := context.WithTimeout(ctx, dial)
+	_, err = c.Get(cctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered within %v: %w", eps, dial, err)
+	}
+	d := NewDriver(c, &Options{Prefix: prefix, RequestTimeout: reqTimeout})
+	d.own = true
+	return d, nil
+}
+
+// endpoints returns the URL's comma-separated host[:port] list; the port
+// defaults to 2379.
+func endpoints(u driver.URL) ([]string, error) {
+	if u.Host == "" {
+		return []string{DefaultEndpoint}, nil
+	}
+	var eps []string
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h == "" {
+			return nil, u.Err("host", u.Host, errors.New("empty endpoint in the list"))
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			if strings.Contains(err.Error(), "missing port") {
+				h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+			} else {
+				return nil, u.Err("host", h, err)
+			}
+		}
+		eps = append(eps, h)
+	}
+	return eps, nil
+}

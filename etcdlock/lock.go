@@ -1,0 +1,290 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// errRequeue means the acquisition's key or session is gone while it was
+// queued (or was being granted): the acquisition starts over with a live
+// session, never reporting a lock on a dead lease.
+var errRequeue = errors.New("etcdlock: the waiter's key or session is gone")
+
+// tryAttempts bounds TryLock's attempts when its session turns out dead.
+const tryAttempts = 3
+
+// abandonTimeout bounds the deletion of an abandoned acquisition's key; a
+// deletion that fails is retried at the session's next keep-alive.
+const abandonTimeout = 500 * time.Millisecond
+
+// TryLock implements driver.Driver in one transaction: it puts the
+// caller's key, attached to the session's lease, only if no key exists
+// under the name; otherwise it writes nothing and returns a
+// *driver.HeldError (with Remaining 0: a held lock lasts as long as its
+// holder's session).
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, r, false)
+}
+
+// Lock implements driver.Waiter. When the lock is free it takes it in one
+// transaction, like TryLock; otherwise the same transaction queues the
+// caller's key and reads the key just before it (by create revision),
+// and Lock watches only that key's deletion. After each deletion it
+// checks, in one read, that its own key still exists (so its lease is
+// alive) and whether an older key remains. A waiter whose key or session
+// is gone queues again with a live session. When ctx ends, Lock deletes
+// its key before returning ctx's error.
+func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.acquire(ctx, r, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if !wait && attempt >= tryAttempts {
+				return driver.Grant{}, lastErr
+			}
+			if err := pause(ctx, d.ctx, attempt); err != nil {
+				return driver.Grant{}, d.stopErr(ctx, lastErr)
+			}
+		}
+		s, err := d.session(ctx, r.TTL)
+		if err == nil {
+			k, ok := d.take(s, r.Name)
+			if !ok {
+				err = fmt.Errorf("%w: the session ended", errRequeue)
+			} else {
+				var g driver.Grant
+				if g, err = d.attempt(ctx, s, r, k, wait); err == nil {
+					return g, nil
+				}
+			}
+		}
+		lastErr = err
+		switch {
+		case errors.Is(err, errRequeue):
+			if d.hooks != nil && d.hooks.requeue != nil {
+				d.hooks.requeue(r.Name)
+			}
+		case ctx.Err() != nil || d.ctx.Err() != nil:
+			return driver.Grant{}, d.stopErr(ctx, err)
+		case !wait || !transient(ctx, err):
+			return driver.Grant{}, err
+		}
+	}
+}
+
+// stopErr is the error of an acquisition stopped by its context or by
+// Close, with the last failure as a cause.
+func (d *Driver) stopErr(ctx context.Context, cause error) error {
+	err := ctx.Err()
+	if err == nil {
+		err = driver.ErrClosed
+	}
+	if cause == nil || errors.Is(cause, err) {
+		return err
+	}
+	return errors.Join(err, cause)
+}
+
+// attempt makes one acquisition with session s: the transaction, then,
+// for Lock, the wait.
+func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
+	put := clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id))
+	rctx, cancel := d.req(ctx)
+	txn := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(k.prefix), "=", 0).WithPrefix()).Then(put)
+	if wait {
+		txn = txn.Else(
+			clientv3.OpGet(k.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
+			clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id), clientv3.WithPrevKV()))
+	}
+	resp, err := txn.Commit()
+	cancel()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.end(fmt.Errorf("%w: lease %x is gone: %w", driver.ErrLost, int64(s.id), err), false)
+			return driver.Grant{}, fmt.Errorf("%w: %w", errRequeue, err)
+		}
+		d.abandon(s, k, true) // the put may have been applied
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: no answer within the request timeout %v: %w", r.Name, d.timeout, err)
+		}
+		return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", r.Name, err)
+	}
+	rev := resp.Header.Revision
+	if resp.Succeeded {
+		return d.grant(s, r, k, rev)
+	}
+	if !wait {
+		d.free(s, k.slot) // nothing was written
+		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+	}
+	myRev, pred, predRev := rev, "", int64(0)
+	if prev := resp.Responses[1].GetResponsePut().GetPrevKv(); prev != nil {
+		myRev = prev.CreateRevision // defensive: the slot's key was left
+	} else if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		pred, predRev = string(kvs[0].Key), kvs[0].CreateRevision
+	}
+	return d.wait(ctx, s, r, k, myRev, pred, predRev, rev)
+}
+
+// grant records the lock as held and returns its grant; if the session
+// ended meanwhile, the key is deleted and the acquisition starts over.
+func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64) (driver.Grant, error) {
+	l := &lock{name: r.Name, owner: r.Owner, k: k, rev: rev, s: s, lost: make(chan struct{})}
+	d.mu.Lock()
+	if !s.ended && !d.closed {
+		d.locks[r.Owner] = l
+		s.locks[l] = struct{}{}
+		d.mu.Unlock()
+		return driver.Grant{Token: uint64(rev), Lost: l.lost}, nil
+	}
+	closed := d.closed
+	d.mu.Unlock()
+	d.abandon(s, k, false)
+	if closed {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	return driver.Grant{}, fmt.Errorf("%w: session ended as the lock was granted", errRequeue)
+}
+
+// abandon deletes the key of an acquisition that gave up; its slot is
+// reserved to it, so the deletion needs no condition. When the deletion
+// fails, or when a put whose outcome is unknown might still land after it,
+// the deletion is repeated at the session's next keep-alive, and the slot
+// stays taken until then.
+func (d *Driver) abandon(s *session, k keys, unknown bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	_, err := d.c.Delete(ctx, k.key)
+	cancel()
+	if err != nil || unknown {
+		d.orphan(s, k)
+		return
+	}
+	d.free(s, k.slot)
+}
+
+// Unlock implements driver.Driver: it deletes the caller's key. The key's
+// slot is reserved to this lock until the deletion is done, so the
+// deletion needs no condition: if the key exists, it is this lock's.
+// Transient failures are retried until ctx ends; if the deletion still
+// fails, the key is deleted at the session's next keep-alive (it would
+// otherwise live as long as the session).
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	l := d.held(r, true)
+	if l == nil {
+		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	}
+	// A failed attempt may have deleted the key. Once a later attempt is
+	// applied, the earlier one was applied before it or never will be (Raft
+	// applies in log order), so the slot can be freed then.
+	maybeDone := false
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := d.req(ctx)
+		resp, err := d.c.Delete(rctx, l.k.key)
+		cancel()
+		if err == nil {
+			d.forget(l)
+			d.free(l.s, l.k.slot)
+			if resp.Deleted == 0 && !maybeDone {
+				return fmt.Errorf("%w: %q: its key is gone", driver.ErrNotHeld, r.Name)
+			}
+			return nil
+		}
+		maybeDone = true
+		if transient(ctx, err) && pause(ctx, nil, attempt) == nil {
+			continue
+		}
+		d.forget(l)
+		d.orphan(l.s, l.k)
+		return fmt.Errorf("etcdlock: unlock %q (deleted in the background): %w", r.Name, err)
+	}
+}
+
+// Refresh implements driver.Driver. The lease is kept alive by the driver,
+// so Refresh only checks, in one read, that the caller's key still exists;
+// it returns the zero time (no expiry of its own), or an error wrapping
+// driver.ErrNotHeld when the key is gone.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	l := d.held(r, false)
+	if l == nil {
+		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	}
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(l.k.key), "=", l.rev)).Commit()
+	cancel()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("etcdlock: refresh %q: %w", r.Name, err)
+	}
+	if !resp.Succeeded {
+		d.lose(l)
+		return time.Time{}, fmt.Errorf("%w: %q: its key is gone", driver.ErrNotHeld, r.Name)
+	}
+	return time.Time{}, nil
+}
+
+// held returns the lock r holds on this driver, or nil. With unlock, the
+// caller is Unlock, which from now on frees the lock's slot.
+func (d *Driver) held(r driver.Request, unlock bool) *lock {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.locks[r.Owner]; l != nil && l.name == r.Name {
+		l.unlocking = l.unlocking || unlock
+		return l
+	}
+	return nil
+}
+
+// transient reports whether a request that failed with err is worth trying
+// again while ctx, the caller's context, lasts: the cluster could not serve
+// it for now, or it ran past RequestTimeout.
+func transient(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (retryable(err) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// retryable reports whether err says the cluster could not serve the
+// request for now (no leader, a member down, a timeout inside etcd).
+func retryable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
+// pause sleeps before retry number attempt: exponential from 5ms to
+// 500ms, with jitter. It returns early with an error when ctx or stop
+// (which may be nil) ends.
+func pause(ctx context.Context, stop context.Context, attempt int) error {
+	d := 5 * time.Millisecond
+	for i := 1; i < attempt && d < 500*time.Millisecond; i++ {
+		d *= 2
+	}
+	d = min(d, 500*time.Millisecond)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var stopc <-chan struct{}
+	if stop != nil {
+		stopc = stop.Done()
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stopc:
+		return driver.ErrClosed
+	}
+}

@@ -1,0 +1,93 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/etcdlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+func TestOpen(t *testing.T) {
+	eps := testenv.EtcdEndpoints(t)
+	admin := testenv.EtcdClient(t, eps)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	prefix := randomPrefix()
+	l, err := dlock.Open(ctx, "etcd://"+strings.Join(eps, ",")+"/"+prefix+"/jobs?ttl=3s&dial_timeout=2s&request_timeout=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d := drv(l)
+	if d.Scheme() != "etcd" || d.Prefix() != prefix+"/jobs" {
+		t.Errorf("Scheme, Prefix = %q, %q; want etcd, %s/jobs", d.Scheme(), d.Prefix(), prefix)
+	}
+	lease, err := l.Acquire(ctx, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.TTL() != 3*time.Second {
+		t.Errorf("TTL from the URL = %v, want 3s", lease.TTL())
+	}
+	kv := holderKey(t, admin, prefix+"/jobs", "nightly")
+	want := fmt.Sprintf("%s/jobs/nightly/#%x", prefix, kv.Lease)
+	if string(kv.Key) != want || string(kv.Value) != lease.Owner() || uint64(kv.CreateRevision) != lease.Token() {
+		t.Errorf("holder key %q = %q rev %d, want %q = %q rev %d", kv.Key, kv.Value, kv.CreateRevision, want, lease.Owner(), lease.Token())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := d.Client().Get(ctx, "x"); err == nil {
+		t.Error("the client a URL opened still works after Close; Close must close it")
+	}
+
+	// A driver from New leaves the caller's client open.
+	c := testenv.EtcdClient(t, eps)
+	l2, err := etcdlock.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drv(l2).Prefix() != etcdlock.DefaultPrefix {
+		t.Errorf("default prefix %q, want %q", drv(l2).Prefix(), etcdlock.DefaultPrefix)
+	}
+	_ = l2.Close()
+	if _, err := c.Get(ctx, "x"); err != nil {
+		t.Errorf("the caller's client after Close: %v; Close must not close it", err)
+	}
+
+	for _, bad := range []struct{ url, param string }{
+		{"etcd://" + eps[0] + "?colour=red", "colour"},
+		{"etcd://" + eps[0] + "?dial_timeout=soon", "dial_timeout"},
+		{"etcd://" + eps[0] + "?dial_timeout=0s", "dial_timeout"},
+		{"etcd://" + eps[0] + "?request_timeout=-1s", "request_timeout"},
+		{"etcd://" + eps[0] + "?request_timeout=0", "request_timeout"},
+		{"etcd://" + eps[0] + "?ttl=1ms", "ttl"},
+		{"etcd://user:secret@" + eps[0], "userinfo"},
+		{"etcd://" + eps[0] + ",,127.0.0.1:1", "host"},
+	} {
+		l, err := dlock.Open(ctx, bad.url)
+		if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != bad.param {
+			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", bad.url, err, bad.param)
+		}
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+
+	start := time.Now()
+	if l, err := dlock.Open(ctx, "etcd://127.0.0.1:1?dial_timeout=300ms"); err == nil {
+		_ = l.Close()
+		t.Error("Open of an address where no etcd listens succeeded")
+	} else if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Open of a dead address took %v, want about its dial_timeout 300ms", took)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package etcdlock_test
+
+func init() { raceEnabled = true }

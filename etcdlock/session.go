@@ -1,0 +1,367 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// A session is one etcd lease that the driver keeps alive and attaches the
+// keys of every acquisition with the same TTL to, so that taking a lock
+// needs no lease grant of its own. It ends when a keep-alive finds the
+// lease gone, or when no keep-alive succeeds before the lease may have
+// expired on the server; then every lock attached to it is lost.
+type session struct {
+	d    *Driver
+	id   clientv3.LeaseID
+	hex  string        // id in hex: the last segment of the session's keys
+	ttl  time.Duration // as granted: etcd may raise a short TTL to its minimum
+	slot *slot
+	done chan struct{} // closed when the session ends
+
+	// Guarded by d.mu.
+	ended   bool
+	cause   error // why it ended
+	locks   map[*lock]struct{}
+	used    map[slotKey]struct{} // key slots in use or awaiting deletion
+	orphans []keys               // keys to delete at the next keep-alive
+
+	// Owned by run.
+	validUntil time.Time // the lease certainly lives until then
+	lastSent   time.Time // when the last successful keep-alive was sent
+}
+
+// leaseSeconds is a lock TTL as an etcd lease TTL: whole seconds, rounded
+// up, at least one.
+func leaseSeconds(ttl time.Duration) int64 {
+	return max(1, int64((ttl+time.Second-1)/time.Second))
+}
+
+// lossMargin is how long before the lease may expire on the server that
+// the driver declares the session lost, when no keep-alive succeeded: the
+// holder must learn of the loss before another client can get the lock.
+func lossMargin(ttl time.Duration) time.Duration {
+	return ttl/50 + 5*time.Millisecond
+}
+
+// keepAliveTimeout bounds one keep-alive attempt, so that a member that
+// does not answer is given up in time to try another.
+func keepAliveTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, 100*time.Millisecond), 2*time.Second)
+}
+
+// retryDelay is the pause after a failed call before the next attempt.
+func retryDelay(ttl time.Duration) time.Duration {
+	return min(max(ttl/20, 20*time.Millisecond), 500*time.Millisecond)
+}
+
+// session returns the live session for ttl, granting a new lease when
+// there is none.
+func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	secs := leaseSeconds(ttl)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, driver.ErrClosed
+	}
+	sl := d.slots[secs]
+	if sl == nil {
+		sl = &slot{}
+		d.slots[secs] = sl
+	}
+	s := sl.cur
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+
+	sl.grant.Lock()
+	defer sl.grant.Unlock()
+	d.mu.Lock()
+	s = sl.cur
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil // another caller granted it meanwhile
+	}
+	sent := time.Now()
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Grant(rctx, secs)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: grant a %ds lease: %w", secs, err)
+	}
+	ttlGranted := time.Duration(resp.TTL) * time.Second
+	s = &session{
+		d:          d,
+		id:         resp.ID,
+		hex:        strconv.FormatInt(int64(resp.ID), 16),
+		ttl:        ttlGranted,
+		slot:       sl,
+		done:       make(chan struct{}),
+		locks:      map[*lock]struct{}{},
+		used:       map[slotKey]struct{}{},
+		validUntil: sent.Add(ttlGranted),
+		lastSent:   sent,
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_, _ = d.c.Revoke(cctx, s.id)
+		cancel()
+		return nil, driver.ErrClosed
+	}
+	sl.cur = s
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// run keeps the lease alive about every third of its TTL and, after each
+// keep-alive, checks that the keys of the session's locks still exist.
+func (s *session) run() {
+	defer s.d.wg.Done()
+	d := s.d
+	timer := time.NewTimer(time.Until(s.lastSent.Add(s.ttl / 3)))
+	defer timer.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return // Close ends and revokes the session
+		case <-s.done:
+			return
+		case <-timer.C:
+		}
+		if err := s.keepAlive(); err != nil {
+			if d.ctx.Err() == nil {
+				s.end(err, !errors.Is(err, rpctypes.ErrLeaseNotFound))
+			}
+			return
+		}
+		s.verify()
+		timer.Reset(time.Until(s.lastSent.Add(s.ttl / 3)))
+	}
+}
+
+// keepAlive renews the lease, retrying failed attempts until the lease may
+// have expired, less lossMargin. The new validity is counted from the
+// moment the successful request was sent, never from its reply.
+func (s *session) keepAlive() error {
+	d := s.d
+	margin := lossMargin(s.ttl)
+	var lastErr error
+	for {
+		now := time.Now()
+		lossAt := s.validUntil.Add(-margin)
+		if !now.Before(lossAt) {
+			return fmt.Errorf("%w: no keep-alive of lease %x succeeded before it could expire: %w",
+				driver.ErrLost, int64(s.id), lastErr)
+		}
+		deadline := now.Add(keepAliveTimeout(s.ttl))
+		if lossAt.Before(deadline) {
+			deadline = lossAt
+		}
+		ctx, cancel := context.WithDeadline(d.ctx, deadline)
+		resp, err := d.c.KeepAliveOnce(ctx, s.id)
+		cancel()
+		if err == nil {
+			s.validUntil = now.Add(time.Duration(resp.TTL) * time.Second)
+			s.lastSent = now
+			return nil
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("%w: lease %x expired or was revoked: %w", driver.ErrLost, int64(s.id), err)
+		}
+		if d.ctx.Err() != nil {
+			return driver.ErrClosed
+		}
+		lastErr = err
+		t := time.NewTimer(min(retryDelay(s.ttl), time.Until(lossAt)))
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// maxTxnOps is etcd's default limit on the operations of one transaction.
+const maxTxnOps = 128
+
+// verify checks, in one transaction per 128 locks, that the key of every
+// lock of the session still exists with its create revision; a lock whose
+// key was deleted behind the holder's back is lost. It then deletes the
+// keys of abandoned acquisitions whose deletion failed or may have raced
+// with their creation.
+func (s *session) verify() {
+	d := s.d
+	d.mu.Lock()
+	if s.ended {
+		d.mu.Unlock()
+		return
+	}
+	held := make([]*lock, 0, len(s.locks))
+	for l := range s.locks {
+		held = append(held, l)
+	}
+	orphans := s.orphans
+	s.orphans = nil
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(d.ctx, s.ttl/3)
+	defer cancel()
+	for len(held) > 0 {
+		chunk := held[:min(len(held), maxTxnOps)]
+		held = held[len(chunk):]
+		cmps := make([]clientv3.Cmp, len(chunk))
+		gets := make([]clientv3.Op, len(chunk))
+		for i, l := range chunk {
+			cmps[i] = clientv3.Compare(clientv3.CreateRevision(l.k.key), "=", l.rev)
+			gets[i] = clientv3.OpGet(l.k.key, clientv3.WithKeysOnly())
+		}
+		resp, err := d.c.Txn(ctx).If(cmps...).Else(gets...).Commit()
+		if err != nil {
+			break // checked again at the next keep-alive
+		}
+		if resp.Succeeded {
+			continue
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].CreateRevision != chunk[i].rev {
+				d.lose(chunk[i])
+			}
+		}
+	}
+	for i, k := range orphans {
+		if _, err := d.c.Delete(ctx, k.key); err != nil {
+			d.mu.Lock()
+			if !s.ended {
+				s.orphans = append(s.orphans, orphans[i:]...)
+			}
+			d.mu.Unlock()
+			return
+		}
+		d.free(s, k.slot)
+	}
+}
+
+// end ends the session once: every lock attached to it is lost, and the
+// next acquisition grants a new lease. With revoke, the lease is revoked
+// (best effort), so that keys left on a server that is still reachable go
+// at once rather than at the lease's expiry.
+func (s *session) end(cause error, revoke bool) {
+	d := s.d
+	d.mu.Lock()
+	if s.ended {
+		d.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.cause = cause
+	close(s.done)
+	for l := range s.locks {
+		close(l.lost)
+		if d.locks[l.owner] == l {
+			delete(d.locks, l.owner)
+		}
+	}
+	s.locks = nil
+	s.used = nil
+	s.orphans = nil
+	if s.slot.cur == s {
+		s.slot.cur = nil
+	}
+	d.mu.Unlock()
+	if revoke {
+		ctx, cancel := context.WithTimeout(context.Background(), min(s.ttl, closeTimeout))
+		_, _ = d.c.Revoke(ctx, s.id)
+		cancel()
+	}
+}
+
+// endCause returns why the session ended.
+func (s *session) endCause() error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.cause
+}
+
+// take reserves the session's lowest free key slot for name; false when
+// the session has ended.
+func (d *Driver) take(s *session, name string) (keys, bool) {
+	p := d.prefix + "/" + name + "/#"
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.ended {
+		return keys{}, false
+	}
+	sk := slotKey{name: name}
+	for {
+		if _, used := s.used[sk]; !used {
+			break
+		}
+		sk.n++
+	}
+	s.used[sk] = struct{}{}
+	k := keys{prefix: p, key: p + s.hex, slot: sk}
+	if sk.n > 0 {
+		k.key += "." + strconv.Itoa(sk.n)
+	}
+	return k, true
+}
+
+// free returns a key slot whose key is known gone, with no deletion of it
+// in flight, so that no later use of the key can be deleted by mistake.
+func (d *Driver) free(s *session, sk slotKey) {
+	d.mu.Lock()
+	if !s.ended {
+		delete(s.used, sk)
+	}
+	d.mu.Unlock()
+}
+
+// orphan queues k for deletion at the session's next keep-alive; its slot
+// stays taken until then.
+func (d *Driver) orphan(s *session, k keys) {
+	d.mu.Lock()
+	if !s.ended {
+		s.orphans = append(s.orphans, k)
+	}
+	d.mu.Unlock()
+}
+
+// lose drops a held lock whose key is gone and signals its loss.
+func (d *Driver) lose(l *lock) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.locks[l.owner] != l {
+		return
+	}
+	delete(d.locks, l.owner)
+	delete(l.s.locks, l)
+	close(l.lost)
+	if !l.unlocking && !l.s.ended {
+		delete(l.s.used, l.k.slot) // else Unlock frees it
+	}
+}
+
+// forget drops a lock released by its holder, without signalling loss.
+func (d *Driver) forget(l *lock) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.locks[l.owner] == l {
+		delete(d.locks, l.owner)
+	}
+	if l.s.locks != nil {
+		delete(l.s.locks, l)
+	}
+}

@@ -1,0 +1,255 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/etcdlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// leaseAlive checks that the lease's key holds the lock and that its etcd
+// lease is alive, and returns that lease.
+func leaseAlive(t *testing.T, admin *clientv3.Client, prefix string, lease *dlock.Lease) clientv3.LeaseID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv := holderKey(t, admin, prefix, lease.Name())
+	if string(kv.Value) != lease.Owner() || uint64(kv.CreateRevision) != lease.Token() {
+		t.Errorf("the lock is held by %q = %q rev %d, want the lease's owner %q rev %d", kv.Key, kv.Value, kv.CreateRevision, lease.Owner(), lease.Token())
+	}
+	id := clientv3.LeaseID(kv.Lease)
+	ttl, err := admin.TimeToLive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL <= 0 {
+		t.Errorf("the lease's key is on lease %x, which is dead (TTL %d)", id, ttl.TTL)
+	}
+	if err := lease.Err(); err != nil {
+		t.Errorf("Err() = %v, want nil", err)
+	}
+	return id
+}
+
+// TestWaiterSessionExpires is the fault of etcd-io/etcd#11456 and #19597:
+// a waiter whose lease dies while it waits must never report a lock on the
+// dead lease. It queues again with a new session instead.
+func TestWaiterSessionExpires(t *testing.T) {
+	eps := testenv.EtcdEndpoints(t)
+	admin := testenv.EtcdClient(t, eps)
+
+	// Revoked, and the holder released before the waiter's keep-alive can
+	// notice (30s TTL: keep-alives 10s apart): the waiter finds its key
+	// gone in its post-wait check.
+	t.Run("RevokedThenReleased", func(t *testing.T) {
+		prefix := randomPrefix()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h := newLocker(t, eps, prefix, dlock.WithTTL(30*time.Second))
+		w := newLocker(t, eps, prefix, dlock.WithTTL(30*time.Second))
+		counter := newWatchCounter()
+		counter.install(drv(w))
+		held, err := h.Acquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			lease, err := w.Acquire(ctx, "job")
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- lease
+		}()
+		waitKeys(t, admin, prefix, "job", 2)
+		resp, err := admin.Get(ctx, prefix+"/job/#", clientv3.WithLastCreate()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := clientv3.LeaseID(resp.Kvs[0].Lease)
+		deadRev := resp.Kvs[0].CreateRevision
+		if _, err := admin.Revoke(ctx, dead); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case lease := <-got:
+			if id := leaseAlive(t, admin, prefix, lease); id == dead {
+				t.Errorf("the waiter reports a lock on its revoked lease %x", dead)
+			}
+			if lease.Token() <= uint64(deadRev) {
+				t.Errorf("token %d, want above the dead key's revision %d: a new key", lease.Token(), deadRev)
+			}
+			if n := counter.requeues.Load(); n == 0 {
+				t.Error("the waiter did not queue again after its key was gone")
+			}
+			_ = lease.Release(ctx)
+		case err := <-errc:
+			t.Logf("the waiter returned an error, which is allowed: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never returned")
+		}
+	})
+
+	// Revoked while the holder keeps the lock: the waiter's keep-alive finds
+	// the lease gone and the waiter queues again at once, with a new
+	// session, without waiting for the holder (#19597).
+	t.Run("RevokedWhileWaiting", func(t *testing.T) {
+		prefix := randomPrefix()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const ttl = 3 * time.Second
+		h := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
+		w := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
+		counter := newWatchCounter()
+		counter.install(drv(w))
+		held, err := h.Acquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			lease, err := w.Acquire(ctx, "job")
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				close(got)
+				return
+			}
+			got <- lease
+		}()
+		waitKeys(t, admin, prefix, "job", 2)
+		dead := etcdlock.SessionLease(drv(w), ttl)
+		if _, err := admin.Revoke(ctx, dead); err != nil {
+			t.Fatal(err)
+		}
+		revoked := time.Now()
+		for counter.requeues.Load() == 0 || countKeys(t, admin, prefix, "job") != 2 {
+			if time.Since(revoked) > ttl {
+				t.Fatalf("the waiter did not queue again within %v of its lease's revocation", ttl)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("the waiter queued again %v after its lease was revoked", time.Since(revoked))
+		if id := etcdlock.SessionLease(drv(w), ttl); id == dead || id == 0 {
+			t.Errorf("the waiter's session lease is %x, want a new one (revoked %x)", id, dead)
+		}
+		select {
+		case <-got:
+			t.Fatal("the waiter acquired while the holder held the lock")
+		default:
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, ok := <-got
+		if !ok {
+			return
+		}
+		if id := leaseAlive(t, admin, prefix, lease); id == dead {
+			t.Errorf("the waiter reports a lock on its revoked lease %x", dead)
+		}
+		_ = lease.Release(ctx)
+	})
+
+	// The waiter's key alone is deleted (its session lives): after the
+	// holder's release the waiter finds its key gone and queues again.
+	t.Run("KeyDeleted", func(t *testing.T) {
+		prefix := randomPrefix()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h := newLocker(t, eps, prefix)
+		w := newLocker(t, eps, prefix)
+		counter := newWatchCounter()
+		counter.install(drv(w))
+		held, err := h.Acquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			lease, err := w.Acquire(ctx, "job")
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				close(got)
+				return
+			}
+			got <- lease
+		}()
+		waitKeys(t, admin, prefix, "job", 2)
+		resp, err := admin.Get(ctx, prefix+"/job/#", clientv3.WithLastCreate()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Delete(ctx, string(resp.Kvs[0].Key)); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, ok := <-got
+		if !ok {
+			return
+		}
+		leaseAlive(t, admin, prefix, lease)
+		if lease.Token() <= uint64(resp.Kvs[0].CreateRevision) {
+			t.Errorf("token %d, want a new key's, above %d", lease.Token(), resp.Kvs[0].CreateRevision)
+		}
+		if counter.requeues.Load() != 1 {
+			t.Errorf("%d re-queues, want 1", counter.requeues.Load())
+		}
+		_ = lease.Release(ctx)
+	})
+}
+
+// TestCrashedHolderLearnsFirst: when a holder's process stops talking to
+// etcd, its Done closes before another client can take the lock: the
+// driver counts its lease's validity from the keep-alive's sending.
+func TestCrashedHolderLearnsFirst(t *testing.T) {
+	eps := testenv.EtcdEndpoints(t)
+	prefix := randomPrefix()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
+		a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
+		b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
+		lease, err := a.Acquire(ctx, "crash")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lostAt atomic.Int64
+		go func() {
+			<-lease.Done()
+			lostAt.Store(time.Now().UnixNano())
+		}()
+		time.Sleep(ttl / 2) // crash between two keep-alives
+		_ = drv(a).Client().Close()
+		crashed := time.Now()
+		other, err := b.Acquire(ctx, "crash")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotAt := time.Now()
+		lost := lostAt.Load()
+		if lost == 0 {
+			t.Errorf("TTL %v: another client acquired %v after the crash, before the holder's Done closed", ttl, gotAt.Sub(crashed))
+		} else {
+			t.Logf("TTL %v: holder learned %v after the crash; the other client acquired %v later",
+				ttl, time.Unix(0, lost).Sub(crashed), gotAt.Sub(time.Unix(0, lost)))
+		}
+		if !errors.Is(lease.Err(), dlock.ErrLost) {
+			t.Errorf("Err() = %v, want ErrLost", lease.Err())
+		}
+		_ = other.Release(ctx)
+	}
+}

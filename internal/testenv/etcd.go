@@ -1,0 +1,373 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// EtcdScript installs etcd (and starts shared servers for manual runs).
+const EtcdScript = "scripts/etcd.sh"
+
+// EtcdOptions configure StartEtcd. The zero value starts one member with
+// fast test timings.
+type EtcdOptions struct {
+	// Members is the cluster's size; 1 when zero.
+	Members int
+	// Heartbeat and Election are the Raft timings. Defaults: 10ms and
+	// 100ms for one member; 50ms and 500ms for a cluster, which rides out
+	// a busy 2-core machine without spurious elections. etcd's smallest
+	// lease TTL is 1.5 × Election, rounded up to whole seconds.
+	Heartbeat, Election time.Duration
+}
+
+// EtcdCluster is a set of etcd processes a test started on free loopback
+// ports, with data in a directory of its own. Every member is killed and
+// the data removed when the test ends.
+type EtcdCluster struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	token   string
+	initial string // --initial-cluster
+	o       EtcdOptions
+	// Members are the cluster's members, in the order they were started.
+	Members []*EtcdMember
+}
+
+// EtcdMember is one process of an EtcdCluster.
+type EtcdMember struct {
+	c *EtcdCluster
+	// Name is the member's etcd name: m0, m1, ...
+	Name string
+	// Endpoint is the member's client address, host:port.
+	Endpoint string
+	peerURL  string
+	dataDir  string
+	logPath  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// EtcdBinary returns the etcd server binary: DLOCK_ETCD_BIN, else etcd on
+// PATH. It fails t, naming EtcdScript, when there is none.
+func EtcdBinary(t testing.TB) string {
+	t.Helper()
+	name := "etcd"
+	if bin := os.Getenv("DLOCK_ETCD_BIN"); bin != "" {
+		name = bin
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("the etcd server binary is not installed (%v); install it with %s install (or set DLOCK_ETCD_BIN)", err, EtcdScript)
+	}
+	return bin
+}
+
+// EtcdEndpoints returns the endpoints of an etcd for tests that need just
+// one server: those in DLOCK_ETCD_ENDPOINTS (comma-separated, loopback
+// only; for example the one `scripts/etcd.sh start` runs on
+// 127.0.0.1:23790), after checking that they answer; otherwise a
+// single-member cluster of the test's own.
+func EtcdEndpoints(t testing.TB) []string {
+	t.Helper()
+	env := os.Getenv("DLOCK_ETCD_ENDPOINTS")
+	if env == "" {
+		return StartEtcd(t, EtcdOptions{}).Endpoints()
+	}
+	eps := strings.Split(env, ",")
+	for _, ep := range eps {
+		host, _, err := net.SplitHostPort(ep)
+		if err != nil || !etcdLoopbackHost(host) {
+			t.Fatalf("DLOCK_ETCD_ENDPOINTS: %q is not a loopback host:port", ep)
+		}
+		if err := etcdHealthy(ep, 2*time.Second); err != nil {
+			t.Fatalf("etcd at %s (DLOCK_ETCD_ENDPOINTS) does not answer: %v; start it with %s start", ep, err, EtcdScript)
+		}
+	}
+	return eps
+}
+
+func etcdLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// StartEtcd starts an etcd cluster of the test's own and waits until it
+// has a leader. It fails t when the etcd binary is missing.
+func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
+	t.Helper()
+	bin := EtcdBinary(t)
+	if o.Members <= 0 {
+		o.Members = 1
+	}
+	if o.Heartbeat == 0 || o.Election == 0 {
+		o.Heartbeat, o.Election = 10*time.Millisecond, 100*time.Millisecond
+		if o.Members > 1 {
+			o.Heartbeat, o.Election = 50*time.Millisecond, 500*time.Millisecond
+		}
+	}
+	c := &EtcdCluster{t: t, bin: bin, o: o, dir: dataRoot(t), token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	var initial []string
+	for i := range o.Members {
+		m := &EtcdMember{
+			c:        c,
+			Name:     fmt.Sprintf("m%d", i),
+			Endpoint: "127.0.0.1:" + strconv.Itoa(freePort(t)),
+			peerURL:  "http://127.0.0.1:" + strconv.Itoa(freePort(t)),
+		}
+		m.dataDir = c.dir + "/" + m.Name
+		m.logPath = c.dir + "/" + m.Name + ".log"
+		initial = append(initial, m.Name+"="+m.peerURL)
+		c.Members = append(c.Members, m)
+	}
+	c.initial = strings.Join(initial, ",")
+	t.Cleanup(c.killAll)
+	for _, m := range c.Members {
+		m.start()
+	}
+	for _, m := range c.Members {
+		m.waitHealthy(30 * time.Second)
+	}
+	return c
+}
+
+// dataRoot returns a fresh directory for the cluster's data, on tmpfs
+// when the machine has one: etcd syncs its log on every write, which
+// tmpfs makes free (etcd 3.4 has no --unsafe-no-fsync).
+func dataRoot(t testing.TB) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "dlock-etcd-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
+}
+
+// Endpoints returns the members' client addresses.
+func (c *EtcdCluster) Endpoints() []string {
+	eps := make([]string, len(c.Members))
+	for i, m := range c.Members {
+		eps[i] = m.Endpoint
+	}
+	return eps
+}
+
+// Client returns a client of every member, closed when the test ends.
+func (c *EtcdCluster) Client() *clientv3.Client {
+	c.t.Helper()
+	return EtcdClient(c.t, c.Endpoints())
+}
+
+// EtcdClient returns a client of endpoints that logs nothing, closed when
+// the test ends.
+func EtcdClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client of %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// Leader returns the member that is leader now, asking the running
+// members through the maintenance Status call; nil when none knows one.
+func (c *EtcdCluster) Leader(ctx context.Context) *EtcdMember {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil
+	}
+	defer cli.Close()
+	for _, m := range c.Members {
+		if !m.Running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, m.Endpoint)
+		cancel()
+		if err != nil || st.Leader == 0 {
+			continue
+		}
+		if st.Header.MemberId == st.Leader {
+			return m
+		}
+	}
+	return nil
+}
+
+// WaitLeader waits up to timeout for a leader among the running members
+// and returns it; it fails the test when there is none.
+func (c *EtcdCluster) WaitLeader(timeout time.Duration) *EtcdMember {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
+		m := c.Leader(ctx)
+		cancel()
+		if m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("etcd cluster: no leader after %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *EtcdCluster) killAll() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
+}
+
+func (m *EtcdMember) args() []string {
+	return []string{
+		"--name", m.Name,
+		"--data-dir", m.dataDir,
+		"--listen-client-urls", "http://" + m.Endpoint,
+		"--advertise-client-urls", "http://" + m.Endpoint,
+		"--listen-peer-urls", m.peerURL,
+		"--initial-advertise-peer-urls", m.peerURL,
+		"--initial-cluster", m.c.initial,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", m.c.token,
+		"--heartbeat-interval", strconv.FormatInt(m.c.o.Heartbeat.Milliseconds(), 10),
+		"--election-timeout", strconv.FormatInt(m.c.o.Election.Milliseconds(), 10),
+		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+	}
+}
+
+// start runs the member's process (again, keeping its data).
+func (m *EtcdMember) start() {
+	m.c.t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil {
+		return
+	}
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		m.c.t.Fatalf("etcd %s: log file: %v", m.Name, err)
+	}
+	cmd := exec.Command(m.c.bin, m.args()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		m.c.t.Fatalf("start etcd %s: %v", m.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	m.cmd, m.exited = cmd, exited
+}
+
+// Start restarts a stopped member with its data and waits until it
+// answers with a leader known.
+func (m *EtcdMember) Start() {
+	m.c.t.Helper()
+	m.start()
+	m.waitHealthy(30 * time.Second)
+}
+
+// Kill stops the member at once (SIGKILL), as a crash would.
+func (m *EtcdMember) Kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return
+	}
+	_ = m.cmd.Process.Kill()
+	<-m.exited
+	m.cmd = nil
+}
+
+// Running reports whether the member's process runs.
+func (m *EtcdMember) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitHealthy waits until the member's /health says it has a leader.
+func (m *EtcdMember) waitHealthy(timeout time.Duration) {
+	m.c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := etcdHealthy(m.Endpoint, time.Second)
+		if err == nil {
+			return
+		}
+		m.mu.Lock()
+		exited := m.exited
+		m.mu.Unlock()
+		select {
+		case <-exited:
+			m.c.t.Fatalf("etcd %s exited at start-up:\n%s", m.Name, etcdLogTail(m.logPath))
+		default:
+		}
+		if time.Now().After(deadline) {
+			m.c.t.Fatalf("etcd %s on %s not healthy after %v: %v\n%s", m.Name, m.Endpoint, timeout, err, etcdLogTail(m.logPath))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// etcdHealthy asks the member's /health endpoint, which reports true once
+// the member has a leader.
+func etcdHealthy(endpoint string, timeout time.Duration) error {
+	hc := http.Client{Timeout: timeout}
+	resp, err := hc.Get("http://" + endpoint + "/health")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var b [256]byte
+	n, _ := resp.Body.Read(b[:])
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b[:n]), `"true"`) {
+		return fmt.Errorf("health: %s %s", resp.Status, b[:n])
+	}
+	return nil
+}
+
+func etcdLogTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// String describes the member for test logs.
+func (m *EtcdMember) String() string { return "etcd " + m.Name + " " + m.Endpoint }
