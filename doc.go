@@ -36,8 +36,11 @@
 // # Backends
 //
 // Each backend is a package that registers a URL scheme: memlock (mem://),
-// redislock (redis://), redlock (redlock://). Import it, for its side effect
-// alone if you only use Open.
+// redislock (redis://), redlock (redlock://), zklock (zk://) and etcdlock
+// (etcd://). Import it, for its side effect alone if you only use Open.
+// Backends whose locks live as long as a session (ZooKeeper, etcd) keep
+// the session alive themselves and signal its loss; the others are renewed
+// by the Locker.
 //
 // # Metrics and logs
 //
