@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +33,7 @@ const (
 const minQueueTTL = 100 * time.Millisecond
 
 // Options configure a Driver. The zero value, like a nil *Options, means
-// every default.
+// every default. NewDriver copies them: later changes have no effect.
 type Options struct {
 	// Prefix starts every key and channel name, so that several
 	// applications can share one Redis. It must not contain braces: the
@@ -65,6 +63,8 @@ type Options struct {
 // Driver is the Redis driver: a dlock driver.Driver and driver.Waiter over
 // one Redis server (or Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
+// From its first Lock until Close, a Driver holds one pub/sub connection
+// of its client's, shared by all its waiting calls.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -80,6 +80,7 @@ type Driver struct {
 	// driver's own channel, except in tests that lose grant messages.
 	entryChannel any
 
+	mu        sync.Mutex // orders Close after Lock calls' enter
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -90,7 +91,8 @@ type Driver struct {
 
 // NewDriver returns a driver that uses client, with the options o (nil
 // means the defaults). The driver does not close client: the caller keeps
-// owning it.
+// owning it, and must not close it before the driver. NewDriver panics if
+// client is nil.
 func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 	if client == nil {
 		panic("redislock: NewDriver with a nil client")
@@ -161,7 +163,9 @@ func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
 // next fencing token, in one script. It never joins the wait queue. When
 // the lock is held by another owner the error is a *driver.HeldError with
 // the holder's remaining TTL. A lock that r.Owner already holds is
-// refreshed and reported as acquired, with its current token.
+// refreshed and reported as acquired, with its current token. On any
+// other error (the script's outcome is then unknown) TryLock releases the
+// lock in case the script took it.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	if d.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
@@ -174,14 +178,15 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	start := time.Now()
 	res, err := acquireScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", r.Name, err)
+		// The script may have run before the error: leave nothing held.
+		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
 	}
 	return d.grant(r, res, start.Add(ttl))
 }
 
 // grant turns an acquire.lua reply into a Grant or a *HeldError.
 func (d *Driver) grant(r driver.Request, res []int64, expires time.Time) (driver.Grant, error) {
-	if len(res) != 2 {
+	if len(res) < 2 {
 		return driver.Grant{}, fmt.Errorf("redislock: lock %q: unexpected reply %v", r.Name, res)
 	}
 	if res[0] == 1 {
@@ -253,7 +258,9 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 func (d *Driver) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
+		d.mu.Lock()
 		d.closed.Store(true)
+		d.mu.Unlock()
 		close(d.done)
 		d.active.Wait()
 		d.sub.close()
@@ -263,17 +270,6 @@ func (d *Driver) Close() error {
 	})
 	return err
 }
-
-// drift is the clock-drift allowance taken off a lock's validity when it
-// is measured from a message's arrival: 1% of the TTL plus 2ms.
-func drift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
-}
-
-// formatToken is the inverse of the token field of a grant message.
-func parseToken(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
-
-var errOwnerWaiting = errors.New("redislock: this owner is already waiting")
 
 var (
 	_ driver.Driver = (*Driver)(nil)

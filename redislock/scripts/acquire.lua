@@ -6,7 +6,10 @@
 -- wait mode only:
 -- ARGV[5] channel      ARGV[6] entry lifetime ms        ARGV[7] lock name
 --
--- Returns {1, token} when the caller holds the lock, {0, pttl} otherwise.
+-- Returns {1, token} when the caller holds the lock; otherwise {0, pttl,
+-- counter}: the holder's remaining time and the fencing counter now, which
+-- lets a waiter tell a grant message sent before this call (stale: the
+-- lock it granted has expired since) from one sent after.
 local owner, ttl, fence_ttl = ARGV[1], ARGV[2], ARGV[3]
 local cur = redis.call('GET', KEYS[1])
 
@@ -23,8 +26,12 @@ if not cur and (ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0) then
   redis.call('SET', KEYS[1], owner, 'PX', ttl)
   return {1, next_token(fence_ttl)}
 end
+
+local function held()
+  return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
 if ARGV[4] ~= 'wait' then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return held()
 end
 
 -- Queue the caller, or push its entry's deadline forward; the queue's keys
@@ -48,4 +55,4 @@ if not cur then
     return {1, token}
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return held()

@@ -1,0 +1,112 @@
+package redislock
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startCluster starts a one-node Redis Cluster on a free loopback port,
+// owning every slot, and returns a cluster client of it. In cluster mode
+// the server rejects scripts whose keys span slots, so this checks the
+// key tagging for real.
+func startCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	node := redis.NewClient(&redis.Options{Addr: addr})
+	defer node.Close()
+	for node.Ping(ctx).Err() != nil {
+		if ctx.Err() != nil {
+			t.Fatal("cluster node did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := node.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("cluster not ok: %v %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// The server itself refuses keys of two slots in one script.
+	err := c.Eval(ctx, "return 1", []string{"{a}", "{b}"}).Err()
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("cross-slot script: %v, want a CROSSSLOT error: the check below would prove nothing", err)
+	}
+
+	d := newDriverOn(t, c, nil)
+	w := newDriverOn(t, c, &Options{Prefix: d.prefix})
+	name := "cluster/orders/42"
+	h := request(name, 10*time.Second)
+	g, err := d.TryLock(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Refresh(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	r := request(name, 10*time.Second)
+	res := lockAsync(ctx, w, r)
+	waitQueued(t, d, name, 1)
+	released := time.Now()
+	if err := d.Unlock(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	got := <-res
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	t.Logf("handoff on a cluster: %v after the release", got.at.Sub(released))
+	if got.g.Token != g.Token+1 {
+		t.Errorf("token %d, want %d", got.g.Token, g.Token+1)
+	}
+	if lat := got.at.Sub(released); lat > w.entryLifetime(r.TTL)/6 {
+		t.Errorf("handoff took %v: the grant did not come by message", lat)
+	}
+	if err := w.Unlock(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}

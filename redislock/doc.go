@@ -1,0 +1,102 @@
+// Package redislock is the dlock backend for a single Redis server (or a
+// Redis Cluster), over a go-redis v9 client.
+//
+// # Use
+//
+// With a client of your own (the Locker does not close it):
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	locker, err := redislock.New(client, nil)
+//
+// Any redis.UniversalClient will do: a *redis.ClusterClient for Redis
+// Cluster (every key of a lock is in one slot, see Keys), a failover
+// client for Sentinel. URLs open a single server.
+//
+// Or from a URL, with the package imported for its side effect:
+//
+//	import _ "github.com/dlockgo/dlock/redislock"
+//
+//	locker, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0?prefix=myapp:")
+//
+// # URLs
+//
+//	redis://[user:password@]host[:port][/db][?param=value&...]
+//	rediss://...   the same over TLS (server name checked against host)
+//
+// The port defaults to 6379 and the database to 0. Opening pings the
+// server, so that a wrong address is reported at once. Parameters, besides
+// dlock's own ttl and renew (see dlock.Open):
+//
+//	prefix=dlock:       start of every key and channel name (Options.Prefix)
+//	                    redis://127.0.0.1:6379?prefix=billing:
+//	queue_ttl=3s        lifetime of a waiter's queue entry (Options.QueueTTL)
+//	                    redis://127.0.0.1:6379?queue_ttl=1s
+//	fence_ttl=168h      lifetime of an unused fencing counter (Options.FenceTTL)
+//	                    redis://127.0.0.1:6379?fence_ttl=720h
+//	dial_timeout=5s     connection timeout (go-redis Options.DialTimeout)
+//	                    redis://127.0.0.1:6379?dial_timeout=500ms
+//	read_timeout=3s     reply timeout (go-redis Options.ReadTimeout)
+//	                    redis://127.0.0.1:6379?read_timeout=1s
+//	write_timeout=3s    send timeout (go-redis Options.WriteTimeout)
+//	                    redis://127.0.0.1:6379?write_timeout=1s
+//	pool_size=0         connection pool size; 0 keeps go-redis's default (10 per CPU)
+//	                    redis://127.0.0.1:6379?pool_size=20
+//	max_retries=3       command retries on network errors; -1 turns them off
+//	                    redis://127.0.0.1:6379?max_retries=-1
+//	client_name=        CLIENT SETNAME for every connection
+//	                    redis://127.0.0.1:6379?client_name=billing-worker
+//
+// A missing host, a bad port or database, a bad value or an unknown
+// parameter is a *dlock.ParamError naming it.
+//
+// # Keys
+//
+// A lock called name uses at most four keys, all with the hash tag {name}
+// so that they fall in one Redis Cluster slot:
+//
+//	<prefix>{<name>}         the lock: its owner value, with a TTL
+//	<prefix>{<name>}:fence   the fencing counter
+//	<prefix>{<name>}:q       the wait queue: owners, first come first served
+//	<prefix>{<name>}:qe      the queue's entries: channel, TTL and deadline per owner
+//
+// Every operation is one Lua script, so one round trip: take (SET NX PX
+// and the next token), refresh (owner-checked PEXPIRE), release
+// (owner-checked DEL and handoff). The scripts run by EVALSHA, falling
+// back to EVAL when the server does not have them.
+//
+// # Fencing tokens
+//
+// A successful acquisition increments the name's counter. A missing
+// counter, never used or lost when Redis restarted without persistence, is
+// first seeded from the server's clock in microseconds: tokens grow by one
+// per acquisition, far slower than one per microsecond, so the seed is
+// above every token handed out before. Tokens therefore increase across
+// restarts, as long as the server's clock does not step back (nor a
+// replacement server's clock run behind). The counter expires FenceTTL
+// after the last acquisition or renewal, so that names no longer used do
+// not hold memory; reseeding from the clock keeps tokens increasing then
+// too. Tokens stay below 2^53 (exact in Lua's numbers) for centuries.
+//
+// # Waiting
+//
+// Waiters queue in Redis, and a release hands the lock straight to the
+// first live waiter in the same script (it never falls free for the
+// releaser to take again), then publishes the grant on the waiter's
+// driver channel. Each Driver holds one pub/sub subscription, opened by
+// its first Lock and shared by all its waiting calls. A waiter also
+// re-checks when the holder's TTL runs out, so a crashed holder is taken
+// over right then, and at least every third of its queue entry's lifetime
+// (once a second by default), which keeps the entry alive and recovers a
+// grant whose message was lost. A waiter whose context ends leaves the
+// queue and passes on a lock handed to it meanwhile. See Options.QueueTTL for the one
+// cost of a waiter that crashes while queued. TryLock never queues.
+//
+// # Safety
+//
+// This is a single-server lock. Replication is asynchronous: if Redis
+// fails over to a replica that had not yet received the latest writes, two
+// clients can hold the lock at once, and the replica's fencing counter can
+// be behind, so tokens can repeat. Use package redlock or a consensus
+// store (ZooKeeper, etcd) where that matters. A restart without
+// persistence is safe for tokens (see above) but drops every lock held.
+package redislock

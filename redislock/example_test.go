@@ -1,0 +1,70 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/redislock"
+)
+
+func Example() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close() // the Locker never closes a client it was given
+
+	locker, err := redislock.New(client, &redislock.Options{Prefix: "example:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	lease, err := locker.Acquire(ctx, "reports/daily", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", lease.Name())
+
+	// Another attempt fails at once while the lease is held.
+	_, err = locker.TryAcquire(ctx, "reports/daily")
+	fmt.Println("second attempt:", errors.Is(err, dlock.ErrNotAcquired))
+
+	// Tokens of later acquisitions are greater: pass them to the resource.
+	first := lease.Token()
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	lease, err = locker.Acquire(ctx, "reports/daily")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("token increased:", lease.Token() > first)
+	// Output:
+	// holding reports/daily
+	// second attempt: true
+	// token increased: true
+}
+
+func Example_open() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0?prefix=example:&ttl=5s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close() // closes the client the URL opened
+
+	lease, err := locker.TryAcquire(ctx, "jobs/cleanup")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("TTL:", lease.TTL())
+	// Output:
+	// TTL: 5s
+}

@@ -1,0 +1,111 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// testPrefix returns a key prefix of the test's own on the shared server,
+// and removes the test's keys when it ends.
+func testPrefix(t testing.TB, c redis.UniversalClient) string {
+	p := "dlocktest:" + randomHex(6) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return p
+}
+
+// newDriver returns a driver on the shared Redis with a prefix of the
+// test's own, closed when the test ends.
+func newDriver(t testing.TB, o *Options) *Driver {
+	t.Helper()
+	c := testenv.RedisClient(t)
+	return newDriverOn(t, c, o)
+}
+
+func newDriverOn(t testing.TB, c redis.UniversalClient, o *Options) *Driver {
+	t.Helper()
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = testPrefix(t, c)
+	}
+	d := NewDriver(c, &opt)
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// newLocker returns a Locker over a new driver that shares d's client and
+// options (an independent subscription, as another process would have).
+func newLocker(t testing.TB, d *Driver, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	d2 := NewDriver(d.client, &Options{Prefix: d.prefix, QueueTTL: d.queueTTL})
+	l, err := dlock.New(d2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func request(name string, ttl time.Duration) driver.Request {
+	return driver.Request{Name: name, Owner: randomHex(16), TTL: ttl}
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// queueState returns the queue's length and number of entries for name.
+func queueState(t testing.TB, d *Driver, name string) (int64, int64) {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	k := d.keys(name)
+	n, err := d.client.LLen(ctx, k[2]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.client.HLen(ctx, k[3]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, m
+}
+
+// holder returns the owner value stored in the lock, or "".
+func holder(t testing.TB, d *Driver, name string) string {
+	t.Helper()
+	v, err := d.client.Get(ctxTimeout(t, 5*time.Second), d.keys(name)[0]).Result()
+	if err == redis.Nil {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

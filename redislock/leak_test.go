@@ -1,0 +1,93 @@
+package redislock
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// TestNoGoroutineLeak: waiting, cancelling, handing off and closing leave
+// no goroutine behind, with a caller's client or one opened from a URL.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		defer c.Close()
+		d := NewDriver(c, &Options{Prefix: "dlocktest:" + randomHex(6) + ":"})
+		ctx := ctxTimeout(t, 20*time.Second)
+		h := request("leak", 10*time.Second)
+		if _, err := d.TryLock(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				wctx, cancel := context.WithTimeout(ctx, time.Duration(20+10*i)*time.Millisecond)
+				defer cancel()
+				_, _ = d.Lock(wctx, request("leak", 10*time.Second))
+			})
+		}
+		wg.Wait()
+		r := request("leak", 10*time.Second)
+		res := lockAsync(ctx, d, r)
+		waitQueued(t, d, "leak", 1)
+		_ = d.Unlock(ctx, h)
+		if got := <-res; got.err != nil {
+			t.Fatal(got.err)
+		}
+		_ = d.Unlock(ctx, r)
+		res = lockAsync(ctx, d, request("leak", time.Second)) // ends by Close
+		_ = d.Close()
+		<-res
+	}()
+	func() {
+		// A Locker opened from a URL owns its client: Close ends it all.
+		ctx := ctxTimeout(t, 20*time.Second)
+		url := "redis://" + testenv.RedisAddr(t) + "?prefix=dlocktest:" + randomHex(6) + ":"
+		a, err := dlock.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := dlock.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := a.Acquire(ctx, "leak")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			l, err := b.Acquire(ctx, "leak")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = l.Release(ctx)
+		})
+		waitQueued(t, a.Driver().(*Driver), "leak", 1)
+		_ = lease.Release(ctx)
+		wg.Wait()
+		_ = a.Close()
+		_ = b.Close()
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		after := runtime.NumGoroutine()
+		if after <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after\n%s", before, after, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

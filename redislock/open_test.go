@@ -1,0 +1,164 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/redislock"
+)
+
+func TestOpenURL(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	tests := []struct {
+		url    string
+		prefix string
+	}{
+		{"redis://" + addr, redislock.DefaultPrefix},
+		{"redis://" + addr + "/", redislock.DefaultPrefix},
+		{"redis://" + addr + "/3?prefix=dlocktest:url:", "dlocktest:url:"},
+		{"redis://" + addr + "/0?prefix=dlocktest:all:&dial_timeout=1s&read_timeout=2s&write_timeout=2s" +
+			"&pool_size=4&max_retries=-1&client_name=dlocktest&queue_ttl=1s&fence_ttl=1h&ttl=5s&renew=false", "dlocktest:all:"},
+	}
+	if port == redislock.DefaultPort {
+		tests = append(tests, struct{ url, prefix string }{"redis://" + host, redislock.DefaultPrefix})
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := dlock.Open(ctx, tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			d, ok := l.Driver().(*redislock.Driver)
+			if !ok {
+				t.Fatalf("driver is %T", l.Driver())
+			}
+			name := "url/" + strings.Repeat("x", 3)
+			lease, err := l.TryAcquire(ctx, name, dlock.WithTTL(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := d.Client().Exists(ctx, tt.prefix+"{"+name+"}").Result()
+			if err != nil || n != 1 {
+				t.Errorf("lock key %q: exists %d, %v", tt.prefix+"{"+name+"}", n, err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d.Client().Del(ctx, tt.prefix+"{"+name+"}:fence")
+		})
+	}
+}
+
+func TestOpenURLErrors(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	tests := []struct {
+		url, param string
+	}{
+		{"redis://" + addr + "?bogus=1", "bogus"},
+		{"redis://" + addr + "?prefix=x:&zzz=1&aaa=2", "aaa"},
+		{"redis://127.0.0.1:99999", "port"},
+		{"redis://127.0.0.1:0", "port"},
+		{"redis://:6379", "host"},
+		{"redis://" + addr + "/abc", "db"},
+		{"redis://" + addr + "/1/2", "db"},
+		{"redis://" + addr + "?dial_timeout=soon", "dial_timeout"},
+		{"redis://" + addr + "?read_timeout=-1s", "read_timeout"},
+		{"redis://" + addr + "?pool_size=many", "pool_size"},
+		{"redis://" + addr + "?pool_size=-1", "pool_size"},
+		{"redis://" + addr + "?max_retries=-2", "max_retries"},
+		{"redis://" + addr + "?prefix=a{b}", "prefix"},
+		{"redis://" + addr + "?prefix=", "prefix"},
+		{"redis://" + addr + "?queue_ttl=0s", "queue_ttl"},
+		{"redis://" + addr + "?fence_ttl=1", "fence_ttl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := dlock.Open(ctx, tt.url)
+			if err == nil {
+				l.Close()
+				t.Fatal("Open succeeded")
+			}
+			var pe *driver.ParamError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v (%T), want a *ParamError", err, err)
+			}
+			if pe.Param != tt.param {
+				t.Errorf("ParamError names %q, want %q: %v", pe.Param, tt.param, err)
+			}
+		})
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, scheme := range []string{"redis", "rediss"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		raw := scheme + "://user:s3cret@" + closed + "?dial_timeout=1s"
+		l, err := dlock.Open(ctx, raw)
+		cancel()
+		if err == nil {
+			l.Close()
+			t.Fatalf("Open %s of a closed port succeeded", scheme)
+		}
+		t.Logf("%s: %v (after %v)", scheme, err, time.Since(start))
+		if !strings.Contains(err.Error(), closed) || !strings.Contains(err.Error(), "ping") {
+			t.Errorf("error %q does not say which server failed to answer", err)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("error %q shows the password", err)
+		}
+		if errors.As(err, new(*driver.ParamError)) {
+			t.Errorf("unreachable server reported as a bad parameter: %v", err)
+		}
+	}
+}
+
+// FuzzURL checks that no URL makes the opener panic. It never reaches a
+// server: every URL it opens points at a closed port or fails to parse.
+func FuzzURL(f *testing.F) {
+	for _, s := range []string{
+		"redis://127.0.0.1:1/0?prefix=x:", "redis://u:p@127.0.0.1:1?dial_timeout=1s",
+		"rediss://127.0.0.1:1/9?pool_size=3", "redis://:1/%zz", "redis://[::1]:1?queue_ttl=1h",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return
+		}
+		if h := u.Hostname(); h != "127.0.0.1" || u.Port() != "1" {
+			return // never dial anything but a closed loopback port
+		}
+		q := u.Query()
+		q.Set("max_retries", "-1")
+		q.Set("dial_timeout", "50ms")
+		u.RawQuery = q.Encode()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if l, err := dlock.Open(ctx, u.String()); err == nil {
+			l.Close()
+			t.Errorf("Open %q succeeded on a closed port", u)
+		}
+	})
+}

@@ -1,0 +1,221 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pingInterval is how long the subscription may stay silent before the
+// listener pings the server; a ping left unanswered for as long again
+// means the connection is dead, and the listener subscribes afresh.
+const pingInterval = 5 * time.Second
+
+var errOwnerWaiting = errors.New("redislock: this owner is already waiting")
+
+// grantMsg is a handoff addressed to one waiting Lock call.
+type grantMsg struct {
+	token uint64
+	at    time.Time // when the message arrived
+}
+
+// subscriber is a Driver's one pub/sub subscription, shared by all its
+// waiting Lock calls. It is started by the first Lock. Its listener
+// goroutine reads the driver's channel and routes each grant message to
+// the waiting call whose owner it names. A grant that never arrives
+// (subscription down, message lost) is not fatal: waiters re-check on a
+// timer.
+type subscriber struct {
+	d *Driver
+
+	ready     chan struct{} // closed once the first SUBSCRIBE is confirmed
+	readyOnce sync.Once
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	ps      *redis.PubSub // the current subscription, if any
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when the listener returns
+
+	wmu     sync.Mutex
+	waiters map[string]chan grantMsg // by owner
+}
+
+func (s *subscriber) init(d *Driver) {
+	s.d = d
+	s.ready = make(chan struct{})
+	s.stopped = make(chan struct{})
+	s.waiters = map[string]chan grantMsg{}
+}
+
+// isReady reports whether the subscription has been confirmed.
+func (s *subscriber) isReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// start starts the listener unless it runs already; it reports false once
+// the subscriber is closed.
+func (s *subscriber) start() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if !s.started {
+		s.started = true
+		var ctx context.Context
+		ctx, s.cancel = context.WithCancel(context.Background())
+		go s.listen(ctx)
+	}
+	return true
+}
+
+// register returns the channel on which the grant for owner will arrive.
+func (s *subscriber) register(owner string) (chan grantMsg, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, dup := s.waiters[owner]; dup {
+		return nil, errOwnerWaiting
+	}
+	ch := make(chan grantMsg, 1)
+	s.waiters[owner] = ch
+	return ch, nil
+}
+
+func (s *subscriber) unregister(owner string) {
+	s.wmu.Lock()
+	delete(s.waiters, owner)
+	s.wmu.Unlock()
+}
+
+// route delivers a grant message "<token> <owner> <name>" to its waiter,
+// if it still waits. Names hold no spaces; owners are split off from both
+// ends so that any owner value routes.
+func (s *subscriber) route(payload string, at time.Time) {
+	i := strings.IndexByte(payload, ' ')
+	j := strings.LastIndexByte(payload, ' ')
+	if i < 0 || j <= i {
+		return
+	}
+	token, err := strconv.ParseUint(payload[:i], 10, 64)
+	if err != nil {
+		return
+	}
+	s.wmu.Lock()
+	ch := s.waiters[payload[i+1:j]]
+	s.wmu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- grantMsg{token: token, at: at}:
+		default: // an older grant is unread; the waiter re-checks anyway
+		}
+	}
+}
+
+// listen keeps the subscription up until the subscriber closes. go-redis
+// reconnects and re-subscribes a PubSub after network errors by itself; a
+// connection that silently stopped answering is replaced here.
+func (s *subscriber) listen(ctx context.Context) {
+	defer close(s.stopped)
+	for ctx.Err() == nil {
+		ps := s.d.client.Subscribe(ctx, s.d.channel)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = ps.Close()
+			return
+		}
+		s.ps = ps
+		s.mu.Unlock()
+
+		s.receive(ctx, ps)
+
+		s.mu.Lock()
+		s.ps = nil
+		s.mu.Unlock()
+		_ = ps.Close()
+	}
+}
+
+// receive reads ps until ctx ends or the connection stops answering pings.
+func (s *subscriber) receive(ctx context.Context, ps *redis.PubSub) {
+	pinged := false
+	failures := 0
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, pingInterval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if isTimeout(err) {
+				if pinged {
+					return // no answer to the last ping: start afresh
+				}
+				pinged = true
+				_ = ps.Ping(ctx)
+				continue
+			}
+			// The server is unreachable; the next receive reconnects.
+			failures++
+			if !sleep(ctx, min(time.Duration(failures)*50*time.Millisecond, time.Second)) {
+				return
+			}
+			continue
+		}
+		failures, pinged = 0, false
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.route(m.Payload, time.Now())
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.readyOnce.Do(func() { close(s.ready) })
+			}
+		}
+	}
+}
+
+// close stops the listener and waits for it.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	s.closed = true
+	started := s.started
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.ps != nil {
+		_ = s.ps.Close() // unblocks the listener's read
+	}
+	s.mu.Unlock()
+	if started {
+		<-s.stopped
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
