@@ -135,5 +135,6 @@ func BenchmarkS3(b *testing.B) {
 		b.ReportMetric(r.OtherPct, "other-%")
 		b.ReportMetric(micros(r.HandoffP50), "handoff-p50-µs")
 		b.ReportMetric(micros(r.HandoffP99), "handoff-p99-µs")
+		b.ReportMetric(micros(r.HandoffCallP50), "handoff-call-p50-µs")
 	})
 }

@@ -45,6 +45,8 @@ func Combine(rounds []Result) Result {
 	out.P99 = medianD(rounds, func(r Result) time.Duration { return r.P99 })
 	out.HandoffP50 = medianD(rounds, func(r Result) time.Duration { return r.HandoffP50 })
 	out.HandoffP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffP99 })
+	out.HandoffCallP50 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP50 })
+	out.HandoffCallP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP99 })
 	out.AcquireErrors, out.ReleaseErrors, out.ExclusionViolations, out.Handoffs = 0, 0, 0, 0
 	for i, r := range rounds {
 		out.MaxWait = max(out.MaxWait, r.MaxWait)
@@ -56,6 +58,12 @@ func Combine(rounds []Result) Result {
 		out.ReleaseErrors += r.ReleaseErrors
 		out.ExclusionViolations += r.ExclusionViolations
 		out.Handoffs += r.Handoffs
+		if out.FirstAcquireErr == "" {
+			out.FirstAcquireErr = r.FirstAcquireErr
+		}
+		if out.FirstReleaseErr == "" {
+			out.FirstReleaseErr = r.FirstReleaseErr
+		}
 	}
 	return out
 }
@@ -100,33 +108,75 @@ func WriteTables(w io.Writer, rs Results, impls []string) {
 		return fmt.Sprintf("%d/%d", r.AcquireErrors, r.ReleaseErrors)
 	}
 
-	fmt.Fprintf(w, "**S1** — 1 goroutine, acquire+release loop on one name\n\n")
-	row("impl", "ops/s", "p50 µs", "p99 µs", "allocs/op", "acq/rel errors")
-	row("---", "---:", "---:", "---:", "---:", "---:")
-	for _, n := range impls {
-		if r, ok := rs.Get(n, S1); ok {
-			row(n, rate(r.OpsPerSec()), us(r.P50), us(r.P99), fmt.Sprintf("%.0f", r.AllocsPerOp), errs(r))
+	has := func(sc string) bool {
+		for _, n := range impls {
+			if _, ok := rs.Get(n, sc); ok {
+				return true
+			}
 		}
+		return false
+	}
+	if has(S1) {
+		fmt.Fprintf(w, "**S1** — 1 goroutine, acquire+release loop on one name\n\n")
+		row("impl", "ops/s", "p50 µs", "p99 µs", "allocs/op", "acq/rel errors")
+		row("---", "---:", "---:", "---:", "---:", "---:")
+		for _, n := range impls {
+			if r, ok := rs.Get(n, S1); ok {
+				row(n, rate(r.OpsPerSec()), us(r.P50), us(r.P99), fmt.Sprintf("%.0f", r.AllocsPerOp), errs(r))
+			}
+		}
+		fmt.Fprintln(w)
 	}
 
-	fmt.Fprintf(w, "\n**S2** — %d goroutines, each its own name\n\n", S2Workers)
-	row("impl", "ops/s", "p50 µs", "p99 µs", "allocs/op", "acq/rel errors")
-	row("---", "---:", "---:", "---:", "---:", "---:")
-	for _, n := range impls {
-		if r, ok := rs.Get(n, S2); ok {
-			row(n, rate(r.OpsPerSec()), us(r.P50), us(r.P99), fmt.Sprintf("%.0f", r.AllocsPerOp), errs(r))
+	if has(S2) {
+		fmt.Fprintf(w, "**S2** — %d goroutines, each its own name\n\n", S2Workers)
+		row("impl", "ops/s", "p50 µs", "p99 µs", "allocs/op", "acq/rel errors")
+		row("---", "---:", "---:", "---:", "---:", "---:")
+		for _, n := range impls {
+			if r, ok := rs.Get(n, S2); ok {
+				row(n, rate(r.OpsPerSec()), us(r.P50), us(r.P99), fmt.Sprintf("%.0f", r.AllocsPerOp), errs(r))
+			}
 		}
+		fmt.Fprintln(w)
 	}
 
-	fmt.Fprintf(w, "\n**S3** — %d goroutines contending for one name (critical section: a counter increment)\n\n", S3Workers)
+	if !has(S3) {
+		return
+	}
+	fmt.Fprintf(w, "**S3** — %d goroutines contending for one name (critical section: a counter increment)\n\n", S3Workers)
 	row("impl", "ops/s", "max wait ms", "wait p50 ms", "wait p99 ms", "handoff p50 µs", "handoff p99 µs",
-		"to another %", "ops/worker min–max", "overlaps", "acq/rel errors")
-	row("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:")
+		"handoff from release call p50/p99 µs", "to another %", "ops/worker min–max", "overlaps", "acq/rel errors")
+	row("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:")
 	for _, n := range impls {
 		if r, ok := rs.Get(n, S3); ok {
 			row(n, rate(r.OpsPerSec()), ms(r.MaxWait), ms(r.P50), ms(r.P99), us(r.HandoffP50), us(r.HandoffP99),
+				us(r.HandoffCallP50)+" / "+us(r.HandoffCallP99),
 				fmt.Sprintf("%.1f", r.OtherPct), fmt.Sprintf("%d–%d", r.MinPerWorker, r.MaxPerWorker),
 				fmt.Sprint(r.ExclusionViolations), errs(r))
+		}
+	}
+}
+
+// WriteErrors lists the first acquire and release errors of every
+// measurement that had some.
+func WriteErrors(w io.Writer, rs Results, impls []string) {
+	first := true
+	for _, n := range impls {
+		for _, sc := range Scenarios {
+			r, ok := rs.Get(n, sc)
+			if !ok || (r.AcquireErrors == 0 && r.ReleaseErrors == 0) {
+				continue
+			}
+			if first {
+				fmt.Fprintf(w, "\nErrors (counted in the tables; acquires were retried):\n\n")
+				first = false
+			}
+			if r.AcquireErrors > 0 {
+				fmt.Fprintf(w, "- %s %s: %d failed acquires, first: %s\n", n, sc, r.AcquireErrors, r.FirstAcquireErr)
+			}
+			if r.ReleaseErrors > 0 {
+				fmt.Fprintf(w, "- %s %s: %d failed releases, first: %s\n", n, sc, r.ReleaseErrors, r.FirstReleaseErr)
+			}
 		}
 	}
 }

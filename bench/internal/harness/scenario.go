@@ -47,14 +47,24 @@ type Result struct {
 	ReleaseErrors  int64
 
 	// S3 only.
-	MaxWait             time.Duration // longest single acquire, including waits cut off at the end
-	HandoffP50          time.Duration // release returned -> a different goroutine's acquire returned
-	HandoffP99          time.Duration
+	MaxWait    time.Duration // longest single acquire, including waits cut off at the end
+	HandoffP50 time.Duration // release returned -> a different goroutine's acquire returned
+	HandoffP99 time.Duration
+	// The same, counted from the moment Release was called: the reply to
+	// the releaser can arrive after the next holder's grant, so the
+	// measure above is often 0 for a backend that hands over on the
+	// server; this one shows the whole handover.
+	HandoffCallP50      time.Duration
+	HandoffCallP99      time.Duration
 	Handoffs            int     // consecutive holder pairs
 	OtherPct            float64 // share of handoffs that went to another goroutine, %
 	MinPerWorker        int64
 	MaxPerWorker        int64
 	ExclusionViolations int64 // critical sections that overlapped (must be 0)
+
+	// FirstAcquireErr and FirstReleaseErr are the first errors seen, to
+	// tell what the error counts are.
+	FirstAcquireErr, FirstReleaseErr string
 
 	// Rate, when set, is the throughput (Combine sets it to the median).
 	Rate float64
@@ -71,26 +81,55 @@ func (r Result) OpsPerSec() float64 {
 	return float64(r.Ops) / r.Elapsed.Seconds()
 }
 
+// tickets decide when a scenario's workers stop. By duration: when the
+// time is up (waiters still queued are cancelled). By count, for
+// independent workers: each operation takes one of N tickets. By count,
+// for contending workers (untilDone): they go on until N operations
+// completed in all, and then the waiters still queued are cancelled, as
+// at the end of a timed run; otherwise the last tickets would be served
+// by waiters polling an idle lock, a tail that timed runs do not have.
+// firstErr keeps the first error recorded.
+type firstErr struct {
+	once sync.Once
+	msg  string
+}
+
+func (f *firstErr) set(err error) { f.once.Do(func() { f.msg = err.Error() }) }
+
 type tickets struct {
-	left     atomic.Int64
-	byCount  bool
-	deadline time.Time
+	byCount   bool
+	untilDone bool
+	n         int64
+	left      atomic.Int64
+	completed atomic.Int64
+	deadline  time.Time
+	cancel    context.CancelFunc
 }
 
 func (t *tickets) take() bool {
-	if t.byCount {
-		return t.left.Add(-1) >= 0
+	switch {
+	case !t.byCount:
+		return time.Now().Before(t.deadline)
+	case t.untilDone:
+		return t.completed.Load() < t.n
 	}
-	return time.Now().Before(t.deadline)
+	return t.left.Add(-1) >= 0
+}
+
+// done records a completed operation.
+func (t *tickets) done() {
+	if t.untilDone && t.completed.Add(1) >= t.n {
+		t.cancel()
+	}
 }
 
 // run starts workers goroutines running body and measures the whole.
-func run(impl Impl, scenario string, workers int, b Budget, h Hooks,
+func run(impl Impl, scenario string, workers int, contended bool, b Budget, h Hooks,
 	body func(ctx context.Context, w int, t *tickets)) Result {
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	t := &tickets{byCount: b.N > 0}
+	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N}
 	t.left.Store(b.N)
 	var ctx context.Context
 	var cancel context.CancelFunc
@@ -106,6 +145,7 @@ func run(impl Impl, scenario string, workers int, b Budget, h Hooks,
 		// Waiters still queued when the time is up are cancelled.
 		ctx, cancel = context.WithDeadline(context.Background(), t.deadline)
 	}
+	t.cancel = cancel
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() { body(ctx, w, t) })
@@ -146,8 +186,9 @@ func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) str
 		lats[i] = make([]time.Duration, 0, capEach)
 	}
 	var acqErr, relErr atomic.Int64
+	var acqFirst, relFirst firstErr
 	bg := context.Background()
-	res := run(impl, scenario, workers, b, h, func(ctx context.Context, w int, t *tickets) {
+	res := run(impl, scenario, workers, false, b, h, func(ctx context.Context, w int, t *tickets) {
 		key := keyOf(w)
 		lat := lats[w]
 		for t.take() {
@@ -158,11 +199,13 @@ func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) str
 					break
 				}
 				acqErr.Add(1)
+				acqFirst.set(err)
 				time.Sleep(time.Millisecond)
 				continue
 			}
 			if err := held.Release(bg); err != nil {
 				relErr.Add(1)
+				relFirst.set(err)
 			}
 			lat = append(lat, time.Since(t0))
 		}
@@ -175,13 +218,14 @@ func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) str
 	}
 	res.P50, res.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	res.AcquireErrors, res.ReleaseErrors = acqErr.Load(), relErr.Load()
+	res.FirstAcquireErr, res.FirstReleaseErr = acqFirst.msg, relFirst.msg
 	return res
 }
 
 type s3rec struct {
-	seq             int64
-	worker          int
-	start, got, rel time.Time
+	seq                       int64
+	worker                    int
+	start, got, relStart, rel time.Time
 }
 
 // RunS3: S3Workers goroutines contend for key; the critical section
@@ -197,8 +241,9 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 	}
 	pending := make([]time.Duration, S3Workers) // waits cut off by the end of the run
 	var counter, holders, violations, acqErr, relErr atomic.Int64
+	var acqFirst, relFirst firstErr
 	bg := context.Background()
-	res := run(impl, S3, S3Workers, b, h, func(ctx context.Context, w int, t *tickets) {
+	res := run(impl, S3, S3Workers, true, b, h, func(ctx context.Context, w int, t *tickets) {
 		rs := recs[w]
 		defer func() { recs[w] = rs }()
 		for t.take() {
@@ -217,6 +262,7 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 				// Gave up (redsync after its 32 tries) or failed: the
 				// goroutine still wants the lock, so its wait goes on.
 				acqErr.Add(1)
+				acqFirst.set(err)
 				time.Sleep(time.Millisecond)
 			}
 			got := time.Now()
@@ -229,10 +275,13 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 			seq := counter.Load()
 			counter.Store(seq + 1)
 			holders.Add(-1)
+			relStart := time.Now()
 			if err := held.Release(bg); err != nil {
 				relErr.Add(1)
+				relFirst.set(err)
 			}
-			rs = append(rs, s3rec{seq: seq, worker: w, start: t0, got: got, rel: time.Now()})
+			rs = append(rs, s3rec{seq: seq, worker: w, start: t0, got: got, relStart: relStart, rel: time.Now()})
+			t.done()
 		}
 	})
 	all := slices.Concat(recs...)
@@ -241,6 +290,7 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 		res.AllocsPerOp /= float64(res.Ops)
 	}
 	res.AcquireErrors, res.ReleaseErrors = acqErr.Load(), relErr.Load()
+	res.FirstAcquireErr, res.FirstReleaseErr = acqFirst.msg, relFirst.msg
 	res.ExclusionViolations = violations.Load()
 
 	waits := make([]time.Duration, 0, len(all))
@@ -255,7 +305,7 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 	res.P50, res.P99 = percentile(waits, 0.50), percentile(waits, 0.99)
 
 	slices.SortFunc(all, func(a, b s3rec) int { return int(a.seq - b.seq) })
-	var hand []time.Duration
+	var hand, handCall []time.Duration
 	other := 0
 	for i := 1; i < len(all); i++ {
 		res.Handoffs++
@@ -266,11 +316,13 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 		// The next holder's acquire can return before the previous
 		// holder's release reply arrives; that handoff took no time.
 		hand = append(hand, max(0, all[i].got.Sub(all[i-1].rel)))
+		handCall = append(handCall, all[i].got.Sub(all[i-1].relStart))
 	}
 	if res.Handoffs > 0 {
 		res.OtherPct = 100 * float64(other) / float64(res.Handoffs)
 	}
 	res.HandoffP50, res.HandoffP99 = percentile(hand, 0.50), percentile(hand, 0.99)
+	res.HandoffCallP50, res.HandoffCallP99 = percentile(handCall, 0.50), percentile(handCall, 0.99)
 
 	res.MinPerWorker = -1
 	for w := range recs {

@@ -84,6 +84,14 @@ func (s *Server) Kill() {
 	_ = os.RemoveAll(s.dir)
 }
 
+// Pid returns the server's process id (0 once killed).
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // KillServers kills every server in ss.
 func KillServers(ss []*Server) {
 	for _, s := range ss {
