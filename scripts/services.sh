@@ -6,6 +6,9 @@
 #              (scripts/zookeeper.sh)
 #   etcd       the binary (tests start their own clusters) and one member on
 #              127.0.0.1:23790 (scripts/etcd.sh)
+#   PostgreSQL 127.0.0.1:5432, trust auth, database test (DLOCK_PG_URL)
+#   MariaDB    127.0.0.1:3306, root with an empty password, database test
+#              (DLOCK_MYSQL_DSN)
 #   Redis      127.0.0.1:6379 (DLOCK_REDIS_ADDR), no persistence. Tests that
 #              need servers of their own (Redlock's 5 masters, restarts)
 #              start redis-server processes themselves on free ports.
@@ -14,6 +17,8 @@ set -euo pipefail
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+command -v mariadbd >/dev/null || need_apt+=(mariadb-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -40,6 +45,41 @@ if ! redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
 fi
 redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null || { echo "services: Redis on $redis_addr does not answer" >&2; exit 1; }
 echo "services: Redis $redis_addr up"
+
+# PostgreSQL: start the machine's cluster if it is down; make sure loopback
+# connections are trusted and the database test exists.
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  if ! grep -qE '^host +all +all +127\.0\.0\.1/32 +trust' "$hba"; then
+    sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  fi
+  echo "services: starting PostgreSQL $ver"
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+  for _ in $(seq 100); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.1; done
+fi
+psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" postgres | grep -q 1 ||
+  psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test" postgres >/dev/null
+echo "services: PostgreSQL 127.0.0.1:5432 up"
+
+# MariaDB: start it if it is down; root may log in over loopback with an
+# empty password; the database test exists.
+if ! mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
+  echo "services: starting MariaDB"
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  for _ in $(seq 100); do
+    mariadb-admin --protocol=socket -uroot ping >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  if ! mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
+    mariadb --protocol=socket -uroot -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+      GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+      ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('');"
+  fi
+fi
+mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test"
+echo "services: MariaDB 127.0.0.1:3306 up"
 
 # ZooKeeper: a standalone server and a 3-node ensemble (scripts/zookeeper.sh).
 bash "$(dirname "$0")/zookeeper.sh" start all
