@@ -1,0 +1,215 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+)
+
+// cancelGrace bounds how long a cancelled wait waits for the server to
+// confirm the cancellation before the connection is cut instead.
+const cancelGrace = 2 * time.Second
+
+// closeTimeout bounds the polite close (a Terminate message) of a
+// connection.
+const closeTimeout = time.Second
+
+// A conn is one of the driver's own connections. At any moment it is idle
+// (in Driver.idle, holding no advisory lock), or in the hands of exactly
+// one acquisition or held lock. It is never shared: session-level advisory
+// locks are re-entrant within a session, so a connection handed to a
+// second user could take a lock that its first user holds.
+type conn struct {
+	pg *pgx.Conn
+	w  *watcher
+}
+
+// watcher is the connection's context watcher handler: what pgx does when
+// the context of a running query ends. For a lock wait (wait set), it asks
+// the server to cancel the query, so that the waiting request leaves the
+// lock's queue, and cuts the connection only if the server has not
+// answered within cancelGrace. For anything else it interrupts the read at
+// once, which costs the connection. Either way fired records that the
+// query was interrupted: the driver then closes the connection rather than
+// reuse it, so that a cancel request still in flight can never hit a later
+// query, and whatever the interrupted statement took dies with the session.
+type watcher struct {
+	pc    *pgconn.PgConn
+	wait  atomic.Bool
+	fired atomic.Bool
+}
+
+func (w *watcher) HandleCancel(context.Context) {
+	w.fired.Store(true)
+	nc := w.pc.Conn()
+	if !w.wait.Load() {
+		_ = nc.SetDeadline(time.Now())
+		return
+	}
+	_ = nc.SetDeadline(time.Now().Add(cancelGrace))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		defer cancel()
+		_ = w.pc.CancelRequest(ctx)
+	}()
+}
+
+func (w *watcher) HandleUnwatchAfterCancel() {
+	_ = w.pc.Conn().SetDeadline(time.Time{})
+}
+
+// dial opens a connection and prepares its session.
+func (d *Driver) dial(ctx context.Context) (*conn, error) {
+	if d.refuse.Load() {
+		return nil, errors.New("pglock: connect: refused (crashed)")
+	}
+	c := &conn{}
+	cfg := d.cfg.Copy()
+	// TCP keep-alive on the client's side too, so that a wait on a server
+	// that went silent fails within about four keep-alive intervals (Go's
+	// defaults, which pgx's dialer keeps, take 15s + 9 × 15s).
+	dialFunc := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dialFunc(ctx, network, addr)
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: d.keepalive, Interval: d.keepalive, Count: 3})
+		}
+		return nc, err
+	}
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		c.w = &watcher{pc: pc}
+		return c.w
+	}
+	pg, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: connect: %w", err)
+	}
+	c.pg = pg
+	if c.w == nil { // pgx did not install the driver's handler
+		c.close()
+		return nil, errors.New("pglock: connect: the context watcher handler was not installed")
+	}
+	if sql, args := d.sessionSetup(pg.PgConn()); sql != "" {
+		// The simple protocol makes it one round trip (no prepare); the
+		// values are the driver's own.
+		if _, err := pg.Exec(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...); err != nil {
+			c.close()
+			return nil, fmt.Errorf("pglock: set up the session: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// sessionSetup returns the statement that sets the server-side timeouts
+// of a new session (see Options.NoServerKeepalive), or "" when there is
+// nothing to set. Settings the connection string gives are left alone.
+func (d *Driver) sessionSetup(pc *pgconn.PgConn) (string, []any) {
+	if d.noServerKeepalive {
+		return "", nil
+	}
+	secs := max(1, int((d.keepalive+time.Second-1)/time.Second))
+	settings := []struct {
+		name, value string
+		since       int // server major version
+	}{
+		{"tcp_keepalives_idle", strconv.Itoa(secs) + "s", 0},
+		{"tcp_keepalives_interval", strconv.Itoa(secs) + "s", 0},
+		{"tcp_keepalives_count", "3", 0},
+		{"tcp_user_timeout", strconv.Itoa(4*secs) + "s", 12},
+		{"client_connection_check_interval", strconv.Itoa(secs) + "s", 14},
+	}
+	major := serverMajor(pc.ParameterStatus("server_version"))
+	var sel []string
+	var args []any
+	for _, s := range settings {
+		if _, given := d.cfg.RuntimeParams[s.name]; given || major < s.since {
+			continue
+		}
+		args = append(args, s.name, s.value)
+		sel = append(sel, fmt.Sprintf("set_config($%d, $%d, false)", len(args)-1, len(args)))
+	}
+	if len(sel) == 0 {
+		return "", nil
+	}
+	return "SELECT " + strings.Join(sel, ", "), args
+}
+
+// serverMajor returns the major version in a server_version string such
+// as "15.20 (Debian 15.20-0+deb12u1)", or 0.
+func serverMajor(v string) int {
+	end := 0
+	for end < len(v) && '0' <= v[end] && v[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.Atoi(v[:end])
+	return n
+}
+
+// close closes the connection: the server ends the session and releases
+// every lock it held as soon as it reads the close (at once if the backend
+// is idle, after the running statement otherwise).
+func (c *conn) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = c.pg.Close(ctx)
+}
+
+// begin prepares c for one query: wait says whether the query may block
+// on a lock.
+func (c *conn) begin(wait bool) {
+	c.w.wait.Store(wait)
+	c.w.fired.Store(false)
+}
+
+// cancelSent reports whether the last query was a lock wait whose context
+// ended while it ran, so that a cancel request went to the server.
+func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
+
+// pid returns the server process id of c's session.
+func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }
+
+// get returns an idle connection (reused is true), or a new one.
+func (d *Driver) get(ctx context.Context) (c *conn, reused bool, err error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, false, errClosed
+	}
+	for len(d.idle) > 0 {
+		c := d.idle[len(d.idle)-1]
+		d.idle = d.idle[:len(d.idle)-1]
+		if !c.pg.IsClosed() {
+			d.mu.Unlock()
+			return c, true, nil
+		}
+	}
+	d.mu.Unlock()
+	c, err = d.dial(ctx)
+	return c, false, err
+}
+
+// put makes c idle again; c must hold no advisory lock. It closes c when
+// the driver is closed or has enough idle connections.
+func (d *Driver) put(c *conn) {
+	if c.pg.IsClosed() {
+		return
+	}
+	d.mu.Lock()
+	if !d.closed && len(d.idle) < d.maxIdle {
+		d.idle = append(d.idle, c)
+		c = nil
+	}
+	d.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}

@@ -1,0 +1,114 @@
+// Package pglock is dlock's PostgreSQL backend (schemes postgres:// and
+// postgresql://), on github.com/jackc/pgx/v5. A lock is a session-level
+// advisory lock, held on a connection of its own for as long as the lease
+// lives; its fencing token comes from a table the driver keeps.
+//
+// # URL
+//
+//	postgres://user:password@host:port/database?param=value&...
+//
+// for example
+//
+//	postgres://locker@10.0.0.5:5432/app?sslmode=verify-full&table=locks.dlock_tokens&keepalive=2s
+//
+// pglock reads these parameters:
+//
+//	table             the token table (default dlock_tokens; see Options.Table)
+//	keepalive         the longest interval between two checks of a held lock's
+//	                  connection (default 5s, at least 10ms; Options.Keepalive)
+//	max_idle          idle connections kept for the next acquisitions (default 4;
+//	                  0 keeps none)
+//	migrate           create the token table when the driver opens (default true)
+//	server_keepalive  set the sessions' server-side keep-alive timeouts (default
+//	                  true; see Options.NoServerKeepalive)
+//
+// besides dlock's shared ones (ttl, renew). Everything else is pgx's:
+// its connection parameters (sslmode, connect_timeout, application_name,
+// target_session_attrs, ...), and any other parameter as a run-time setting
+// of every session (search_path=locks, lock_timeout=10s). The server checks
+// those when the driver connects, as dlock.Open does at once: a setting it
+// does not know, or a bad value, is a *dlock.ParamError naming the
+// parameter, as is a bad value of pglock's own parameters or one pgx cannot
+// parse. In code, use New or NewDriver with a *pgx.ConnConfig and Options.
+//
+// # Locks and connections
+//
+// The lock called name is the advisory lock on the bigint key Key(table,
+// name), a hash of the table and the name (Key documents it, the SQL that
+// computes it, and the chance of two names sharing a key: they would then
+// exclude each other, which is safe).
+//
+// Session-level advisory locks belong to a session, and are re-entrant
+// within it. So a Driver never shares a connection: each held lock and
+// each waiting acquisition has a connection of its own, opened by the
+// driver (never taken from a pool that could hand it to other code),
+// and a released lock gives its connection back to a small idle set
+// (Options.MaxIdle) that holds no lock. Each held lock and each waiter
+// costs one server connection: mind max_connections.
+//
+// TryLock runs pg_try_advisory_lock, and Acquire pg_advisory_lock, which
+// waits on the server: either takes a free lock in one round trip on an
+// idle connection. When the context of a waiting Acquire ends, the driver
+// sends the server a cancel request for the query, so that the waiting
+// request leaves the lock's queue at once, and closes the connection.
+// Release runs pg_advisory_unlock on the holding connection.
+//
+// # Fencing token
+//
+// The statement that takes the lock also advances the name's row in the
+// token table, only when the lock was taken:
+//
+//	WITH l AS (SELECT pg_try_advisory_lock($1) AS ok)
+//	INSERT INTO dlock_tokens AS t (name, token, acquired)
+//	SELECT $2, nextval('dlock_tokens_seq'), clock_timestamp() FROM l WHERE l.ok
+//	ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token), acquired = excluded.acquired
+//	RETURNING t.token
+//
+// Tokens come from the table's sequence (CACHE 1), and are at least one
+// more than the name's row held. Each is drawn while the lock is held and
+// committed before the lock can be released, so tokens strictly increase
+// per name in the order the lock is held (and across names too), whether
+// the lock was taken by a Driver or in a transaction (LockTx), and even
+// when such a transaction rolls back. The table is created on first use
+// (see Migrate).
+//
+// # Loss
+//
+// A lock lives as long as its session: Grant.Expires is zero and nothing
+// is renewed. A keeper goroutine sends an empty query on the holding
+// connection every Options.Keepalive, or every third of the lock's TTL if
+// that is shorter, with a timeout of the interval (at least a second). When
+// a check fails (the backend was terminated, the server restarted, the
+// connection broke or went silent), the lease's Done closes and its Err
+// matches dlock.ErrLost, within about two intervals; the driver closes
+// the connection, so that the server frees the lock if it still has it.
+// Lease.Refresh checks pg_locks for the lock on the session.
+//
+// When the holder is the one that vanished (a crash, a power cut, a
+// partition), the server frees its locks when it notices the session is
+// dead: at once when the client's kernel closed the connection; otherwise
+// after the TCP keep-alive timeouts, which the driver sets on its sessions
+// to about four keep-alive intervals (see Options.NoServerKeepalive) —
+// longer than the holder takes to learn of the loss on its side. The
+// driver's own sockets use the same TCP keep-alive timings, so that a wait
+// on a server that went silent fails too.
+//
+// # Transactions
+//
+// LockTx and TryLockTx take a transaction-scoped lock (pg_advisory_xact_lock)
+// inside the caller's pgx.Tx, released at commit or rollback: the locking to
+// use behind PgBouncer in transaction pooling mode, where session locks do
+// not work.
+//
+// # Limits
+//
+// A lock does not expire while its session lives: a holder that is stuck
+// but connected keeps it. A holder cut off from the server learns of the
+// loss in its next check, but may have touched the resource meanwhile:
+// pass the fencing token to the resource. Tokens are as durable as the
+// server's commits (synchronous_commit on, the default). Advisory locks
+// are not replicated: after a failover the locks are gone (their holders'
+// connections fail) while tokens continue from the replicated sequence;
+// with asynchronous replication, a failover that loses committed
+// transactions can repeat tokens handed out just before it.
+package pglock

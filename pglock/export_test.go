@@ -1,0 +1,75 @@
+package pglock
+
+import "context"
+
+// Crash makes the driver stop as a crashed process would: every one of its
+// connections is cut (the socket closed, no Terminate message), so its
+// sessions end without unlocking anything, and it makes no new ones.
+func Crash(d *Driver) {
+	d.refuse.Store(true)
+	d.mu.Lock()
+	var conns []*conn
+	conns = append(conns, d.idle...)
+	for _, h := range d.held {
+		conns = append(conns, h.c)
+	}
+	for c := range d.waiting {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		_ = c.pg.PgConn().Conn().Close()
+	}
+}
+
+// HolderPID returns the server process id of the session holding the lock
+// of owner, or 0.
+func HolderPID(d *Driver, owner string) uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if h := d.held[owner]; h != nil {
+		return h.c.pid()
+	}
+	return 0
+}
+
+// Idle returns the number of idle connections.
+func Idle(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.idle)
+}
+
+// Setting returns a run-time setting of a session of the driver.
+func Setting(ctx context.Context, d *Driver, name string) (string, error) {
+	c, _, err := d.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer d.put(c)
+	var v string
+	err = c.pg.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}
+
+// IdlePIDs returns the server process ids of the idle connections.
+func IdlePIDs(d *Driver) []uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var pids []uint32
+	for _, c := range d.idle {
+		pids = append(pids, c.pid())
+	}
+	return pids
+}
+
+// Occupy takes the use of the connection holding owner's lock, as a
+// keep-alive check stuck on a silent server would, until the returned
+// function is called.
+func Occupy(d *Driver, owner string) (free func()) {
+	d.mu.Lock()
+	h := d.held[owner]
+	d.mu.Unlock()
+	h.acquire()
+	return h.releaseUse
+}

@@ -1,0 +1,120 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+func init() {
+	dlock.Register("postgres", open)
+	dlock.Register("postgresql", open)
+}
+
+// ownParams are the URL parameters pglock reads, and dlockParams those
+// dlock.Open reads; neither goes to pgx.
+var (
+	ownParams   = []string{"table", "keepalive", "max_idle", "migrate", "server_keepalive"}
+	dlockParams = []string{"ttl", "renew"}
+)
+
+// open is the Opener of postgres:// and postgresql:// URLs (see the
+// package documentation).
+func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
+	var o Options
+	o.Table = u.String("table", DefaultTable)
+	if err := checkTable(o.Table); err != nil {
+		return nil, u.Err("table", o.Table, err)
+	}
+	var err error
+	if o.Keepalive, err = u.Duration("keepalive", DefaultKeepalive); err != nil {
+		return nil, err
+	}
+	if o.Keepalive < MinKeepalive {
+		return nil, u.Err("keepalive", u.String("keepalive", ""), fmt.Errorf("below the minimum %v", MinKeepalive))
+	}
+	if o.MaxIdle, err = u.Int("max_idle", DefaultMaxIdle); err != nil {
+		return nil, err
+	}
+	if o.MaxIdle < 0 {
+		return nil, u.Err("max_idle", u.String("max_idle", ""), errors.New("must not be negative"))
+	} else if o.MaxIdle == 0 {
+		o.MaxIdle = -1 // none, as the URL says
+	}
+	migrate, err := u.Bool("migrate", true)
+	if err != nil {
+		return nil, err
+	}
+	o.NoMigrate = !migrate
+	serverKeepalive, err := u.Bool("server_keepalive", true)
+	if err != nil {
+		return nil, err
+	}
+	o.NoServerKeepalive = !serverKeepalive
+
+	// The rest of the URL is pgx's: its connection parameters, and any
+	// other parameter as a run-time setting of the session, which the
+	// server checks when the driver connects.
+	rest := *u.URL
+	q := rest.Query()
+	for _, k := range slices.Concat(ownParams, dlockParams) {
+		q.Del(k)
+	}
+	rest.RawQuery = q.Encode()
+	cfg, err := pgx.ParseConfig(rest.String())
+	if err != nil {
+		return nil, parseError(u, &rest, q, err)
+	}
+	d, err := NewDriver(ctx, cfg, &o)
+	if err != nil {
+		return nil, settingError(u, q, err)
+	}
+	return d, nil
+}
+
+// parseError names the parameter pgx could not parse: the one that fails
+// when parsed alone. Without a culprit it names the URL.
+func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		one := *rest
+		one.RawQuery = url.Values{k: q[k]}.Encode()
+		if _, e := pgx.ParseConfig(one.String()); e != nil {
+			return u.Err(k, q.Get(k), err)
+		}
+	}
+	return u.Err("url", "", err)
+}
+
+// settingError turns the server's refusal of a run-time setting the URL
+// gave into a *driver.ParamError naming it: an unknown setting (SQLSTATE
+// 42704) or a bad value (22023), whose message names the setting in
+// double quotes.
+func settingError(u driver.URL, q url.Values, err error) error {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || (pe.Code != codeUndefinedObject && pe.Code != codeInvalidParamValue) {
+		return err
+	}
+	_, after, ok := strings.Cut(pe.Message, `"`)
+	if !ok {
+		return err
+	}
+	name, _, ok := strings.Cut(after, `"`)
+	if !ok || !q.Has(name) {
+		return err
+	}
+	return u.Err(name, q.Get(name), err)
+}

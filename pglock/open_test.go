@@ -1,0 +1,189 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/pglock"
+)
+
+// testURL returns the test server's URL with the query parameters kv (pairs)
+// added, and with scheme if not empty.
+func testURL(t *testing.T, scheme string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(testenv.PGURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scheme != "" {
+		u.Scheme = scheme
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func TestOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := newAdmin(t)
+	app := "pglock-open-" + randomHex(4)
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		l, err := dlock.Open(ctx, testURL(t, scheme,
+			"table", table, "keepalive", "2s", "max_idle", "1", "migrate", "true", "ttl", "5s", "renew", "false",
+			"application_name", app, "search_path", "public", "tcp_keepalives_count", "7"))
+		if err != nil {
+			t.Fatalf("%s: %v", scheme, err)
+		}
+		d, ok := l.Driver().(*pglock.Driver)
+		if !ok {
+			t.Fatalf("%s: driver is %T", scheme, l.Driver())
+		}
+		if d.Scheme() != "postgres" || d.Table() != table {
+			t.Errorf("%s: Scheme() = %q, Table() = %q", scheme, d.Scheme(), d.Table())
+		}
+		lease, err := l.Acquire(ctx, "open/"+randomHex(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.TTL() != 5*time.Second {
+			t.Errorf("%s: lease TTL %v, want the URL's 5s", scheme, lease.TTL())
+		}
+		var n int
+		adm.mu.Lock()
+		err = adm.c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n)
+		adm.mu.Unlock()
+		if err != nil || n == 0 {
+			t.Errorf("%s: %d sessions with the URL's application_name (%v), want some", scheme, n, err)
+		}
+		for setting, want := range map[string]string{
+			"tcp_keepalives_idle":              "2",      // from keepalive=2s
+			"client_connection_check_interval": "2s",     // from keepalive=2s
+			"tcp_keepalives_count":             "7",      // the URL's own, kept
+			"search_path":                      "public", // a run-time setting passed through
+		} {
+			if got, err := pglock.Setting(ctx, d, setting); err != nil || got != want {
+				t.Errorf("%s: %s = %q (%v), want %q", scheme, setting, got, err, want)
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := pglock.Idle(d); n != 1 {
+			t.Errorf("%s: %d idle connections, want max_idle=1", scheme, n)
+		}
+		_ = l.Close()
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct{ kv []string }{
+		{[]string{"table", "Bad-Table"}},
+		{[]string{"table", "a.b.c"}},
+		{[]string{"keepalive", "soon"}},
+		{[]string{"keepalive", "1ms"}},
+		{[]string{"keepalive", "-1s"}},
+		{[]string{"max_idle", "-1"}},
+		{[]string{"max_idle", "many"}},
+		{[]string{"migrate", "maybe"}},
+		{[]string{"server_keepalive", "sometimes"}},
+		{[]string{"colour", "red"}},                  // neither ours, nor pgx's, nor the server's
+		{[]string{"statement_timeout", "whenever"}},  // the server's, with a bad value
+		{[]string{"sslmode", "bogus"}},               // pgx's, with a bad value
+		{[]string{"connect_timeout", "x"}},           // pgx's, with a bad value
+		{[]string{"default_query_exec_mode", "odd"}}, // pgx's, with a bad value
+	} {
+		raw := testURL(t, "", c.kv...)
+		l, err := dlock.Open(ctx, raw)
+		if err == nil {
+			_ = l.Close()
+		}
+		pe, ok := errors.AsType[*dlock.ParamError](err)
+		if !ok || pe.Param != c.kv[0] {
+			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", raw, err, c.kv[0])
+			continue
+		}
+		if strings.Contains(err.Error(), "password") {
+			t.Errorf("error mentions a password: %v", err)
+		}
+	}
+}
+
+// TestNoMigrate: with migrate=false the driver creates nothing; taking a
+// lock on a missing table says how to fix it; Migrate creates the table.
+func TestNoMigrate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tbl := "pglock_nomigrate_" + randomHex(4)
+	t.Cleanup(func() { _ = dropTable(tbl) })
+	l, err := dlock.Open(ctx, testURL(t, "", "table", tbl, "migrate", "false"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.TryAcquire(ctx, "x")
+	if err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("TryAcquire without the table = %v, want an error pointing to Migrate", err)
+	}
+	d := l.Driver().(*pglock.Driver)
+	for range 2 { // idempotent
+		if err := d.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := l.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(ctx)
+}
+
+// TestConcurrentMigrate: drivers created at once on a new table all
+// succeed: migrations of one table run one after the other.
+func TestConcurrentMigrate(t *testing.T) {
+	tbl := "pglock_migrate_" + randomHex(4)
+	t.Cleanup(func() { _ = dropTable(tbl) })
+	cfg := config(t)
+	errc := make(chan error, 6)
+	for range cap(errc) {
+		go func() {
+			d, err := pglock.NewDriver(context.Background(), cfg, &pglock.Options{Table: tbl})
+			if err == nil {
+				_ = d.Close()
+			}
+			errc <- err
+		}()
+	}
+	for range cap(errc) {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNewDriverErrors(t *testing.T) {
+	ctx := context.Background()
+	if _, err := pglock.NewDriver(ctx, nil, nil); err == nil {
+		t.Error("NewDriver(nil config) succeeded")
+	}
+	if _, err := pglock.NewDriver(ctx, config(t), &pglock.Options{Keepalive: time.Millisecond}); err == nil {
+		t.Error("NewDriver with a 1ms keep-alive succeeded")
+	}
+	cfg := config(t)
+	cfg.Port = 1 // nothing listens there
+	cfg.ConnectTimeout = time.Second
+	if _, err := pglock.NewDriver(ctx, cfg, nil); err == nil {
+		t.Error("NewDriver against a closed port succeeded")
+	}
+}

@@ -1,0 +1,232 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTable is the token table's name.
+	DefaultTable = "dlock_tokens"
+	// DefaultKeepalive is the longest interval between two checks that a
+	// held lock's connection is alive.
+	DefaultKeepalive = 5 * time.Second
+	// DefaultMaxIdle is how many idle connections a driver keeps for the
+	// next acquisitions.
+	DefaultMaxIdle = 4
+)
+
+// MinKeepalive is the shortest keep-alive interval the driver accepts.
+const MinKeepalive = 10 * time.Millisecond
+
+var errClosed = driver.ErrClosed
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// Table is the token table: a row per lock name with the last fencing
+	// token handed out, and a sequence named Table+"_seq" from which the
+	// tokens come. It is an unquoted lower-case identifier, optionally
+	// schema-qualified ("locks.dlock_tokens"), and it is part of every
+	// lock's advisory key (see Key): drivers on different tables never
+	// share a lock. Default DefaultTable.
+	Table string
+
+	// Keepalive is the longest interval between two checks (an empty
+	// query, with a timeout of the interval but at least a second) that a
+	// held lock's connection is alive. A lock is checked every Keepalive
+	// or every third of its TTL, whichever is shorter, so its holder
+	// learns of a lost connection within about two intervals. The server
+	// side of the driver's sessions is set from it too (see
+	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
+	Keepalive time.Duration
+
+	// MaxIdle is how many idle connections the driver keeps open for the
+	// next acquisitions; a connection beyond it is closed when its lock is
+	// released. Zero means DefaultMaxIdle; a negative value keeps none.
+	MaxIdle int
+
+	// NoMigrate stops NewDriver from creating the token table (see
+	// Migrate): set it when the role that takes locks may not create
+	// tables, and create the table beforehand.
+	NoMigrate bool
+
+	// NoServerKeepalive leaves the server-side timeouts of the driver's
+	// sessions as the server's configuration has them. By default a new
+	// session sets tcp_keepalives_idle and tcp_keepalives_interval to
+	// Keepalive (in whole seconds, at least 1), tcp_keepalives_count to 3,
+	// tcp_user_timeout (PostgreSQL 12+) to four times Keepalive and
+	// client_connection_check_interval (14+) to Keepalive, so that the
+	// server ends the session of a vanished client, and frees its locks,
+	// within about four intervals, rather than after the operating
+	// system's two hours. Settings given in the connection string are
+	// kept.
+	NoServerKeepalive bool
+}
+
+// Driver is the PostgreSQL driver: a dlock driver.Driver and driver.Waiter
+// over session-level advisory locks. Create it with NewDriver (or New, or
+// dlock.Open with a postgres:// URL).
+//
+// Each held lock and each waiting acquisition has a connection of its own,
+// opened by the driver from its configuration and never shared; released
+// locks give their connection back to a small idle set.
+//
+// A Driver is safe for concurrent use by multiple goroutines. It must not
+// be copied.
+type Driver struct {
+	cfg               *pgx.ConnConfig
+	st                statements
+	keepalive         time.Duration
+	maxIdle           int
+	noServerKeepalive bool
+
+	// refuse makes dial fail, as for a crashed process (a test hook).
+	refuse atomic.Bool
+
+	mu      sync.Mutex
+	closed  bool
+	idle    []*conn
+	held    map[string]*hold // by owner
+	waiting map[*conn]context.CancelFunc
+}
+
+// NewDriver returns a driver whose connections are made from config, which
+// must have been created by pgx.ParseConfig (the driver copies it, and
+// sets its context watcher handler on the copy). It connects once to check
+// the server, and creates the token table unless o.NoMigrate is set; that
+// connection becomes the first idle one. Close the driver to close its
+// connections.
+func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver, error) {
+	if config == nil {
+		return nil, errors.New("pglock: nil connection config")
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Table == "" {
+		opt.Table = DefaultTable
+	}
+	if err := checkTable(opt.Table); err != nil {
+		return nil, err
+	}
+	if opt.Keepalive == 0 {
+		opt.Keepalive = DefaultKeepalive
+	}
+	if opt.Keepalive < MinKeepalive {
+		return nil, fmt.Errorf("pglock: keep-alive interval %v is below the minimum %v", opt.Keepalive, MinKeepalive)
+	}
+	switch {
+	case opt.MaxIdle == 0:
+		opt.MaxIdle = DefaultMaxIdle
+	case opt.MaxIdle < 0:
+		opt.MaxIdle = 0
+	}
+	d := &Driver{
+		cfg:               config.Copy(),
+		st:                newStatements(opt.Table),
+		keepalive:         opt.Keepalive,
+		maxIdle:           opt.MaxIdle,
+		noServerKeepalive: opt.NoServerKeepalive,
+		held:              map[string]*hold{},
+		waiting:           map[*conn]context.CancelFunc{},
+	}
+	c, err := d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !opt.NoMigrate {
+		c.begin(false)
+		if err := Migrate(ctx, c.pg, opt.Table); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	d.put(c)
+	return d, nil
+}
+
+// New returns a dlock.Locker over NewDriver(ctx, config, o), with the
+// Locker options opts. Closing the Locker closes the driver.
+func New(ctx context.Context, config *pgx.ConnConfig, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	d, err := NewDriver(ctx, config, o)
+	if err != nil {
+		return nil, err
+	}
+	l, err := dlock.New(d, opts...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Scheme returns "postgres", the backend's name in metrics and logs (for
+// postgresql:// URLs too).
+func (d *Driver) Scheme() string { return "postgres" }
+
+// Table returns the token table's name.
+func (d *Driver) Table() string { return d.st.table }
+
+// Migrate creates the token table if it does not exist, on one of the
+// driver's connections. NewDriver does it already unless Options.NoMigrate
+// is set; see the package function Migrate.
+func (d *Driver) Migrate(ctx context.Context) error {
+	c, _, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	c.begin(false)
+	if err := Migrate(ctx, c.pg, d.st.table); err != nil {
+		c.close()
+		return err
+	}
+	d.put(c)
+	return nil
+}
+
+// Close closes the driver's connections. Locks still held end, lost
+// (their sessions end, which frees them on the server), and waiting
+// acquisitions are cancelled and fail with ErrClosed. Close is idempotent.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	idle := d.idle
+	d.idle = nil
+	var held []*hold
+	for _, h := range d.held {
+		held = append(held, h)
+	}
+	for _, cancel := range d.waiting {
+		cancel()
+	}
+	d.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+	}
+	for _, h := range held {
+		h.lose(errClosed)
+	}
+	return nil
+}
+
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
