@@ -1,0 +1,54 @@
+package filelock
+
+import "time"
+
+// tokenLen is the size of a lock file's content: the last fencing token
+// granted, as 20 decimal digits (zero-padded: every write is the same size
+// at offset 0, so no stale bytes can follow it), then a newline.
+const tokenLen = 21
+
+// nextToken returns the token for the next acquisition of a lock whose
+// file holds content b: the later of the stored token + 1 and the wall
+// clock in microseconds since 1970.
+//
+// The stored token makes tokens strictly increase while the file exists,
+// whatever the clock does. The clock makes them increase across the loss
+// of the file's content — the file deleted, or a write lost with the page
+// cache when the machine went down — provided the clock has not gone back
+// meanwhile: every acquisition takes far longer than a microsecond (a few
+// system calls at least), so no token ever runs ahead of the clock, and a
+// token drawn from the clock later is greater than all the earlier ones.
+func nextToken(b []byte, now time.Time) uint64 {
+	next := uint64(1)
+	if last, ok := parseToken(b); ok && last < 1<<64-1 {
+		next = last + 1
+	}
+	if us := now.UnixMicro(); us > 0 && uint64(us) > next {
+		next = uint64(us)
+	}
+	return next
+}
+
+// parseToken reads the decimal token at the start of b, up to a newline.
+// Content that is not one (an empty new file, or garbage) gives ok false.
+func parseToken(b []byte) (uint64, bool) {
+	var v uint64
+	n := 0
+	for ; n < len(b) && b[n] != '\n'; n++ {
+		c := b[n]
+		if c < '0' || c > '9' || v > (1<<64-1-uint64(c-'0'))/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, n > 0
+}
+
+// formatToken writes t into b as tokenLen bytes.
+func formatToken(b *[tokenLen]byte, t uint64) {
+	b[tokenLen-1] = '\n'
+	for i := tokenLen - 2; i >= 0; i-- {
+		b[i] = byte('0' + t%10)
+		t /= 10
+	}
+}

@@ -1,0 +1,115 @@
+package filelock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Bounds of the backstop: how long a waiter sleeps between attempts when
+// nothing wakes it. A wake-up (a release in this process, or a close,
+// removal or creation of the lock file seen by the kernel watcher) makes
+// it try at once and resets the delay to minBackstop; the delay then
+// doubles up to maxBackstop, or maxBackstopBlind when the kernel watcher
+// is unavailable (no inotify on this platform, or its limits reached).
+const (
+	minBackstop      = time.Millisecond
+	maxBackstop      = time.Second
+	maxBackstopBlind = 250 * time.Millisecond
+)
+
+// Lock implements driver.Waiter. It never blocks in flock(2), which no
+// context can interrupt: a blocked flock whose caller gave up would stay
+// queued in the kernel and take the lock at the next release, only to
+// drop it again — stealing it from a live contender meanwhile. Instead,
+// the waiter tries flock(LOCK_NB) whenever it may succeed: when a lock of
+// this process is released, or when the kernel reports (inotify, on
+// Linux) that the lock file was closed — by a holder's release, or by its
+// death — removed or replaced. A backstop timer retries too, soon after a
+// wake-up and then more and more rarely (at most a second apart), for the
+// releases no event announces: the kernel may report a dying holder's
+// close an instant before it drops that holder's flock, and a foreign
+// program may unlock without closing.
+//
+// Waiters are not served in order, but within one process a Lock call
+// does not overtake a waiter that has waited more than starveAfter: it
+// waits for the next wake-up instead of trying at once.
+//
+// When ctx ends, Lock returns ctx's error at once and leaves nothing held
+// or queued: the waiter only ever held an open file.
+func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if err := validate(r.Name); err != nil {
+		return driver.Grant{}, err
+	}
+	path := d.path(r.Name)
+	// The file stays open from the first attempt to the last: closing it
+	// would wake the other waiters for nothing.
+	lf := lockFile{fd: -1}
+	defer lf.close()
+	if d.isClosed() {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	start := time.Now()
+	yield := starving(path, start)
+	if !yield {
+		ok, err := d.attempt(&lf, path)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if ok {
+			return d.grant(&lf, r, path, start)
+		}
+	}
+
+	d.mu.Lock()
+	closed := d.closed
+	if !closed && !d.watching {
+		// The watcher outlives this wait while the driver is open, so that
+		// a run of contended acquisitions does not restart it every time.
+		d.watching = watchProcess()
+	}
+	d.mu.Unlock()
+	if closed {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	w := addWaiter(path, d.dir)
+	defer removeWaiter(w)
+	maxDelay := maxBackstop
+	if !w.events {
+		maxDelay = maxBackstopBlind
+	}
+	delay := minBackstop
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return driver.Grant{}, err
+		}
+		if yield {
+			// Let the starving waiters try first; a wake-up or the backstop
+			// brings this one back.
+			yield = false
+		} else {
+			start := time.Now()
+			ok, err := d.attempt(&lf, path)
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			if ok {
+				return d.grant(&lf, r, path, start)
+			}
+		}
+		timer.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		case <-d.done:
+			return driver.Grant{}, driver.ErrClosed
+		case <-w.wake:
+			delay = minBackstop
+		case <-timer.C:
+			delay = min(2*delay, maxDelay)
+		}
+	}
+}

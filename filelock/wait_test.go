@@ -1,0 +1,274 @@
+package filelock_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/filelock"
+)
+
+// TestSameProcess: flocks belong to open file descriptions, so two Drivers
+// of one process — and two acquisitions through one Driver — exclude each
+// other.
+func TestSameProcess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, da := newLocker(t, dir)
+	b, _ := newLocker(t, dir)
+	lease := mustTry(t, ctx, a, "x")
+	if _, err := b.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another Driver: TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if held, ok := errors.AsType[*dlock.HeldError](func() error { _, err := b.TryAcquire(ctx, "x"); return err }()); !ok || held.Name != "x" {
+		t.Errorf("the error is not a *HeldError naming the lock")
+	}
+	if _, err := a.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the same Driver: TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	r := driver.Request{Name: "x", Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second}
+	if _, err := da.TryLock(ctx, r); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the same Driver, another owner: TryLock = %v, want ErrNotAcquired", err)
+	}
+	if da.Held() != 1 {
+		t.Errorf("driver holds %d locks, want 1", da.Held())
+	}
+
+	// A waiter in the same process is woken by the release at once.
+	got := make(chan *dlock.Lease)
+	go func() {
+		l, err := b.Acquire(ctx, "x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	if !settle(5*time.Second, func() bool { return filelock.Waiters() == 1 }) {
+		t.Fatal("the waiter never registered")
+	}
+	released := time.Now()
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	t.Logf("in-process handoff took %v", time.Since(released))
+	if l.Token() <= lease.Token() {
+		t.Errorf("token %d after %d", l.Token(), lease.Token())
+	}
+	_ = l.Release(ctx)
+}
+
+// TestCancelWhileWaiting: a cancelled wait returns promptly and leaves no
+// lock, no waiter, no descriptor and no goroutine behind.
+func TestCancelWhileWaiting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, _ := newLocker(t, dir)
+	b, db := newLocker(t, dir)
+	c, _ := newLocker(t, dir)
+	lease := mustTry(t, ctx, a, "x")
+
+	// Warm up: the first wait starts the process's watcher, which stays
+	// while b is open; count resources after that.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, _ = b.Acquire(wctx, "x")
+	cancel()
+	fds, goroutines := openFDs(), runtime.NumGoroutine()
+
+	for i, stop := range []func(context.CancelFunc){
+		func(cancel context.CancelFunc) { time.AfterFunc(100*time.Millisecond, cancel) },
+		nil, // a deadline
+	} {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		if stop != nil {
+			wctx, cancel = context.WithCancel(ctx)
+			stop(cancel)
+		}
+		start := time.Now()
+		l, err := b.Acquire(wctx, "x")
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatalf("case %d: Acquire succeeded while the lock was held", i)
+		}
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("case %d: Acquire = %v, want the context's error", i, err)
+		}
+		if took > 100*time.Millisecond+200*time.Millisecond {
+			t.Errorf("case %d: Acquire returned %v after it started, 100ms after which it was cancelled", i, took)
+		}
+	}
+	if n := filelock.Waiters(); n != 0 {
+		t.Errorf("%d waiters still registered", n)
+	}
+	if db.Held() != 0 {
+		t.Errorf("the cancelled driver holds %d locks", db.Held())
+	}
+	if got := openFDs(); got != fds {
+		t.Errorf("%d descriptors open after the cancelled waits, %d before", got, fds)
+	}
+	if !settle(2*time.Second, func() bool { return runtime.NumGoroutine() <= goroutines }) {
+		t.Errorf("%d goroutines after the cancelled waits, %d before", runtime.NumGoroutine(), goroutines)
+	}
+	// Nothing stays queued: right after the release, a third client gets
+	// the lock on its first try.
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = mustTry(t, ctx, c, "x").Release(ctx)
+}
+
+// TestCloseEndsWaits: closing a Driver ends its waits with ErrClosed and
+// releases its locks.
+func TestCloseEndsWaits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, _ := newLocker(t, dir)
+	d, err := filelock.NewDriver(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := mustTry(t, ctx, a, "x")
+	r := driver.Request{Name: "x", Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second}
+	errc := make(chan error)
+	go func() {
+		_, err := d.Lock(ctx, r)
+		errc <- err
+	}()
+	if !settle(5*time.Second, func() bool { return filelock.Waiters() == 1 }) {
+		t.Fatal("the waiter never registered")
+	}
+	_ = d.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Lock after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the wait")
+	}
+	if _, err := d.TryLock(ctx, r); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	_ = lease.Release(ctx)
+
+	// Close releases what the driver holds.
+	d, _ = filelock.NewDriver(dir, nil)
+	if _, err := d.TryLock(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Close()
+	_ = mustTry(t, ctx, a, "x").Release(ctx)
+}
+
+// TestNoGoroutineLeak: once every Locker is closed, the process's watcher
+// and its goroutine are gone, and so are the lease supervisors.
+func TestNoGoroutineLeak(t *testing.T) {
+	ctx := context.Background()
+	if !settle(5*time.Second, func() bool { return !filelock.WatcherActive() }) {
+		t.Fatal("the watcher of earlier tests still runs")
+	}
+	before := runtime.NumGoroutine()
+	dir := t.TempDir()
+	var lockers []*dlock.Locker
+	for range 4 {
+		l, err := filelock.New(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockers = append(lockers, l)
+	}
+	done := make(chan struct{})
+	for i, l := range lockers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 20 {
+				lease, err := l.Acquire(ctx, "x")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = lease.Release(ctx)
+			}
+			if i == 0 { // one lease left for Close to release
+				if _, err := l.Acquire(ctx, "y"); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for range lockers {
+		<-done
+	}
+	for _, l := range lockers {
+		_ = l.Close()
+	}
+	if filelock.WatcherActive() {
+		t.Error("the watcher still runs after every Locker closed")
+	}
+	if !settle(5*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestNoStarvationInProcess: 8 clients of one process that release and
+// at once acquire again, in tight loops, all keep getting the lock, and it
+// changes hands most of the time: a waiter that has waited more than a
+// moment is not overtaken by new acquisitions of its process.
+func TestNoStarvationInProcess(t *testing.T) {
+	const clients = 8
+	ctx := context.Background()
+	dir := t.TempDir()
+	var (
+		counts   [clients]int
+		last     = -1
+		handoffs int
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+	)
+	end := time.Now().Add(500 * time.Millisecond)
+	for i := range clients {
+		l, _ := newLocker(t, dir)
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				lease, err := l.Acquire(ctx, "x")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				counts[i]++
+				if last != i {
+					handoffs++
+				}
+				last = i
+				mu.Unlock()
+				_ = lease.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	t.Logf("acquisitions per client: %v; the lock changed hands %d times in %d", counts, handoffs, total)
+	for i, n := range counts {
+		if n*clients*4 < total {
+			t.Errorf("client %d got %d of %d acquisitions: starved", i, n, total)
+		}
+	}
+	if handoffs*2 < total {
+		t.Errorf("the lock changed hands only %d times in %d acquisitions", handoffs, total)
+	}
+}

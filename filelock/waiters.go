@@ -1,0 +1,150 @@
+package filelock
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The waiters of this process, by lock file path, shared by all Drivers:
+// a release wakes the waiters of its file here directly, and the kernel
+// watcher (watch_linux.go) wakes them for events from other processes.
+//
+// Lock order: Driver.mu before reg.mu.
+var reg struct {
+	mu     sync.Mutex
+	n      atomic.Int64 // waiters registered; read without mu by notify
+	byPath map[string][]*waiter
+}
+
+// A waiter is one Lock call waiting for its lock file.
+type waiter struct {
+	since  time.Time
+	path   string
+	dir    string
+	wake   chan struct{} // buffered 1: a pending wake-up is never lost
+	ref    bool          // holds a reference on the kernel watcher
+	events bool          // the kernel watcher watches dir for it
+}
+
+// addWaiter registers a waiter for the lock file path in dir. Register
+// before the attempt that may fail: a release after the registration then
+// wakes the waiter, and one before it is seen by the attempt.
+func addWaiter(path, dir string) *waiter {
+	w := &waiter{since: time.Now(), path: path, dir: dir, wake: make(chan struct{}, 1)}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if reg.byPath == nil {
+		reg.byPath = map[string][]*waiter{}
+	}
+	reg.byPath[path] = append(reg.byPath[path], w)
+	reg.n.Add(1)
+	if w.ref = watchRefLocked(); w.ref {
+		w.events = watchAddDirLocked(dir)
+	}
+	return w
+}
+
+// removeWaiter unregisters w.
+func removeWaiter(w *waiter) {
+	reg.mu.Lock()
+	ws := reg.byPath[w.path]
+	for i, x := range ws {
+		if x == w {
+			ws[i] = ws[len(ws)-1]
+			ws[len(ws)-1] = nil
+			ws = ws[:len(ws)-1]
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(reg.byPath, w.path)
+	} else {
+		reg.byPath[w.path] = ws
+	}
+	reg.n.Add(-1)
+	var stop func()
+	if w.events {
+		watchRemoveDirLocked(w.dir)
+	}
+	if w.ref {
+		stop = watchUnrefLocked()
+	}
+	reg.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// notify wakes this process's waiters for the lock file path. It costs an
+// atomic load when nobody waits.
+func notify(path string) {
+	if reg.n.Load() == 0 {
+		return
+	}
+	reg.mu.Lock()
+	wakeLocked(reg.byPath[path])
+	reg.mu.Unlock()
+}
+
+// starveAfter is how long a waiter may wait before new acquisitions in its
+// process stop overtaking it (as sync.Mutex's starvation mode does).
+const starveAfter = time.Millisecond
+
+// starving reports whether a waiter of this process has waited for the
+// lock file path for longer than starveAfter. flock serves nobody in order:
+// a client that releases and at once acquires again always wins the race
+// against the waiters its release woke, and could keep them out for ever.
+// In one process, at least, it can step back.
+func starving(path string, now time.Time) bool {
+	if reg.n.Load() == 0 {
+		return false
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for _, w := range reg.byPath[path] {
+		if now.Sub(w.since) > starveAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// wakeLocked wakes ws without blocking. reg.mu must be held.
+func wakeLocked(ws []*waiter) {
+	for _, w := range ws {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeDirLocked wakes every waiter in dir, or every waiter when dir is
+// empty. reg.mu must be held.
+func wakeDirLocked(dir string) {
+	for _, ws := range reg.byPath {
+		if len(ws) > 0 && (dir == "" || ws[0].dir == dir) {
+			wakeLocked(ws)
+		}
+	}
+}
+
+// watchProcess takes a reference on the process's kernel watcher, which
+// it starts if need be; it reports false when there is none.
+func watchProcess() bool {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	return watchRefLocked()
+}
+
+// unwatchProcess drops a reference taken by watchProcess; the last one
+// stops the watcher and waits for its goroutine to end.
+func unwatchProcess() {
+	reg.mu.Lock()
+	stop := watchUnrefLocked()
+	reg.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
