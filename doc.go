@@ -36,11 +36,13 @@
 // # Backends
 //
 // Each backend is a package that registers a URL scheme: memlock (mem://),
-// redislock (redis://), redlock (redlock://), zklock (zk://) and etcdlock
-// (etcd://). Import it, for its side effect alone if you only use Open.
-// Backends whose locks live as long as a session (ZooKeeper, etcd) keep
-// the session alive themselves and signal its loss; the others are renewed
-// by the Locker.
+// redislock (redis://), redlock (redlock://), zklock (zk://), etcdlock
+// (etcd://), pglock (postgres://), mysqllock (mysql://) and filelock
+// (file://). Import it, for its side effect alone if you only use Open.
+// Backends whose locks live as long as a session or connection (ZooKeeper,
+// etcd, PostgreSQL, MySQL) keep it alive themselves and signal its loss;
+// the others are renewed by the Locker. A file lock is held while the
+// process lives: the kernel frees it when the process dies.
 //
 // # Metrics and logs
 //

@@ -95,7 +95,9 @@ func (s *Lease) supervise() {
 // expire ends the lease as lost because its validity ran out without a
 // successful renewal, then makes a best-effort, owner-checked unlock in
 // case a late renewal did reach the store, so that others need not wait
-// for the TTL.
+// for the TTL. Drivers may rely on this call: a lock whose store does not
+// expire it on its own (filelock's flock) is freed here when the lease's
+// validity ends.
 func (s *Lease) expire(lastErr error) {
 	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
 	if lastErr != nil {

@@ -31,8 +31,8 @@ type Harness struct {
 
 	// Crash, if set, makes the client l stop as a crashed process would:
 	// its session or connection dies without releasing anything. Backends
-	// whose locks live as long as a session rather than a renewed TTL
-	// (ZooKeeper, PostgreSQL, MySQL) set it; the ExpiresWithoutRenewal
+	// whose locks live as long as a session, connection or process rather
+	// than a renewed TTL (ZooKeeper, etcd, PostgreSQL, MySQL, file) set it; the ExpiresWithoutRenewal
 	// property then crashes the holder instead of turning its renewal off,
 	// and expects another client to get the lock once the store notices.
 	Crash func(t *testing.T, l *dlock.Locker)
