@@ -1,0 +1,259 @@
+package mysqllock_test
+
+import (
+	"context"
+	"database/sql"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/mysqllock"
+)
+
+// The benchmarks run against the test server (DLOCK_MYSQL_DSN). ns/op is
+// the time of one acquire+release; for Contended8 it is wall time per
+// acquisition with 8 contenders, so 1e9/ns is the handoff rate. Each
+// compares a dlock.Locker with bare GET_LOCK/RELEASE_LOCK on a checked-out
+// connection ("raw"), which has no fencing token and no keep-alive.
+// "mysqllock" runs on a pool the driver treats as the caller's (it saves
+// and restores the session's wait_timeout around each lock), and
+// "exclusive" on one with Options.ExclusivePool, as Open makes.
+
+// modes are the driver's two pool modes.
+var modes = []struct {
+	name      string
+	exclusive bool
+}{{"mysqllock", false}, {"exclusive", true}}
+
+func BenchmarkUncontended(b *testing.B) {
+	ctx := context.Background()
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			l, _ := newLocker(b, mysqllock.Options{ExclusivePool: m.exclusive})
+			warm(b, l, "u")
+			b.ReportAllocs()
+			for b.Loop() {
+				lease, err := l.Acquire(ctx, "u")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("raw", func(b *testing.B) {
+		db := newDB(b, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := rawLock(ctx, db, "raw:u"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRoundTrips measures what one round trip costs next to the
+// fencing token's durable write: GET_LOCK and the counter upsert as two
+// statements, and as one multi-statement query (which needs
+// multiStatements in the DSN, and cannot make the upsert depend on
+// GET_LOCK's result). The lock is released outside the timed part.
+func BenchmarkRoundTrips(b *testing.B) {
+	ctx := context.Background()
+	table := testTable(b)
+	d, err := mysqllock.NewDriver(newDB(b, nil), &mysqllock.Options{Table: table})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	upsert := "INSERT INTO " + table + " (name, token) VALUES ('rt', LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+	run := func(b *testing.B, db *sql.DB, take func(c *sql.Conn) error) {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := take(c); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if _, err := c.ExecContext(ctx, "DO RELEASE_LOCK('rt')"); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	b.Run("two-statements", func(b *testing.B) {
+		run(b, newDB(b, nil), func(c *sql.Conn) error {
+			var got, id int64
+			if err := c.QueryRowContext(ctx, "SELECT GET_LOCK('rt', 0), CONNECTION_ID()").Scan(&got, &id); err != nil {
+				return err
+			}
+			_, err := c.ExecContext(ctx, upsert)
+			return err
+		})
+	})
+	b.Run("multi-statement", func(b *testing.B) {
+		cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.MultiStatements = true
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		run(b, db, func(c *sql.Conn) error {
+			rows, err := c.QueryContext(ctx, "SELECT GET_LOCK('rt', 0), CONNECTION_ID(); "+upsert)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			for rows.NextResultSet() {
+			}
+			return rows.Close()
+		})
+	})
+}
+
+func BenchmarkParallelNames(b *testing.B) {
+	const goroutines = 16
+	ctx := context.Background()
+	parallel := func(b *testing.B, take func(name string) error) {
+		var id atomic.Int64
+		b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			name := "p" + strconv.FormatInt(id.Add(1), 10)
+			for pb.Next() {
+				if err := take(name); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			l, _ := newLocker(b, mysqllock.Options{ExclusivePool: m.exclusive})
+			warm(b, l, "p")
+			parallel(b, func(name string) error {
+				lease, err := l.Acquire(ctx, name)
+				if err != nil {
+					return err
+				}
+				return lease.Release(ctx)
+			})
+		})
+	}
+	b.Run("raw", func(b *testing.B) {
+		db := newDB(b, nil)
+		db.SetMaxIdleConns(2 * goroutines)
+		parallel(b, func(name string) error { return rawLock(ctx, db, "raw:"+name) })
+	})
+}
+
+// BenchmarkContended8: 8 contenders, each with a *sql.DB of its own, take
+// one lock in turn; nearly every acquisition is a handoff to a waiter.
+func BenchmarkContended8(b *testing.B) {
+	const contenders = 8
+	ctx := context.Background()
+	run := func(b *testing.B, take func(g int) error) {
+		var left atomic.Int64
+		left.Store(int64(b.N))
+		var wg sync.WaitGroup
+		b.ReportAllocs()
+		b.ResetTimer()
+		for g := range contenders {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					if err := take(g); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			o := mysqllock.Options{Table: testTable(b), ExclusivePool: m.exclusive}
+			lockers := make([]*dlock.Locker, contenders)
+			for g := range lockers {
+				lockers[g], _ = newLocker(b, o)
+				warm(b, lockers[g], "c")
+			}
+			run(b, func(g int) error {
+				lease, err := lockers[g].Acquire(ctx, "c")
+				if err != nil {
+					return err
+				}
+				return lease.Release(ctx)
+			})
+		})
+	}
+	b.Run("raw", func(b *testing.B) {
+		dbs := make([]*sql.DB, contenders)
+		for g := range dbs {
+			dbs[g] = newDB(b, nil)
+		}
+		run(b, func(g int) error { return rawWait(ctx, dbs[g], "raw:c") })
+	})
+}
+
+// rawLock takes and releases key with bare GET_LOCK and RELEASE_LOCK on a
+// checked-out connection.
+func rawLock(ctx context.Context, db *sql.DB, key string) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var got int64
+	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", key).Scan(&got); err != nil {
+		return err
+	}
+	_, err = c.ExecContext(ctx, "DO RELEASE_LOCK(?)", key)
+	return err
+}
+
+// rawWait is rawLock, waiting on the server for the lock.
+func rawWait(ctx context.Context, db *sql.DB, key string) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var got int64
+	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 30)", key).Scan(&got); err != nil {
+		return err
+	}
+	_, err = c.ExecContext(ctx, "DO RELEASE_LOCK(?)", key)
+	return err
+}
+
+// warm takes and releases a lock once, so that the first connection and
+// the table's creation are not measured.
+func warm(b *testing.B, l *dlock.Locker, name string) {
+	b.Helper()
+	lease, err := l.Acquire(context.Background(), name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = lease.Release(context.Background())
+}

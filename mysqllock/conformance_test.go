@@ -1,0 +1,68 @@
+package mysqllock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/locktest"
+	"github.com/dlockgo/dlock/mysqllock"
+)
+
+// suiteTTL is the conformance runs' TTL, and so the session wait_timeout
+// of their locks' connections: a holder that goes silent loses its lock
+// that long after the server last heard from it.
+const suiteTTL = 2 * time.Second
+
+// runSuite runs the conformance suite with clients from newLocker.
+// TakeAway kills the holder's connection, found with IS_USED_LOCK; Crash
+// stops the client's keep-alive checks for good, as a host that vanished
+// would: the server closes the silent connection after its wait_timeout,
+// which frees the lock.
+func runSuite(t *testing.T, newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) {
+	adm := newAdmin(t)
+	names, err := mysqllock.NewDriver(adm.db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locktest.Run(t, locktest.Harness{
+		NewLocker: newLocker,
+		TakeAway: func(t *testing.T, name string) {
+			t.Helper()
+			a := &admin{t: t, db: adm.db}
+			id := a.holder(names.LockName(name))
+			if id == 0 {
+				t.Fatalf("TakeAway(%q): nobody holds it", name)
+			}
+			a.kill(id)
+		},
+		TTL: suiteTTL,
+		Crash: func(t *testing.T, l *dlock.Locker) {
+			l.Driver().(*mysqllock.Driver).Freeze(3 * suiteTTL)
+		},
+	})
+}
+
+// TestConformance runs the suite with clients built by New on a *sql.DB
+// of their own, which the driver treats as the caller's pool.
+func TestConformance(t *testing.T) {
+	o := mysqllock.Options{Table: testTable(t), KeepAlive: 200 * time.Millisecond}
+	runSuite(t, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		l, _ := newLocker(t, o, opts...)
+		return l
+	})
+}
+
+// TestConformanceURL runs the suite with clients opened from mysql://
+// URLs, which own their pools (Options.ExclusivePool).
+func TestConformanceURL(t *testing.T) {
+	url := serverURL(t, "table="+testTable(t)+"&keepalive=200ms&ttl="+suiteTTL.String())
+	runSuite(t, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		l, err := dlock.Open(context.Background(), url, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}

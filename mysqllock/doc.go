@@ -1,0 +1,171 @@
+// Package mysqllock is dlock's MySQL and MariaDB backend (scheme
+// mysql://), on github.com/go-sql-driver/mysql. A lock is a user-level
+// lock of the server (GET_LOCK), held on a connection of its own.
+//
+// # URL
+//
+//	mysql://user:password@host:port/database?table=dlock_tokens&keepalive=1s
+//
+// for example
+//
+//	mysql://app:secret@10.0.0.5:3306/app?prefix=app:&ttl=10s&tls=true
+//
+// The host defaults to 127.0.0.1 and the port to 3306; the path names the
+// database of the token table. Parameters:
+//
+//	table      the table of fencing-token counters, table or database.table
+//	           (Options.Table, default DefaultTable)
+//	prefix     the prefix of server-side lock names (Options.Prefix, default
+//	           DefaultPrefix; "prefix=" for none)
+//	keepalive  how often each held lock's connection is checked
+//	           (Options.KeepAlive, default DefaultKeepAlive); above zero
+//	wait_step  the longest single server-side wait (Options.WaitStep,
+//	           default DefaultWaitStep, lowered below readTimeout); ≥ 1s
+//	socket     a Unix socket to connect to instead of host:port
+//
+// These go-sql-driver DSN parameters pass through, under the same names,
+// with go-sql-driver's meaning: timeout, readTimeout, writeTimeout, tls,
+// charset, collation, compress, connectionAttributes, maxAllowedPacket,
+// serverPubKey, checkConnLiveness, rejectReadOnly, allowCleartextPasswords,
+// allowFallbackToPlaintext, allowNativePasswords, allowOldPasswords. dlock's
+// shared ones, ttl and renew, are accepted too (renew has no effect). Any
+// other parameter is a *dlock.ParamError naming it: go-sql-driver would
+// send an unknown one to the server as a SET, and the parameters that
+// change how statements behave (multiStatements, interpolateParams,
+// parseTime, allowAllFiles...) have no use here. For anything else, build
+// a *sql.DB yourself and use New.
+//
+// A driver opened from a URL owns its *sql.DB (Close closes it), keeps up
+// to OpenMaxIdleConns idle connections, and treats the pool as exclusive
+// (see Options.ExclusivePool).
+//
+// # How a lock works
+//
+// Each acquisition checks a connection out of the *sql.DB (a *sql.Conn)
+// and keeps it until the lock is released: GET_LOCK and RELEASE_LOCK run on
+// the same connection, and no other code can get that connection from the
+// pool meanwhile. (Locking through the pooled *sql.DB, as some libraries
+// do, runs the release on whatever connection the pool hands out, and
+// leaves the lock held by an idle pooled connection.) The statements, each
+// one round trip:
+//
+//	SET @dlock_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = <TTL>  (caller's pool only)
+//	SELECT GET_LOCK('<key>', 0), CONNECTION_ID(), @@SESSION.wait_timeout
+//	INSERT INTO <table> ... ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)
+//	...
+//	SELECT RELEASE_LOCK('<key>')
+//	SET SESSION wait_timeout = <saved>                                            (caller's pool only)
+//
+// after which the connection goes back to the pool. Names are sent as SQL
+// literals (they are validated; see dlock.ValidateName), so no statement
+// needs a server-side prepare whatever the DSN's interpolateParams.
+//
+// TryAcquire on a held lock gets 0 from GET_LOCK and returns a
+// *dlock.HeldError (Remaining is 0: a lock has no expiry).
+//
+// # Names
+//
+// GET_LOCK names are global to the server (not per database), at most
+// MaxLockNameLen (64) characters on MySQL 5.7 and later, and servers
+// differ on case: MariaDB's manual says names are compared without regard
+// to case, while MariaDB 10.11 in the tests treats "Ab" and "ab" as two
+// locks. dlock's names are case-sensitive, so a lock called name is the
+// server-side lock prefix+name with each upper-case letter written as '^'
+// and its lower-case form, which means the same on either kind of
+// server: "Orders/42" is "dlock:^orders/42". When that is longer than 64
+// characters, the lock is prefix, '#' and the hex SHA-256 of the name, cut
+// to 64 characters (57 hex digits, 228 bits, with the default prefix). Names hold neither '^' nor '#', so the readable and hashed
+// forms never meet, and distinct names are distinct locks on either
+// server (a hash collision aside). Driver.LockName tells the server-side
+// name, to find a lock in SHOW PROCESSLIST or with IS_USED_LOCK.
+//
+// # Waiting
+//
+// Acquire waits on the server: GET_LOCK('<key>', WaitStep) on the
+// acquisition's connection, issued again each time a step times out. (A
+// negative timeout, which MySQL takes for "forever", makes MariaDB 10.11
+// return NULL at once.) When
+// the context ends, the driver ends the wait with KILL QUERY <connection
+// id> from another connection of the pool, so that nothing stays queued
+// on the server when Acquire returns, then discards the waiting
+// connection. It does not rely on go-sql-driver's handling of the context,
+// which closes the connection: the server keeps such a dead wait queued
+// until it notices (about a second on MariaDB 10.11), and would grant it
+// the lock if it were released meanwhile. If the KILL cannot be sent
+// within a second (the pool is at SetMaxOpenConns) or the wait has not
+// ended a second after it, the driver closes the connection after all.
+// Close ends waits the same way, with dlock.ErrClosed.
+//
+// # Fencing token
+//
+// Once GET_LOCK has granted the lock, the same connection advances the
+// name's counter in the token table, one row per name:
+//
+//	INSERT INTO dlock_tokens (name, token)
+//	VALUES ('<name>', LAST_INSERT_ID(UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))))
+//	ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)
+//
+// and reads the new value from the statement's OK packet (the insert id),
+// in the same round trip. Only the holder writes the row, so tokens
+// strictly increase per name. A new row starts from the server's clock in
+// microseconds: a row deleted (to prune names no longer used) or a table
+// dropped continues above every token it gave before, unless the name was
+// taken more than once per microsecond on average, or the server's clock
+// went back. The table is InnoDB: a token is durable once acquired (with
+// innodb_flush_log_at_trx_commit=1, the default). The driver creates the
+// table the first time it finds it missing; see Driver.Migrate to create
+// it ahead of time.
+//
+// # Loss
+//
+// A lock lives as long as its connection. Lease.Expires is the zero time,
+// the lock is not renewed, and WithAutoRenew(false) changes nothing. The
+// driver checks every keep-alive period (DefaultKeepAlive, or a third of
+// the TTL if shorter), on the lock's connection, that IS_USED_LOCK of the
+// key is that connection's id. A failed check (the connection was killed
+// or dropped, the server restarted, a proxy reconnected the session) ends
+// the lease: Done closes and Err matches dlock.ErrLost. The driver then
+// closes the connection, so that the server frees the lock if it still
+// had it.
+//
+// The TTL bounds how long a silent holder keeps a lock: the driver sets
+// the connection's session wait_timeout to the TTL rounded up to whole
+// seconds (at least 1s) before the lock can be granted, so a holder whose
+// host dies without closing its connections, or that is cut off, loses
+// the lock after the TTL rather than after the server's default of 8
+// hours. The keep-alive checks keep a live holder's connection busy, and
+// a check must be answered before the wait_timeout, counted from the
+// sending of the last successful one, less a tenth: otherwise the lease
+// is lost first, so a cut-off holder learns of the loss before the server
+// can give the lock to anyone else.
+//
+// A holder whose connection is killed (KILL, an operator, a server
+// restart) loses the lock at once on the server, and learns of it only at
+// its next check: up to the keep-alive period later. Nothing can make
+// that case safe before the fact: pass the fencing token to the resource.
+//
+// # Pools
+//
+// Every held lock and every waiting Acquire holds one connection of the
+// *sql.DB, and cancelling a wait takes one more for a moment; size
+// SetMaxOpenConns and SetMaxIdleConns for that (database/sql keeps only 2
+// idle connections by default). SetConnMaxLifetime and SetConnMaxIdleTime
+// never close a connection that holds a lock: database/sql closes only
+// connections back in the pool.
+//
+// On the caller's pool, each acquisition saves the session's wait_timeout
+// and restores it before the connection goes back: two statements more.
+// A pool that serves the driver alone can skip them (Options.ExclusivePool,
+// as a driver opened from a URL does).
+//
+// # Limits
+//
+// User-level locks live in one server's memory: they are not replicated,
+// and Galera or group replication do not make them cluster-wide. Every
+// client must reach the same primary. A failover ends every lock (the
+// connections die), and with asynchronous replication the new primary's
+// token table may lag, so that tokens go back: a fencing guard then
+// refuses the new holders' writes until the counters pass the old ones.
+// Connection poolers must keep a client's session on one server connection
+// (ProxySQL stops multiplexing a session that calls GET_LOCK).
+package mysqllock

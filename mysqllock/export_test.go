@@ -1,0 +1,28 @@
+package mysqllock
+
+import "time"
+
+// Freeze pauses the driver's keep-alive checks for dur, as if its process
+// had stopped (SIGSTOP) or its host had vanished: the connections stay
+// open, but the server hears nothing on them.
+func (d *Driver) Freeze(dur time.Duration) {
+	ch := make(chan struct{})
+	d.freeze.Store(&ch)
+	time.AfterFunc(dur, func() {
+		d.freeze.CompareAndSwap(&ch, nil)
+		close(ch)
+	})
+}
+
+// WaitStep returns the driver's wait step.
+func (d *Driver) WaitStep() time.Duration { return d.waitStep }
+
+// KeepAlive returns the driver's keep-alive period.
+func (d *Driver) KeepAlive() time.Duration { return d.keepAlive }
+
+// Held returns the number of locks the driver holds.
+func (d *Driver) Held() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}

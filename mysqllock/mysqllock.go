@@ -1,0 +1,259 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options and of mysql:// URLs.
+const (
+	// DefaultTable is the table of fencing-token counters.
+	DefaultTable = "dlock_tokens"
+	// DefaultPrefix starts the server-side name of every lock.
+	DefaultPrefix = "dlock:"
+	// DefaultKeepAlive is how often the driver checks, on each held
+	// lock's connection, that the server still has the lock.
+	DefaultKeepAlive = time.Second
+	// DefaultWaitStep is the longest single GET_LOCK wait; a wait that
+	// times out is issued again.
+	DefaultWaitStep = 30 * time.Second
+)
+
+// MaxPrefixLen is the longest Options.Prefix: at least 31 characters of
+// the server's 64 are left for the name or its hash.
+const MaxPrefixLen = 32
+
+func init() {
+	dlock.Register("mysql", open)
+}
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default.
+type Options struct {
+	// Table is the table of fencing-token counters, "table" or
+	// "database.table": letters, digits, '_' and '$'. Lockers that take
+	// the same locks must use the same table, or their tokens would not
+	// increase from one to the other. It is created when first needed, or
+	// by Migrate. Default DefaultTable.
+	Table string
+
+	// Prefix starts the server-side name of every lock (see LockName).
+	// GET_LOCK names are global to the server, across databases: Lockers
+	// that must exclude each other use the same prefix, and prefixes of
+	// unrelated Lockers must not be prefixes of one another. At most
+	// MaxPrefixLen bytes of lower-case ASCII letters, digits and
+	// - _ . : @ + = /. Default DefaultPrefix; set NoPrefix for none.
+	Prefix string
+
+	// NoPrefix makes the server-side names carry no prefix at all.
+	NoPrefix bool
+
+	// KeepAlive is how often the driver checks, on each held lock's own
+	// connection, that the server still has the lock. A lock taken away
+	// by the server (its connection killed, the server restarted) is
+	// reported lost within about this long. It is lowered to a third of
+	// the lock's TTL when that is shorter. Default DefaultKeepAlive.
+	KeepAlive time.Duration
+
+	// ExclusivePool declares that the *sql.DB serves this driver alone, so
+	// that the driver may leave the session's wait_timeout as it set it
+	// when a connection goes back to the pool. That saves two of the five
+	// statements of an acquisition and its release (on the caller's pool,
+	// the driver saves the session's wait_timeout before GET_LOCK and
+	// restores it after RELEASE_LOCK). Give such a pool's connections a
+	// wait_timeout no longer than the TTLs in use, with the DSN parameter
+	// wait_timeout: the driver lowers it only once it holds the lock. A
+	// driver opened from a URL has a pool of its own, set up that way.
+	ExclusivePool bool
+
+	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
+	// waited this long without the lock is issued again. Keep it below
+	// the readTimeout of the DSN, if it has one. Whole seconds, at least
+	// one. Default DefaultWaitStep.
+	WaitStep time.Duration
+}
+
+// Driver is the MySQL/MariaDB driver: a dlock driver.Driver and
+// driver.Waiter over a *sql.DB of github.com/go-sql-driver/mysql. Create
+// it with NewDriver (or New, or dlock.Open with a mysql:// URL).
+//
+// Each held lock has a connection of its own, checked out of the *sql.DB
+// for the lock's whole life; see the package documentation. The zero
+// value is not usable. A Driver is safe for concurrent use by multiple
+// goroutines. It must not be copied.
+type Driver struct {
+	db        *sql.DB
+	own       bool // opened from a URL: Close closes db
+	exclusive bool // Options.ExclusivePool
+	table     string
+	prefix    string
+	keepAlive time.Duration
+	waitStep  time.Duration
+	sql       statements
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // acquisitions in progress
+
+	mu     sync.Mutex
+	closed bool
+	held   map[string]*lock // by owner
+
+	freeze atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
+}
+
+// NewDriver returns a driver that takes its connections from db, a
+// *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
+// the defaults). The driver does not close db: the caller keeps owning
+// it. Every held lock and every waiting Acquire keeps one of db's
+// connections, and cancelling a wait takes one more for a moment: size
+// db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
+// db is nil and returns an error for invalid options.
+func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
+	if db == nil {
+		panic("mysqllock: NewDriver with a nil *sql.DB")
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Table == "" {
+		opt.Table = DefaultTable
+	}
+	table, err := quoteTable(opt.Table)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case opt.NoPrefix:
+		opt.Prefix = ""
+	case opt.Prefix == "":
+		opt.Prefix = DefaultPrefix
+	}
+	if err := checkPrefix(opt.Prefix); err != nil {
+		return nil, err
+	}
+	if opt.KeepAlive == 0 {
+		opt.KeepAlive = DefaultKeepAlive
+	}
+	if opt.KeepAlive < 0 {
+		return nil, fmt.Errorf("mysqllock: negative keep-alive period %v", opt.KeepAlive)
+	}
+	if opt.WaitStep == 0 {
+		opt.WaitStep = DefaultWaitStep
+	}
+	if opt.WaitStep < time.Second {
+		return nil, fmt.Errorf("mysqllock: wait step %v is below one second", opt.WaitStep)
+	}
+	d := &Driver{
+		db:        db,
+		table:     opt.Table,
+		prefix:    opt.Prefix,
+		keepAlive: opt.KeepAlive,
+		exclusive: opt.ExclusivePool,
+		waitStep:  opt.WaitStep.Truncate(time.Second),
+		sql:       newStatements(table),
+		held:      map[string]*lock{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// New returns a dlock.Locker over NewDriver(db, o), with the Locker
+// options opts. Closing the Locker closes the driver but not db.
+func New(db *sql.DB, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	d, err := NewDriver(db, o)
+	if err != nil {
+		return nil, err
+	}
+	l, err := dlock.New(d, opts...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Scheme returns "mysql", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "mysql" }
+
+// DB returns the *sql.DB the driver takes its connections from.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// Table returns the table of fencing-token counters, as configured.
+func (d *Driver) Table() string { return d.table }
+
+// Prefix returns the prefix of the server-side lock names.
+func (d *Driver) Prefix() string { return d.prefix }
+
+// LockName returns the name under which the server knows the lock called
+// name: what GET_LOCK, IS_USED_LOCK and SHOW PROCESSLIST show. See the
+// package documentation for the mapping.
+func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) }
+
+// Close ends the driver: waiting Lock calls return ErrClosed, the
+// connections of locks still held are closed (so the server frees those
+// locks, and their Grant.Lost channels close), and the *sql.DB is closed
+// if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
+// left open. Close is idempotent.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	held := make([]*lock, 0, len(d.held))
+	for _, l := range d.held {
+		held = append(held, l)
+	}
+	d.held = map[string]*lock{}
+	d.mu.Unlock()
+	d.cancel()
+	for _, l := range held {
+		l.stopKeepAlive()
+		l.lose(driver.ErrClosed)
+	}
+	d.wg.Wait()
+	if d.own {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// begin registers an acquisition in progress; it fails after Close.
+func (d *Driver) begin() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return driver.ErrClosed
+	}
+	d.wg.Add(1)
+	return nil
+}
+
+// cancelled is the error of a wait that ctx or Close ended.
+func (d *Driver) cancelled(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return driver.ErrClosed
+}
+
+// errNotHeld wraps driver.ErrNotHeld for the lock called name.
+func errNotHeld(name, why string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: %q: %s", driver.ErrNotHeld, name, why)
+	}
+	return fmt.Errorf("%w: %q: %s: %w", driver.ErrNotHeld, name, why, cause)
+}
+
+var errNullLock = errors.New("GET_LOCK returned NULL (the statement was killed, or the server failed)")

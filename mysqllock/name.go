@@ -1,0 +1,73 @@
+package mysqllock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// MaxLockNameLen is the longest user-level lock name MySQL accepts (5.7
+// and later); MariaDB accepts somewhat longer ones, and the driver keeps
+// to the shorter limit on both.
+const MaxLockNameLen = 64
+
+// lockName maps the lock called name to its server-side name.
+//
+// Servers may compare lock names without regard to case (MariaDB's manual
+// says so; MariaDB 10.11 does not), while dlock's names are
+// case-sensitive. So each upper-case letter
+// is written as '^' and its lower-case form: "Orders/42" is
+// "dlock:^orders/42". When prefix and escaped name are longer than
+// MaxLockNameLen, the name is hashed instead: prefix, '#', and the hex
+// SHA-256 of the name, cut to MaxLockNameLen. Lock names never contain '^'
+// or '#', so neither form can equal the other, or another name's.
+func lockName(prefix, name string) string {
+	n := len(prefix) + len(name)
+	for i := 0; i < len(name); i++ {
+		if isUpper(name[i]) {
+			n++
+		}
+	}
+	if n <= MaxLockNameLen {
+		b := make([]byte, 0, n)
+		b = append(b, prefix...)
+		for i := 0; i < len(name); i++ {
+			if c := name[i]; isUpper(c) {
+				b = append(b, '^', c+('a'-'A'))
+			} else {
+				b = append(b, c)
+			}
+		}
+		return string(b)
+	}
+	sum := sha256.Sum256([]byte(name))
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return prefix + "#" + string(h[:MaxLockNameLen-len(prefix)-1])
+}
+
+func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
+
+// checkPrefix reports whether p can start the server-side lock names: it
+// must keep its meaning on servers that ignore case, and never contain
+// '^' or '#', which mark escapes and hashes.
+func checkPrefix(p string) error {
+	if len(p) > MaxPrefixLen {
+		return fmt.Errorf("mysqllock: prefix %q is longer than %d bytes", p, MaxPrefixLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:@+=/", c) >= 0) {
+			return fmt.Errorf("mysqllock: prefix %q: character %q is not allowed (lower-case letters, digits and -_.:@+=/)", p, c)
+		}
+	}
+	return nil
+}
+
+// literal quotes s as an SQL string literal. It is only ever given lock
+// names (checked by dlock.ValidateName) and their server-side forms,
+// whose characters need no escaping in any sql_mode: statements are sent
+// as plain text, one round trip each, whatever the DSN's
+// interpolateParams.
+func literal(s string) string { return "'" + s + "'" }

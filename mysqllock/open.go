@@ -1,0 +1,174 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// DefaultAddr is the server a mysql:// URL without a host reaches.
+const DefaultAddr = "127.0.0.1:3306"
+
+// OpenMaxIdleConns is the number of idle connections kept by the pool of a
+// driver opened from a URL (database/sql keeps 2 by default): every
+// acquisition checks a connection out, and a new connection costs a
+// handshake.
+const OpenMaxIdleConns = 32
+
+// openTimeout bounds the ping with which Open checks the server, when
+// the URL sets no timeout.
+const openTimeout = 10 * time.Second
+
+// driverParams are the go-sql-driver DSN parameters a mysql:// URL passes
+// through, under the same names. They concern the connection only
+// (transport, authentication, character set); those that change what
+// statements do (multiStatements, interpolateParams, parseTime, loc,
+// clientFoundRows, allowAllFiles...) and server variables are refused.
+var driverParams = []string{
+	"allowCleartextPasswords", "allowFallbackToPlaintext", "allowNativePasswords", "allowOldPasswords",
+	"charset", "checkConnLiveness", "collation", "compress", "connectionAttributes",
+	"maxAllowedPacket", "readTimeout", "rejectReadOnly", "serverPubKey", "timeout", "tls", "writeTimeout",
+}
+
+// open is the Opener of mysql:// URLs (see the package documentation).
+func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
+	var o Options
+	o.Table = u.String("table", DefaultTable)
+	if u.Has("prefix") {
+		o.Prefix = u.String("prefix", DefaultPrefix)
+		o.NoPrefix = o.Prefix == ""
+	}
+	var err error
+	if o.KeepAlive, err = u.Duration("keepalive", DefaultKeepAlive); err != nil {
+		return nil, err
+	}
+	if o.KeepAlive == 0 {
+		return nil, u.Err("keepalive", "0s", errors.New("must be positive"))
+	}
+	if o.WaitStep, err = u.Duration("wait_step", DefaultWaitStep); err != nil {
+		return nil, err
+	}
+	if o.WaitStep < time.Second {
+		return nil, u.Err("wait_step", o.WaitStep.String(), errors.New("below one second"))
+	}
+	socket := u.String("socket", "")
+	pass := url.Values{}
+	for _, k := range driverParams {
+		if !u.Has(k) {
+			continue
+		}
+		v := u.String(k, "")
+		if _, err := mysql.ParseDSN("/?" + url.Values{k: {v}}.Encode()); err != nil {
+			return nil, u.Err(k, v, err)
+		}
+		pass.Set(k, v)
+	}
+	if err := u.Unknown(); err != nil {
+		return nil, err
+	}
+	cfg, err := config(u, socket, pass)
+	if err != nil {
+		return nil, err
+	}
+	// The pool is the driver's alone: its connections start with the
+	// wait_timeout of the Locker's TTL (see Options.ExclusivePool).
+	o.ExclusivePool = true
+	ttl, err := u.Duration("ttl", dlock.DefaultTTL)
+	if err != nil {
+		return nil, err
+	}
+	timeout := sessionTimeout(ttl)
+	cfg.Params = map[string]string{"wait_timeout": strconv.FormatInt(int64(timeout/time.Second), 10)}
+	if _, err := quoteTable(o.Table); err != nil {
+		return nil, u.Err("table", o.Table, err)
+	}
+	if cfg.DBName == "" && !strings.Contains(o.Table, ".") {
+		return nil, u.Err("path", u.Path, errors.New("no database: want mysql://host/database, or table=database.table"))
+	}
+	if err := checkPrefix(o.Prefix); err != nil {
+		return nil, u.Err("prefix", o.Prefix, err)
+	}
+	if cfg.ReadTimeout > 0 && o.WaitStep >= cfg.ReadTimeout {
+		// A wait must end, and be issued again, before the read times out.
+		o.WaitStep = max(cfg.ReadTimeout/2, time.Second)
+	}
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: open: %w", err)
+	}
+	db := sql.OpenDB(c)
+	db.SetMaxIdleConns(OpenMaxIdleConns)
+	// The pool closes idle connections before the server would.
+	db.SetConnMaxIdleTime(timeout / 2)
+	// One ping shows that the server answers, so that a wrong address or
+	// password fails Open rather than the first Acquire.
+	pctx, cancel := context.WithTimeout(ctx, max(cfg.Timeout, openTimeout))
+	err = db.PingContext(pctx)
+	cancel()
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mysqllock: open: the server at %s did not answer: %w", cfg.Addr, err)
+	}
+	d, err := NewDriver(db, &o)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	d.own = true
+	return d, nil
+}
+
+// config builds the go-sql-driver configuration of a mysql:// URL.
+func config(u driver.URL, socket string, pass url.Values) (*mysql.Config, error) {
+	cfg := mysql.NewConfig()
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	switch {
+	case socket != "" && u.Host != "":
+		return nil, u.Err("socket", socket, errors.New("a URL with a socket takes no host: mysql://user@/database?socket=/path"))
+	case socket != "":
+		cfg.Net, cfg.Addr = "unix", socket
+	case u.Host == "":
+		cfg.Net, cfg.Addr = "tcp", DefaultAddr
+	default:
+		host, port := u.Hostname(), u.Port()
+		if host == "" {
+			return nil, u.Err("host", u.Host, errors.New("no host name"))
+		}
+		if port == "" {
+			port = "3306"
+		}
+		cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(host, port)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if strings.Contains(db, "/") {
+		return nil, u.Err("path", u.Path, errors.New("the path is one database name: mysql://host/database"))
+	}
+	cfg.DBName = db
+	if len(pass) == 0 {
+		return cfg, nil
+	}
+	dsn := cfg.FormatDSN()
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	full, err := mysql.ParseDSN(dsn + sep + pass.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: open: %w", err)
+	}
+	return full, nil
+}

@@ -1,0 +1,113 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// statements are the driver's SQL texts that depend on its table.
+type statements struct {
+	create string // CREATE TABLE IF NOT EXISTS
+	bump   string // the counter upsert, before the quoted name and bumpEnd
+}
+
+// The counter of a name is advanced while its lock is held, in one
+// statement whose OK packet carries the new value (LAST_INSERT_ID(expr)
+// sets the insert id the server reports). A new row starts from the
+// server's clock in microseconds rather than from 1, so that a row
+// deleted (or a table dropped) and created again still continues above
+// every token it issued before, unless the name was taken more than once
+// per microsecond on average since its row was created.
+const (
+	createTable = "CREATE TABLE IF NOT EXISTS %s (\n" +
+		"  name VARBINARY(255) NOT NULL PRIMARY KEY,\n" +
+		"  token BIGINT UNSIGNED NOT NULL\n" +
+		") ENGINE=InnoDB"
+	bumpStart = "INSERT INTO %s (name, token) VALUES ("
+	bumpEnd   = ", LAST_INSERT_ID(UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))))" +
+		" ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+)
+
+func newStatements(table string) statements {
+	return statements{
+		create: fmt.Sprintf(createTable, table),
+		bump:   fmt.Sprintf(bumpStart, table),
+	}
+}
+
+// quoteTable checks a table name, "table" or "database.table", and quotes
+// it with backticks.
+func quoteTable(t string) (string, error) {
+	parts := strings.Split(t, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("mysqllock: table %q: want table or database.table", t)
+	}
+	for i, p := range parts {
+		if p == "" || len(p) > 64 {
+			return "", fmt.Errorf("mysqllock: table %q: each part must have 1 to 64 characters", t)
+		}
+		for j := 0; j < len(p); j++ {
+			c := p[j]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '$') {
+				return "", fmt.Errorf("mysqllock: table %q: character %q is not allowed (letters, digits, _ and $)", t, c)
+			}
+		}
+		parts[i] = "`" + p + "`"
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// Migrate creates the table of fencing-token counters if it does not
+// exist:
+//
+//	CREATE TABLE IF NOT EXISTS dlock_tokens (
+//	  name VARBINARY(255) NOT NULL PRIMARY KEY,
+//	  token BIGINT UNSIGNED NOT NULL
+//	) ENGINE=InnoDB
+//
+// The driver also creates it by itself the first time it finds it
+// missing, which needs the CREATE privilege; call Migrate (or run the
+// statement) ahead of time to run the driver with an account that only
+// has SELECT, INSERT and UPDATE on the table. Migrate is safe to call
+// concurrently and more than once.
+func (d *Driver) Migrate(ctx context.Context) error {
+	if _, err := d.db.ExecContext(ctx, d.sql.create); err != nil {
+		return fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
+	}
+	return nil
+}
+
+// bump advances the counter of the lock called name, on the connection
+// that holds the lock, and returns the new token. A missing table is
+// created, once, on that connection.
+func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, error) {
+	q := d.sql.bump + literal(name) + bumpEnd
+	for created := false; ; created = true {
+		res, err := c.ExecContext(ctx, q)
+		if err == nil {
+			id, err := res.LastInsertId()
+			if err == nil && id <= 0 {
+				err = fmt.Errorf("the server reported token %d", id)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("mysqllock: fencing token of %q: %w", name, err)
+			}
+			return uint64(id), nil
+		}
+		if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable && !created {
+			if _, err := c.ExecContext(ctx, d.sql.create); err != nil {
+				return 0, fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
+			}
+			continue
+		}
+		return 0, fmt.Errorf("mysqllock: fencing token of %q in %s: %w", name, d.table, err)
+	}
+}
+
+// erNoSuchTable is ER_NO_SUCH_TABLE, on MySQL and MariaDB alike.
+const erNoSuchTable = 1146

@@ -1,0 +1,126 @@
+package mysqllock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/mysqllock"
+)
+
+// TestCancelledWaitLeavesNothing: a wait ended by its context's deadline,
+// by a cancel or by Close leaves no statement queued on the server, and
+// the waiter's connection is gone; the lock is free the moment the holder
+// releases it.
+func TestCancelledWaitLeavesNothing(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	o := mysqllock.Options{Table: testTable(t)}
+	holder, d := newLocker(t, o)
+	adm := newAdmin(t)
+	const name = "cancel/wait"
+	key := d.LockName(name)
+	for _, how := range []string{"deadline", "cancel", "close"} {
+		t.Run(how, func(t *testing.T) {
+			adm := &admin{t: t, db: adm.db}
+			lease, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter, wd := newLocker(t, o)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			if how == "deadline" {
+				wctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+				defer cancel()
+			}
+			errc := make(chan error, 1)
+			go func() {
+				l, err := waiter.Acquire(wctx, name)
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+				errc <- err
+			}()
+			if !eventually(5*time.Second, func() bool { return adm.waiters(key) == 1 }) {
+				t.Fatal("the waiter never showed in SHOW PROCESSLIST in state \"User lock\"")
+			}
+			var waiterID int64
+			row := adm.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?", "%GET_LOCK('"+key+"'%")
+			if err := row.Scan(&waiterID); err != nil {
+				t.Fatal(err)
+			}
+			switch how {
+			case "cancel":
+				cancel()
+			case "close":
+				if err := wd.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}
+			start := time.Now()
+			err = <-errc
+			took := time.Since(start)
+			want := map[string]error{"deadline": context.DeadlineExceeded, "cancel": context.Canceled, "close": dlock.ErrClosed}[how]
+			if !errors.Is(err, want) {
+				t.Errorf("Acquire = %v, want an error matching %v", err, want)
+			}
+			if how != "deadline" && took > 500*time.Millisecond {
+				t.Errorf("Acquire returned %v after the %s", took, how)
+			}
+			// Nothing is left: no queued statement, no connection.
+			if n := adm.waiters(key); n != 0 {
+				t.Errorf("%d statements still queued for the lock after Acquire returned", n)
+			}
+			if adm.alive(waiterID) && !eventually(time.Second, func() bool { return !adm.alive(waiterID) }) {
+				t.Errorf("the waiter's connection %d is still open 1s after Acquire returned", waiterID)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if id := adm.holder(key); id != 0 {
+				t.Errorf("after the release, connection %d holds the lock", id)
+			}
+		})
+	}
+}
+
+// TestCancelFallback: when no connection is free for the KILL QUERY (the
+// pool is full), the cancelled wait closes its own connection instead,
+// within a bounded time, and the server drops the waiter soon after.
+func TestCancelFallback(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	o := mysqllock.Options{Table: testTable(t)}
+	holder, d := newLocker(t, o)
+	adm := newAdmin(t)
+	key := d.LockName("fallback")
+	lease, err := holder.Acquire(ctx, "fallback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	db := newDB(t, nil)
+	db.SetMaxOpenConns(1)
+	waiter, err := mysqllock.New(db, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := waiter.Acquire(wctx, "fallback"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire = %v, want DeadlineExceeded", err)
+	}
+	took := time.Since(start)
+	t.Logf("Acquire returned %v after its start (deadline 300ms)", took)
+	if took > 3*time.Second {
+		t.Errorf("Acquire took %v with no connection free for the KILL", took)
+	}
+	returned := time.Now()
+	if !eventually(5*time.Second, func() bool { return adm.waiters(key) == 0 }) {
+		t.Error("the waiter is still queued 5s after its connection was closed")
+	}
+	t.Logf("the closed waiter left the server's queue %v after Acquire returned", time.Since(returned).Round(time.Millisecond))
+}
