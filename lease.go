@@ -155,7 +155,7 @@ func (s *Lease) refresh(ctx context.Context) error {
 // lease that already ended returns an error matching ErrNotHeld and the
 // lease's Err (ErrReleased or ErrLost); it never touches the lock of
 // another owner. If the store cannot be reached, the lease still ends and
-// the lock expires after its TTL; the error says so.
+// the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
 	if s.err != nil || s.releasing {
@@ -184,7 +184,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		return s.heldErr()
 	default:
 		s.end(ErrReleased, false)
-		return fmt.Errorf("dlock: release %q (the lock expires after its TTL): %w", s.req.Name, err)
+		return fmt.Errorf("dlock: release %q (the store frees it when its TTL or session ends): %w", s.req.Name, err)
 	}
 }
 

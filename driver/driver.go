@@ -42,8 +42,8 @@ type Grant struct {
 	// process lives) and needs no renewal.
 	Expires time.Time
 	// Lost, if not nil, is closed by the driver when it learns that the lock
-	// is gone (session expired, connection closed). A driver must close it
-	// after Unlock too, or never; dlock stops watching it at release.
+	// is gone (session expired, connection closed). dlock watches it only
+	// while the lease is held, so a driver need not close it after Unlock.
 	Lost <-chan struct{}
 }
 
