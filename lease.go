@@ -210,7 +210,6 @@ func (s *Lease) end(cause error, lost bool) bool {
 		return false
 	}
 	s.err = cause
-	close(s.done)
 	s.mu.Unlock()
 	s.supCancel()
 	s.l.track(s, false)
@@ -218,5 +217,8 @@ func (s *Lease) end(cause error, lost bool) bool {
 	if lost {
 		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
 	}
+	// Done closes last, so that whoever wakes on it sees the metrics and
+	// the log line of the lease's end.
+	close(s.done)
 	return true
 }
