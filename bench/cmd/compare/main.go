@@ -41,6 +41,7 @@ func run() error {
 	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "longest wait for a quiet machine before a measurement")
+	cost := flag.Duration("cost", 2*time.Second, "duration of the CPU-cost pass (S2 on private servers only, so that Redis's CPU per operation can be read); 0 skips it")
 	rounds := flag.Int("rounds", 1, "rounds; the order of implementations rotates each round and metrics are medians (max wait: the worst)")
 	flag.Parse()
 
@@ -58,20 +59,24 @@ func run() error {
 		}
 	}
 
-	servers, err := harness.StartServers(5)
+	servers, err := harness.StartServers(6) // 5 masters + 1 for the cost pass
 	if err != nil {
 		return err
 	}
 	defer harness.KillServers(servers)
 	sig := make(chan os.Signal, 1)
+	env := harness.NewEnv(*shared, harness.Addrs(servers[:5]))
+	costAddr := servers[5].Addr
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
 		harness.KillServers(servers)
+		// dlock keeps fencing counters for days: remove this run's keys.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = harness.Cleanup(ctx, env)
+		cancel()
 		os.Exit(130)
 	}()
-
-	env := harness.NewEnv(*shared, harness.Addrs(servers))
 	ctx := context.Background()
 	impls := map[string]harness.Impl{}
 	var order []string
@@ -149,6 +154,22 @@ func run() error {
 		}
 	}
 
+	var costs []harness.Cost
+	if *cost > 0 {
+		for _, s := range specs {
+			if *maxForeignFlag > 0 {
+				waitQuiet(exclude, sharedPort, *maxForeignFlag, *quietWait)
+			}
+			c, err := harness.MeasureCost(ctx, s, env, costAddr, *cost)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "cost of %s: %v\n", s.Name, err)
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "cost %-15s %8.0f ops/s client %v/op redis %v/op\n", s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
+			costs = append(costs, c)
+		}
+	}
+
 	results := harness.Results{}
 	for _, rs := range all {
 		results.Add(harness.Combine(rs))
@@ -166,6 +187,10 @@ func run() error {
 	fmt.Fprintln(w)
 	harness.WriteTables(w, results, order)
 	harness.WriteErrors(w, results, order)
+	if len(costs) > 0 {
+		fmt.Fprintf(w, "\n")
+		harness.WriteCosts(w, costs, *cost)
+	}
 	fmt.Fprintf(w, "\n### Targets\n\n")
 	harness.WriteTargets(w, harness.Targets(results))
 	return nil

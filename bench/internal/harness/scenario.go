@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -42,6 +43,7 @@ type Result struct {
 	Ops            int64         // completed acquire+release pairs
 	Elapsed        time.Duration // wall time of the measured run
 	AllocsPerOp    float64       // heap allocations of the whole process per op
+	ClientCPU      time.Duration // CPU time of the whole process (user+system) during the run
 	P50, P99       time.Duration // acquire+release latency (S1, S2); acquire wait (S3)
 	AcquireErrors  int64         // failed acquires other than the scenario ending (retried)
 	ReleaseErrors  int64
@@ -129,6 +131,7 @@ func run(impl Impl, scenario string, workers int, contended bool, b Budget, h Ho
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	cpu0 := processCPU()
 	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N}
 	t.left.Store(b.N)
 	var ctx context.Context
@@ -155,9 +158,10 @@ func run(impl Impl, scenario string, workers int, contended bool, b Budget, h Ho
 	if h.Stop != nil {
 		h.Stop()
 	}
+	cpu := processCPU() - cpu0
 	cancel()
 	runtime.ReadMemStats(&ms1)
-	return Result{Scenario: scenario, Workers: workers, Elapsed: elapsed,
+	return Result{Scenario: scenario, Workers: workers, Elapsed: elapsed, ClientCPU: cpu,
 		AllocsPerOp: float64(ms1.Mallocs - ms0.Mallocs)}
 }
 
@@ -333,6 +337,15 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 		res.MaxPerWorker = max(res.MaxPerWorker, n)
 	}
 	return res
+}
+
+// processCPU returns the user+system CPU time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // percentile returns the nearest-rank p-quantile of ds (sorting it); -1

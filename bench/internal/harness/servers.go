@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -90,6 +91,32 @@ func (s *Server) Pid() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// ServerCPU returns the CPU time (user+system, all threads) the Redis
+// servers at addrs used so far, from INFO cpu.
+func ServerCPU(ctx context.Context, addrs []string) (time.Duration, error) {
+	var total time.Duration
+	for _, a := range addrs {
+		c := NewClient(a)
+		info, err := c.Info(ctx, "cpu").Result()
+		_ = c.Close()
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+			if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+			}
+			total += time.Duration(f * float64(time.Second))
+		}
+	}
+	return total, nil
 }
 
 // KillServers kills every server in ss.
