@@ -31,7 +31,7 @@
 //	                    redis://127.0.0.1:6379?prefix=billing:
 //	queue_ttl=3s        lifetime of a waiter's queue entry (Options.QueueTTL)
 //	                    redis://127.0.0.1:6379?queue_ttl=1s
-//	fence_ttl=168h      lifetime of an unused fencing counter (Options.FenceTTL)
+//	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
 //	                    redis://127.0.0.1:6379?fence_ttl=720h
 //	dial_timeout=5s     connection timeout (go-redis Options.DialTimeout)
 //	                    redis://127.0.0.1:6379?dial_timeout=500ms
@@ -73,9 +73,10 @@
 // above every token handed out before. Tokens therefore increase across
 // restarts, as long as the server's clock does not step back (nor a
 // replacement server's clock run behind). The counter expires FenceTTL
-// after the last acquisition or renewal, so that names no longer used do
-// not hold memory; reseeding from the clock keeps tokens increasing then
-// too. Tokens stay below 2^53 (exact in Lua's numbers) for centuries.
+// after it was seeded (its expiry is set only then, so acquisitions and
+// renewals cost no PEXPIRE), so that names no longer used do not hold
+// memory; reseeding from the clock keeps tokens increasing then too, even
+// for a name in use. Tokens stay below 2^53 (exact in Lua's numbers) for centuries.
 //
 // # Waiting
 //

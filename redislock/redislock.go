@@ -23,7 +23,7 @@ const (
 	// being refreshed by its waiter.
 	DefaultQueueTTL = 3 * time.Second
 	// DefaultFenceTTL is how long a name's fencing counter is kept after
-	// the last acquisition or renewal of its lock.
+	// it was seeded.
 	DefaultFenceTTL = 7 * 24 * time.Hour
 )
 
@@ -52,10 +52,11 @@ type Options struct {
 	// negative means DefaultQueueTTL.
 	QueueTTL time.Duration
 
-	// FenceTTL is how long a name's fencing counter is kept after the last
-	// acquisition or renewal, so that names no longer used do not hold
-	// memory for ever. A counter that expired is reseeded from the
-	// server's clock, which keeps tokens increasing. Zero or negative
+	// FenceTTL is how long a name's fencing counter is kept after it was
+	// seeded (on first use, or after it expired), so that names no longer
+	// used do not hold memory for ever. Acquisitions do not extend it: a
+	// counter that expired is reseeded from the server's clock in
+	// microseconds, which keeps tokens increasing. Zero or negative
 	// means DefaultFenceTTL.
 	FenceTTL time.Duration
 }
@@ -87,6 +88,28 @@ type Driver struct {
 	active    sync.WaitGroup // Lock calls in progress
 
 	sub subscriber
+
+	// lastTTL caches the script arguments of the last TTL used: a
+	// Locker's leases mostly share one TTL, so they are boxed once.
+	lastTTL atomic.Pointer[boxedTTL]
+}
+
+// boxedTTL holds the script arguments that derive from a lock TTL, boxed.
+type boxedTTL struct {
+	ttl  time.Duration // in whole milliseconds (see ttlArg)
+	ms   any           // int64: the TTL in milliseconds
+	life any           // int64: the queue entry lifetime in milliseconds
+}
+
+// ttlArgs returns the boxed script arguments for ttl, a TTL returned by
+// ttlArg, from a one-entry cache.
+func (d *Driver) ttlArgs(ttl time.Duration) *boxedTTL {
+	if b := d.lastTTL.Load(); b != nil && b.ttl == ttl {
+		return b
+	}
+	b := &boxedTTL{ttl: ttl, ms: ttl.Milliseconds(), life: d.entryLifetime(ttl).Milliseconds()}
+	d.lastTTL.Store(b)
+	return b
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
@@ -170,11 +193,12 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if d.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	ms, ttl, err := ttlArg(r.TTL)
+	_, ttl, err := ttlArg(r.TTL)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	k := d.keys(r.Name)
+	ms := d.ttlArgs(ttl).ms
 	start := time.Now()
 	res, err := acquireScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
 	if err != nil {
@@ -207,13 +231,14 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	if d.closed.Load() {
 		return time.Time{}, driver.ErrClosed
 	}
-	ms, ttl, err := ttlArg(r.TTL)
+	_, ttl, err := ttlArg(r.TTL)
 	if err != nil {
 		return time.Time{}, err
 	}
 	k := d.keys(r.Name)
+	ms := d.ttlArgs(ttl).ms
 	start := time.Now()
-	n, err := refreshScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL).Int64()
+	n, err := refreshScript.Run(ctx, d.client, k[:1], r.Owner, ms).Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
 	}

@@ -25,6 +25,27 @@ func (d *Driver) entryLifetime(ttl time.Duration) time.Duration {
 	return min(d.queueTTL, max(ttl, minQueueTTL))
 }
 
+// lazyTimer is a timer created on first use, so that a Lock call that
+// never waits creates none; it lives on the caller's stack.
+type lazyTimer struct{ t *time.Timer }
+
+// after (re)arms the timer to fire after dur and returns its channel.
+func (lt *lazyTimer) after(dur time.Duration) <-chan time.Time {
+	if lt.t == nil {
+		lt.t = time.NewTimer(dur)
+	} else {
+		lt.t.Reset(dur)
+	}
+	return lt.t.C
+}
+
+// stop stops the timer, if it was created.
+func (lt *lazyTimer) stop() {
+	if lt.t != nil {
+		lt.t.Stop()
+	}
+}
+
 // Lock takes the lock, waiting as long as ctx allows, first come first
 // served among waiters.
 //
@@ -49,7 +70,7 @@ func (d *Driver) entryLifetime(ttl time.Duration) time.Duration {
 // 2ms), and the sending of the last script that found the caller still
 // queued plus the TTL (the handoff happened after that script ran).
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	ms, ttl, err := ttlArg(r.TTL)
+	_, ttl, err := ttlArg(r.TTL)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -59,22 +80,12 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	defer d.active.Done()
 
 	keys := d.keys(r.Name)
+	args := d.ttlArgs(ttl)
 	life := d.entryLifetime(ttl)
 	recheck := min(life, ttl) / 3
-	var timer *time.Timer
-	wait := func(dur time.Duration) <-chan time.Time {
-		if timer == nil {
-			timer = time.NewTimer(dur)
-		} else {
-			timer.Reset(dur)
-		}
-		return timer.C
-	}
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var timer lazyTimer
+	defer timer.stop()
+	wait := timer.after
 
 	// Register before the first script: a grant may follow it at once.
 	if !d.sub.start() {
@@ -92,8 +103,8 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		// confirmed before this script was sent.
 		subscribed := d.sub.isReady()
 		start := time.Now()
-		res, err := acquireScript.Run(ctx, d.client, keys, r.Owner, ms, d.fenceTTL, modeWait,
-			d.entryChannel, life.Milliseconds(), r.Name).Int64Slice()
+		res, err := acquireScript.Run(ctx, d.client, keys, r.Owner, args.ms, d.fenceTTL, modeWait,
+			d.entryChannel, args.life, r.Name).Int64Slice()
 		if err != nil {
 			// The script may have run before the error: leave nothing
 			// held or queued.

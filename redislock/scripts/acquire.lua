@@ -11,6 +11,14 @@
 -- lets a waiter tell a grant message sent before this call (stale: the
 -- lock it granted has expired since) from one sent after.
 local owner, ttl, fence_ttl = ARGV[1], ARGV[2], ARGV[3]
+
+-- Free, with nobody waiting (or in try mode, which never queues): take it.
+if ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0 then
+  if redis.call('SET', KEYS[1], owner, 'NX', 'PX', ttl) then
+    return {1, next_token(fence_ttl)}
+  end
+end
+
 local cur = redis.call('GET', KEYS[1])
 
 -- Already ours: a retried call, or a handoff whose message was lost.
@@ -20,11 +28,6 @@ if cur == owner then
     dequeue(owner)
   end
   return {1, current_token(fence_ttl)}
-end
-
-if not cur and (ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0) then
-  redis.call('SET', KEYS[1], owner, 'PX', ttl)
-  return {1, next_token(fence_ttl)}
 end
 
 local function held()

@@ -13,17 +13,19 @@ local function now_ms()
 end
 
 -- Advances the fencing counter and returns the new token. A missing counter
--- (never used, expired, or lost in a restart without persistence) is seeded
--- from the server's clock in microseconds, built as a string so no float
--- rounding is involved: tokens grow by one per acquisition, far slower than
--- the clock, so a reseeded counter is still above every token issued before.
+-- (never used, expired, or lost in a restart without persistence) is
+-- recreated by INCR as 1, and then seeded from the server's clock in
+-- microseconds, built as a string so no float rounding is involved, with
+-- its expiry (fence_ttl ms): INCR keeps a key's expiry, so only seeding
+-- sets it. Tokens grow by one per acquisition, far slower than the clock,
+-- so a reseeded counter is still above every token issued before.
 local function next_token(fence_ttl)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    local t = redis.call('TIME')
-    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
-  end
   local token = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], fence_ttl)
+  if token == 1 then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', fence_ttl)
+    token = redis.call('INCR', KEYS[2])
+  end
   return token
 end
 
@@ -32,7 +34,6 @@ end
 local function current_token(fence_ttl)
   local c = redis.call('GET', KEYS[2])
   if c then
-    redis.call('PEXPIRE', KEYS[2], fence_ttl)
     return tonumber(c)
   end
   return next_token(fence_ttl)

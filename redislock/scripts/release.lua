@@ -5,10 +5,17 @@
 --
 -- Returns 1 when the caller held the lock, 0 otherwise.
 local owner = ARGV[1]
-dequeue(owner)
+-- Without a queue (the usual case) there is no entry to remove and nobody
+-- to hand the lock to: one EXISTS spares both.
+local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+if queued then
+  dequeue(owner)
+end
 if redis.call('GET', KEYS[1]) ~= owner then
   return 0
 end
 redis.call('DEL', KEYS[1])
-hand_off(ARGV[3], ARGV[2], false)
+if queued then
+  hand_off(ARGV[3], ARGV[2], false)
+end
 return 1
