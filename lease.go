@@ -30,17 +30,20 @@ type Lease struct {
 	autoRenew bool
 	lostCh    <-chan struct{} // the driver's loss signal; may be nil
 
-	done      chan struct{}
-	supCtx    context.Context // ends when the supervisor must stop
-	supCancel context.CancelFunc
-	supDone   chan struct{}
+	done chan struct{}
 
-	opMu sync.Mutex // serializes the driver's Refresh and Unlock calls
+	// timer runs tick, the lease's supervision, at the next renewal or at
+	// the end of the lock's validity; nil for a lock without expiry.
+	timer *time.Timer
+
+	opMu    sync.Mutex // serializes the driver's Refresh and Unlock calls
+	lastErr error      // the last failed automatic renewal; guarded by opMu
 
 	mu        sync.Mutex
 	expires   time.Time // zero: no expiry
 	err       error     // nil while held
 	releasing bool
+	cancelOp  context.CancelFunc // aborts an automatic renewal in flight
 }
 
 func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Lease {
@@ -52,12 +55,10 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Le
 		autoRenew: autoRenew,
 		lostCh:    g.Lost,
 		done:      make(chan struct{}),
-		supDone:   make(chan struct{}),
 		expires:   g.Expires,
 	}
-	s.supCtx, s.supCancel = context.WithCancel(context.Background())
 	l.track(s, true)
-	go s.supervise()
+	s.start()
 	return s
 }
 
@@ -163,10 +164,15 @@ func (s *Lease) Release(ctx context.Context) error {
 		return s.heldErr()
 	}
 	s.releasing = true
+	cancel := s.cancelOp
 	s.mu.Unlock()
 
-	s.supCancel()
-	<-s.supDone
+	// Stop supervision, abort a renewal in flight, and wait for it (it holds
+	// opMu): no renewal runs after this point.
+	s.stop()
+	if cancel != nil {
+		cancel()
+	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	err := s.l.drv.Unlock(ctx, s.req)
@@ -211,7 +217,7 @@ func (s *Lease) end(cause error, lost bool) bool {
 	}
 	s.err = cause
 	s.mu.Unlock()
-	s.supCancel()
+	s.stop()
 	s.l.track(s, false)
 	s.l.m.ended(lost, time.Since(s.acquired))
 	if lost {

@@ -19,77 +19,124 @@ func renewRetryDelay(ttl time.Duration) time.Duration {
 	return clamp(ttl/30, 2*time.Millisecond, time.Second)
 }
 
-// supervise is the lease's one goroutine. It renews the lock about every
-// TTL/3 (when automatic renewal is on), retries failed renewals until the
-// lock's validity is about to end, then declares the lease lost; it also
-// ends the lease when the driver signals loss. It stops when the lease
-// ends or Release starts, and Release waits for it to stop before it
-// unlocks, so no renewal ever follows a release.
-func (s *Lease) supervise() {
-	defer close(s.supDone)
-	ttl := s.req.TTL
-	margin := lossMargin(ttl)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	var lastErr error
-	for {
-		exp := s.Expires()
-		var wake <-chan time.Time
-		if !exp.IsZero() {
-			lossAt := exp.Add(-margin)
-			next := lossAt
-			if s.autoRenew {
-				if lastErr == nil {
-					next = exp.Add(-2 * ttl / 3)
-				} else {
-					next = time.Now().Add(renewRetryDelay(ttl))
-				}
-				if next.After(lossAt) {
-					next = lossAt
-				}
-			}
-			timer.Reset(time.Until(next))
-			wake = timer.C
-		}
-		select {
-		case <-s.supCtx.Done():
-			return
-		case <-s.lostCh:
-			s.end(fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name), true)
-			return
-		case <-wake:
-		}
+// start begins the lease's supervision. A lock that expires gets a timer
+// whose callback, tick, renews it about every TTL/3 (when automatic renewal
+// is on), retries failed renewals until the lock's validity is about to
+// end, then declares the lease lost. A driver's loss signal gets a
+// goroutine that waits for it. Nothing runs between these events: an
+// uncontended lease costs no goroutine of its own.
+func (s *Lease) start() {
+	if exp := s.Expires(); !exp.IsZero() {
+		// Armed only once s.timer is set: tick may run at once and Reset it.
+		s.timer = time.AfterFunc(time.Hour, s.tick)
+		s.timer.Reset(time.Until(s.nextWake(exp)))
+	}
+	if s.lostCh != nil {
+		go s.watchLost()
+	}
+}
 
-		exp = s.Expires() // a manual Refresh may have moved it
-		lossAt := exp.Add(-margin)
-		now := time.Now()
-		if !now.Before(lossAt) {
-			s.expire(lastErr)
+// stop ends supervision; a tick already running finds the lease ended or
+// releasing and does nothing more.
+func (s *Lease) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+// watchLost ends the lease when the driver signals loss, unless the lease
+// ended or its release started first.
+func (s *Lease) watchLost() {
+	select {
+	case <-s.lostCh:
+	case <-s.done:
+		return
+	}
+	s.mu.Lock()
+	releasing := s.releasing
+	s.mu.Unlock()
+	if !releasing {
+		s.end(fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name), true)
+	}
+}
+
+// nextWake returns when tick must next run for a lock valid until exp.
+// opMu must be held, or the lease just created.
+func (s *Lease) nextWake(exp time.Time) time.Time {
+	ttl := s.req.TTL
+	lossAt := exp.Add(-lossMargin(ttl))
+	next := lossAt
+	if s.autoRenew {
+		if s.lastErr == nil {
+			next = exp.Add(-2 * ttl / 3)
+		} else {
+			next = time.Now().Add(renewRetryDelay(ttl))
+		}
+		if next.After(lossAt) {
+			next = lossAt
+		}
+	}
+	return next
+}
+
+// tick is the supervision step, run by the lease's timer. It holds opMu
+// throughout, so a Release waits for it and no renewal follows a release.
+func (s *Lease) tick() {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil || s.releasing {
+		s.mu.Unlock()
+		return
+	}
+	exp := s.expires // a manual Refresh may have moved it
+	s.mu.Unlock()
+
+	ttl := s.req.TTL
+	lossAt := exp.Add(-lossMargin(ttl))
+	now := time.Now()
+	if !now.Before(lossAt) {
+		s.expire()
+		return
+	}
+	if s.autoRenew && (s.lastErr != nil || !now.Before(exp.Add(-2*ttl/3))) {
+		ctx, cancel := context.WithDeadline(context.Background(), lossAt)
+		s.mu.Lock()
+		if s.releasing {
+			s.mu.Unlock()
+			cancel()
 			return
 		}
-		if !s.autoRenew || (lastErr == nil && now.Before(exp.Add(-2*ttl/3))) {
-			continue
-		}
-		s.opMu.Lock()
-		if s.supCtx.Err() != nil {
-			s.opMu.Unlock()
-			return
-		}
-		ctx, cancel := context.WithDeadline(s.supCtx, lossAt)
+		s.cancelOp = cancel
+		s.mu.Unlock()
 		err := s.refresh(ctx)
+		s.mu.Lock()
+		s.cancelOp = nil
+		releasing := s.releasing
+		s.mu.Unlock()
 		cancel()
-		s.opMu.Unlock()
 		switch {
 		case err == nil:
-			lastErr = nil
-		case errors.Is(err, ErrNotHeld) || s.supCtx.Err() != nil:
+			s.lastErr = nil
+		case errors.Is(err, ErrNotHeld) || releasing:
 			return // refresh ended the lease, or Release started
 		default:
-			lastErr = err
+			s.lastErr = err
 			s.l.log.Warn("dlock: renewal failed", "name", s.req.Name, "token", s.token, "error", err)
 		}
 	}
+	s.schedule()
+}
+
+// schedule arms the timer for the next tick unless the lease ended or is
+// being released. opMu must be held.
+func (s *Lease) schedule() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || s.releasing {
+		return
+	}
+	s.timer.Reset(time.Until(s.nextWake(s.expires)))
 }
 
 // expire ends the lease as lost because its validity ran out without a
@@ -97,18 +144,16 @@ func (s *Lease) supervise() {
 // case a late renewal did reach the store, so that others need not wait
 // for the TTL. Drivers may rely on this call: a lock whose store does not
 // expire it on its own (filelock's flock) is freed here when the lease's
-// validity ends.
-func (s *Lease) expire(lastErr error) {
+// validity ends. opMu must be held.
+func (s *Lease) expire() {
 	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
-	if lastErr != nil {
-		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, lastErr)
+	if s.lastErr != nil {
+		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, s.lastErr)
 	}
 	if !s.end(cause, true) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.req.TTL/10, 50*time.Millisecond))
 	defer cancel()
-	s.opMu.Lock()
 	_ = s.l.drv.Unlock(ctx, s.req)
-	s.opMu.Unlock()
 }
