@@ -38,6 +38,7 @@ type HeldError struct {
 	Remaining time.Duration
 }
 
+// Error describes the held lock and, when known, the holder's remaining time.
 func (e *HeldError) Error() string {
 	if e.Remaining > 0 {
 		return fmt.Sprintf("dlock: not acquired: %q is held (expires in %v unless renewed)", e.Name, e.Remaining)
@@ -60,6 +61,7 @@ type ParamError struct {
 	Err error
 }
 
+// Error names the scheme, the parameter, its value and what is wrong.
 func (e *ParamError) Error() string {
 	if e.Value == "" {
 		return fmt.Sprintf("dlock: %s URL: parameter %q: %v", e.Scheme, e.Param, e.Err)
@@ -67,4 +69,5 @@ func (e *ParamError) Error() string {
 	return fmt.Sprintf("dlock: %s URL: parameter %q=%q: %v", e.Scheme, e.Param, e.Value, e.Err)
 }
 
+// Unwrap returns what is wrong with the parameter.
 func (e *ParamError) Unwrap() error { return e.Err }

@@ -48,6 +48,9 @@ type watcher struct {
 	fired atomic.Bool
 }
 
+// HandleCancel runs when a query's context ends: a server-side wait gets a
+// cancel request (so nothing stays queued), anything else is interrupted at
+// once through the socket deadline.
 func (w *watcher) HandleCancel(context.Context) {
 	w.fired.Store(true)
 	nc := w.pc.Conn()
@@ -63,6 +66,7 @@ func (w *watcher) HandleCancel(context.Context) {
 	}()
 }
 
+// HandleUnwatchAfterCancel clears the deadline HandleCancel set.
 func (w *watcher) HandleUnwatchAfterCancel() {
 	_ = w.pc.Conn().SetDeadline(time.Time{})
 }
