@@ -143,14 +143,14 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name, key 
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	w.key, w.rev, w.cancel, w.synced = key, rev, cancel, false
 	w.ch = d.c.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	if d.hooks != nil && d.hooks.watch != nil {
-		d.hooks.watch(name, key)
-	}
 	select {
 	case wr, ok := <-w.ch:
 		if !ok || !wr.Created || wr.Canceled || wr.Err() != nil {
 			w.stop()
 			return false
+		}
+		if d.hooks != nil && d.hooks.watch != nil {
+			d.hooks.watch(name, key) // counted once etcd has created it
 		}
 		w.from, w.born = wr.Header.Revision, time.Now()
 		w.probeAt = probeFirst

@@ -154,6 +154,17 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	waitKeys(t, admin, prefix, "q", 3)
 	go acquireAs("last", ctx)
 	waitKeys(t, admin, prefix, "q", 4)
+	// Cancel only once every waiter's watch is in place: a predecessor
+	// deleted before its successor's watch exists is found by a read, not
+	// a wake-up, and the count below would be off by one.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if watches, _ := counter.totals(); watches >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the three waiters' watches were not all created")
+		}
+	}
 
 	mcancel()
 	if err := <-middleDone; !errors.Is(err, context.Canceled) {
