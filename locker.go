@@ -31,9 +31,11 @@ type Locker struct {
 	leases map[*Lease]struct{}
 }
 
-// New returns a Locker over the driver d. Backend packages offer
-// constructors that call it; use New directly for a driver of your own.
-// The options set the Locker's defaults; an invalid option is an error.
+// New returns a Locker over the driver d, which the Locker then owns:
+// closing the Locker closes d. Backend packages offer constructors that
+// call it; use New directly for a driver of your own. The options set the
+// Locker's defaults; an invalid option is an error, and then New closes d,
+// so that a constructor can hand its driver over without cleaning up.
 func New(d driver.Driver, opts ...Option) (*Locker, error) {
 	backend := "custom"
 	if s, ok := d.(interface{ Scheme() string }); ok {
@@ -48,6 +50,7 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 	}
 	cfg := defaultConfig().with(opts)
 	if cfg.err != nil {
+		_ = d.Close()
 		return nil, cfg.err
 	}
 	l := &Locker{drv: d, backend: backend, cfg: cfg, leases: map[*Lease]struct{}{}}

@@ -98,10 +98,5 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLocker(d, u.Scheme, append(urlOpts, opts...))
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return newLocker(d, u.Scheme, append(urlOpts, opts...))
 }

@@ -120,12 +120,7 @@ func New(dir string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return dlock.New(d, opts...)
 }
 
 // Scheme returns "file".

@@ -174,12 +174,7 @@ func New(db *sql.DB, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return dlock.New(d, opts...)
 }
 
 // Scheme returns "mysql", the backend's name in metrics and logs.

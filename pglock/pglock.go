@@ -164,12 +164,7 @@ func New(ctx context.Context, config *pgx.ConnConfig, o *Options, opts ...dlock.
 	if err != nil {
 		return nil, err
 	}
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return dlock.New(d, opts...)
 }
 
 // Scheme returns "postgres", the backend's name in metrics and logs (for

@@ -203,12 +203,7 @@ func New(clients []redis.UniversalClient, o *Options, opts ...dlock.Option) (*dl
 	if err != nil {
 		return nil, err
 	}
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return dlock.New(d, opts...)
 }
 
 // Scheme returns "redlock", the backend's name in metrics and logs.

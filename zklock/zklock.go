@@ -153,12 +153,7 @@ func New(servers []string, o *Options, opts ...dlock.Option) (*dlock.Locker, err
 	if err != nil {
 		return nil, err
 	}
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	return l, nil
+	return dlock.New(d, opts...)
 }
 
 // Scheme returns "zk", the backend's name in metrics and logs.
