@@ -78,6 +78,14 @@
 // memory; reseeding from the clock keeps tokens increasing then too, even
 // for a name in use. Tokens stay below 2^53 (exact in Lua's numbers) for centuries.
 //
+// # Requests
+//
+// A Driver sends its scripts from a few long-lived goroutines of its own
+// (internal/redispipe): calls of several goroutines that arrive together
+// go out as one pipeline, so that many concurrent lock operations cost
+// Redis one read and one write system call instead of one each. A lone
+// call goes out at once.
+//
 // # Waiting
 //
 // Waiters queue in Redis, and a release hands the lock straight to the

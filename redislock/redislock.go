@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Defaults of Options.
@@ -26,6 +27,10 @@ const (
 	// it was seeded.
 	DefaultFenceTTL = 7 * 24 * time.Hour
 )
+
+// senders is how many batches of script calls a driver can have on the
+// wire at once.
+const senders = 4
 
 // minQueueTTL is the shortest entry lifetime used for a short-TTL lock, so
 // that a waiter's re-check arriving a little late does not drop it from
@@ -64,6 +69,8 @@ type Options struct {
 // Driver is the Redis driver: a dlock driver.Driver and driver.Waiter over
 // one Redis server (or Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
+// It runs a few goroutines that send its scripts, batching concurrent
+// calls into pipelines (see the package documentation), until Close.
 // From its first Lock until Close, a Driver holds one pub/sub connection
 // of its client's, shared by all its waiting calls.
 //
@@ -88,6 +95,9 @@ type Driver struct {
 	active    sync.WaitGroup // Lock calls in progress
 
 	sub subscriber
+
+	// pipe sends the scripts, coalescing concurrent calls into pipelines.
+	pipe *redispipe.Sender
 
 	// lastTTL caches the script arguments of the last TTL used: a
 	// Locker's leases mostly share one TTL, so they are boxed once.
@@ -144,6 +154,7 @@ func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 		done:     make(chan struct{}),
 	}
 	d.entryChannel = d.channel
+	d.pipe = redispipe.NewSender(client, senders, allScripts...)
 	d.sub.init(d)
 	return d
 }
@@ -200,7 +211,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	k := d.keys(r.Name)
 	ms := d.ttlArgs(ttl).ms
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, d.client, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
+	res, err := d.pipe.Do(ctx, acquireScript, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
 	if err != nil {
 		// The script may have run before the error: leave nothing held.
 		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
@@ -238,7 +249,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	k := d.keys(r.Name)
 	ms := d.ttlArgs(ttl).ms
 	start := time.Now()
-	n, err := refreshScript.Run(ctx, d.client, k[:1], r.Owner, ms).Int64()
+	n, err := d.pipe.Do(ctx, refreshScript, k[:1], r.Owner, ms).Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
 	}
@@ -269,7 +280,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 // holds the lock, releases it and hands it on. It reports whether r.Owner
 // held the lock.
 func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
-	n, err := releaseScript.Run(ctx, d.client, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+	n, err := d.pipe.Do(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redislock: unlock %q: %w", r.Name, err)
 	}
@@ -289,6 +300,7 @@ func (d *Driver) Close() error {
 		close(d.done)
 		d.active.Wait()
 		d.sub.close()
+		d.pipe.Close()
 		if d.ownClient {
 			err = d.client.Close()
 		}

@@ -3,7 +3,7 @@ package redislock
 import (
 	_ "embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // The Lua scripts, one per hot operation, so that each is one round trip.
@@ -19,9 +19,11 @@ var (
 	//go:embed scripts/refresh.lua
 	refreshLua string
 
-	acquireScript = redis.NewScript(libLua + acquireLua)
-	releaseScript = redis.NewScript(libLua + releaseLua)
-	refreshScript = redis.NewScript(refreshLua)
+	acquireScript = redispipe.NewScript(libLua + acquireLua)
+	releaseScript = redispipe.NewScript(libLua + releaseLua)
+	refreshScript = redispipe.NewScript(refreshLua)
+
+	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript}
 )
 
 // Script modes of acquire.lua, boxed once so that passing them allocates

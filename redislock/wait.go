@@ -103,7 +103,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		// confirmed before this script was sent.
 		subscribed := d.sub.isReady()
 		start := time.Now()
-		res, err := acquireScript.Run(ctx, d.client, keys, r.Owner, args.ms, d.fenceTTL, modeWait,
+		res, err := d.pipe.Do(ctx, acquireScript, keys, r.Owner, args.ms, d.fenceTTL, modeWait,
 			d.entryChannel, args.life, r.Name).Int64Slice()
 		if err != nil {
 			// The script may have run before the error: leave nothing

@@ -216,13 +216,18 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 // round was handed to a client: the earliest instant a node can have
 // received it.
 type sendClock struct {
-	mu    sync.Mutex
-	first time.Time
+	mu     sync.Mutex
+	first  time.Time
+	script string // the hash of the script whose requests count
 }
 
-func (h *sendClock) reset() {
+// reset forgets the sends seen so far and counts from now on only the
+// requests that run sc: requests of earlier calls still on their way to
+// the slower nodes (an Unlock returns once a quorum has answered) must
+// not count.
+func (h *sendClock) reset(sc *script) {
 	h.mu.Lock()
-	h.first = time.Time{}
+	h.first, h.script = time.Time{}, sc.Hash()
 	h.mu.Unlock()
 }
 
@@ -236,24 +241,29 @@ func (h *sendClock) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *sendClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.see(time.Now())
+		h.see(time.Now(), cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (h *sendClock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.see(time.Now())
+		h.see(time.Now(), cmds...)
 		return next(ctx, cmds)
 	}
 }
 
-func (h *sendClock) see(now time.Time) {
+func (h *sendClock) see(now time.Time, cmds ...redis.Cmder) {
 	h.mu.Lock()
-	if h.first.IsZero() || now.Before(h.first) {
-		h.first = now
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && a[1] == h.script {
+			if h.first.IsZero() || now.Before(h.first) {
+				h.first = now
+			}
+			return
+		}
 	}
-	h.mu.Unlock()
 }
 
 // clockedDriver returns a Driver whose clients report to a sendClock.

@@ -4,10 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
+
+// call is one script call fanned out to several nodes, each node's
+// submission tagged with its index. Its Ctx ends at the fan-out's deadline
+// (which bounds the requests' socket I/O too): a node that has not sent
+// the request by then drops it. The channel has room for a reply from
+// every node, so a node never blocks on a caller that stopped waiting. The
+// last node to answer releases ctx.
+type call struct {
+	redispipe.Call
+	ctx     context.Context
+	cancel  context.CancelFunc
+	left    atomic.Int32 // nodes yet to answer
+	replies chan reply
+}
+
+// Answer delivers one node's reply. A request dropped unsent because its
+// deadline passed counts as a node timeout.
+func (c *call) Answer(node int, cmd *redis.Cmd) {
+	v, err := cmd.Result()
+	if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() != nil {
+		err = errNodeTimeout
+	}
+	c.replies <- reply{node: node, val: v, err: err}
+	if c.left.Add(-1) == 0 {
+		c.cancel()
+	}
+}
 
 // reply is one node's answer to one script call.
 type reply struct {
@@ -24,8 +55,6 @@ var (
 	errSkipped = errors.New("not asked")
 	// errUnexpected marks a reply the scripts never give.
 	errUnexpected = errors.New("unexpected reply")
-	// errClosed answers requests still queued when the driver closes.
-	errClosed = driver.ErrClosed
 )
 
 // all returns the mask of every node.
@@ -59,8 +88,9 @@ func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, 
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	c := &call{script: script, keys: keys, args: args, deadline: deadline, replies: make(chan reply, len(d.nodes))}
+	c := &call{replies: make(chan reply, len(d.nodes))}
 	c.ctx, c.cancel = context.WithDeadline(context.Background(), deadline)
+	c.Call = redispipe.Call{Script: script, Keys: keys, Args: args, Ctx: c.ctx, To: c}
 	out := make([]reply, len(d.nodes))
 	pending := 0
 	for i := range d.nodes {
@@ -77,7 +107,7 @@ func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, 
 	c.left.Store(int32(pending))
 	for i, n := range d.nodes {
 		if mask&(1<<i) != 0 {
-			n.submit(job{c: c, node: i})
+			n.Submit(&c.Call, i)
 		}
 	}
 	var (

@@ -178,7 +178,7 @@ func TestRefreshQuorum(t *testing.T) {
 	}
 	var exp time.Time
 	for range 3 { // again if too few nodes answered in time (loaded machine)
-		clock.reset()
+		clock.reset(refreshScript)
 		if exp, err = d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
 			break
 		}
@@ -254,7 +254,7 @@ func TestValidity(t *testing.T) {
 		var g driver.Grant
 		var err error
 		for range 3 { // again if too few nodes answered in time (loaded machine)
-			clock.reset()
+			clock.reset(acquireScript)
 			if g, err = d.TryLock(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
 				break
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Defaults and limits of Options.
@@ -95,9 +96,8 @@ type Options struct {
 // be copied.
 type Driver struct {
 	clients     []redis.UniversalClient
-	nodes       []*node
-	nodesDone   sync.WaitGroup // the nodes' senders
-	ownClients  bool           // opened from a URL: Close closes them
+	nodes       []*redispipe.Sender // one per client
+	ownClients  bool                // opened from a URL: Close closes them
 	quorum      int
 	nodeTimeout time.Duration
 	drift       time.Duration
@@ -187,10 +187,7 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		d.fenceTTL = max(opt.FenceTTL.Milliseconds(), 1)
 	}
 	for _, c := range d.clients {
-		n := newNode(c, d.done)
-		d.nodes = append(d.nodes, n)
-		d.nodesDone.Add(1)
-		go n.run(&d.nodesDone)
+		d.nodes = append(d.nodes, redispipe.NewSender(c, 1, allScripts...))
 	}
 	d.sub.init(d)
 	return d, nil
@@ -227,7 +224,9 @@ func (d *Driver) Close() error {
 		d.closed.Store(true)
 		close(d.done)
 		d.sub.close()
-		d.nodesDone.Wait()
+		for _, n := range d.nodes {
+			n.Close()
+		}
 		if d.ownClients {
 			errs := make([]error, 0, len(d.clients))
 			for _, c := range d.clients {
@@ -282,7 +281,7 @@ func (d *Driver) Prepare(ctx context.Context) error {
 		wg.Go(func() {
 			pipe := c.Pipeline()
 			for _, sc := range allScripts {
-				pipe.ScriptLoad(ctx, sc.src)
+				pipe.ScriptLoad(ctx, sc.Source())
 			}
 			_, errs[i] = pipe.Exec(ctx)
 		})

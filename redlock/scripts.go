@@ -3,7 +3,7 @@ package redlock
 import (
 	_ "embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // The Lua scripts, one per request a node receives, so that each is one
@@ -28,11 +28,6 @@ var (
 // allScripts lists them, for loading them all into a node at once.
 var allScripts = []*script{acquireScript, fenceScript, refreshScript, releaseScript}
 
-// script is a go-redis script that keeps its source at hand, for sending
-// it again in a pipeline after a NOSCRIPT reply.
-type script struct {
-	*redis.Script
-	src string
-}
+type script = redispipe.Script
 
-func newScript(src string) *script { return &script{redis.NewScript(src), src} }
+var newScript = redispipe.NewScript

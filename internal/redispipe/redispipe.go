@@ -1,0 +1,269 @@
+// Package redispipe sends Lua script calls to one Redis client from a
+// long-lived goroutine that coalesces the calls arriving together into one
+// pipeline: one write and one read for many callers instead of one each.
+// The Redis backends (redislock, redlock) use it for every hot request.
+//
+// Coalescing is what makes many concurrent lock operations cheap: Redis
+// answers a pipeline of k scripts with one read and one write system call
+// instead of k of each, and the client needs one connection instead of k.
+// A lone call goes out at once, alone, so an uncontended caller waits for
+// no batch.
+package redispipe
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Script is a Lua script that keeps its source at hand, for loading it
+// again after the server lost its script cache.
+type Script struct {
+	*redis.Script
+	src string
+}
+
+// NewScript returns the script of Lua source src.
+func NewScript(src string) *Script { return &Script{redis.NewScript(src), src} }
+
+// Source returns the script's Lua source.
+func (s *Script) Source() string { return s.src }
+
+// Answerer receives the answers to a Call: one per submission, on the
+// Sender's goroutine. Answer must not block.
+type Answerer interface {
+	Answer(tag int, cmd *redis.Cmd)
+}
+
+// Call is one script call. It may be submitted to several Senders (a
+// fan-out), each submission with its own tag.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+	// Ctx bounds the call: a call whose Ctx is done before it is sent is
+	// answered with Ctx's error, unsent, and Ctx's deadline bounds the
+	// socket I/O of a call sent alone. A call sent in a pipeline with
+	// others is bounded by the latest of their deadlines (none if one of
+	// them has none); cancelling Ctx does not interrupt a call already on
+	// the wire.
+	Ctx context.Context
+	// To receives the answers.
+	To Answerer
+}
+
+type job struct {
+	c   *Call
+	tag int
+}
+
+// Sender sends calls to one client from a few goroutines. An idle
+// goroutine takes every call queued and sends them as one batch; calls
+// that arrive while all of them have a batch on the wire queue up and go
+// out together as the next batch. Create it with NewSender; Close stops
+// its goroutines.
+type Sender struct {
+	client  redis.UniversalClient
+	scripts []*Script
+	wake    chan struct{} // buffered: a submit never blocks
+	running sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	pending []job
+}
+
+// NewSender starts a sender to client with n goroutines (at least 1), so
+// that up to n batches are on the wire at once. scripts are the scripts
+// its calls use: when the server answers NOSCRIPT (it restarted, or its
+// cache was flushed) all of them are loaded again and the calls resent.
+func NewSender(client redis.UniversalClient, n int, scripts ...*Script) *Sender {
+	s := &Sender{client: client, scripts: scripts, wake: make(chan struct{}, 1)}
+	n = max(n, 1)
+	s.running.Add(n)
+	for range n {
+		go s.run()
+	}
+	return s
+}
+
+// Submit queues c under tag. After Close, c is answered at once with
+// driver.ErrClosed.
+func (s *Sender) Submit(c *Call, tag int) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.To.Answer(tag, errCmd(c, driver.ErrClosed))
+		return
+	}
+	s.pending = append(s.pending, job{c, tag})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the sender: the batch on the wire completes, calls still
+// queued are answered with driver.ErrClosed. Close waits for the goroutine
+// to exit and is idempotent.
+func (s *Sender) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.wake)
+	}
+	s.mu.Unlock()
+	s.running.Wait()
+}
+
+func (s *Sender) run() {
+	defer s.running.Done()
+	var batch []job
+	for range s.wake {
+		for {
+			s.mu.Lock()
+			batch, s.pending = s.pending, batch[:0]
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			s.send(batch)
+			clear(batch) // let the calls be collected
+		}
+	}
+	// Closed: answer what was queued after the last batch.
+	s.mu.Lock()
+	batch, s.pending = s.pending, nil
+	s.mu.Unlock()
+	for _, j := range batch {
+		j.c.To.Answer(j.tag, errCmd(j.c, driver.ErrClosed))
+	}
+}
+
+// send runs a batch. Calls whose Ctx is done are answered without being
+// sent: under overload, stale work is dropped rather than piled onto the
+// server.
+func (s *Sender) send(batch []job) {
+	live := batch[:0]
+	for _, j := range batch {
+		if err := j.c.Ctx.Err(); err != nil {
+			j.c.To.Answer(j.tag, errCmd(j.c, err))
+			continue
+		}
+		live = append(live, j)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		j := live[0]
+		cmd := j.c.Script.EvalSha(j.c.Ctx, s.client, j.c.Keys, j.c.Args...)
+		if isNoScript(cmd.Err()) {
+			s.reload(j.c.Ctx)
+			cmd = j.c.Script.EvalSha(j.c.Ctx, s.client, j.c.Keys, j.c.Args...)
+		}
+		j.c.To.Answer(j.tag, cmd)
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(live))
+	pipe := s.client.Pipeline()
+	for k, j := range live {
+		cmds[k] = pipe.EvalSha(ctx, j.c.Script.Hash(), j.c.Keys, j.c.Args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var again []int       // calls the server had no script for
+	for k, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 {
+		// Load every script, so that the cache is whole again and calls
+		// of different scripts are not split between this round and the
+		// next, then resend those calls, all in one pipeline.
+		pipe := s.client.Pipeline()
+		for _, sc := range s.scripts {
+			pipe.ScriptLoad(ctx, sc.src)
+		}
+		for _, k := range again {
+			j := live[k]
+			cmds[k] = pipe.EvalSha(ctx, j.c.Script.Hash(), j.c.Keys, j.c.Args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for k, j := range live {
+		j.c.To.Answer(j.tag, cmds[k])
+	}
+}
+
+// reload loads every script into the server.
+func (s *Sender) reload(ctx context.Context) {
+	pipe := s.client.Pipeline()
+	for _, sc := range s.scripts {
+		pipe.ScriptLoad(ctx, sc.src)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// batchContext returns the context of a pipeline: no deadline if a call
+// has none, else the latest of the calls' deadlines. It is not derived
+// from any call's Ctx, so that one caller cancelling does not fail the
+// others' calls.
+func batchContext(live []job) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, j := range live {
+		dl, ok := j.c.Ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if dl.After(latest) {
+			latest = dl
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// errCmd returns a command for c that failed with err.
+func errCmd(c *Call, err error) *redis.Cmd {
+	cmd := redis.NewCmd(c.Ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// Do sends one call through s and waits for its answer, like
+// script.Run(ctx, client, keys, args...) but batched with the calls of
+// other goroutines.
+func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...any) *redis.Cmd {
+	w := waiters.Get().(*waiter)
+	w.Script, w.Keys, w.Args, w.Ctx = script, keys, args, ctx
+	s.Submit(&w.Call, 0)
+	cmd := <-w.ch
+	w.Call = Call{To: w}
+	waiters.Put(w)
+	return cmd
+}
+
+// waiter is a Call whose one answer goes to a channel; Do recycles them.
+type waiter struct {
+	Call
+	ch chan *redis.Cmd
+}
+
+func (w *waiter) Answer(_ int, cmd *redis.Cmd) { w.ch <- cmd }
+
+var waiters = sync.Pool{New: func() any {
+	w := &waiter{ch: make(chan *redis.Cmd, 1)}
+	w.To = w
+	return w
+}}

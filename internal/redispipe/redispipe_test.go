@@ -1,0 +1,191 @@
+package redispipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+var echo = NewScript(`return ARGV[1]`)
+
+// batchCounter counts the commands go-redis sends alone and in pipelines.
+type batchCounter struct {
+	single, pipelines, piped atomic.Int64
+}
+
+func (h *batchCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *batchCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.single.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// Concurrent calls all get their own answer, and calls that arrive while a
+// batch is on the wire go out together.
+func TestConcurrentCallsAreBatched(t *testing.T) {
+	c := testenv.RedisClient(t)
+	h := &batchCounter{}
+	c.AddHook(h)
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	ctx := t.Context()
+	const workers, calls = 32, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				want := fmt.Sprintf("%d/%d", w, i)
+				got, err := s.Do(ctx, echo, nil, want).Text()
+				if err != nil || got != want {
+					t.Errorf("Do(%q) = %q, %v", want, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := h.single.Load() + h.piped.Load()
+	if total < workers*calls {
+		t.Fatalf("%d commands sent for %d calls", total, workers*calls)
+	}
+	if h.pipelines.Load() == 0 {
+		t.Fatalf("no pipeline sent for %d concurrent callers (%d sent alone)", workers, h.single.Load())
+	}
+	t.Logf("%d calls: %d alone, %d in %d pipelines (%.1f per pipeline)", workers*calls,
+		h.single.Load(), h.piped.Load(), h.pipelines.Load(), float64(h.piped.Load())/float64(h.pipelines.Load()))
+}
+
+// After the server lost its scripts, calls alone and in pipelines load
+// them again and succeed.
+func TestReloadsScriptsAfterFlush(t *testing.T) {
+	c := testenv.RedisClient(t)
+	other := NewScript(`return 'other ' .. ARGV[1]`)
+	s := NewSender(c, 1, echo, other)
+	defer s.Close()
+	ctx := t.Context()
+	for round := range 2 {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+		n := 1 + round*15 // alone, then many at once
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				sc, want := echo, fmt.Sprint(i)
+				if i%2 == 1 {
+					sc, want = other, "other "+fmt.Sprint(i)
+				}
+				if got, err := s.Do(ctx, sc, nil, i).Text(); err != nil || got != want {
+					t.Errorf("round %d: Do = %q, %v; want %q", round, got, err, want)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// A call whose context has ended before it is sent is answered with the
+// context's error and never reaches the server.
+func TestDoneContextIsNotSent(t *testing.T) {
+	c := testenv.RedisClient(t)
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	key := fmt.Sprintf("redispipe-test:%d", time.Now().UnixNano())
+	set := NewScript(`return redis.call('SET', KEYS[1], '1')`)
+	if err := s.Do(ctx, set, []string{key}).Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with a cancelled context = %v, want context.Canceled", err)
+	}
+	if n := c.Exists(t.Context(), key).Val(); n != 0 {
+		t.Fatalf("the call ran although its context had ended")
+	}
+}
+
+// One caller's cancellation does not fail the others' calls in its batch.
+func TestCancelDoesNotSpill(t *testing.T) {
+	c := testenv.RedisClient(t)
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	slow := NewScript(`local t = redis.call('TIME') local s = tonumber(t[1]) * 1e6 + tonumber(t[2])
+repeat t = redis.call('TIME') until tonumber(t[1]) * 1e6 + tonumber(t[2]) > s + 20000
+return 1`)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		ctx, cancel := context.WithCancel(t.Context())
+		wg.Go(func() {
+			if i%2 == 0 {
+				_ = s.Do(ctx, slow, nil).Err() // holds the wire for batches to form
+				return
+			}
+			if err := s.Do(t.Context(), echo, nil, i).Err(); err != nil {
+				t.Errorf("call %d failed: %v", i, err)
+			}
+		})
+		if i%4 == 0 {
+			cancel()
+		} else {
+			defer cancel()
+		}
+	}
+	wg.Wait()
+}
+
+// Close answers queued calls with driver.ErrClosed, later calls at once,
+// and leaves no goroutine behind.
+func TestClose(t *testing.T) {
+	c := testenv.RedisClient(t)
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	s := NewSender(c, 3, echo)
+	if got, err := s.Do(t.Context(), echo, nil, "x").Text(); err != nil || got != "x" {
+		t.Fatalf("Do = %q, %v", got, err)
+	}
+	s.Close()
+	s.Close() // idempotent
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, %d before NewSender", n, before)
+	}
+	if err := s.Do(t.Context(), echo, nil, "y").Err(); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Do after Close = %v, want ErrClosed", err)
+	}
+}
+
+func BenchmarkDo(b *testing.B) {
+	c := testenv.RedisClient(b)
+	s := NewSender(c, 4, echo)
+	defer s.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := s.Do(ctx, echo, nil, "x").Err(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
