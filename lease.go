@@ -62,6 +62,11 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Le
 	return s
 }
 
+// Mode returns the kind of lock the lease holds: driver.Exclusive for a
+// mutex, driver.Read or driver.Write for a readers-writer lock,
+// driver.Permit for a semaphore's permit, driver.Leader for leadership.
+func (s *Lease) Mode() driver.Mode { return s.req.Mode }
+
 // Name returns the lock's name.
 func (s *Lease) Name() string { return s.req.Name }
 

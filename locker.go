@@ -21,6 +21,8 @@ import (
 type Locker struct {
 	drv     driver.Driver
 	waiter  driver.Waiter
+	moder   driver.Moder   // nil: Exclusive only
+	elector driver.Elector // nil: no elections
 	backend string
 	cfg     config
 	m       *metrics
@@ -55,6 +57,8 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 	}
 	l := &Locker{drv: d, backend: backend, cfg: cfg, leases: map[*Lease]struct{}{}}
 	l.waiter, _ = d.(driver.Waiter)
+	l.moder, _ = d.(driver.Moder)
+	l.elector, _ = d.(driver.Elector)
 	l.m = newMetrics(cfg.meter, backend)
 	l.log = cfg.logger
 	if l.log == nil {
@@ -62,6 +66,23 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 	}
 	l.log = l.log.With("backend", backend)
 	return l, nil
+}
+
+// Supports reports whether the Locker's backend implements the kind of
+// lock m: always for driver.Exclusive (the mutex), for other modes when
+// the driver says so (see driver.Moder). Methods for a mode the backend
+// lacks fail with ErrUnsupported.
+func (l *Locker) Supports(m driver.Mode) bool {
+	if m == driver.Exclusive {
+		return true
+	}
+	if l.moder == nil {
+		return false
+	}
+	if m == driver.Leader && l.elector == nil {
+		return false
+	}
+	return l.moder.Supports(m)
 }
 
 // Driver returns the Locker's driver, for backend-specific features.
@@ -76,17 +97,20 @@ func (l *Locker) Driver() driver.Driver { return l.drv }
 // Backends that can be notified of a release wait for that; others retry
 // with the Locker's Backoff, never past the holder's known expiry.
 func (l *Locker) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
-	return l.acquire(ctx, name, opts, true)
+	return l.acquire(ctx, driver.Request{Name: name}, opts, true)
 }
 
 // TryAcquire makes one attempt to take the lock called name. When another
 // owner holds it, the error matches ErrNotAcquired (and is usually a
 // *HeldError telling how long the holder's lock has left).
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
-	return l.acquire(ctx, name, opts, false)
+	return l.acquire(ctx, driver.Request{Name: name}, opts, false)
 }
 
-func (l *Locker) acquire(ctx context.Context, name string, opts []Option, wait bool) (*Lease, error) {
+// acquire takes the lock req asks for (Name, Mode, Limit, Value set; the
+// rest filled in here), waiting if wait is set.
+func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option, wait bool) (*Lease, error) {
+	name := req.Name
 	cfg := l.cfg
 	if len(opts) > 0 {
 		cfg = cfg.with(opts)
@@ -97,13 +121,16 @@ func (l *Locker) acquire(ctx context.Context, name string, opts []Option, wait b
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
+	if !l.Supports(req.Mode) {
+		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w", req.Mode, name, l.backend, ErrUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
 	}
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	req := driver.Request{Name: name, Owner: newOwner(), TTL: cfg.ttl}
+	req.Owner, req.TTL = newOwner(), cfg.ttl
 	start := time.Now()
 	var g driver.Grant
 	var err error

@@ -14,6 +14,7 @@ package driver
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -27,6 +28,17 @@ type Request struct {
 	Owner string
 	// TTL is how long the store keeps the lock without a refresh.
 	TTL time.Duration
+	// Mode is the kind of lock asked for; the zero value, Exclusive, is
+	// the mutex. dlock sends another mode only to a driver whose
+	// Supports(mode) is true (see Moder); Refresh and Unlock get the
+	// Request of the acquisition, mode included.
+	Mode Mode
+	// Limit is the number of permits of a semaphore (Mode Permit), at
+	// least 1; zero in every other mode.
+	Limit int
+	// Value is what a candidate stores as its identity in an election
+	// (Mode Leader), for observers to read; empty in every other mode.
+	Value string
 }
 
 // Grant describes a lock a driver has just taken.
@@ -67,6 +79,92 @@ type Driver interface {
 
 	// Close releases the driver's resources (connections, subscriptions).
 	Close() error
+}
+
+// Mode is the kind of lock a Request asks for.
+//
+// Each kind of lock has names of its own: the mutex "x", the
+// readers-writer lock "x", the semaphore "x" and the election "x" are four
+// unrelated locks, and a driver keeps them apart in its store. Read and
+// Write are the two sides of the same readers-writer lock.
+type Mode uint8
+
+const (
+	// Exclusive is the mutex: one holder at a time.
+	Exclusive Mode = iota
+	// Read is the shared side of a readers-writer lock: any number of
+	// readers hold it together while no writer does. A writer that is
+	// waiting blocks readers that come after it (no writer starvation):
+	// waiters are served in order of arrival, consecutive readers
+	// together.
+	Read
+	// Write is the exclusive side of a readers-writer lock: one writer and
+	// no reader.
+	Write
+	// Permit is one permit of a semaphore: at most Request.Limit holders
+	// at a time. Waiters are served in order of arrival where the store
+	// allows it.
+	Permit
+	// Leader is leadership of an election: a mutex whose holder's
+	// Request.Value can be read by observers (see Elector).
+	Leader
+)
+
+// String returns the mode's name, as used in errors and logs.
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case Permit:
+		return "permit"
+	case Leader:
+		return "leader"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Moder is implemented by drivers that support modes besides Exclusive.
+// A driver that does not implement it supports Exclusive only, and dlock
+// answers requests for other modes with ErrUnsupported without calling
+// it.
+//
+// For every mode it supports, a driver's TryLock, Lock (if it is a
+// Waiter), Refresh and Unlock follow the contract of the Exclusive mode,
+// tokens included: every grant of a name, in any of the name's modes,
+// carries a token greater than every earlier grant's for that name and
+// kind of lock (readers holding together have distinct tokens).
+type Moder interface {
+	// Supports reports whether the driver implements mode m.
+	Supports(m Mode) bool
+}
+
+// LeaderInfo describes the leader of an election.
+type LeaderInfo struct {
+	// Value is the value the leader campaigned with.
+	Value string
+	// Token is the leader's fencing token; 0 means there is no leader.
+	Token uint64
+}
+
+// Elector is implemented by drivers that support Mode Leader: besides
+// taking leadership with Lock (campaign), Refresh and Unlock (resign),
+// they let anyone read and follow who leads.
+type Elector interface {
+	// Leader returns the current leader of election name; the zero
+	// LeaderInfo when nobody leads.
+	Leader(ctx context.Context, name string) (LeaderInfo, error)
+
+	// Observe sends the leader of election name on the returned channel:
+	// the current one first (the zero LeaderInfo when nobody leads), then
+	// each change, learnt by notification (watch, pub/sub), not by
+	// polling on a timer. Consecutive values differ. The channel is closed
+	// when ctx ends or the driver closes; a reader that falls behind may
+	// miss intermediate leaders but always receives the latest.
+	Observe(ctx context.Context, name string) (<-chan LeaderInfo, error)
 }
 
 // Waiter is implemented by drivers that can wait for a lock without polling

@@ -1,0 +1,129 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// The lock kinds besides the mutex: readers-writer locks, semaphores and
+// elections. Each kind has names of its own (the mutex "x" and the
+// readers-writer lock "x" are unrelated), and a backend supports the kinds
+// its store can do well: Supports tells, and the methods of a kind the
+// backend lacks return an error matching ErrUnsupported. Leases of every
+// kind are renewed, fenced and lost exactly as a mutex's.
+
+// LeaderInfo describes the leader of an election: the value it campaigned
+// with and its fencing token. The zero LeaderInfo means nobody leads.
+type LeaderInfo = driver.LeaderInfo
+
+// AcquireRead takes the readers-writer lock called name for reading,
+// waiting as long as ctx allows: any number of readers hold it together
+// while no writer does, and a writer already waiting goes first. Errors
+// are those of Acquire.
+func (l *Locker) AcquireRead(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Read}, opts, true)
+}
+
+// TryAcquireRead makes one attempt to take the readers-writer lock called
+// name for reading. It fails with ErrNotAcquired while a writer holds the
+// lock or waits for it.
+func (l *Locker) TryAcquireRead(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Read}, opts, false)
+}
+
+// AcquireWrite takes the readers-writer lock called name for writing,
+// waiting as long as ctx allows until no reader or writer holds it.
+// Readers that arrive while it waits queue behind it, so a stream of
+// readers cannot starve it. Errors are those of Acquire.
+func (l *Locker) AcquireWrite(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Write}, opts, true)
+}
+
+// TryAcquireWrite makes one attempt to take the readers-writer lock called
+// name for writing. It fails with ErrNotAcquired while anyone holds it.
+func (l *Locker) TryAcquireWrite(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Write}, opts, false)
+}
+
+// AcquirePermit takes one of the limit permits of the semaphore called
+// name, waiting as long as ctx allows: never more than limit leases of
+// the semaphore are held at once. Every user of a semaphore must pass the
+// same limit. A holder that crashes gives its permit back when its TTL or
+// session ends. Errors are those of Acquire, and limit < 1 is an error.
+func (l *Locker) AcquirePermit(ctx context.Context, name string, limit int, opts ...Option) (*Lease, error) {
+	if err := checkLimit(name, limit); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Permit, Limit: limit}, opts, true)
+}
+
+// TryAcquirePermit makes one attempt to take a permit of the semaphore
+// called name. It fails with ErrNotAcquired when all limit permits are
+// held.
+func (l *Locker) TryAcquirePermit(ctx context.Context, name string, limit int, opts ...Option) (*Lease, error) {
+	if err := checkLimit(name, limit); err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Permit, Limit: limit}, opts, false)
+}
+
+func checkLimit(name string, limit int) error {
+	if limit < 1 {
+		return fmt.Errorf("dlock: semaphore %q: limit %d, want at least 1", name, limit)
+	}
+	return nil
+}
+
+// Campaign runs for leader of the election called name, with value as the
+// candidate's identity for observers (an address, a host name), and waits
+// as long as ctx allows until it leads. The returned lease is the
+// leadership: its Done closes the moment leadership is lost, and Release
+// resigns. Candidates are elected in order of arrival where the backend
+// queues them.
+func (l *Locker) Campaign(ctx context.Context, name, value string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Leader, Value: value}, opts, true)
+}
+
+// Leader returns the current leader of the election called name; the zero
+// LeaderInfo when nobody leads.
+func (l *Locker) Leader(ctx context.Context, name string) (LeaderInfo, error) {
+	if err := l.checkElection(name); err != nil {
+		return LeaderInfo{}, err
+	}
+	info, err := l.elector.Leader(ctx, name)
+	if err != nil {
+		return LeaderInfo{}, fmt.Errorf("dlock: leader of %q: %w", name, err)
+	}
+	return info, nil
+}
+
+// Observe follows the election called name: the returned channel gets
+// the current leader first (the zero LeaderInfo when nobody leads), then
+// every change, as the backend is notified of it. It is closed when ctx
+// ends or the Locker closes. A reader that falls behind may miss
+// intermediate leaders, never the latest.
+func (l *Locker) Observe(ctx context.Context, name string) (<-chan LeaderInfo, error) {
+	if err := l.checkElection(name); err != nil {
+		return nil, err
+	}
+	ch, err := l.elector.Observe(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: observe %q: %w", name, err)
+	}
+	return ch, nil
+}
+
+func (l *Locker) checkElection(name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if !l.Supports(driver.Leader) {
+		return fmt.Errorf("dlock: election %q on the %s backend: %w", name, l.backend, ErrUnsupported)
+	}
+	if l.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
