@@ -38,28 +38,20 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 
 // A Store holds the locks of one in-process namespace. The zero value is
 // not usable; call NewStore. A Store is safe for concurrent use.
+//
+// One mutex guards everything in it: every operation is a short critical
+// section, and the rules of each kind of lock are plain code over a
+// holder set and a FIFO queue (see lock.go).
 type Store struct {
-	mu    sync.Mutex
-	locks map[string]*entry
-	seq   uint64 // the last fencing token issued, for all names
-}
-
-type entry struct {
-	owner   string
-	token   uint64
-	expires time.Time
-	queue   []*waiter // FIFO
-}
-
-type waiter struct {
-	owner string
-	ttl   time.Duration
-	grant chan driver.Grant // buffered 1; receives the handoff
+	mu        sync.Mutex
+	locks     map[key]*entry
+	seq       uint64                  // the last fencing token issued, for all locks
+	observers map[string][]*observer // by election name
 }
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{locks: map[string]*entry{}}
+	return &Store{locks: map[key]*entry{}, observers: map[string][]*observer{}}
 }
 
 // New returns a Locker over store s (a new store when s is nil).
@@ -72,12 +64,16 @@ func New(s *Store, opts ...dlock.Option) (*dlock.Locker, error) {
 
 // Driver returns a driver over the store. Drivers of one store share its
 // locks, as clients of one server do.
-func (s *Store) Driver() *Driver { return &Driver{s: s} }
+func (s *Store) Driver() *Driver { return &Driver{s: s, observers: map[*observer]struct{}{}} }
 
-// Driver implements driver.Driver and driver.Waiter over a Store.
-// It is safe for concurrent use.
+// Driver implements driver.Driver, driver.Waiter, driver.Moder (every
+// mode) and driver.Elector over a Store. It is safe for concurrent use.
 type Driver struct {
 	s *Store
+
+	// Guarded by s.mu.
+	closed    bool
+	observers map[*observer]struct{}
 }
 
 // Scheme returns "mem".
@@ -86,133 +82,77 @@ func (d *Driver) Scheme() string { return "mem" }
 // Store returns the driver's store.
 func (d *Driver) Store() *Store { return d.s }
 
-// held returns the live entry for name, or nil. It drops an expired holder
-// (handing the lock to the first waiter). s.mu must be held.
-func (s *Store) held(name string, now time.Time) *entry {
-	e := s.locks[name]
-	if e == nil {
-		return nil
-	}
-	if e.owner != "" && !now.Before(e.expires) {
-		e.owner = ""
-		s.handoff(name, e, now)
-	}
-	if e.owner == "" {
-		if len(e.queue) == 0 {
-			delete(s.locks, name)
-		}
-		return nil
-	}
-	return e
-}
+// Supports implements driver.Moder: memlock has every kind of lock.
+func (d *Driver) Supports(m driver.Mode) bool { return m <= driver.Leader }
 
-// grantTo makes owner the holder of e. s.mu must be held.
-func (s *Store) grantTo(e *entry, owner string, ttl time.Duration, now time.Time) driver.Grant {
-	s.seq++
-	e.owner, e.token, e.expires = owner, s.seq, now.Add(ttl)
-	return driver.Grant{Token: s.seq, Expires: e.expires}
-}
-
-// handoff gives a free lock to the first waiter in line. s.mu must be held.
-func (s *Store) handoff(name string, e *entry, now time.Time) {
-	if len(e.queue) == 0 {
-		delete(s.locks, name)
-		return
-	}
-	w := e.queue[0]
-	e.queue = e.queue[1:]
-	w.grant <- s.grantTo(e, w.owner, w.ttl, now)
-}
-
-// TryLock implements driver.Driver.
+// TryLock implements driver.Driver. It grants only when nobody waits
+// ahead of the request and the lock's rules admit it.
 func (d *Driver) TryLock(_ context.Context, r driver.Request) (driver.Grant, error) {
 	s := d.s
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.held(r.Name, now)
-	if e != nil {
-		if e.owner == r.Owner {
-			return driver.Grant{Token: e.token, Expires: e.expires}, nil
-		}
-		return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: e.expires.Sub(now)}
+	e := s.entry(r, now)
+	if h := e.holders[r.Owner]; h != nil && h.mode == r.Mode {
+		return driver.Grant{Token: h.token, Expires: h.expires}, nil
 	}
-	e = s.locks[r.Name]
-	if e == nil {
-		e = &entry{}
-		s.locks[r.Name] = e
+	if len(e.queue) == 0 && e.admits(r) {
+		g := s.grant(e, r, now)
+		s.settle(e, now)
+		return g, nil
 	}
-	return s.grantTo(e, r.Owner, r.TTL, now), nil
+	remaining := e.earliest().Sub(now)
+	s.settle(e, now) // drops the entry if this attempt created it
+	return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: remaining}
 }
 
-// Lock implements driver.Waiter: it queues behind the holder and earlier
-// waiters and is handed the lock directly when its turn comes.
+// Lock implements driver.Waiter: it joins the lock's FIFO queue unless it
+// can be granted at once, and is handed the lock when its turn comes.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	s := d.s
 	now := time.Now()
 	s.mu.Lock()
-	e := s.held(r.Name, now)
-	if e == nil {
-		e = s.locks[r.Name]
-		if e == nil {
-			e = &entry{}
-			s.locks[r.Name] = e
-		}
-		g := s.grantTo(e, r.Owner, r.TTL, now)
+	e := s.entry(r, now)
+	if len(e.queue) == 0 && e.admits(r) {
+		g := s.grant(e, r, now)
+		s.settle(e, now)
 		s.mu.Unlock()
 		return g, nil
 	}
-	w := &waiter{owner: r.Owner, ttl: r.TTL, grant: make(chan driver.Grant, 1)}
+	w := &waiter{r: r, grant: make(chan driver.Grant, 1)}
 	e.queue = append(e.queue, w)
-	remaining := e.expires.Sub(now)
 	s.mu.Unlock()
 
-	timer := time.NewTimer(remaining)
-	defer timer.Stop()
-	for {
-		select {
-		case g := <-w.grant:
-			return g, nil
-		case <-timer.C:
-			// The holder may have crashed: expire it, which hands the lock
-			// to the head of the queue (perhaps not us).
-			now := time.Now()
-			s.mu.Lock()
-			if e := s.held(r.Name, now); e != nil {
-				timer.Reset(max(e.expires.Sub(now), time.Millisecond))
-			}
-			s.mu.Unlock()
-		case <-ctx.Done():
-			d.abandon(r, w)
-			return driver.Grant{}, ctx.Err()
-		}
+	select {
+	case g := <-w.grant:
+		return g, nil
+	case <-ctx.Done():
+		d.abandon(e, w)
+		return driver.Grant{}, ctx.Err()
 	}
 }
 
-// abandon removes a waiter whose context ended; if the lock was handed to
-// it meanwhile, it passes the lock on.
-func (d *Driver) abandon(r driver.Request, w *waiter) {
+// abandon takes a waiter whose context ended out of the queue, or, if the
+// lock was handed to it meanwhile, gives the lock up. Either way the
+// waiters behind it may now be admitted (readers behind a writer that gave
+// up, say).
+func (d *Driver) abandon(e *entry, w *waiter) {
 	s := d.s
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.locks[r.Name]
-	if e == nil {
-		return
-	}
 	for i, q := range e.queue {
 		if q == w {
 			e.queue = append(e.queue[:i], e.queue[i+1:]...)
-			if e.owner == "" && len(e.queue) == 0 {
-				delete(s.locks, r.Name)
-			}
+			s.settle(e, now)
 			return
 		}
 	}
 	select {
 	case <-w.grant:
-		if e.owner == r.Owner {
-			e.owner = ""
-			s.handoff(r.Name, e, time.Now())
+		if h := e.holders[w.r.Owner]; h != nil {
+			delete(e.holders, w.r.Owner)
+			s.settle(e, now)
 		}
 	default:
 	}
@@ -224,42 +164,69 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.held(r.Name, now)
-	if e == nil || e.owner != r.Owner {
-		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	e := s.entry(r, now)
+	h := e.holders[r.Owner]
+	if h == nil || h.mode != r.Mode {
+		s.settle(e, now)
+		return time.Time{}, fmt.Errorf("%w: %s lock %q", driver.ErrNotHeld, r.Mode, r.Name)
 	}
-	e.expires = now.Add(r.TTL)
-	return e.expires, nil
+	h.expires = now.Add(r.TTL)
+	s.settle(e, now)
+	return h.expires, nil
 }
 
-// Unlock implements driver.Driver; it hands the lock to the next waiter.
+// Unlock implements driver.Driver; the waiters the lock's rules now admit
+// get it, in order.
 func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	s := d.s
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.held(r.Name, now)
-	if e == nil || e.owner != r.Owner {
-		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	e := s.entry(r, now)
+	h := e.holders[r.Owner]
+	if h == nil || h.mode != r.Mode {
+		s.settle(e, now)
+		return fmt.Errorf("%w: %s lock %q", driver.ErrNotHeld, r.Mode, r.Name)
 	}
-	e.owner = ""
-	s.handoff(r.Name, e, now)
+	delete(e.holders, r.Owner)
+	s.settle(e, now)
 	return nil
 }
 
-// Revoke removes the lock called name whoever holds it, as an operator
+// Revoke removes the mutex called name whoever holds it, as an operator
 // would on a server; the holder learns of it at its next renewal. The next
 // waiter in line gets the lock.
 func (s *Store) Revoke(name string) {
+	s.revoke(key{kindMutex, name})
+}
+
+// RevokeLeader removes the leader of the election called name, as
+// Revoke does for a mutex: observers see the change, and the next
+// candidate in line is elected.
+func (s *Store) RevokeLeader(name string) {
+	s.revoke(key{kindElection, name})
+}
+
+func (s *Store) revoke(k key) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.held(name, now); e != nil {
-		e.owner = ""
-		s.handoff(name, e, now)
+	if e := s.locks[k]; e != nil {
+		clear(e.holders)
+		s.settle(e, now)
 	}
 }
 
-// Close implements driver.Driver. The store and its locks stay: other
-// drivers may still use them.
-func (d *Driver) Close() error { return nil }
+// Close implements driver.Driver: it closes the channels of the driver's
+// observers. The store and its locks stay: other drivers may still use
+// them.
+func (d *Driver) Close() error {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.closed = true
+	for o := range d.observers {
+		s.dropObserver(o)
+	}
+	return nil
+}

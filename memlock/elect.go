@@ -1,0 +1,125 @@
+package memlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// An observer follows one election for Observe. Its channel holds at most
+// one value: a newer leader replaces one the reader has not taken yet.
+type observer struct {
+	d    *Driver
+	name string
+	ch   chan driver.LeaderInfo // buffered 1
+
+	// sent is the last value put on ch; have is the last value the reader
+	// is known to have taken (valid once taken is set). Guarded by s.mu.
+	sent   driver.LeaderInfo
+	have   driver.LeaderInfo
+	taken  bool
+	stop   func() bool // stops the context.AfterFunc that closes ch
+	closed bool
+}
+
+// Leader implements driver.Elector.
+func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, error) {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.closed {
+		return driver.LeaderInfo{}, driver.ErrClosed
+	}
+	return s.leader(name), nil
+}
+
+// leader returns the live leader of election name. s.mu must be held.
+func (s *Store) leader(name string) driver.LeaderInfo {
+	e := s.locks[key{kindElection, name}]
+	if e == nil {
+		return driver.LeaderInfo{}
+	}
+	for _, h := range e.holders {
+		return driver.LeaderInfo{Value: h.value, Token: h.token}
+	}
+	return driver.LeaderInfo{}
+}
+
+// Observe implements driver.Elector. The store tells observers of every
+// change as it makes it (see settle), and a holder's expiry is noticed by
+// the entry's timer, so observers learn of a crashed leader without
+// anyone asking. No goroutine runs for an observer: the channel is closed
+// by a context.AfterFunc or by Close.
+func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("observe %q: %w", name, driver.ErrClosed)
+	}
+	o := &observer{d: d, name: name, ch: make(chan driver.LeaderInfo, 1)}
+	o.sent = s.leader(name)
+	o.ch <- o.sent
+	s.observers[name] = append(s.observers[name], o)
+	d.observers[o] = struct{}{}
+	o.stop = context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.dropObserver(o)
+	})
+	return o.ch, nil
+}
+
+// notify offers the current leader of election name to its observers.
+// s.mu must be held.
+func (s *Store) notify(name string) {
+	obs := s.observers[name]
+	if len(obs) == 0 {
+		return
+	}
+	info := s.leader(name)
+	for _, o := range obs {
+		o.offer(info)
+	}
+}
+
+// offer puts info on the channel unless the reader has it or will get
+// it, replacing a value the reader has not taken: the reader always ends
+// up with the latest leader, and never gets the same value twice in a
+// row. s.mu must be held.
+func (o *observer) offer(info driver.LeaderInfo) {
+	if info == o.sent {
+		return // on the channel, or already taken
+	}
+	select {
+	case <-o.ch: // the reader never saw o.sent
+	default:
+		o.have, o.taken = o.sent, true
+	}
+	o.sent = o.have
+	if o.taken && info == o.have {
+		return // the reader's latest value is current again
+	}
+	o.ch <- info
+	o.sent = info
+}
+
+// dropObserver closes o's channel and forgets it, once. s.mu must be
+// held.
+func (s *Store) dropObserver(o *observer) {
+	if o.closed {
+		return
+	}
+	o.closed = true
+	if o.stop != nil {
+		o.stop()
+	}
+	s.observers[o.name] = slices.DeleteFunc(s.observers[o.name], func(x *observer) bool { return x == o })
+	if len(s.observers[o.name]) == 0 {
+		delete(s.observers, o.name)
+	}
+	delete(o.d.observers, o)
+	close(o.ch)
+}

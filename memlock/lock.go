@@ -1,0 +1,178 @@
+package memlock
+
+import (
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// kind is a namespace of lock names: each kind of lock has names of its
+// own, so the mutex "x" and the readers-writer lock "x" are two entries.
+type kind uint8
+
+const (
+	kindMutex kind = iota
+	kindRW
+	kindSemaphore
+	kindElection
+)
+
+func kindOf(m driver.Mode) kind {
+	switch m {
+	case driver.Read, driver.Write:
+		return kindRW
+	case driver.Permit:
+		return kindSemaphore
+	case driver.Leader:
+		return kindElection
+	}
+	return kindMutex
+}
+
+type key struct {
+	kind kind
+	name string
+}
+
+// An entry is one lock: who holds it and who waits for it. It exists while
+// it has a holder or a waiter.
+type entry struct {
+	key     key
+	holders map[string]*holder // by owner
+	queue   []*waiter          // FIFO
+
+	// timer fires at wake, the earliest expiry among the holders, to drop
+	// a holder that stopped renewing and admit the waiters behind it.
+	timer *time.Timer
+	wake  time.Time
+}
+
+type holder struct {
+	mode    driver.Mode
+	token   uint64
+	expires time.Time
+	value   string // the candidate's value, in an election
+}
+
+type waiter struct {
+	r     driver.Request
+	grant chan driver.Grant // buffered 1; receives the handoff
+}
+
+// admits reports whether the lock's current holders let r in. Whether
+// someone waits ahead of r is the caller's business: the queue is FIFO.
+func (e *entry) admits(r driver.Request) bool {
+	switch r.Mode {
+	case driver.Read:
+		for _, h := range e.holders {
+			if h.mode == driver.Write {
+				return false
+			}
+		}
+		return true
+	case driver.Permit:
+		return len(e.holders) < r.Limit
+	}
+	return len(e.holders) == 0 // Exclusive, Write, Leader
+}
+
+// earliest returns the earliest expiry among the holders; the zero time
+// when there is none.
+func (e *entry) earliest() time.Time {
+	var t time.Time
+	for _, h := range e.holders {
+		if t.IsZero() || h.expires.Before(t) {
+			t = h.expires
+		}
+	}
+	return t
+}
+
+// entry returns the live entry for r's lock, creating an empty one if
+// needed; holders past their expiry are gone from it. The caller ends
+// with settle, which drops the entry again if it stays empty. s.mu must
+// be held.
+func (s *Store) entry(r driver.Request, now time.Time) *entry {
+	k := key{kindOf(r.Mode), r.Name}
+	e := s.locks[k]
+	if e == nil {
+		e = &entry{key: k, holders: map[string]*holder{}}
+		s.locks[k] = e
+		return e
+	}
+	s.settle(e, now)
+	if s.locks[k] != e { // settle dropped it
+		e = &entry{key: k, holders: map[string]*holder{}}
+		s.locks[k] = e
+	}
+	return e
+}
+
+// grant makes r's owner a holder of e with a new fencing token. s.mu must
+// be held.
+func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
+	s.seq++
+	h := &holder{mode: r.Mode, token: s.seq, expires: now.Add(r.TTL), value: r.Value}
+	e.holders[r.Owner] = h
+	return driver.Grant{Token: h.token, Expires: h.expires}
+}
+
+// settle brings e up to date after any change: it drops expired holders,
+// admits waiters from the head of the queue for as long as the lock's
+// rules allow (so consecutive readers enter together, and a writer at the
+// head holds back the readers behind it), drops the entry when nobody
+// holds or waits, re-arms the expiry timer, and tells an election's
+// observers. s.mu must be held.
+func (s *Store) settle(e *entry, now time.Time) {
+	for owner, h := range e.holders {
+		if !now.Before(h.expires) {
+			delete(e.holders, owner)
+		}
+	}
+	for len(e.queue) > 0 && e.admits(e.queue[0].r) {
+		w := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		w.grant <- s.grant(e, w.r, now)
+	}
+	switch {
+	case len(e.holders) == 0 && len(e.queue) == 0:
+		if s.locks[e.key] == e {
+			delete(s.locks, e.key)
+		}
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	case len(e.holders) > 0:
+		s.arm(e)
+	}
+	if e.key.kind == kindElection {
+		s.notify(e.key.name)
+	}
+}
+
+// arm sets e's timer to the earliest expiry of its holders. s.mu must be
+// held.
+func (s *Store) arm(e *entry) {
+	wake := e.earliest()
+	if wake.Equal(e.wake) {
+		return
+	}
+	e.wake = wake
+	if e.timer == nil {
+		e.timer = time.AfterFunc(time.Until(wake), func() { s.expired(e) })
+		return
+	}
+	e.timer.Reset(time.Until(wake))
+}
+
+// expired runs on e's timer: a holder's expiry has come.
+func (s *Store) expired(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[e.key] != e {
+		return // dropped meanwhile
+	}
+	e.wake = time.Time{} // the timer has fired: settle must arm it again
+	s.settle(e, time.Now())
+}
