@@ -45,7 +45,7 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 type Store struct {
 	mu        sync.Mutex
 	locks     map[key]*entry
-	seq       uint64                  // the last fencing token issued, for all locks
+	seq       uint64                 // the last fencing token issued, for all locks
 	observers map[string][]*observer // by election name
 }
 
