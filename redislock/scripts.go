@@ -2,6 +2,7 @@ package redislock
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/dlockgo/dlock/internal/redispipe"
 )
@@ -19,12 +20,23 @@ var (
 	//go:embed scripts/refresh.lua
 	refreshLua string
 
-	acquireScript = redispipe.NewScript(libLua + acquireLua)
-	releaseScript = redispipe.NewScript(libLua + releaseLua)
+	acquireScript = redispipe.NewScript(withLib(acquireLua))
+	releaseScript = redispipe.NewScript(withLib(releaseLua))
 	refreshScript = redispipe.NewScript(refreshLua)
 
 	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript}
 )
+
+// withLib returns script with lib.lua in place of its "-- @lib" line.
+// What comes before that line runs without the shared functions, which
+// Lua would otherwise create (a closure each) on every call.
+func withLib(script string) string {
+	const mark = "\n-- @lib\n"
+	if !strings.Contains(script, mark) {
+		panic("redislock: script without a -- @lib line")
+	}
+	return strings.Replace(script, mark, "\n"+libLua+"\n", 1)
+}
 
 // Script modes of acquire.lua, boxed once so that passing them allocates
 // nothing.

@@ -10,14 +10,29 @@
 -- counter}: the holder's remaining time and the fencing counter now, which
 -- lets a waiter tell a grant message sent before this call (stale: the
 -- lock it granted has expired since) from one sent after.
-local owner, ttl, fence_ttl = ARGV[1], ARGV[2], ARGV[3]
+--
+-- The common case, a free lock with nobody waiting, comes first and is
+-- written out in full, so that it returns before the shared functions
+-- below are defined: defining them costs the server a closure each, on
+-- every call.
 
 -- Free, with nobody waiting (or in try mode, which never queues): take it.
 if ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0 then
-  if redis.call('SET', KEYS[1], owner, 'NX', 'PX', ttl) then
-    return {1, next_token(fence_ttl)}
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local token = redis.call('INCR', KEYS[2])
+    if token ~= 1 then
+      return {1, token}
+    end
+    -- A new counter: seed it (see next_token in lib.lua).
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[3])
+    return {1, redis.call('INCR', KEYS[2])}
   end
 end
+
+-- @lib
+
+local owner, ttl, fence_ttl = ARGV[1], ARGV[2], ARGV[3]
 
 local cur = redis.call('GET', KEYS[1])
 

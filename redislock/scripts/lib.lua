@@ -1,4 +1,5 @@
--- Shared functions, prepended to acquire.lua and release.lua.
+-- Shared functions, put in place of the "-- @lib" line of acquire.lua and
+-- release.lua, after their fast paths.
 --
 -- Keys of one lock (one hash slot: they share the "{name}" tag):
 --   KEYS[1] the lock: owner value, with the lease's expiry
