@@ -208,10 +208,11 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	k := d.keys(r.Name)
-	ms := d.ttlArgs(ttl).ms
+	if err := checkMode(r); err != nil {
+		return driver.Grant{}, err
+	}
 	start := time.Now()
-	res, err := d.pipe.Do(ctx, acquireScript, k[:2], r.Owner, ms, d.fenceTTL, modeTry).Int64Slice()
+	res, err := d.acquireCall(ctx, r, d.keysFor(r), d.ttlArgs(ttl), false)
 	if err != nil {
 		// The script may have run before the error: leave nothing held.
 		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
@@ -246,10 +247,17 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	if err != nil {
 		return time.Time{}, err
 	}
-	k := d.keys(r.Name)
-	ms := d.ttlArgs(ttl).ms
+	if err := checkMode(r); err != nil {
+		return time.Time{}, err
+	}
+	b := d.ttlArgs(ttl)
 	start := time.Now()
-	n, err := d.pipe.Do(ctx, refreshScript, k[:1], r.Owner, ms).Int64()
+	var n int64
+	if r.Mode == driver.Exclusive {
+		n, err = d.pipe.Do(ctx, refreshScript, d.keys(r.Name)[:1], r.Owner, b.ms).Int64()
+	} else {
+		n, err = d.kindDo(ctx, r, d.keysFor(r), opRefresh, b).Int64()
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
 	}
@@ -280,7 +288,17 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 // holds the lock, releases it and hands it on. It reports whether r.Owner
 // held the lock.
 func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
-	n, err := d.pipe.Do(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+	var n int64
+	var err error
+	if r.Mode == driver.Exclusive {
+		n, err = d.pipe.Do(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+	} else {
+		if err := checkMode(r); err != nil {
+			return false, err
+		}
+		// The TTL is not used by a release; any valid one will do.
+		n, err = d.kindDo(ctx, r, d.keysFor(r), opRelease, d.ttlArgs(max(r.TTL.Truncate(time.Millisecond), time.Millisecond))).Int64()
+	}
 	if err != nil {
 		return false, fmt.Errorf("redislock: unlock %q: %w", r.Name, err)
 	}
@@ -309,6 +327,8 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver = (*Driver)(nil)
-	_ driver.Waiter = (*Driver)(nil)
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Waiter  = (*Driver)(nil)
+	_ driver.Moder   = (*Driver)(nil)
+	_ driver.Elector = (*Driver)(nil)
 )

@@ -7,7 +7,8 @@ import (
 	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
-// The Lua scripts, one per hot operation, so that each is one round trip.
+// The Lua scripts: one per hot operation of the mutex, one per other kind
+// of lock, so that each operation is one round trip.
 // They run by EVALSHA and fall back to EVAL when the server does not have
 // them cached (after a restart or SCRIPT FLUSH).
 var (
@@ -19,12 +20,30 @@ var (
 	releaseLua string
 	//go:embed scripts/refresh.lua
 	refreshLua string
+	//go:embed scripts/kinds.lua
+	kindsLua string
+	//go:embed scripts/rw.lua
+	rwLua string
+	//go:embed scripts/semaphore.lua
+	semaphoreLua string
+	//go:embed scripts/election.lua
+	electionLua string
+	//go:embed scripts/leader.lua
+	leaderLua string
 
 	acquireScript = redispipe.NewScript(withLib(acquireLua))
 	releaseScript = redispipe.NewScript(withLib(releaseLua))
 	refreshScript = redispipe.NewScript(refreshLua)
 
-	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript}
+	// The other kinds of lock: one script per kind, each operation of
+	// which (try, wait, refresh, release) is one call.
+	rwScript        = redispipe.NewScript(libLua + kindsLua + rwLua)
+	semaphoreScript = redispipe.NewScript(libLua + kindsLua + semaphoreLua)
+	electionScript  = redispipe.NewScript(libLua + kindsLua + electionLua)
+	leaderScript    = redispipe.NewScript(leaderLua)
+
+	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript,
+		rwScript, semaphoreScript, electionScript, leaderScript}
 )
 
 // withLib returns script with lib.lua in place of its "-- @lib" line.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,11 @@ type subscriber struct {
 
 	wmu     sync.Mutex
 	waiters map[string]chan grantMsg // by owner
+
+	// topics are the channels besides the driver's that observers of
+	// elections follow, with their observers; guarded by mu, which also
+	// orders the SUBSCRIBE and UNSUBSCRIBE commands sent for them.
+	topics map[string]map[chan struct{}]struct{}
 }
 
 func (s *subscriber) init(d *Driver) {
@@ -53,6 +59,7 @@ func (s *subscriber) init(d *Driver) {
 	s.ready = make(chan struct{})
 	s.stopped = make(chan struct{})
 	s.waiters = map[string]chan grantMsg{}
+	s.topics = map[string]map[chan struct{}]struct{}{}
 }
 
 // isReady reports whether the subscription has been confirmed.
@@ -130,7 +137,14 @@ func (s *subscriber) route(payload string, at time.Time) {
 func (s *subscriber) listen(ctx context.Context) {
 	defer close(s.stopped)
 	for ctx.Err() == nil {
-		ps := s.d.client.Subscribe(ctx, s.d.channel)
+		s.mu.Lock()
+		channels := make([]string, 0, 1+len(s.topics))
+		channels = append(channels, s.d.channel)
+		for c := range s.topics {
+			channels = append(channels, c)
+		}
+		s.mu.Unlock()
+		ps := s.d.client.Subscribe(ctx, channels...)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -138,6 +152,16 @@ func (s *subscriber) listen(ctx context.Context) {
 			return
 		}
 		s.ps = ps
+		// Topics followed since the snapshot above.
+		var missing []string
+		for c := range s.topics {
+			if !slices.Contains(channels, c) {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			_ = ps.Subscribe(ctx, missing...) // remembered and resent on reconnection even if this fails
+		}
 		s.mu.Unlock()
 
 		s.receive(ctx, ps)
@@ -177,11 +201,79 @@ func (s *subscriber) receive(ctx context.Context, ps *redis.PubSub) {
 		failures, pinged = 0, false
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.route(m.Payload, time.Now())
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				s.readyOnce.Do(func() { close(s.ready) })
+			if m.Channel == s.d.channel {
+				s.route(m.Payload, time.Now())
+			} else {
+				s.notify(m.Channel)
 			}
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				break
+			}
+			if m.Channel == s.d.channel {
+				s.readyOnce.Do(func() { close(s.ready) })
+			} else {
+				// Subscribed, or subscribed again after a reconnection:
+				// what changed meanwhile was not announced to us.
+				s.notify(m.Channel)
+			}
+		}
+	}
+}
+
+// follow subscribes to topic (unless it is followed already) and returns
+// a channel that gets a signal at each message on it, and each time the
+// subscription to it is confirmed (first, and after reconnections). It
+// starts the listener if need be; it reports false once the subscriber
+// is closed. unfollow undoes it.
+func (s *subscriber) follow(topic string) (chan struct{}, bool) {
+	if !s.start() {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false
+	}
+	ch := make(chan struct{}, 1)
+	obs := s.topics[topic]
+	if obs == nil {
+		obs = map[chan struct{}]struct{}{}
+		s.topics[topic] = obs
+		if s.ps != nil {
+			// The listener subscribes to every topic when it (re)creates
+			// its subscription; until then this one waits in topics.
+			_ = s.ps.Subscribe(context.Background(), topic)
+		}
+	}
+	obs[ch] = struct{}{}
+	return ch, true
+}
+
+// unfollow drops a channel returned by follow, and unsubscribes from
+// topic when nobody follows it any more.
+func (s *subscriber) unfollow(topic string, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	obs := s.topics[topic]
+	delete(obs, ch)
+	if len(obs) == 0 && obs != nil {
+		delete(s.topics, topic)
+		if s.ps != nil && !s.closed {
+			_ = s.ps.Unsubscribe(context.Background(), topic)
+		}
+	}
+}
+
+// notify signals every follower of topic, without blocking: a signal
+// already pending covers this one.
+func (s *subscriber) notify(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.topics[topic] {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
 }

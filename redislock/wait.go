@@ -79,7 +79,10 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 	defer d.active.Done()
 
-	keys := d.keys(r.Name)
+	if err := checkMode(r); err != nil {
+		return driver.Grant{}, err
+	}
+	keys := d.keysFor(r)
 	args := d.ttlArgs(ttl)
 	life := d.entryLifetime(ttl)
 	recheck := min(life, ttl) / 3
@@ -103,8 +106,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		// confirmed before this script was sent.
 		subscribed := d.sub.isReady()
 		start := time.Now()
-		res, err := d.pipe.Do(ctx, acquireScript, keys, r.Owner, args.ms, d.fenceTTL, modeWait,
-			d.entryChannel, args.life, r.Name).Int64Slice()
+		res, err := d.acquireCall(ctx, r, keys, args, true)
 		if err != nil {
 			// The script may have run before the error: leave nothing
 			// held or queued.

@@ -1,0 +1,147 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// observeRetry bounds how long an observer waits before reading the
+// leader again after a failed read.
+const observeRetry = time.Second
+
+// Leader returns the current leader of election name, with its value and
+// token, in one script; the zero LeaderInfo when nobody leads.
+func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
+	if d.closed.Load() {
+		return driver.LeaderInfo{}, driver.ErrClosed
+	}
+	info, _, err := d.readLeader(ctx, name)
+	return info, err
+}
+
+// readLeader reads the leader of election name and how long its lease has
+// left (-1 when unknown or nobody leads).
+func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo, time.Duration, error) {
+	res, err := d.pipe.Do(ctx, leaderScript, []string{d.kindBase(electionKind, name)}).Slice()
+	if err != nil {
+		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: %w", name, err)
+	}
+	if len(res) != 3 {
+		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: unexpected reply %v", name, res)
+	}
+	value, _ := res[0].(string)
+	tok, _ := res[1].(string)
+	pttl, _ := res[2].(int64)
+	if tok == "" {
+		return driver.LeaderInfo{}, -1, nil
+	}
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: bad token %q", name, tok)
+	}
+	left := time.Duration(-1)
+	if pttl >= 0 {
+		left = time.Duration(pttl) * time.Millisecond
+	}
+	return driver.LeaderInfo{Value: value, Token: token}, left, nil
+}
+
+// Observe follows election name: the returned channel gets the current
+// leader, then every change.
+//
+// Every change of leader (a grant, a resignation, a handoff; not a
+// renewal) is published by the script that makes it on the election's
+// channel, <prefix>le:{<name>}:changed. Observers follow it on the
+// Driver's one pub/sub connection, the one its waiting Lock calls use
+// (subscribing to the election's channel while anyone on this Driver
+// observes it), and read the leader again on each message. A leader that
+// crashed announces nothing: its lease just expires, so an observer also
+// reads again right after the known expiry of the leader it last saw. A
+// confirmation of the subscription, the first and each after a
+// reconnection, also triggers a reading, so that a change announced while
+// the connection was down is not missed.
+//
+// Observe reads the leader once before returning, and fails if that
+// fails. The channel is closed when ctx ends or the driver closes; the
+// goroutine that feeds it ends then too. A reading that fails later is
+// retried within a second.
+func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	if !d.enter() {
+		return nil, driver.ErrClosed
+	}
+	topic := d.electionChannel(name)
+	signal, ok := d.sub.follow(topic)
+	if !ok {
+		d.active.Done()
+		return nil, driver.ErrClosed
+	}
+	info, left, err := d.readLeader(ctx, name)
+	if err != nil {
+		d.sub.unfollow(topic, signal)
+		d.active.Done()
+		return nil, err
+	}
+	out := make(chan driver.LeaderInfo)
+	go func() {
+		defer d.active.Done()
+		defer close(out)
+		defer d.sub.unfollow(topic, signal)
+		d.observe(ctx, name, out, signal, info, left)
+	}()
+	return out, nil
+}
+
+// observe feeds out until ctx ends or the driver closes, starting with
+// first, whose lease had left to run (-1: unknown, or no leader).
+func (d *Driver) observe(ctx context.Context, name string, out chan<- driver.LeaderInfo, signal <-chan struct{},
+	first driver.LeaderInfo, left time.Duration) {
+	var timer lazyTimer
+	defer timer.stop()
+	var expiry <-chan time.Time
+	if left >= 0 {
+		expiry = timer.after(left + time.Millisecond)
+	}
+	// latest is the leader last read; sent the last value the reader
+	// took, once started. latest waits to be sent while they differ (and
+	// until the first is sent), so the reader gets the latest and never
+	// the same value twice in a row.
+	latest, sent, started, pending := first, driver.LeaderInfo{}, false, true
+	for {
+		var send chan<- driver.LeaderInfo
+		if pending {
+			send = out
+		}
+		select {
+		case send <- latest:
+			sent, started, pending = latest, true, false
+			continue
+		case <-signal:
+		case <-expiry:
+		case <-ctx.Done():
+			return
+		case <-d.done:
+			return
+		}
+		info, left, err := d.readLeader(ctx, name)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			expiry = timer.after(observeRetry)
+			continue
+		case left >= 0:
+			expiry = timer.after(left + time.Millisecond)
+		default:
+			expiry = nil
+		}
+		latest = info
+		if started {
+			pending = sent != info
+		}
+	}
+}

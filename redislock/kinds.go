@@ -1,0 +1,154 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
+)
+
+// The kinds of lock besides the mutex (see the package documentation,
+// "Lock kinds"). Each has keys of its own, after the prefix and before the
+// hash tag: the mutex "x" is <prefix>{x}, the readers-writer lock "x"
+// <prefix>rw:{x}, the semaphore <prefix>sem:{x} and the election
+// <prefix>le:{x}.
+const (
+	rwKind        = "rw:"
+	semaphoreKind = "sem:"
+	electionKind  = "le:"
+)
+
+// Operations and tags of the kinds' scripts (see scripts/kinds.lua),
+// boxed once so that passing them allocates nothing.
+var (
+	opTry     any = "try"
+	opWait    any = "wait"
+	opRefresh any = "refresh"
+	opRelease any = "release"
+
+	tagRead   any = "r"
+	tagWrite  any = "w"
+	tagPermit any = "p"
+	tagLeader any = "l"
+
+	noArg any = ""
+)
+
+// Supports reports whether the driver implements mode m: every mode of
+// driver.Mode (the mutex, readers-writer locks, semaphores and elections).
+func (d *Driver) Supports(m driver.Mode) bool {
+	switch m {
+	case driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader:
+		return true
+	}
+	return false
+}
+
+// checkMode rejects a Request whose mode the driver does not know, or a
+// semaphore without permits.
+func checkMode(r driver.Request) error {
+	switch r.Mode {
+	case driver.Exclusive, driver.Read, driver.Write, driver.Leader:
+		return nil
+	case driver.Permit:
+		if r.Limit < 1 {
+			return fmt.Errorf("redislock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
+		}
+		return nil
+	}
+	return fmt.Errorf("redislock: %s lock %q: %w", r.Mode, r.Name, driver.ErrUnsupported)
+}
+
+// kindBase returns the main key of name in a kind: <prefix><kind>{<name>}.
+func (d *Driver) kindBase(kind, name string) string {
+	return d.prefix + kind + "{" + name + "}"
+}
+
+// keysFor returns the keys the scripts of r's mode take: for the mutex
+// those of keys; for the other kinds the main key, the fencing counter,
+// the queue, the queue's entries, then the holders' tokens (readers and
+// permit holders) and the readers (readers-writer locks). They are cut
+// from one string.
+func (d *Driver) keysFor(r driver.Request) []string {
+	var suffixes []string
+	var kind string
+	switch r.Mode {
+	case driver.Exclusive:
+		return d.keys(r.Name)
+	case driver.Read, driver.Write:
+		kind, suffixes = rwKind, rwSuffixes
+	case driver.Permit:
+		kind, suffixes = semaphoreKind, semaphoreSuffixes
+	default:
+		kind, suffixes = electionKind, electionSuffixes
+	}
+	base := d.kindBase(kind, r.Name)
+	n := len(base) * len(suffixes)
+	for _, s := range suffixes {
+		n += len(s)
+	}
+	buf := make([]byte, 0, n)
+	for _, s := range suffixes {
+		buf = append(append(buf, base...), s...)
+	}
+	all := string(buf)
+	keys := make([]string, len(suffixes))
+	at := 0
+	for i, s := range suffixes {
+		keys[i] = all[at : at+len(base)+len(s)]
+		at += len(base) + len(s)
+	}
+	return keys
+}
+
+// Key suffixes of the kinds, in the scripts' KEYS order.
+var (
+	rwSuffixes        = []string{"", ":fence", ":q", ":qe", ":t", ":r"}
+	semaphoreSuffixes = []string{"", ":fence", ":q", ":qe", ":t"}
+	electionSuffixes  = []string{"", ":fence", ":q", ":qe"}
+)
+
+// electionChannel is the channel on which every change of the leader of
+// election name is announced.
+func (d *Driver) electionChannel(name string) string {
+	return d.kindBase(electionKind, name) + ":changed"
+}
+
+// kindDo runs op of r's kind script (see scripts/kinds.lua) on keys.
+func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL) *redis.Cmd {
+	var script *redispipe.Script
+	tag, arg, notify := tagRead, noArg, noArg
+	switch r.Mode {
+	case driver.Read:
+		script = rwScript
+	case driver.Write:
+		script, tag = rwScript, tagWrite
+	case driver.Permit:
+		script, tag, arg = semaphoreScript, tagPermit, r.Limit
+	default:
+		script, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
+	}
+	return d.pipe.Do(ctx, script, keys, op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify)
+}
+
+// acquireCall runs one acquisition attempt of r on keys (from keysFor):
+// try (never queue) or wait (queue, or refresh the queue entry). The
+// reply is acquire.lua's, or the same shape from the kinds' scripts.
+func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool) ([]int64, error) {
+	switch {
+	case r.Mode != driver.Exclusive:
+		op := opTry
+		if wait {
+			op = opWait
+		}
+		return d.kindDo(ctx, r, keys, op, b).Int64Slice()
+	case wait:
+		return d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, modeWait,
+			d.entryChannel, b.life, r.Name).Int64Slice()
+	default:
+		return d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, modeTry).Int64Slice()
+	}
+}
