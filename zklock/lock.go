@@ -53,13 +53,20 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	n := &node{s: s, name: r.Name, owner: r.Owner, parent: d.prefix + "/" + r.Name, guid: guidFor(r.Owner)}
+	n, err := d.newNode(s, r)
+	if err != nil {
+		return driver.Grant{}, err
+	}
 	alone, err := d.createCtx(ctx, n)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	if alone {
 		return d.grant(n, nil), nil
+	}
+	switch n.mode {
+	case driver.Read, driver.Write, driver.Permit:
+		return d.queueShared(ctx, n, wait)
 	}
 	return d.queue(ctx, n, wait)
 }
@@ -99,7 +106,8 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 // round trip: a multi-op creates the node and sets the (empty) data of its
 // parent; the parent's new stat carries the transaction's zxid, which is
 // the node's czxid, and the parent's child count. alone reports that the
-// node is the parent's only child, so it holds the lock.
+// node holds the lock from its creation: it is the parent's only child
+// (of a semaphore's, one of at most limit).
 //
 // A missing parent is created (as a container, with its own missing
 // parents). When the reply is lost with the connection, the node is looked
@@ -107,7 +115,7 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{
-		&zk.CreateRequest{Path: n.parent + "/" + nodePrefix + n.guid + nodeTag, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: n.parent + "/" + nodePrefix + n.guid + "-" + n.kind + "#", Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.parent, Version: -1},
 	}
 	pause := 2 * time.Millisecond
@@ -127,7 +135,8 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 			if c, ok := parseChild(n.base()); ok {
 				n.seq = c.seq
 			}
-			return res[1].Stat.NumChildren == 1, nil
+			n.count = int(res[1].Stat.NumChildren)
+			return n.holdsAlone(), nil
 		case err == nil:
 			return false, fmt.Errorf("zklock: create in %s: unexpected multi reply %+v", n.parent, res)
 		case errors.Is(err, zk.ErrNoNode) && parents < 5:

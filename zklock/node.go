@@ -8,18 +8,30 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlockgo/dlock/driver"
 )
 
-// Lock nodes are named _c_<guid>-lock#<sequence>. The guid (the owner value
-// when it is 32 hex digits, as dlock's are) lets a client find a node whose
-// creation reply it lost. The '#' cannot occur in a lock name, so a lock
-// node never collides with the container of a longer name ("a" and "a/b"
-// share the znode <prefix>/a).
+// Lock nodes are named _c_<guid>-<kind>#<sequence>, where kind is "lock"
+// for a mutex or an election candidate, "read" or "write" for the two
+// sides of a readers-writer lock and "permit" for a semaphore. The guid
+// (the owner value when it is 32 hex digits, as dlock's are) lets a client
+// find a node whose creation reply it lost. The '#' cannot occur in a lock
+// name, so a lock node never collides with the container of a longer name
+// ("a" and "a/b" share the znode <prefix>/a).
 const (
 	nodePrefix = "_c_"
 	guidLen    = 32
 	nodeTag    = "-lock#"
 	seqAt      = len(nodePrefix) + guidLen + len(nodeTag)
+)
+
+// The kinds of lock node, as they appear in node names.
+const (
+	kindLock   = "lock"
+	kindRead   = "read"
+	kindWrite  = "write"
+	kindPermit = "permit"
 )
 
 // A node is one acquisition's ephemeral sequential znode.
@@ -32,6 +44,11 @@ type node struct {
 	guid   string
 	seq    uint32
 	token  uint64 // the node's czxid
+	mode   driver.Mode
+	kind   string // kindLock, kindRead, ...
+	data   []byte // the node's data: an election candidate's value
+	limit  int    // a semaphore's number of permits
+	count  int    // the parent's children just after the node's creation
 
 	// recovered: found again after a lost creation reply. A second node
 	// with the same guid may then exist; release removes it too.
@@ -63,22 +80,33 @@ func guidFor(owner string) string {
 type child struct {
 	name string
 	guid string
+	kind string
 	seq  uint32
 }
 
 // parseChild parses a lock node's name; ok is false for other children
 // (the containers of longer names).
 func parseChild(name string) (c child, ok bool) {
-	if len(name) <= seqAt || !strings.HasPrefix(name, nodePrefix) || name[seqAt-len(nodeTag):seqAt] != nodeTag {
+	const kindAt = len(nodePrefix) + guidLen + 1
+	if len(name) <= kindAt || !strings.HasPrefix(name, nodePrefix) || name[kindAt-1] != '-' {
+		return child{}, false
+	}
+	kind, seq, found := strings.Cut(name[kindAt:], "#")
+	if !found {
+		return child{}, false
+	}
+	switch kind {
+	case kindLock, kindRead, kindWrite, kindPermit:
+	default:
 		return child{}, false
 	}
 	// ZooKeeper formats the parent's int32 cversion with %010d: it can be
 	// negative once it wrapped around.
-	v, err := strconv.ParseInt(name[seqAt:], 10, 64)
+	v, err := strconv.ParseInt(seq, 10, 64)
 	if err != nil {
 		return child{}, false
 	}
-	return child{name: name, guid: name[len(nodePrefix) : len(nodePrefix)+guidLen], seq: uint32(int32(v))}, true
+	return child{name: name, guid: name[len(nodePrefix) : len(nodePrefix)+guidLen], kind: kind, seq: uint32(int32(v))}, true
 }
 
 // before orders sequence numbers in serial-number arithmetic, so that the

@@ -23,7 +23,7 @@ const discardWait = 500 * time.Millisecond
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	d.mu.Lock()
 	n := d.held[r.Owner]
-	if n != nil && n.name == r.Name {
+	if n != nil && n.name == r.Name && n.mode == r.Mode {
 		delete(d.held, r.Owner)
 	} else {
 		n = nil
@@ -66,7 +66,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	d.mu.Lock()
 	n := d.held[r.Owner]
 	d.mu.Unlock()
-	if n == nil || n.name != r.Name {
+	if n == nil || n.name != r.Name || n.mode != r.Mode {
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
 	var ok bool

@@ -1,0 +1,236 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// An election is a mutex of its own under <prefix>/#elect/<name>: each
+// candidate queues an ephemeral sequential node whose data is its value,
+// the lowest node leads, and every other candidate watches the node just
+// before its own, exactly as mutex waiters do. The leader's token is its
+// node's czxid, as a mutex holder's.
+//
+// Who leads can be read by anyone: the lowest candidate node and its data.
+// A candidate's data is set at its creation and changes only in the
+// transaction that deletes it (a release), so a reader never sees it
+// half-way.
+
+// Leader implements driver.Elector: it reads the lowest candidate node of
+// the election and its data. Two round trips when someone leads.
+func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
+	s, err := d.session()
+	if err != nil {
+		return driver.LeaderInfo{}, err
+	}
+	var info driver.LeaderInfo
+	err = call(ctx, func() (err error) {
+		info, _, err = d.readLeader(s, d.prefix+electDir+name, false)
+		return err
+	})
+	return info, err
+}
+
+// readLeader reads the leader of the election whose znode is dir. With
+// watch set it also returns a watch that fires when the leader may have
+// changed: a data watch on the leader's node, or when nobody leads a
+// child watch on dir (an exists watch when dir does not exist). Watching
+// the leader's node rather than all the children spares observers the
+// arrivals of candidates: only the leader's going can change who leads,
+// since new nodes always queue behind it.
+func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderInfo, <-chan zk.Event, error) {
+	for {
+		var (
+			names []string
+			ev    <-chan zk.Event
+			gone  bool
+		)
+		err := s.do(func() (err error) {
+			names, _, err = s.conn.Children(dir)
+			if errors.Is(err, zk.ErrNoNode) {
+				gone, err = true, nil
+			}
+			return err
+		})
+		if err != nil {
+			return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: list %s: %w", dir, err)
+		}
+		locks := lockChildren(names)
+		if len(locks) == 0 {
+			if !watch {
+				return driver.LeaderInfo{}, nil, nil
+			}
+			// Nobody leads: wait for the first candidate. Listing again
+			// with the watch closes the gap since the first listing.
+			if gone {
+				var ok bool
+				err = s.do(func() (err error) {
+					ok, _, ev, err = s.conn.ExistsW(dir)
+					return err
+				})
+				if err != nil {
+					return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: watch %s: %w", dir, err)
+				}
+				if !ok {
+					return driver.LeaderInfo{}, ev, nil
+				}
+			}
+			err = s.do(func() (err error) {
+				names, _, ev, err = s.conn.ChildrenW(dir)
+				return err
+			})
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: watch %s: %w", dir, err)
+			}
+			if locks = lockChildren(names); len(locks) == 0 {
+				return driver.LeaderInfo{}, ev, nil
+			}
+			// A candidate came meanwhile: watch it instead. The child
+			// watch fires once more, later, for nothing.
+		}
+		var (
+			data []byte
+			st   *zk.Stat
+		)
+		p := dir + "/" + locks[0].name
+		err = s.do(func() (err error) {
+			if watch {
+				data, st, ev, err = s.conn.GetW(p)
+			} else {
+				data, st, err = s.conn.Get(p)
+			}
+			return err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // it resigned meanwhile
+		}
+		if err != nil {
+			return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: read %s: %w", p, err)
+		}
+		return driver.LeaderInfo{Value: string(data), Token: uint64(st.Czxid)}, ev, nil
+	}
+}
+
+// Observe implements driver.Elector. One goroutine per observer reads the
+// leader, sets a watch that fires when it may change (see readLeader),
+// and reads it again when it fires. When the driver's session ends, the
+// observer goes on with the next one; it stops, and closes the channel,
+// when ctx ends or the driver closes.
+func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	s, err := d.session()
+	if err != nil {
+		return nil, err
+	}
+	dir := d.prefix + electDir + name
+	var (
+		info driver.LeaderInfo
+		ev   <-chan zk.Event
+	)
+	err = call(ctx, func() (err error) {
+		info, ev, err = d.readLeader(s, dir, true)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan driver.LeaderInfo)
+	go d.observe(ctx, s, dir, info, ev, ch)
+	return ch, nil
+}
+
+// observe follows the election until ctx ends or the driver closes. It
+// offers the latest leader on the unbuffered ch, replacing one the reader
+// has not taken yet, so that a slow reader gets the latest and never the
+// same value twice in a row.
+func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver.LeaderInfo, ev <-chan zk.Event, ch chan<- driver.LeaderInfo) {
+	defer close(ch)
+	var (
+		sent    driver.LeaderInfo // the last value the reader took
+		first   = true            // the reader took nothing yet
+		pending = true            // cur is to be sent
+		pause   = 10 * time.Millisecond
+	)
+	for {
+		var out chan<- driver.LeaderInfo
+		if pending {
+			out = ch
+		}
+		select {
+		case out <- cur:
+			sent, first, pending = cur, false, false
+			continue
+		case <-ctx.Done():
+			return
+		case <-ev:
+		case <-s.done:
+		}
+		// Read again, on a new session if this one ended.
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			if s.ended() {
+				var err error
+				if s, err = d.session(); err != nil {
+					if errors.Is(err, driver.ErrClosed) {
+						return
+					}
+					d.log.Warn("zklock: observer cannot open a session", "election", dir, "error", err)
+					if !sleepCtx(ctx, pause) {
+						return
+					}
+					pause = min(2*pause, time.Second)
+					continue
+				}
+			}
+			var (
+				info driver.LeaderInfo
+				w    <-chan zk.Event
+			)
+			err := call(ctx, func() (err error) {
+				info, w, err = d.readLeader(s, dir, true)
+				return err
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				cur, ev, pause = info, w, 10*time.Millisecond
+				break
+			}
+			if !s.ended() {
+				// Not a connection loss (do retries those): an error the
+				// server gave, retried after a back-off.
+				d.log.Warn("zklock: observer cannot read the leader", "election", dir, "error", err)
+				if !sleepCtx(ctx, pause) {
+					return
+				}
+				pause = min(2*pause, time.Second)
+			}
+		}
+		// The first value goes out whatever it is; later ones only when
+		// they differ from the last one the reader took.
+		pending = first || cur != sent
+	}
+}
+
+// sleepCtx pauses for d; it reports false if ctx ended meanwhile.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
