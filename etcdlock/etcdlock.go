@@ -88,8 +88,10 @@ type slot struct {
 // lock is a lock the driver holds.
 type lock struct {
 	name, owner string
+	mode        driver.Mode
 	k           keys
-	rev         int64 // the key's create revision: the fencing token
+	rev         int64  // the key's create revision
+	token       uint64 // the fencing token: rev, or the revision of the admission write
 	s           *session
 	lost        chan struct{} // closed once when the lock is lost
 	unlocking   bool          // guarded by Driver.mu: Unlock owns the slot
@@ -156,13 +158,14 @@ func (d *Driver) Prefix() string { return d.prefix }
 // acquisition's owner. Names cannot contain '#', so "<name>/#" never
 // starts the keys of another name.
 type keys struct {
-	prefix string // <Prefix>/<name>/#
-	key    string // <Prefix>/<name>/#<lease>[.<n>]
+	prefix string // <Prefix>/<name>/#, or <Prefix>/#<kind>/<name>/# (see queuePrefix)
+	key    string // prefix + [r|w] + <lease>[.<n>]
 	slot   slotKey
 }
 
-// slotKey names a key slot of a session: one name, one index.
+// slotKey names a key slot of a session: one name in one mode, one index.
 type slotKey struct {
+	mode driver.Mode
 	name string
 	n    int
 }

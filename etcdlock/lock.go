@@ -61,7 +61,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		}
 		s, err := d.session(ctx, r.TTL)
 		if err == nil {
-			k, ok := d.take(s, r.Name)
+			k, ok := d.take(s, r)
 			if !ok {
 				err = fmt.Errorf("%w: the session ended", errRequeue)
 			} else {
@@ -101,54 +101,72 @@ func (d *Driver) stopErr(ctx context.Context, cause error) error {
 // attempt makes one acquisition with session s: the transaction, then,
 // for Lock, the wait.
 func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
-	put := clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id))
+	if r.Mode == driver.Permit {
+		return d.attemptPermit(ctx, s, r, k, wait)
+	}
+	// The keys that bar an immediate grant, the newest of which the waiter
+	// waits for: every key of the queue, or a reader's, the write keys.
+	block := k.prefix
+	if r.Mode == driver.Read {
+		block = k.prefix + "w"
+	}
+	value := keyValue(r)
+	put := clientv3.OpPut(k.key, value, clientv3.WithLease(s.id))
 	rctx, cancel := d.req(ctx)
-	txn := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(k.prefix), "=", 0).WithPrefix()).Then(put)
+	txn := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(block), "=", 0).WithPrefix()).Then(put)
 	if wait {
 		txn = txn.Else(
-			clientv3.OpGet(k.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
-			clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id), clientv3.WithPrevKV()))
+			clientv3.OpGet(block, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
+			clientv3.OpPut(k.key, value, clientv3.WithLease(s.id), clientv3.WithPrevKV()))
 	}
 	resp, err := txn.Commit()
 	cancel()
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.end(fmt.Errorf("%w: lease %x is gone: %w", driver.ErrLost, int64(s.id), err), false)
-			return driver.Grant{}, fmt.Errorf("%w: %w", errRequeue, err)
-		}
-		d.abandon(s, k, true) // the put may have been applied
-		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: no answer within the request timeout %v: %w", r.Name, d.timeout, err)
-		}
-		return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", r.Name, err)
+		return driver.Grant{}, d.txnErr(ctx, s, k, r, err)
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
-		return d.grant(s, r, k, rev)
+		return d.grant(s, r, k, rev, uint64(rev))
 	}
 	if !wait {
 		d.free(s, k.slot) // nothing was written
 		return driver.Grant{}, &driver.HeldError{Name: r.Name}
 	}
-	myRev, pred, predRev := rev, "", int64(0)
+	myRev, t := rev, target{}
 	if prev := resp.Responses[1].GetResponsePut().GetPrevKv(); prev != nil {
 		myRev = prev.CreateRevision // defensive: the slot's key was left
 	} else if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		pred, predRev = string(kvs[0].Key), kvs[0].CreateRevision
+		t = target{key: string(kvs[0].Key), rev: kvs[0].CreateRevision}
 	}
-	return d.wait(ctx, s, r, k, myRev, pred, predRev, rev)
+	return d.wait(ctx, s, r, k, myRev, t, rev)
+}
+
+// txnErr handles a failed acquiring transaction: a lease found gone ends
+// the session (and the acquisition queues again); otherwise the key, which
+// may have been written, is deleted.
+func (d *Driver) txnErr(ctx context.Context, s *session, k keys, r driver.Request, err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.end(fmt.Errorf("%w: lease %x is gone: %w", driver.ErrLost, int64(s.id), err), false)
+		return fmt.Errorf("%w: %w", errRequeue, err)
+	}
+	d.abandon(s, k, true) // the put may have been applied
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("etcdlock: acquire %q: no answer within the request timeout %v: %w", r.Name, d.timeout, err)
+	}
+	return fmt.Errorf("etcdlock: acquire %q: %w", r.Name, err)
 }
 
 // grant records the lock as held and returns its grant; if the session
 // ended meanwhile, the key is deleted and the acquisition starts over.
-func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64) (driver.Grant, error) {
-	l := &lock{name: r.Name, owner: r.Owner, k: k, rev: rev, s: s, lost: make(chan struct{})}
+// rev is the key's create revision.
+func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64, token uint64) (driver.Grant, error) {
+	l := &lock{name: r.Name, owner: r.Owner, mode: r.Mode, k: k, rev: rev, token: token, s: s, lost: make(chan struct{})}
 	d.mu.Lock()
 	if !s.ended && !d.closed {
 		d.locks[r.Owner] = l
 		s.locks[l] = struct{}{}
 		d.mu.Unlock()
-		return driver.Grant{Token: uint64(rev), Lost: l.lost}, nil
+		return driver.Grant{Token: token, Lost: l.lost}, nil
 	}
 	closed := d.closed
 	d.mu.Unlock()
@@ -239,7 +257,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 func (d *Driver) held(r driver.Request, unlock bool) *lock {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l := d.locks[r.Owner]; l != nil && l.name == r.Name {
+	if l := d.locks[r.Owner]; l != nil && l.name == r.Name && l.mode == r.Mode {
 		l.unlocking = l.unlocking || unlock
 		return l
 	}

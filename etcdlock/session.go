@@ -295,16 +295,16 @@ func (s *session) endCause() error {
 	return s.cause
 }
 
-// take reserves the session's lowest free key slot for name; false when
-// the session has ended.
-func (d *Driver) take(s *session, name string) (keys, bool) {
-	p := d.prefix + "/" + name + "/#"
+// take reserves the session's lowest free key slot for r's name and mode;
+// false when the session has ended.
+func (d *Driver) take(s *session, r driver.Request) (keys, bool) {
+	p := d.queuePrefix(r.Mode, r.Name)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.ended {
 		return keys{}, false
 	}
-	sk := slotKey{name: name}
+	sk := slotKey{mode: r.Mode, name: r.Name}
 	for {
 		if _, used := s.used[sk]; !used {
 			break
@@ -312,7 +312,7 @@ func (d *Driver) take(s *session, name string) (keys, bool) {
 		sk.n++
 	}
 	s.used[sk] = struct{}{}
-	k := keys{prefix: p, key: p + s.hex, slot: sk}
+	k := keys{prefix: p, key: p + keyKind(r.Mode) + s.hex, slot: sk}
 	if sk.n > 0 {
 		k.key += "." + strconv.Itoa(sk.n)
 	}

@@ -24,13 +24,31 @@ const (
 	probeWindow = 110 * time.Millisecond
 )
 
-// predWatch follows the deletion of one predecessor key.
+// target is what a waiter waits for: the deletion of the key just ahead
+// of it that it must outlive (the zero target: nothing, the lock is its);
+// for a semaphore, also a put on that key (the waiter ahead was admitted),
+// or the deletion of any key of the queue.
+type target struct {
+	key   string // the key; with whole, the queue's prefix
+	rev   int64  // the key's create revision: a key of the same name made later is another key
+	puts  bool   // a put on key is a change too
+	mod   int64  // with puts: key's mod revision when read
+	whole bool   // any deletion under the prefix key is a change
+	max   int64  // with whole: the waiter's create revision
+	count int64  // with whole: how many keys, up to max, there were
+}
+
+// same reports whether t and o name the same thing to watch.
+func (t target) same(o target) bool {
+	return t.key == o.key && t.rev == o.rev && t.puts == o.puts && t.whole == o.whole
+}
+
+// predWatch follows the target of a waiter.
 type predWatch struct {
-	key     string // "" when no watch runs
-	rev     int64  // the key's create revision: a key of the same name made later is another key
+	t       target // key "" when no watch runs
 	ch      clientv3.WatchChan
 	cancel  context.CancelFunc
-	from    int64 // the watch reports deletions after this revision
+	from    int64 // the watch reports changes after this revision
 	born    time.Time
 	synced  bool          // proven in sync: no probes needed
 	probe   *time.Timer   // fires at born + probeAt
@@ -42,7 +60,7 @@ func (w *predWatch) stop() {
 		w.cancel()
 		w.cancel = nil
 	}
-	w.key = ""
+	w.t = target{}
 	w.probe.Stop()
 }
 
@@ -55,23 +73,23 @@ func (w *predWatch) nextProbe() {
 	w.probe.Reset(time.Until(w.born.Add(w.probeAt)))
 }
 
-// wait waits until the caller's key, created at myRev, is the oldest under
-// the name. pred is the key just before it, created at predRev and alive
-// at revision seen; "" means it must be looked up first.
-func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys, myRev int64, pred string, predRev, seen int64) (driver.Grant, error) {
+// wait waits until the caller's key, created at myRev, holds the lock.
+// t is what it waits for, read at revision seen; a zero t means it must
+// be looked up first.
+func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys, myRev int64, t target, seen int64) (driver.Grant, error) {
 	w := &predWatch{probe: time.NewTimer(time.Hour)}
 	w.probe.Stop()
 	defer w.stop()
 	every := max(s.ttl, time.Second)
 	recheck := time.NewTimer(every) // a safety net: a watch is not trusted for ever
 	defer recheck.Stop()
-	needCheck := pred == ""
+	needCheck := t.key == ""
 	var at int64    // a revision applied where the watch runs, to read at; 0: now
 	watchFails := 0 // in a row, for the pause before the next try
 	for {
 		if needCheck {
 			needCheck = false
-			st, err := d.check(ctx, k, myRev, at)
+			st, err := d.check(ctx, r, k, myRev, at)
 			at = 0
 			switch {
 			case err != nil:
@@ -80,18 +98,21 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 			case st.gone:
 				d.free(s, k.slot)
 				return driver.Grant{}, fmt.Errorf("%w: key %q", errRequeue, k.key)
-			case st.pred == "":
-				return d.grant(s, r, k, myRev)
+			case st.t.key == "":
+				return d.admit(ctx, s, r, k, myRev)
 			}
-			pred, predRev, seen = st.pred, st.predRev, st.rev
-			if w.key == pred && w.rev == predRev && st.cur == w.from {
-				w.synced = true // no write since the watch's revision
+			t, seen = st.t, st.rev
+			if w.t.same(t) {
+				w.t.mod, w.t.count = t.mod, t.count
+				if st.cur == w.from {
+					w.synced = true // no write since the watch's revision
+				}
 			}
 			recheck.Reset(every)
 		}
-		if w.key != pred || w.rev != predRev {
+		if !w.t.same(t) {
 			w.stop()
-			if !d.watch(ctx, s, w, r.Name, pred, predRev) {
+			if !d.watch(ctx, s, w, r.Name, t) {
 				if err := d.waitErr(ctx, s); err != nil {
 					d.abandon(s, k, false)
 					return driver.Grant{}, err
@@ -102,8 +123,8 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 				continue
 			}
 			watchFails = 0
-			// pred was alive at seen; the watch reports deletions after
-			// from. A gap between them is read again.
+			// t was as read at seen; the watch reports changes after from.
+			// A gap between them is read again.
 			if w.from > seen {
 				needCheck, at = true, w.from
 				continue
@@ -114,15 +135,15 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 			switch {
 			case !ok || wr.Canceled || wr.Err() != nil:
 				w.stop() // watch again after the check
-			case hasDelete(wr.Events):
+			case w.t.changed(wr.Events):
 				at = wr.Header.Revision
-				d.woke(r.Name, pred)
+				d.woke(r.Name, w.t.key)
 			}
 			needCheck = true
 		case <-w.probe.C:
-			if rev, gone := d.probe(ctx, w); gone {
+			if rev, changed := d.probe(ctx, w); changed {
 				at, needCheck = rev, true
-				d.woke(r.Name, pred)
+				d.woke(r.Name, w.t.key)
 			}
 		case <-recheck.C:
 			needCheck = true
@@ -137,12 +158,19 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 	}
 }
 
-// watch starts w on key and waits for etcd to create it; false when the
+// watch starts w on t and waits for etcd to create it; false when the
 // watch failed or the wait must stop.
-func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name, key string, rev int64) bool {
+func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name string, t target) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	w.key, w.rev, w.cancel, w.synced = key, rev, cancel, false
-	w.ch = d.c.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	w.t, w.cancel, w.synced = t, cancel, false
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !t.puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	if t.whole {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	w.ch = d.c.Watch(wctx, t.key, opts...)
 	select {
 	case wr, ok := <-w.ch:
 		if !ok || !wr.Created || wr.Canceled || wr.Err() != nil {
@@ -150,7 +178,7 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name, key 
 			return false
 		}
 		if d.hooks != nil && d.hooks.watch != nil {
-			d.hooks.watch(name, key) // counted once etcd has created it
+			d.hooks.watch(name, t.key) // counted once etcd has created it
 		}
 		w.from, w.born = wr.Header.Revision, time.Now()
 		w.probeAt = probeFirst
@@ -164,14 +192,37 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name, key 
 	return false
 }
 
-// probe reads whether the watched key still exists with its create
-// revision; it returns the revision read when the key is gone.
+// changed reports whether evs, events of a watch on t, change what the
+// waiter waits for.
+func (t target) changed(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		if ev.Type == mvccpb.DELETE || t.puts {
+			return true
+		}
+	}
+	return false
+}
+
+// probe reads whether the watched target has changed (the key is gone
+// or, with puts, was written; with whole, the count of keys up to the
+// waiter's changed); it returns the revision read when it has.
 func (d *Driver) probe(ctx context.Context, w *predWatch) (int64, bool) {
 	rctx, cancel := d.req(ctx)
-	resp, err := d.c.Get(rctx, w.key, clientv3.WithSerializable(), clientv3.WithKeysOnly())
+	var resp *clientv3.GetResponse
+	var err error
+	if w.t.whole {
+		// Keys, not a count: etcd counts a range before it filters it.
+		resp, err = d.c.Get(rctx, w.t.key, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(w.t.max),
+			clientv3.WithKeysOnly(), clientv3.WithLimit(w.t.count), clientv3.WithSerializable())
+	} else {
+		resp, err = d.c.Get(rctx, w.t.key, clientv3.WithSerializable(), clientv3.WithKeysOnly())
+	}
 	cancel()
 	if err == nil {
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != w.rev {
+		switch {
+		case w.t.whole && int64(len(resp.Kvs)) != w.t.count,
+			!w.t.whole && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != w.t.rev),
+			!w.t.whole && w.t.puts && resp.Kvs[0].ModRevision != w.t.mod:
 			return resp.Header.Revision, true
 		}
 		if resp.Header.Revision == w.from {
@@ -205,28 +256,17 @@ func (d *Driver) waitErr(ctx context.Context, s *session) error {
 	}
 }
 
-func hasDelete(evs []*clientv3.Event) bool {
-	for _, ev := range evs {
-		if ev.Type == mvccpb.DELETE {
-			return true
-		}
-	}
-	return false
-}
-
 // checked is what check read.
 type checked struct {
-	gone    bool   // the caller's key is gone (its lease expired, or deleted)
-	pred    string // the newest key older than the caller's; "" when none
-	predRev int64  // pred's create revision
-	rev     int64  // the revision read
-	cur     int64  // the serving member's revision at the time
+	gone bool   // the caller's key is gone (its lease expired, or deleted)
+	t    target // what to wait for; key "" when the lock is the caller's
+	rev  int64  // the revision read
+	cur  int64  // the serving member's revision at the time
 }
 
-// check reads, in one request, the caller's key and the newest key
-// created before it: the two newest keys with a create revision up to
-// myRev. When the caller's key exists with its create revision, its lease
-// was alive at the revision read.
+// check reads, in one request, whether the caller's key still exists with
+// its create revision, and what it must wait for (see checkOps). When the
+// caller's key exists, its lease was alive at the revision read.
 //
 // With at > 0 the read is serializable, at revision at: a revision the
 // member that serves the waiter's watch has applied, at or after the
@@ -235,26 +275,25 @@ type checked struct {
 // member that has not applied it yet (or has compacted it) makes check
 // fall back to a linearizable read. Transient failures are retried until
 // ctx ends.
-func (d *Driver) check(ctx context.Context, k keys, myRev, at int64) (checked, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)}
+func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at int64) (checked, error) {
 	if at > 0 {
 		rctx, cancel := d.req(ctx)
-		resp, err := d.c.Get(rctx, k.prefix, append(opts, clientv3.WithRev(at), clientv3.WithSerializable())...)
+		resps, hdr, err := d.read(rctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
 		cancel()
 		if err == nil {
-			return readCheck(resp, myRev, at), nil
+			return readCheck(r, k, myRev, at, hdr, resps), nil
 		}
 		if ctx.Err() != nil {
 			return checked{}, err
 		}
 	}
+	ops := checkOps(r, k, myRev)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := d.req(ctx)
-		resp, err := d.c.Get(rctx, k.prefix, opts...)
+		resps, hdr, err := d.read(rctx, ops)
 		cancel()
 		if err == nil {
-			return readCheck(resp, myRev, resp.Header.Revision), nil
+			return readCheck(r, k, myRev, hdr, hdr, resps), nil
 		}
 		if d.ctx.Err() != nil || !transient(ctx, err) {
 			return checked{}, err
@@ -265,15 +304,62 @@ func (d *Driver) check(ctx context.Context, k keys, myRev, at int64) (checked, e
 	}
 }
 
-func readCheck(resp *clientv3.GetResponse, myRev, rev int64) checked {
-	st := checked{rev: rev, cur: resp.Header.Revision}
-	kvs := resp.Kvs
+// read runs ops, ranges all, in one request: a range, or a transaction of
+// ranges (served without a round of Raft when they are serializable). It
+// returns each range's response and the header's revision.
+func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+	if len(ops) == 1 {
+		resp, err := d.c.Do(ctx, ops[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		g := resp.Get()
+		return []*clientv3.GetResponse{g}, g.Header.Revision, nil
+	}
+	resp, err := d.c.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*clientv3.GetResponse, len(resp.Responses))
+	for i, rr := range resp.Responses {
+		out[i] = (*clientv3.GetResponse)(rr.GetResponseRange())
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// checkOps returns the ranges check reads for r's mode: for the mutex, a
+// writer and a candidate, the two newest keys of the queue up to the
+// caller's (its own, and the one just ahead); for a reader and a
+// semaphore, see readerOps and permitOps.
+func checkOps(r driver.Request, k keys, myRev int64, extra ...clientv3.OpOption) []clientv3.Op {
+	switch r.Mode {
+	case driver.Read:
+		return readerOps(k, myRev, extra)
+	case driver.Permit:
+		return permitOps(r, k, myRev, extra)
+	}
+	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)}, extra...)
+	return []clientv3.Op{clientv3.OpGet(k.prefix, opts...)}
+}
+
+// readCheck interprets what checkOps read at revision rev (cur: the
+// member's revision then).
+func readCheck(r driver.Request, k keys, myRev, rev, cur int64, resps []*clientv3.GetResponse) checked {
+	st := checked{rev: rev, cur: cur}
+	switch r.Mode {
+	case driver.Read:
+		return readerCheck(st, myRev, resps)
+	case driver.Permit:
+		return permitCheck(st, r, k, myRev, resps)
+	}
+	kvs := resps[0].Kvs
 	if len(kvs) == 0 || kvs[0].CreateRevision != myRev {
 		st.gone = true
 		return st
 	}
 	if len(kvs) > 1 {
-		st.pred, st.predRev = string(kvs[1].Key), kvs[1].CreateRevision
+		st.t = target{key: string(kvs[1].Key), rev: kvs[1].CreateRevision}
 	}
 	return st
 }

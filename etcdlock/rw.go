@@ -1,0 +1,43 @@
+package etcdlock
+
+import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Readers-writer locks. Readers and writers of a name queue under one
+// prefix, <Prefix>/#rw/<name>/#, readers' keys starting with "r" and
+// writers' with "w" (so the write keys are a range of their own), in the
+// order of their create revisions:
+//
+//   - a writer holds when its key is the oldest of all; it waits for the
+//     deletion of the key just ahead of it, of either side, exactly as a
+//     mutex's waiter does (attempt and wait treat it as one);
+//   - a reader holds when no write key is older than its own; it waits
+//     for the deletion of the newest write key older than its own.
+//
+// FIFO order and writer preference follow: a reader that arrives after a
+// waiting writer has that writer's key ahead of it, and the readers
+// between two writers all wait for the first and are admitted together
+// when it goes. TryLock for reading fails while any write key exists
+// (a writer holds or waits). Tokens: see admit.
+
+// readerOps are the ranges a reader's check reads: its own key, and the
+// newest write key created before it.
+func readerOps(k keys, myRev int64, extra []clientv3.OpOption) []clientv3.Op {
+	own := append([]clientv3.OpOption{clientv3.WithKeysOnly()}, extra...)
+	writers := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}, extra...)
+	return []clientv3.Op{clientv3.OpGet(k.key, own...), clientv3.OpGet(k.prefix+"w", writers...)}
+}
+
+// readerCheck interprets what readerOps read.
+func readerCheck(st checked, myRev int64, resps []*clientv3.GetResponse) checked {
+	if own := resps[0].Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
+		st.gone = true
+		return st
+	}
+	if w := resps[1].Kvs; len(w) > 0 {
+		st.t = target{key: string(w[0].Key), rev: w[0].CreateRevision}
+	}
+	return st
+}

@@ -1,0 +1,99 @@
+package etcdlock
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Semaphores. The holders and waiters of a semaphore's permits queue under
+// <Prefix>/#sem/<name>/#, in the order of their create revisions; a key
+// holds a permit when fewer than Limit keys are older than it. A crashed
+// holder's key goes with its session's lease, and its permit with it.
+//
+// Permits are given back in any order, so no single key ahead of a waiter
+// tells it when it may go: the waiter Limit places ahead can still be
+// waiting when a holder closer to the front leaves. Instead:
+//
+//   - the first waiter (exactly Limit keys ahead of it, all holders)
+//     watches the whole prefix for deletions: any holder's release
+//     admits it;
+//   - every later waiter watches only the key just ahead of it, for its
+//     deletion or a put: a waiter that is admitted puts its key again
+//     (which also makes its token, see admit), and the put tells the next
+//     waiter that it is now first.
+//
+// So a release wakes one waiter, the first, whose admission wakes the
+// second to take its place: two wake-ups per handoff, whatever the
+// number of waiters, and no waiter misses a release. The first waiter
+// also wakes, needlessly, when a waiter behind it gives up.
+
+// attemptPermit is attempt for a semaphore: one transaction counts the
+// keys of the queue (all older than the caller's) and reads the newest,
+// then puts the caller's key.
+// (etcd's comparisons cannot count keys, so TryLock on a full semaphore
+// writes its key and deletes it.)
+func (d *Driver) attemptPermit(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Txn(rctx).Then(
+		clientv3.OpGet(k.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(k.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
+	cancel()
+	if err != nil {
+		return driver.Grant{}, d.txnErr(ctx, s, k, r, err)
+	}
+	rev := resp.Header.Revision
+	ahead := resp.Responses[0].GetResponseRange().GetCount()
+	if resp.Responses[2].GetResponsePut().GetPrevKv() != nil {
+		// Defensive: the slot's key was left, and counted.
+		if !wait {
+			d.abandon(s, k, false)
+			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		}
+		return d.wait(ctx, s, r, k, resp.Responses[2].GetResponsePut().GetPrevKv().CreateRevision, target{}, rev)
+	}
+	if ahead < int64(r.Limit) {
+		return d.grant(s, r, k, rev, uint64(rev))
+	}
+	if !wait {
+		d.abandon(s, k, false)
+		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+	}
+	t := target{key: k.prefix, whole: true, max: rev, count: ahead + 1}
+	if ahead > int64(r.Limit) {
+		kv := resp.Responses[1].GetResponseRange().GetKvs()[0]
+		t = target{key: string(kv.Key), rev: kv.CreateRevision, puts: true, mod: kv.ModRevision}
+	}
+	return d.wait(ctx, s, r, k, rev, t, rev)
+}
+
+// permitOps is the range a semaphore waiter's check reads: the Limit+2
+// newest keys up to its own (its own first). etcd counts a range before
+// it applies revision filters, so the keys are read, not counted: at most
+// Limit+2 of them, keys only.
+func permitOps(r driver.Request, k keys, myRev int64, extra []clientv3.OpOption) []clientv3.Op {
+	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.Limit) + 2)}, extra...)
+	return []clientv3.Op{clientv3.OpGet(k.prefix, opts...)}
+}
+
+// permitCheck interprets what permitOps read.
+func permitCheck(st checked, r driver.Request, k keys, myRev int64, resps []*clientv3.GetResponse) checked {
+	kvs := resps[0].Kvs
+	if len(kvs) == 0 || kvs[0].CreateRevision != myRev {
+		st.gone = true
+		return st
+	}
+	switch ahead := int64(len(kvs) - 1); {
+	case ahead < int64(r.Limit):
+		// holds
+	case ahead == int64(r.Limit):
+		st.t = target{key: k.prefix, whole: true, max: myRev, count: ahead + 1}
+	default:
+		st.t = target{key: string(kvs[1].Key), rev: kvs[1].CreateRevision, puts: true, mod: kvs[1].ModRevision}
+	}
+	return st
+}
