@@ -2,11 +2,13 @@ package locktest_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
@@ -49,6 +51,89 @@ func (d repeatTokens) Lock(ctx context.Context, r driver.Request) (driver.Grant,
 	return g, err
 }
 
+// looseKinds gets the new kinds subtly wrong: writers take the lock as
+// readers do, a semaphore lets in one holder too many, and Observe
+// reports the first leader only.
+type looseKinds struct{ *memlock.Driver }
+
+func (d looseKinds) loosen(r driver.Request) driver.Request {
+	switch r.Mode {
+	case driver.Write:
+		r.Mode = driver.Read
+	case driver.Permit:
+		r.Limit++
+	}
+	return r
+}
+
+func (d looseKinds) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.Driver.TryLock(ctx, d.loosen(r))
+}
+
+func (d looseKinds) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.Driver.Lock(ctx, d.loosen(r))
+}
+
+func (d looseKinds) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	return d.Driver.Refresh(ctx, d.loosen(r))
+}
+
+func (d looseKinds) Unlock(ctx context.Context, r driver.Request) error {
+	return d.Driver.Unlock(ctx, d.loosen(r))
+}
+
+func (d looseKinds) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	info, err := d.Driver.Leader(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan driver.LeaderInfo, 1)
+	ch <- info
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch, nil
+}
+
+// pollingWriter makes a writer wait by polling TryLock instead of queuing,
+// so that readers never see it waiting and a stream of readers starves it.
+type pollingWriter struct{ *memlock.Driver }
+
+func (d pollingWriter) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if r.Mode != driver.Write {
+		return d.Driver.Lock(ctx, r)
+	}
+	for {
+		g, err := d.Driver.TryLock(ctx, r)
+		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// mutexOnly hides every optional interface but Waiter: the suite must
+// find the other kinds unsupported, and pass.
+type mutexOnly struct{ d *memlock.Driver }
+
+func (m mutexOnly) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return m.d.TryLock(ctx, r)
+}
+
+func (m mutexOnly) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return m.d.Lock(ctx, r)
+}
+
+func (m mutexOnly) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	return m.d.Refresh(ctx, r)
+}
+
+func (m mutexOnly) Unlock(ctx context.Context, r driver.Request) error { return m.d.Unlock(ctx, r) }
+
+func (m mutexOnly) Close() error { return m.d.Close() }
+
 // TestBrokenBackend is the entry point the subprocesses of
 // TestSuiteCatchesBrokenBackends run; it does nothing on its own.
 func TestBrokenBackend(t *testing.T) {
@@ -66,6 +151,12 @@ func TestBrokenBackend(t *testing.T) {
 				d = grantAll{store.Driver(), &seq}
 			case "repeat-tokens":
 				d = repeatTokens{store.Driver()}
+			case "loose-kinds":
+				d = looseKinds{store.Driver()}
+			case "polling-writer":
+				d = pollingWriter{store.Driver()}
+			case "mutex-only":
+				d = mutexOnly{store.Driver()}
 			default:
 				t.Fatalf("unknown LOCKTEST_BROKEN %q", kind)
 			}
@@ -87,13 +178,27 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		kind     string
 		mustFail []string
 	}{
-		{"grant-all", []string{"TryAcquireWhileHeld", "AcquireWaitsForRelease", "CancelDuringWait", "MutualExclusion"}},
-		{"repeat-tokens", []string{"TokensIncrease", "MutualExclusion", "AcquireWaitsForRelease", "ExpiresWithoutRenewal"}},
+		{"grant-all", []string{"TryAcquireWhileHeld", "AcquireWaitsForRelease", "CancelDuringWait", "MutualExclusion",
+			"RWReadersShareWritersExclude", "RWTryAcquire", "SemaphoreLimit", "SemaphoreTryWhenFull",
+			"MultiOppositeOrders", "MultiAllOrNothing", "ElectionOneLeader"}},
+		{"repeat-tokens", []string{"TokensIncrease", "MutualExclusion", "AcquireWaitsForRelease", "ExpiresWithoutRenewal",
+			"RWTokens", "SemaphoreLimit", "ElectionOneLeader"}},
+		{"loose-kinds", []string{"RWReadersShareWritersExclude", "RWTryAcquire", "SemaphoreLimit", "SemaphoreTryWhenFull",
+			"ElectionObserve"}},
+		{"polling-writer", []string{"RWWriterNotStarved", "RWTryAcquire"}},
+		{"mutex-only", nil}, // passes: the other kinds are checked as unsupported
 	} {
 		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenBackend$", "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), "LOCKTEST_BROKEN="+c.kind)
 			out, err := cmd.CombinedOutput()
+			if c.mustFail == nil {
+				if err != nil {
+					t.Fatalf("the suite failed a correct %s backend: %v\n%s", c.kind, err, out)
+				}
+				return
+			}
 			if err == nil {
 				t.Fatalf("the suite passed a %s backend:\n%s", c.kind, out)
 			}

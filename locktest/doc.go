@@ -8,6 +8,13 @@
 //		})
 //	}
 //
+// Besides the mutex, the suite checks the multi-lock (AcquireAll, built on
+// the mutex, so every backend runs it) and each optional kind of lock the
+// Locker Supports: readers-writer (RW*), semaphore (Semaphore*) and
+// election (Election*) properties. For a kind the backend lacks, the
+// property checks that its methods fail with dlock.ErrUnsupported, and
+// passes.
+//
 // Each property is a named subtest with its own time limit, written to run
 // under -race. The suite can fail: package locktest's own tests run it
 // against deliberately broken backends and check that it reports them.

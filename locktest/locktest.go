@@ -64,6 +64,18 @@ func Run(t *testing.T, h Harness) {
 		{"LostWhenTakenAway", 30 * time.Second, s.lostWhenTakenAway},
 		{"ReleaseByNonOwner", 30 * time.Second, s.releaseByNonOwner},
 		{"DoubleRelease", 20 * time.Second, s.doubleRelease},
+		{"RWReadersShareWritersExclude", 60 * time.Second, s.rwShareExclude},
+		{"RWTryAcquire", 30 * time.Second, s.rwTry},
+		{"RWWriterNotStarved", 30 * time.Second, s.rwWriterNotStarved},
+		{"RWTokens", 30 * time.Second, s.rwTokens},
+		{"SemaphoreLimit", 60 * time.Second, s.semaphoreLimit},
+		{"SemaphoreTryWhenFull", 30 * time.Second, s.semaphoreTryWhenFull},
+		{"SemaphoreHolderStops", 30 * time.Second, s.semaphoreHolderStops},
+		{"MultiOppositeOrders", 120 * time.Second, s.multiOppositeOrders},
+		{"MultiAllOrNothing", 30 * time.Second, s.multiAllOrNothing},
+		{"MultiLostPart", 30 * time.Second, s.multiLostPart},
+		{"ElectionOneLeader", 60 * time.Second, s.electionOneLeader},
+		{"ElectionObserve", 60 * time.Second, s.electionObserve},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), p.limit)

@@ -1,0 +1,242 @@
+package locktest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Election properties, for backends that support driver.Leader.
+
+func (s *suite) noElection(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
+	if l.Supports(driver.Leader) {
+		return false
+	}
+	unsupported(t, l, driver.Leader, func() error {
+		_, err := l.Leader(ctx, name)
+		return err
+	})
+	unsupported(t, l, driver.Leader, func() error {
+		_, err := l.Observe(ctx, name)
+		return err
+	})
+	unsupported(t, l, driver.Leader, func() error {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		lease, err := l.Campaign(cctx, name, "candidate")
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err
+	})
+	return true
+}
+
+// electionOneLeader: candidates on four clients campaign, lead briefly and
+// resign, over and over; a leaders gauge never exceeds 1, and Leader, read
+// by another client, names the leader with its token.
+func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string) {
+	reader := s.locker(t)
+	if s.noElection(t, ctx, reader, name) {
+		return
+	}
+	if info, err := reader.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Errorf("Leader() before any campaign = %+v, %v; want the zero LeaderInfo", info, err)
+	}
+	const candidates, rounds = 4, 4
+	var (
+		g      gauge
+		tokens []uint64
+		mu     sync.Mutex
+		fail   firstError
+		all    sync.WaitGroup
+	)
+	hold := min(s.h.TTL/100, 5*time.Millisecond)
+	for i := range candidates {
+		l := s.locker(t)
+		value := fmt.Sprintf("candidate-%d", i)
+		all.Go(func() {
+			for range rounds {
+				lease, err := l.Campaign(ctx, name, value)
+				if err != nil {
+					fail.report(t, "Campaign: %v", err)
+					return
+				}
+				if n := g.enter(); n > 1 {
+					fail.report(t, "%d leaders at once", n)
+				}
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				mu.Unlock()
+				if lease.Mode() != driver.Leader {
+					fail.report(t, "Mode() of leadership = %v, want leader", lease.Mode())
+				}
+				info, err := reader.Leader(ctx, name)
+				if err != nil {
+					fail.report(t, "Leader(): %v", err)
+				} else if info.Value != value || info.Token != lease.Token() {
+					fail.report(t, "Leader() = %+v while %q leads with token %d", info, value, lease.Token())
+				}
+				time.Sleep(hold)
+				g.leave()
+				if err := lease.Release(ctx); err != nil {
+					fail.report(t, "resign: %v", err)
+				}
+			}
+		})
+	}
+	all.Wait()
+	checkIncreasing(t, tokens, "in the order leaders were elected")
+	if info, err := reader.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Errorf("Leader() after every candidate resigned = %+v, %v; want the zero LeaderInfo", info, err)
+	}
+}
+
+// electionObserve: an observer sees nobody, then the first leader, then
+// the next after a resignation, then another after the leader's loss (a
+// crash, or a TTL that ran out without renewal); consecutive values
+// differ. The channel closes when the observer's ctx ends, and when its
+// Locker closes.
+func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) {
+	o := s.locker(t)
+	if s.noElection(t, ctx, o, name) {
+		return
+	}
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	ch, err := o.Observe(octx, name)
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	w := &watcher{t: t, ch: ch, limit: s.h.TTL + 5*time.Second}
+	w.await("nobody leads", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{} })
+
+	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	la := mustAcquire(t, func() (*dlock.Lease, error) { return a.Campaign(ctx, name, "a") }, "Campaign")
+	w.await("a leads", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{Value: "a", Token: la.Token()} })
+
+	var bopts []dlock.Option
+	if s.h.Crash == nil {
+		bopts = append(bopts, dlock.WithAutoRenew(false))
+	}
+	lb, errb := campaignAsync(ctx, b, name, "b", bopts...)
+	time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // b queues behind a
+	lc, errc := campaignAsync(ctx, c, name, "c")
+	time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // c queues behind b
+	release(t, ctx, la)
+	var leaseB *dlock.Lease
+	select {
+	case leaseB = <-lb:
+	case err := <-errb:
+		t.Fatalf("b's Campaign: %v", err)
+	case <-time.After(w.limit):
+		t.Fatal("b was not elected after a resigned")
+	}
+	w.await("b leads after a resigned", func(i dlock.LeaderInfo) bool {
+		return i == dlock.LeaderInfo{Value: "b", Token: leaseB.Token()}
+	})
+
+	// b stops: crashed, or never renewing.
+	if s.h.Crash != nil {
+		s.h.Crash(t, b)
+	}
+	var leaseC *dlock.Lease
+	select {
+	case leaseC = <-lc:
+	case err := <-errc:
+		t.Fatalf("c's Campaign: %v", err)
+	case <-time.After(w.limit):
+		t.Fatal("c was not elected after b's loss")
+	}
+	if leaseC.Token() <= leaseB.Token() {
+		t.Errorf("c's token %d is not greater than b's %d", leaseC.Token(), leaseB.Token())
+	}
+	w.await("c leads after b's loss", func(i dlock.LeaderInfo) bool {
+		return i == dlock.LeaderInfo{Value: "c", Token: leaseC.Token()}
+	})
+	if !waitDone(leaseB, w.limit) {
+		t.Error("b's leadership did not end after b stopped")
+	}
+	release(t, ctx, leaseC)
+	w.await("nobody leads after c resigned", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{} })
+
+	stopObserving()
+	w.closed("after the observer's ctx ended")
+
+	// Closing the observer's Locker closes the channel too.
+	o2 := s.locker(t)
+	ch2, err := o2.Observe(ctx, name)
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	_ = o2.Close()
+	w2 := &watcher{t: t, ch: ch2, limit: w.limit}
+	w2.closed("after its Locker closed")
+}
+
+func campaignAsync(ctx context.Context, l *dlock.Locker, name, value string, opts ...dlock.Option) (<-chan *dlock.Lease, <-chan error) {
+	got := make(chan *dlock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := l.Campaign(ctx, name, value, opts...)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lease
+	}()
+	return got, errc
+}
+
+// watcher reads an Observe channel and checks that consecutive values
+// differ.
+type watcher struct {
+	t     *testing.T
+	ch    <-chan dlock.LeaderInfo
+	limit time.Duration
+	seen  []dlock.LeaderInfo
+}
+
+// await reads values until one satisfies want.
+func (w *watcher) await(what string, want func(dlock.LeaderInfo) bool) {
+	w.t.Helper()
+	deadline := time.After(w.limit)
+	for {
+		select {
+		case v, ok := <-w.ch:
+			if !ok {
+				w.t.Fatalf("waiting until %s: the Observe channel closed (seen %+v)", what, w.seen)
+			}
+			if n := len(w.seen); n > 0 && w.seen[n-1] == v {
+				w.t.Errorf("Observe sent %+v twice in a row; consecutive values must differ", v)
+			}
+			w.seen = append(w.seen, v)
+			if want(v) {
+				return
+			}
+		case <-deadline:
+			w.t.Fatalf("Observe did not report that %s within %v (seen %+v)", what, w.limit, w.seen)
+		}
+	}
+}
+
+// closed reads until the channel closes.
+func (w *watcher) closed(when string) {
+	w.t.Helper()
+	deadline := time.After(w.limit)
+	for {
+		select {
+		case _, ok := <-w.ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			w.t.Fatalf("the Observe channel was not closed %s", when)
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Readers-writer lock properties. Each starts by checking Supports: a
+// backend without the kind must answer with ErrUnsupported, and the rest
+// of the property does not apply.
+
+func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
+	return unsupported(t, l, driver.Read, func() error {
+		lease, err := l.TryAcquireRead(ctx, name)
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err
+	})
+}
+
+// rwShareExclude: two readers hold together; then readers and writers
+// contend, and a readers gauge and a writers gauge show that readers
+// overlapped while a writer never had company.
+func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
+	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	if s.noRW(t, ctx, lockers[0], name) {
+		return
+	}
+	r1, err := lockers[0].TryAcquireRead(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquireRead of a free lock: %v", err)
+	}
+	if r1.Mode() != driver.Read {
+		t.Errorf("Mode() of a read lease = %v, want read", r1.Mode())
+	}
+	r2, err := lockers[1].TryAcquireRead(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquireRead while another reader holds: %v; readers must share", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.h.TTL)
+	r3, err := lockers[2].AcquireRead(wctx, name)
+	cancel()
+	if err != nil {
+		t.Errorf("AcquireRead while two readers hold: %v; it must not wait", err)
+	} else {
+		release(t, ctx, r3)
+	}
+	if r1.Token() == r2.Token() {
+		t.Errorf("two readers holding together have the same token %d", r1.Token())
+	}
+	release(t, ctx, r1)
+	release(t, ctx, r2)
+
+	const readers, readerRounds, writers, writerRounds = 6, 12, 2, 6
+	var (
+		rg, wg gauge
+		tokens tokenSet
+		fail   firstError
+		all    sync.WaitGroup
+	)
+	hold := min(s.h.TTL/100, 5*time.Millisecond)
+	for i := range readers + writers {
+		l := lockers[i%len(lockers)]
+		all.Go(func() {
+			write := i >= readers
+			n := readerRounds
+			if write {
+				n = writerRounds
+			}
+			for range n {
+				acq := l.AcquireRead
+				if write {
+					acq = l.AcquireWrite
+				}
+				lease, err := acq(ctx, name)
+				if err != nil {
+					fail.report(t, "acquire (write=%v) under contention: %v", write, err)
+					return
+				}
+				tokens.add(lease.Token())
+				if write {
+					if n := wg.enter(); n > 1 {
+						fail.report(t, "%d writers held the lock at once", n)
+					}
+					if n := rg.n.Load(); n > 0 {
+						fail.report(t, "a writer held the lock together with %d readers", n)
+					}
+					time.Sleep(hold)
+					wg.leave()
+				} else {
+					rg.enter()
+					if n := wg.n.Load(); n > 0 {
+						fail.report(t, "a reader held the lock together with %d writers", n)
+					}
+					time.Sleep(hold)
+					rg.leave()
+				}
+				if err := lease.Release(ctx); err != nil {
+					fail.report(t, "Release under contention: %v", err)
+				}
+			}
+		})
+	}
+	all.Wait()
+	if rg.max.Load() < 2 && fail.count() == 0 {
+		t.Errorf("readers never held the lock together (readers gauge peaked at %d)", rg.max.Load())
+	}
+	tokens.check(t, "readers-writer")
+}
+
+// rwTry: TryAcquireRead fails while a writer holds or waits;
+// TryAcquireWrite fails while a reader holds; a waiting writer holds back
+// readers that come after it. The readers-writer lock "x" is unrelated to
+// the mutex "x".
+func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
+	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	if s.noRW(t, ctx, a, name) {
+		return
+	}
+	w := mustAcquire(t, func() (*dlock.Lease, error) { return a.AcquireWrite(ctx, name) }, "AcquireWrite")
+	if w.Mode() != driver.Write {
+		t.Errorf("Mode() of a write lease = %v, want write", w.Mode())
+	}
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer holds")
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireWrite(ctx, name) }, "TryAcquireWrite while a writer holds")
+	mustBeFree(t, ctx, b, name, "the mutex of the same name as a held readers-writer lock")
+	release(t, ctx, w)
+
+	r := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireWrite(ctx, name) }, "TryAcquireWrite while a reader holds")
+
+	// A writer queues behind the reader; from then on new readers wait.
+	got := make(chan *dlock.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := c.AcquireWrite(ctx, name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- l
+	}()
+	select {
+	case l := <-got:
+		_ = l.Release(ctx)
+		t.Fatal("AcquireWrite returned while a reader held the lock")
+	case err := <-errc:
+		t.Fatalf("AcquireWrite while a reader holds: %v", err)
+	case <-time.After(min(s.h.TTL/2, 250*time.Millisecond)):
+	}
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer waits")
+	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/4)
+	late, err := b.AcquireRead(wctx, name)
+	cancel()
+	if err == nil {
+		_ = late.Release(ctx)
+		t.Error("AcquireRead went ahead of a waiting writer; a waiting writer must hold back later readers")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireRead behind a waiting writer, past its deadline = %v, want DeadlineExceeded", err)
+	}
+	released := time.Now()
+	release(t, ctx, r)
+	select {
+	case l := <-got:
+		if wait := time.Since(released); wait > s.h.TTL {
+			t.Errorf("the writer took %v after the reader's release to acquire; want it notified, well under the TTL %v", wait, s.h.TTL)
+		}
+		if l.Token() <= r.Token() {
+			t.Errorf("the writer's token %d is not greater than the reader's %d", l.Token(), r.Token())
+		}
+		release(t, ctx, l)
+	case err := <-errc:
+		t.Fatalf("AcquireWrite after the reader released: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the waiting writer never acquired after the reader released")
+	}
+	// The abandoned reader left nothing queued.
+	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
+	release(t, ctx, r2)
+}
+
+// rwWriterNotStarved: readers keep arriving, always overlapping, so the
+// lock is never free of readers; a writer must still get it soon.
+func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name string) {
+	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	if s.noRW(t, ctx, lockers[0], name) {
+		return
+	}
+	const readers = 4
+	hold := 20 * time.Millisecond
+	stop, stopReaders := context.WithCancel(ctx)
+	defer stopReaders()
+	var (
+		rg, wg gauge
+		fail   firstError
+		all    sync.WaitGroup
+	)
+	for i := range readers {
+		l := lockers[i%2]
+		all.Go(func() {
+			time.Sleep(time.Duration(i) * hold / readers) // stagger: always one holding
+			for stop.Err() == nil {
+				lease, err := l.AcquireRead(stop, name)
+				if err != nil {
+					if stop.Err() == nil {
+						fail.report(t, "AcquireRead: %v", err)
+					}
+					return
+				}
+				rg.enter()
+				if n := wg.n.Load(); n > 0 {
+					fail.report(t, "a reader held the lock together with a writer")
+				}
+				time.Sleep(hold)
+				rg.leave()
+				_ = lease.Release(ctx)
+			}
+		})
+	}
+	time.Sleep(5 * hold) // the stream of readers is flowing
+	bound := max(2*time.Second, 2*s.h.TTL)
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	start := time.Now()
+	w, err := lockers[2].AcquireWrite(wctx, name)
+	cancel()
+	if err != nil {
+		stopReaders()
+		all.Wait()
+		t.Fatalf("a writer waited %v among a stream of readers and did not get the lock (%v): writer starvation", time.Since(start), err)
+	}
+	t.Logf("the writer got the lock %v after asking, among %d readers", time.Since(start), readers)
+	wg.enter()
+	if n := rg.n.Load(); n > 0 {
+		t.Errorf("the writer got the lock while %d readers held it", n)
+	}
+	time.Sleep(hold)
+	wg.leave()
+	release(t, ctx, w)
+	time.Sleep(2 * hold) // readers carry on after the writer
+	stopReaders()
+	all.Wait()
+	if rg.max.Load() < 2 {
+		t.Errorf("the readers never overlapped (gauge peaked at %d); the property needs a continuous stream", rg.max.Load())
+	}
+}
+
+// rwTokens: tokens strictly increase from grant to grant, in either mode,
+// and readers holding together have distinct ones.
+func (s *suite) rwTokens(t *testing.T, ctx context.Context, name string) {
+	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	if s.noRW(t, ctx, lockers[0], name) {
+		return
+	}
+	var seq []uint64
+	for round := range 4 {
+		w := mustAcquire(t, func() (*dlock.Lease, error) {
+			if round%2 == 0 {
+				return lockers[round%3].AcquireWrite(ctx, name)
+			}
+			return lockers[round%3].TryAcquireWrite(ctx, name)
+		}, "acquire write")
+		seq = append(seq, w.Token())
+		release(t, ctx, w)
+		var held []*dlock.Lease
+		for i, l := range lockers {
+			r := mustAcquire(t, func() (*dlock.Lease, error) {
+				if (round+i)%2 == 0 {
+					return l.AcquireRead(ctx, name)
+				}
+				return l.TryAcquireRead(ctx, name)
+			}, "acquire read alongside other readers")
+			seq = append(seq, r.Token())
+			held = append(held, r)
+		}
+		for _, r := range held {
+			release(t, ctx, r)
+		}
+	}
+	checkIncreasing(t, seq, "across successive readers-writer grants")
+
+	// Readers arriving together.
+	var (
+		tokens tokenSet
+		all    sync.WaitGroup
+		fail   firstError
+		start  = make(chan struct{})
+	)
+	leases := make(chan *dlock.Lease, 8)
+	for i := range 8 {
+		all.Go(func() {
+			<-start
+			r, err := lockers[i%3].AcquireRead(ctx, name)
+			if err != nil {
+				fail.report(t, "AcquireRead: %v", err)
+				return
+			}
+			tokens.add(r.Token())
+			leases <- r
+		})
+	}
+	close(start)
+	all.Wait()
+	close(leases)
+	for r := range leases {
+		if r.Token() <= seq[len(seq)-1] {
+			t.Errorf("a reader's token %d is not greater than an earlier grant's %d", r.Token(), seq[len(seq)-1])
+		}
+		release(t, ctx, r)
+	}
+	tokens.check(t, "concurrent readers'")
+}
+
+// mustAcquire calls acquire, which must return a lease.
+func mustAcquire(t *testing.T, acquire func() (*dlock.Lease, error), what string) *dlock.Lease {
+	t.Helper()
+	lease, err := acquire()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if lease == nil {
+		t.Fatalf("%s returned a nil lease and a nil error", what)
+	}
+	return lease
+}
+
+// mustFail calls try, which must fail with an error matching
+// ErrNotAcquired.
+func mustFail(t *testing.T, ctx context.Context, try func() (*dlock.Lease, error), what string) {
+	t.Helper()
+	lease, err := try()
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Errorf("%s succeeded", what)
+		return
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("%s = %v, want an error matching ErrNotAcquired", what, err)
+	}
+}
