@@ -73,3 +73,4 @@ func Occupy(d *Driver, owner string) (free func()) {
 	h.acquire()
 	return h.releaseUse
 }
+

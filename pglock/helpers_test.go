@@ -97,9 +97,15 @@ func newAdmin(t testing.TB) *admin { return &admin{c: testenv.PGConn(t)} }
 // sessions' pids and the number of waiting requests.
 func (a *admin) lockRows(t testing.TB, tbl, name string) (holders []uint32, waiting int) {
 	t.Helper()
+	return a.keyRows(t, pglock.Key(tbl, name))
+}
+
+// keyRows returns the pg_locks rows of the advisory key k: the holding
+// sessions' pids and the number of waiting requests.
+func (a *admin) keyRows(t testing.TB, k int64) (holders []uint32, waiting int) {
+	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := pglock.Key(tbl, name)
 	rows, err := a.c.Query(context.Background(), `SELECT pid, granted FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1
 AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, k)

@@ -12,12 +12,17 @@ import (
 // A hold is a lock the driver holds: the connection whose session took it,
 // and the keeper goroutine that checks the connection.
 type hold struct {
-	d      *Driver
-	c      *conn
-	name   string
-	owner  string
-	key    int64
-	period time.Duration // between two checks
+	d     *Driver
+	c     *conn
+	name  string
+	owner string
+	mode  driver.Mode
+	key   int64
+	// unlock is the statement that releases key; with channel set, it
+	// takes the channel as $2 and returns a second column.
+	unlock  string
+	channel string
+	period  time.Duration // between two checks
 	// timeout bounds one check; a check that takes longer counts as a
 	// lost connection.
 	timeout time.Duration
@@ -143,7 +148,12 @@ func (h *hold) release(ctx context.Context) error {
 	c := h.c
 	c.begin(false)
 	var ok bool
-	err := c.pg.QueryRow(ctx, h.d.st.unlock, h.key).Scan(&ok)
+	var err error
+	if h.channel != "" {
+		err = c.pg.QueryRow(ctx, h.unlock, h.key, h.channel).Scan(&ok, nil)
+	} else {
+		err = c.pg.QueryRow(ctx, h.unlock, h.key).Scan(&ok)
+	}
 	h.releaseUse()
 	defer close(h.lost)
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,16 +33,71 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	k := Key(d.st.table, r.Name)
+	if err := checkMode(r); err != nil {
+		return driver.Grant{}, err
+	}
+	if r.Mode == driver.Permit && wait {
+		return d.lockPermit(ctx, r)
+	}
+	return d.run(ctx, r, d.plan(r, wait), wait, nil)
+}
+
+// A plan is the statement of one acquisition and what its hold needs.
+type plan struct {
+	sql  string
+	args []any
+	// key is the advisory key taken; a semaphore's try learns it from the
+	// statement's second column.
+	key    int64
+	permit bool // the statement returns the key taken
+	free   bool // the statement returns pg_advisory_unlock_shared's bool
+	notify bool // the statement returns a notification's void
+	// unlock releases key; when channel is set it also notifies channel
+	// (with $2) and returns a second column.
+	unlock  string
+	channel string
+}
+
+// plan returns the statement that takes r's lock, waiting if wait is set
+// (for a semaphore, only a try: see lockPermit).
+func (d *Driver) plan(r driver.Request, wait bool) plan {
+	st := &d.st
+	pick := func(waiting, try string) string {
+		if wait {
+			return waiting
+		}
+		return try
+	}
+	row := rowName(r.Mode, r.Name)
+	switch r.Mode {
+	case driver.Read:
+		k := ModeKey(st.table, r.Mode, r.Name, 0)
+		return plan{sql: pick(st.lockShared, st.tryLockShared), args: []any{k, row}, key: k, unlock: st.unlockShared}
+	case driver.Permit:
+		ch := channelName(st.table, r.Mode, r.Name)
+		return plan{sql: st.tryPermit, args: []any{permitKeys(st.table, r.Name, r.Limit), row}, permit: true, unlock: st.unlockPermit, channel: ch}
+	case driver.Leader:
+		k := ModeKey(st.table, r.Mode, r.Name, 0)
+		ch := channelName(st.table, r.Mode, r.Name)
+		return plan{sql: pick(st.lockLeader, st.tryLockLeader), args: []any{k, row, r.Value, ch}, key: k, notify: true, unlock: st.unlockLeader, channel: ch}
+	}
+	k := ModeKey(st.table, r.Mode, r.Name, 0) // Exclusive, Write
+	return plan{sql: pick(st.lock, st.tryLock), args: []any{k, row}, key: k, unlock: st.unlock}
+}
+
+// run executes p on a connection of its own and makes that connection the
+// holder when the lock was taken. A wait also ends, with errWoken, when
+// wake (if not nil) is closed or receives.
+func (d *Driver) run(ctx context.Context, r driver.Request, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		token, err := d.take(ctx, c, k, r.Name, wait)
+		token, woken, err := d.take(ctx, c, &p, wait, wake)
 		switch {
 		case err == nil && !c.cancelSent():
-			return d.grant(c, r, k, token)
+			return d.grant(c, r, p, token)
 		case errors.Is(err, pgx.ErrNoRows) && !c.cancelSent():
 			d.put(c)
 			return driver.Grant{}, &driver.HeldError{Name: r.Name}
@@ -56,6 +112,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 			return driver.Grant{}, errClosed
 		case ctx.Err() != nil:
 			return driver.Grant{}, ctx.Err()
+		case woken:
+			return driver.Grant{}, errWoken
 		case pgCode(err) == codeLockNotAvailable, wait && pgCode(err) == codeQueryCanceled:
 			// The session's lock_timeout or statement_timeout (or an
 			// operator's pg_cancel_backend) ended the wait.
@@ -65,23 +123,33 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 			// timeout): try once more on a new one.
 			continue
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: lock %q: %w", r.Name, hint(err, d.st.table))
+		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
 	}
 }
 
-// take runs the statement that takes key k and advances name's token.
-// pgx.ErrNoRows means that the lock was not taken.
-func (d *Driver) take(ctx context.Context, c *conn, k int64, name string, wait bool) (int64, error) {
-	sql := d.st.tryLock
+// errWoken ends a wait that a notification interrupted.
+var errWoken = errors.New("pglock: wait interrupted by a notification")
+
+// modeWord names a mode in errors ("lock" for the mutex).
+func modeWord(m driver.Mode) string {
+	if m == driver.Exclusive {
+		return "mutex"
+	}
+	return m.String()
+}
+
+// take runs p's statement on c, which takes the lock and advances its
+// token. pgx.ErrNoRows means that the lock was not taken; woken that wake
+// interrupted the wait.
+func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-chan struct{}) (token int64, woken bool, err error) {
 	if wait {
-		sql = d.st.lock
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
-			return 0, errClosed
+			return 0, false, errClosed
 		}
 		d.waiting[c] = cancel // Close cancels the wait
 		d.mu.Unlock()
@@ -90,20 +158,50 @@ func (d *Driver) take(ctx context.Context, c *conn, k int64, name string, wait b
 			delete(d.waiting, c)
 			d.mu.Unlock()
 		}()
+		if wake != nil {
+			var fired atomic.Bool
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				select {
+				case <-wake:
+					fired.Store(true)
+					cancel()
+				case <-stop:
+				}
+			}()
+			defer func() {
+				close(stop)
+				<-done
+				woken = fired.Load()
+			}()
+		}
 	}
 	c.begin(wait)
-	var token int64
-	err := c.pg.QueryRow(ctx, sql, k, name).Scan(&token)
-	return token, err
+	row := c.pg.QueryRow(ctx, p.sql, p.args...)
+	switch {
+	case p.free:
+		var ok bool
+		err = row.Scan(&ok)
+	case p.permit:
+		err = row.Scan(&token, &p.key)
+	case p.notify:
+		err = row.Scan(&token, nil)
+	default:
+		err = row.Scan(&token)
+	}
+	return token, false, err
 }
 
 // grant makes c the holder of the lock just taken.
-func (d *Driver) grant(c *conn, r driver.Request, k int64, token int64) (driver.Grant, error) {
+func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.Grant, error) {
 	period := d.keepalive
 	if r.TTL > 0 {
 		period = max(MinKeepalive, min(period, r.TTL/3))
 	}
-	h := newHold(d, c, r.Name, r.Owner, k, period)
+	h := newHold(d, c, r.Name, r.Owner, p.key, period)
+	h.mode, h.unlock, h.channel = r.Mode, p.unlock, p.channel
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -151,7 +249,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 func (d *Driver) lookup(r driver.Request) *hold {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if h := d.held[r.Owner]; h != nil && h.name == r.Name {
+	if h := d.held[r.Owner]; h != nil && h.name == r.Name && h.mode == r.Mode {
 		return h
 	}
 	return nil

@@ -94,6 +94,14 @@ type Driver struct {
 	// refuse makes dial fail, as for a crashed process (a test hook).
 	refuse atomic.Bool
 
+	// life ends when the driver closes (endLife); it bounds the
+	// listener's and the observers' own work.
+	life    context.Context
+	endLife context.CancelFunc
+	lis     listener
+	// observers counts the goroutines of Observe; Close waits for them.
+	observers sync.WaitGroup
+
 	mu      sync.Mutex
 	closed  bool
 	idle    []*conn
@@ -142,14 +150,17 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 		held:              map[string]*hold{},
 		waiting:           map[*conn]context.CancelFunc{},
 	}
+	d.life, d.endLife = context.WithCancel(context.Background())
 	c, err := d.dial(ctx)
 	if err != nil {
+		d.endLife()
 		return nil, err
 	}
 	if !opt.NoMigrate {
 		c.begin(false)
 		if err := Migrate(ctx, c.pg, opt.Table); err != nil {
 			c.close()
+			d.endLife()
 			return nil, err
 		}
 	}
@@ -192,8 +203,9 @@ func (d *Driver) Migrate(ctx context.Context) error {
 }
 
 // Close closes the driver's connections. Locks still held end, lost
-// (their sessions end, which frees them on the server), and waiting
-// acquisitions are cancelled and fail with ErrClosed. Close is idempotent.
+// (their sessions end, which frees them on the server), waiting
+// acquisitions are cancelled and fail with ErrClosed, and the channels of
+// Observe are closed. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -210,13 +222,21 @@ func (d *Driver) Close() error {
 	for _, cancel := range d.waiting {
 		cancel()
 	}
+	d.endLife()
 	d.mu.Unlock()
+	d.lis.mu.Lock()
+	listening := d.lis.running
+	d.lis.mu.Unlock()
 	for _, c := range idle {
 		c.close()
 	}
 	for _, h := range held {
 		h.lose(errClosed)
 	}
+	if listening {
+		<-d.lis.done
+	}
+	d.observers.Wait()
 	return nil
 }
 

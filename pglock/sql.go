@@ -21,6 +21,32 @@ type statements struct {
 	unlock                               string
 	// held reports whether this session holds key $1.
 	held string
+
+	// The readers-writer lock's shared side: as lock and tryLock.
+	lockShared, tryLockShared, unlockShared string
+	// tryPermit takes the first free key of the array $1 and advances
+	// row $2, returning the token and the key taken; no row means that
+	// every key is held.
+	tryPermit string
+	// pickSlot returns the key of the array $1 with the fewest waiting
+	// requests (ties broken at random): the slot a permit waiter blocks on.
+	pickSlot string
+	// unlockPermit releases key $1 and notifies channel $2 when the key
+	// is then free, that is when no waiter blocked on it took it over. It
+	// returns pg_advisory_unlock's result and the notification's void.
+	unlockPermit string
+	// lockLeader and tryLockLeader are lock and tryLock that also store
+	// the leader's value $3 and session pid in row $2, and notify channel
+	// $4; they return the token and the notification's void.
+	lockLeader, tryLockLeader string
+	// unlockLeader releases key $1 and notifies channel $2.
+	unlockLeader string
+	// leader returns the token and value of row $2 if the session whose
+	// pid the row holds still holds key $1.
+	leader string
+	// awaitFree waits until key $1 is free (its holder released it or its
+	// session ended) and lets it go at once.
+	awaitFree string
 }
 
 // The token of an acquisition comes from the table's sequence, and is also
@@ -49,9 +75,54 @@ func newStatements(table string) statements {
 		// A bigint key shows in pg_locks as classid (high 32 bits), objid
 		// (low 32 bits) and objsubid 1.
 		held: `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-AND granted AND objsubid = 1 AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid)`,
+AND granted AND ` + keyMatch("$1::bigint") + `)`,
+
+		lockShared:    take("pg_advisory_lock_shared", "true"),
+		tryLockShared: take("pg_try_advisory_lock_shared", "l.ok"),
+		unlockShared:  `SELECT pg_advisory_unlock_shared($1)`,
+		tryPermit:     fmt.Sprintf(tryPermitSQL, table),
+		pickSlot: `SELECT u.k FROM unnest($1::bigint[]) AS u(k)
+ORDER BY (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND ` + keyMatch("u.k") + `), random() LIMIT 1`,
+		unlockPermit: `WITH u AS (SELECT pg_advisory_unlock($1) AS ok)
+SELECT u.ok, CASE WHEN u.ok AND NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND ` + keyMatch("$1::bigint") + `)
+THEN pg_notify($2, '') END FROM u`,
+		lockLeader:    fmt.Sprintf(leaderSQL, table, "pg_advisory_lock", "true"),
+		tryLockLeader: fmt.Sprintf(leaderSQL, table, "pg_try_advisory_lock", "l.ok"),
+		unlockLeader: `WITH u AS (SELECT pg_advisory_unlock($1) AS ok)
+SELECT u.ok, pg_notify($2, '') FROM u`,
+		leader: `SELECT t.token, coalesce(t.value, '') FROM ` + table + ` AS t WHERE t.name = $2
+AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = t.holder AND ` + keyMatch("$1::bigint") + `)`,
+		awaitFree: `WITH l AS (SELECT pg_advisory_lock_shared($1)) SELECT pg_advisory_unlock_shared($1) FROM l`,
 	}
 }
+
+// keyMatch is the condition on a pg_locks row that it is about the bigint
+// advisory key k: pg_locks shows it as classid (high 32 bits), objid (low
+// 32 bits) and objsubid 1.
+func keyMatch(k string) string {
+	return `objsubid = 1 AND classid = ((` + k + ` >> 32) & 4294967295)::oid AND objid = (` + k + ` & 4294967295)::oid`
+}
+
+// tryPermitSQL takes the first free key of the array $1. The LIMIT stops
+// the scan at the first key taken, so one statement never takes two; l
+// is read twice, so it is evaluated once.
+const tryPermitSQL = `WITH l AS (SELECT u.k FROM unnest($1::bigint[]) AS u(k) WHERE pg_try_advisory_lock(u.k) LIMIT 1),
+t AS (INSERT INTO %[1]s AS t (name, token, acquired)
+SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp() FROM l
+ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token), acquired = excluded.acquired
+RETURNING t.token)
+SELECT t.token, l.k FROM t, l`
+
+// leaderSQL is takeSQL for an election: the row also gets the leader's
+// value and session pid, and the channel a notification, delivered when
+// the statement commits, with the row.
+const leaderSQL = `WITH l AS (SELECT %[2]s($1) AS ok),
+t AS (INSERT INTO %[1]s AS t (name, token, acquired, value, holder)
+SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp(), $3, pg_backend_pid() FROM l WHERE %[3]s
+ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token), acquired = excluded.acquired,
+value = excluded.value, holder = excluded.holder
+RETURNING t.token)
+SELECT t.token, pg_notify($4, '') FROM t`
 
 // migrateSQL creates the token table and its sequence. It runs as one
 // simple-protocol query, hence in one implicit transaction, whose first
@@ -65,8 +136,15 @@ CREATE SEQUENCE IF NOT EXISTS ` + table + seqSuffix + ` AS bigint MINVALUE 1 NO 
 CREATE TABLE IF NOT EXISTS ` + table + ` (
 	name     text        PRIMARY KEY,
 	token    bigint      NOT NULL,
-	acquired timestamptz NOT NULL
-)`
+	acquired timestamptz NOT NULL,
+	value    text,
+	holder   integer
+);
+DO $$ BEGIN
+IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '` + table + `'::regclass AND attname = 'holder' AND NOT attisdropped) THEN
+	ALTER TABLE ` + table + ` ADD COLUMN IF NOT EXISTS value text, ADD COLUMN IF NOT EXISTS holder integer;
+END IF;
+END $$`
 }
 
 // Execer is what Migrate needs: a *pgx.Conn, a pgx.Tx and a
@@ -85,9 +163,14 @@ type Execer interface {
 // The table is
 //
 //	CREATE SEQUENCE table_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1;
-//	CREATE TABLE table (name text PRIMARY KEY, token bigint NOT NULL, acquired timestamptz NOT NULL);
+//	CREATE TABLE table (name text PRIMARY KEY, token bigint NOT NULL, acquired timestamptz NOT NULL,
+//		value text, holder integer);
 //
-// with a row per lock name: the last token handed out and when. Rows may be
+// with a row per lock name: the last token handed out and when; the
+// columns value text and holder integer keep an election's leader (its
+// value and session pid), and are added to a table created before them.
+// The rows of the other kinds of lock are named after the lock with a
+// prefix: "rw#name", "sem#name", "leader#name". Rows may be
 // deleted at any time (say, those of names not acquired for a month):
 // tokens come from the sequence, which must never be reset or dropped
 // while locks are used.
@@ -107,6 +190,7 @@ func Migrate(ctx context.Context, db Execer, table string) error {
 // PostgreSQL error codes the package looks at.
 const (
 	codeUndefinedTable    = "42P01"
+	codeUndefinedColumn   = "42703"
 	codeLockNotAvailable  = "55P03"
 	codeQueryCanceled     = "57014"
 	codeUndefinedObject   = "42704"
@@ -123,8 +207,11 @@ func pgCode(err error) string {
 
 // hint adds advice to errors whose cause is a missing token table.
 func hint(err error, table string) error {
-	if pgCode(err) == codeUndefinedTable {
+	switch pgCode(err) {
+	case codeUndefinedTable:
 		return fmt.Errorf("%w (the token table %s is missing: run pglock.Migrate)", err, table)
+	case codeUndefinedColumn:
+		return fmt.Errorf("%w (the token table %s predates elections: run pglock.Migrate)", err, table)
 	}
 	return err
 }

@@ -1,0 +1,221 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// An election is an advisory lock of its own (ModeKey with driver.Leader)
+// taken with pg_advisory_lock, so candidates are elected in the order they
+// asked. The statement that takes it also writes the leader's value, token
+// and session pid in the election's row of the token table ("leader#" +
+// name), and notifies the election's channel, in one transaction: the
+// notification is delivered with the row. Resigning unlocks and notifies.
+
+// Leader implements driver.Elector: it reads the election's row, and
+// returns its value and token if the session the row names still holds
+// the election's lock (in pg_locks); the zero LeaderInfo otherwise.
+func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
+	if err := dlock.ValidateName(name); err != nil {
+		return driver.LeaderInfo{}, err
+	}
+	k := ModeKey(d.st.table, driver.Leader, name, 0)
+	row := rowName(driver.Leader, name)
+	for retried := false; ; retried = true {
+		c, reused, err := d.get(ctx)
+		if err != nil {
+			return driver.LeaderInfo{}, err
+		}
+		c.begin(false)
+		var tok int64
+		var value string
+		err = c.pg.QueryRow(ctx, d.st.leader, k, row).Scan(&tok, &value)
+		switch {
+		case err == nil:
+			d.put(c)
+			return driver.LeaderInfo{Value: value, Token: uint64(tok)}, nil
+		case errors.Is(err, pgx.ErrNoRows):
+			d.put(c)
+			return driver.LeaderInfo{}, nil
+		}
+		dead := c.pg.IsClosed()
+		c.close()
+		switch {
+		case d.isClosed():
+			return driver.LeaderInfo{}, errClosed
+		case ctx.Err() != nil:
+			return driver.LeaderInfo{}, ctx.Err()
+		case reused && !retried && dead:
+			continue
+		}
+		return driver.LeaderInfo{}, fmt.Errorf("pglock: leader of %q: %w", name, hint(err, d.st.table))
+	}
+}
+
+// Observe implements driver.Elector. It LISTENs on the election's
+// channel (through the driver's shared listening connection) before it
+// reads the leader, then reads it again after each notification: a new
+// leader's or a resignation's. A leader whose session dies sends nothing,
+// so while there is a leader the observer also waits on the server for
+// the election's lock to become free, on a connection of its own, with
+// pg_advisory_lock_shared followed at once by pg_advisory_unlock_shared
+// in the same statement: the request is granted when the leader's session
+// ends (or it resigns), and then read again. A candidate waiting for the
+// lock is served in its turn meanwhile (a waiting shared request lets no
+// candidate overtake it, and holds the lock for the instant between its
+// grant and its unlock, inside the server). So an observer uses one more
+// connection while someone leads.
+//
+// The channel is buffered: a reader that falls behind finds the latest
+// leader, never one it has just received again. A read that fails is
+// retried after a back-off (50ms, doubling up to 2s). The channel is
+// closed when ctx ends or the driver closes.
+func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	if err := dlock.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s, err := d.subscribe(ctx, channelName(d.st.table, driver.Leader, name))
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.unsubscribe(s)
+		return nil, errClosed
+	}
+	d.observers.Add(1)
+	d.mu.Unlock()
+	out := make(chan driver.LeaderInfo, 1)
+	go d.observe(ctx, name, s, out)
+	return out, nil
+}
+
+// observe is an observer's goroutine.
+func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driver.LeaderInfo) {
+	defer d.observers.Done()
+	defer close(out)
+	defer d.unsubscribe(s)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.life, cancel)()
+
+	k := ModeKey(d.st.table, driver.Leader, name, 0)
+	var o offer
+	var watch chan error // the death watch's result; nil when none runs
+	defer func() {
+		if watch != nil {
+			cancel()
+			<-watch
+		}
+	}()
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	delay := minRedial
+	for {
+		info, err := d.Leader(ctx, name)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// Try again later, or at the next notification.
+			if retry == nil {
+				retry = time.NewTimer(delay)
+				defer retry.Stop()
+			} else {
+				retry.Reset(delay)
+			}
+			retryC = retry.C
+			delay = min(2*delay, maxRedial)
+		default:
+			o.send(out, info)
+			if info.Token != 0 && watch == nil && retryC == nil {
+				watch = make(chan error, 1)
+				go func(w chan<- error) { w <- d.awaitFree(ctx, k) }(watch)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case err := <-watch:
+			watch = nil
+			if err != nil && ctx.Err() == nil {
+				// Do not start another at once: wait for a notification
+				// or the back-off.
+				if retry == nil {
+					retry = time.NewTimer(delay)
+					defer retry.Stop()
+				} else {
+					retry.Reset(delay)
+				}
+				retryC = retry.C
+				delay = min(2*delay, maxRedial)
+				continue
+			}
+		case <-retryC:
+			retryC = nil
+			continue
+		}
+		if retryC == nil {
+			delay = minRedial
+		}
+	}
+}
+
+// awaitFree waits on the server until the advisory key k is free at the
+// head of its queue, and lets it go again in the same statement.
+func (d *Driver) awaitFree(ctx context.Context, k int64) error {
+	c, _, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	p := plan{sql: d.st.awaitFree, args: []any{k}, free: true}
+	_, _, err = d.take(ctx, c, &p, true, nil)
+	if err == nil && !c.cancelSent() {
+		d.put(c)
+		return nil
+	}
+	c.close()
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// offer is an observer's record of what it sent, so that the reader
+// never gets the same leader twice in a row.
+type offer struct {
+	pending   bool // the last value put may still be in the channel
+	last      driver.LeaderInfo
+	delivered driver.LeaderInfo // the last value the reader took
+	known     bool              // delivered is set
+}
+
+// send puts info in out (capacity 1) without blocking, replacing a value
+// the reader has not taken yet.
+func (o *offer) send(out chan driver.LeaderInfo, info driver.LeaderInfo) {
+	if o.pending {
+		select {
+		case <-out: // never read: the reader last saw o.delivered
+		default:
+			o.delivered, o.known = o.last, true
+		}
+		o.pending = false
+	}
+	if o.known && info == o.delivered {
+		return
+	}
+	out <- info
+	o.last, o.pending = info, true
+}

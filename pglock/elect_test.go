@@ -1,0 +1,186 @@
+package pglock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/pglock"
+)
+
+// next receives the next leader from ch, or fails t after limit.
+func next(t *testing.T, ch <-chan dlock.LeaderInfo, limit time.Duration) dlock.LeaderInfo {
+	t.Helper()
+	select {
+	case info, ok := <-ch:
+		if !ok {
+			t.Fatal("the Observe channel closed")
+		}
+		return info
+	case <-time.After(limit):
+		t.Fatal("no leader change observed")
+	}
+	return dlock.LeaderInfo{}
+}
+
+// TestElection: Leader and Observe follow a campaign, a resignation that
+// hands over to a waiting candidate, a crash with nobody waiting, and a
+// new leader.
+func TestElection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	obs := newLocker(t, pglock.Options{})
+	a := newLocker(t, pglock.Options{})
+	b := newLocker(t, pglock.Options{Keepalive: 200 * time.Millisecond})
+	name := "elect/" + randomHex(4)
+
+	if info, err := obs.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Fatalf("Leader before any campaign = %+v, %v; want none", info, err)
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	ch, err := obs.Observe(octx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := next(t, ch, 5*time.Second); info != (dlock.LeaderInfo{}) {
+		t.Fatalf("first observed = %+v, want no leader", info)
+	}
+
+	la := mustLease(t)(a.Campaign(ctx, name, "node-a"))
+	if info := next(t, ch, 5*time.Second); info.Value != "node-a" || info.Token != la.Token() {
+		t.Fatalf("observed %+v, want node-a with token %d", info, la.Token())
+	}
+	if info, err := b.Leader(ctx, name); err != nil || info.Value != "node-a" || info.Token != la.Token() {
+		t.Fatalf("Leader = %+v, %v; want node-a", info, err)
+	}
+
+	// b waits; a resigns; b leads.
+	lbc := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := b.Campaign(ctx, name, "node-b")
+		if err != nil {
+			t.Error(err)
+		}
+		lbc <- l
+	}()
+	adm := newAdmin(t)
+	key := pglock.ModeKey(table, 4, name, 0)
+	if !waitUntil(5*time.Second, func() bool { _, n := adm.keyRows(t, key); return n >= 1 }) {
+		t.Fatal("the second candidate is not queued")
+	}
+	select {
+	case <-lbc:
+		t.Fatal("two leaders")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release(t, ctx, la)
+	lb := <-lbc
+	// The observer sees node-b, maybe after the empty interval.
+	info := next(t, ch, 5*time.Second)
+	if info.Token == 0 {
+		info = next(t, ch, 5*time.Second)
+	}
+	if info.Value != "node-b" || info.Token != lb.Token() || lb.Token() <= la.Token() {
+		t.Fatalf("observed %+v after the resignation, want node-b with token %d > %d", info, lb.Token(), la.Token())
+	}
+
+	// b crashes with nobody waiting: only the observer's wait on the
+	// server can tell.
+	start := time.Now()
+	pglock.Crash(b.Driver().(*pglock.Driver))
+	if info := next(t, ch, 10*time.Second); info != (dlock.LeaderInfo{}) {
+		t.Fatalf("observed %+v after the leader crashed, want no leader", info)
+	}
+	t.Logf("the crash was observed after %v", time.Since(start))
+	if info, err := a.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Fatalf("Leader after the crash = %+v, %v; want none", info, err)
+	}
+
+	lc := mustLease(t)(a.Campaign(ctx, name, "node-c"))
+	if info := next(t, ch, 5*time.Second); info.Value != "node-c" || info.Token <= lb.Token() {
+		t.Fatalf("observed %+v, want node-c with a token above %d", info, lb.Token())
+	}
+	ocancel()
+	select {
+	case _, ok := <-ch:
+		if ok {
+			// A value may have been pending; the close must follow.
+			if _, ok := <-ch; ok {
+				t.Error("the channel stays open after ctx ended")
+			}
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the channel was not closed when ctx ended")
+	}
+	release(t, ctx, lc)
+}
+
+// TestObserveClosedByClose: closing the driver closes the channels.
+func TestObserveClosedByClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l := newLocker(t, pglock.Options{})
+	a := newLocker(t, pglock.Options{})
+	name := "elect/close/" + randomHex(4)
+	lead := mustLease(t)(a.Campaign(ctx, name, "x"))
+	ch, err := l.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := next(t, ch, 5*time.Second); info.Value != "x" {
+		t.Fatalf("observed %+v", info)
+	}
+	time.Sleep(50 * time.Millisecond) // let the death watch start
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Error("a value after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Close did not close the channel")
+	}
+	release(t, ctx, lead)
+}
+
+// TestObserveSlowReader: a reader that falls behind gets the latest
+// leader, never the same one twice in a row.
+func TestObserveSlowReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := newLocker(t, pglock.Options{})
+	name := "elect/slow/" + randomHex(4)
+	ch, err := l.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last dlock.LeaderInfo
+	for i := range 5 {
+		lease := mustLease(t)(l.Campaign(ctx, name, "v"+string(rune('0'+i))))
+		last = dlock.LeaderInfo{Value: lease.Name(), Token: lease.Token()}
+		last.Value = "v" + string(rune('0'+i))
+		if i < 4 {
+			release(t, ctx, lease)
+		}
+		defer func() { _ = lease.Release(ctx) }()
+	}
+	var prev *dlock.LeaderInfo
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case info := <-ch:
+			if prev != nil && info == *prev {
+				t.Fatalf("%+v twice in a row", info)
+			}
+			prev = &info
+			if info == last {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the latest leader %+v was not delivered; last got %+v", last, prev)
+		}
+	}
+}
