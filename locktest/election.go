@@ -2,6 +2,7 @@ package locktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -120,49 +121,67 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	la := mustAcquire(t, func() (*dlock.Lease, error) { return a.Campaign(ctx, name, "a") }, "Campaign")
 	w.await("a leads", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{Value: "a", Token: la.Token()} })
 
-	var bopts []dlock.Option
+	// b and c campaign while a leads. Whichever is elected after a
+	// resigns (the first to arrive, on a backend that queues candidates)
+	// then stops: it crashes, or it never renews. The other must follow.
+	var opts []dlock.Option
 	if s.h.Crash == nil {
-		bopts = append(bopts, dlock.WithAutoRenew(false))
+		opts = append(opts, dlock.WithAutoRenew(false))
 	}
-	lb, errb := campaignAsync(ctx, b, name, "b", bopts...)
-	time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // b queues behind a
-	lc, errc := campaignAsync(ctx, c, name, "c")
-	time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // c queues behind b
+	type result struct {
+		l     *dlock.Locker
+		value string
+		lease *dlock.Lease
+		err   error
+	}
+	results := make(chan result, 2)
+	for _, cand := range []struct {
+		l     *dlock.Locker
+		value string
+	}{{b, "b"}, {c, "c"}} {
+		go func() {
+			lease, err := cand.l.Campaign(ctx, name, cand.value, opts...)
+			results <- result{cand.l, cand.value, lease, err}
+		}()
+		time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // queued before the next
+	}
+	next := func(after string) result {
+		t.Helper()
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Fatalf("Campaign of %s: %v", r.value, r.err)
+			}
+			return r
+		case <-time.After(w.limit):
+			t.Fatalf("no candidate was elected %s", after)
+		}
+		panic("unreachable")
+	}
 	release(t, ctx, la)
-	var leaseB *dlock.Lease
-	select {
-	case leaseB = <-lb:
-	case err := <-errb:
-		t.Fatalf("b's Campaign: %v", err)
-	case <-time.After(w.limit):
-		t.Fatal("b was not elected after a resigned")
-	}
-	w.await("b leads after a resigned", func(i dlock.LeaderInfo) bool {
-		return i == dlock.LeaderInfo{Value: "b", Token: leaseB.Token()}
+	first := next("after a resigned")
+	w.await(first.value+" leads after a resigned", func(i dlock.LeaderInfo) bool {
+		return i == dlock.LeaderInfo{Value: first.value, Token: first.lease.Token()}
 	})
-
-	// b stops: crashed, or never renewing.
 	if s.h.Crash != nil {
-		s.h.Crash(t, b)
+		s.h.Crash(t, first.l)
 	}
-	var leaseC *dlock.Lease
-	select {
-	case leaseC = <-lc:
-	case err := <-errc:
-		t.Fatalf("c's Campaign: %v", err)
-	case <-time.After(w.limit):
-		t.Fatal("c was not elected after b's loss")
+	second := next("after the first successor stopped")
+	if second.lease.Token() <= first.lease.Token() {
+		t.Errorf("%s's token %d is not greater than %s's %d", second.value, second.lease.Token(), first.value, first.lease.Token())
 	}
-	if leaseC.Token() <= leaseB.Token() {
-		t.Errorf("c's token %d is not greater than b's %d", leaseC.Token(), leaseB.Token())
-	}
-	w.await("c leads after b's loss", func(i dlock.LeaderInfo) bool {
-		return i == dlock.LeaderInfo{Value: "c", Token: leaseC.Token()}
+	w.await(second.value+" leads after "+first.value+"'s loss", func(i dlock.LeaderInfo) bool {
+		return i == dlock.LeaderInfo{Value: second.value, Token: second.lease.Token()}
 	})
-	if !waitDone(leaseB, w.limit) {
-		t.Error("b's leadership did not end after b stopped")
+	if !waitDone(first.lease, w.limit) {
+		t.Errorf("%s's leadership did not end after it stopped", first.value)
+	} else if !errors.Is(first.lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() of %s's leadership after it stopped = %v, want ErrLost", first.value, first.lease.Err())
 	}
-	release(t, ctx, leaseC)
+	if info, err := o.Leader(ctx, name); err != nil || info.Value != second.value {
+		t.Errorf("Leader() = %+v, %v; want %s", info, err, second.value)
+	}
+	release(t, ctx, second.lease)
 	w.await("nobody leads after c resigned", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{} })
 
 	stopObserving()
@@ -177,20 +196,6 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	_ = o2.Close()
 	w2 := &watcher{t: t, ch: ch2, limit: w.limit}
 	w2.closed("after its Locker closed")
-}
-
-func campaignAsync(ctx context.Context, l *dlock.Locker, name, value string, opts ...dlock.Option) (<-chan *dlock.Lease, <-chan error) {
-	got := make(chan *dlock.Lease, 1)
-	errc := make(chan error, 1)
-	go func() {
-		lease, err := l.Campaign(ctx, name, value, opts...)
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- lease
-	}()
-	return got, errc
 }
 
 // watcher reads an Observe channel and checks that consecutive values
