@@ -1,0 +1,167 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/memlock"
+)
+
+// plainDriver has the methods of driver.Driver and driver.Waiter only,
+// and counts the requests that reach it.
+type plainDriver struct {
+	d     *memlock.Driver
+	calls atomic.Int32
+}
+
+func (p *plainDriver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	p.calls.Add(1)
+	return p.d.TryLock(ctx, r)
+}
+
+func (p *plainDriver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	p.calls.Add(1)
+	return p.d.Lock(ctx, r)
+}
+
+func (p *plainDriver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	return p.d.Refresh(ctx, r)
+}
+
+func (p *plainDriver) Unlock(ctx context.Context, r driver.Request) error { return p.d.Unlock(ctx, r) }
+
+func (p *plainDriver) Close() error { return p.d.Close() }
+
+// moderOnly supports every mode but is no Elector.
+type moderOnly struct{ *plainDriver }
+
+func (moderOnly) Supports(driver.Mode) bool { return true }
+
+func TestUnsupportedKinds(t *testing.T) {
+	ctx := context.Background()
+	p := &plainDriver{d: memlock.NewStore().Driver()}
+	l, err := dlock.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !l.Supports(driver.Exclusive) {
+		t.Error("Supports(Exclusive) = false")
+	}
+	for _, m := range []driver.Mode{driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		if l.Supports(m) {
+			t.Errorf("Supports(%v) = true for a driver that is no Moder", m)
+		}
+	}
+	attempts := map[string]func() error{
+		"AcquireRead":      func() error { _, err := l.AcquireRead(ctx, "x"); return err },
+		"TryAcquireRead":   func() error { _, err := l.TryAcquireRead(ctx, "x"); return err },
+		"AcquireWrite":     func() error { _, err := l.AcquireWrite(ctx, "x"); return err },
+		"TryAcquireWrite":  func() error { _, err := l.TryAcquireWrite(ctx, "x"); return err },
+		"AcquirePermit":    func() error { _, err := l.AcquirePermit(ctx, "x", 2); return err },
+		"TryAcquirePermit": func() error { _, err := l.TryAcquirePermit(ctx, "x", 2); return err },
+		"Campaign":         func() error { _, err := l.Campaign(ctx, "x", "me"); return err },
+		"Leader":           func() error { _, err := l.Leader(ctx, "x"); return err },
+		"Observe":          func() error { _, err := l.Observe(ctx, "x"); return err },
+	}
+	for name, attempt := range attempts {
+		if err := attempt(); !errors.Is(err, dlock.ErrUnsupported) {
+			t.Errorf("%s on a mutex-only backend = %v, want ErrUnsupported", name, err)
+		}
+	}
+	if n := p.calls.Load(); n != 0 {
+		t.Errorf("the driver got %d requests for kinds it does not support", n)
+	}
+
+	// A Moder that is no Elector has no elections.
+	l2, err := dlock.New(moderOnly{&plainDriver{d: memlock.NewStore().Driver()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if l2.Supports(driver.Leader) || !l2.Supports(driver.Permit) {
+		t.Error("a Moder without Elector: want Permit supported and Leader not")
+	}
+	if _, err := l2.Campaign(ctx, "x", "me"); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("Campaign without an Elector = %v, want ErrUnsupported", err)
+	}
+}
+
+func TestKindsOnMemlock(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	a, b := newMem(t, store), newMem(t, store)
+	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		if !a.Supports(m) {
+			t.Errorf("memlock: Supports(%v) = false", m)
+		}
+	}
+	for _, limit := range []int{0, -1} {
+		if _, err := a.AcquirePermit(ctx, "s", limit); err == nil {
+			t.Errorf("AcquirePermit with limit %d succeeded", limit)
+		}
+		if _, err := a.TryAcquirePermit(ctx, "s", limit); err == nil {
+			t.Errorf("TryAcquirePermit with limit %d succeeded", limit)
+		}
+	}
+	if _, err := a.AcquireRead(ctx, "bad//name"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("AcquireRead of a bad name = %v, want ErrInvalidName", err)
+	}
+	if _, err := a.Leader(ctx, "bad//name"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("Leader of a bad name = %v, want ErrInvalidName", err)
+	}
+
+	// The four kinds of "x" are four locks: all held at once.
+	leases := []*dlock.Lease{}
+	for _, take := range []func() (*dlock.Lease, error){
+		func() (*dlock.Lease, error) { return a.TryAcquire(ctx, "x") },
+		func() (*dlock.Lease, error) { return a.TryAcquireWrite(ctx, "x") },
+		func() (*dlock.Lease, error) { return a.TryAcquirePermit(ctx, "x", 1) },
+		func() (*dlock.Lease, error) { return a.Campaign(ctx, "x", "a") },
+	} {
+		lease, err := take()
+		if err != nil {
+			t.Fatalf("taking a kind of lock %q while the others are held: %v", "x", err)
+		}
+		leases = append(leases, lease)
+	}
+	for i, want := range []driver.Mode{driver.Exclusive, driver.Write, driver.Permit, driver.Leader} {
+		if leases[i].Mode() != want {
+			t.Errorf("lease %d: Mode() = %v, want %v", i, leases[i].Mode(), want)
+		}
+	}
+	if info, err := b.Leader(ctx, "x"); err != nil || info.Value != "a" || info.Token != leases[3].Token() {
+		t.Errorf("Leader() = %+v, %v; want a with token %d", info, err, leases[3].Token())
+	}
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Observe's channel closes with its Locker.
+	ch, err := b.Observe(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := <-ch; info != (dlock.LeaderInfo{}) {
+		t.Errorf("first value observed with nobody leading = %+v, want zero", info)
+	}
+	_ = b.Close()
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Error("Observe sent a value after its Locker closed, with no change")
+		}
+	case <-time.After(time.Second):
+		t.Error("Observe's channel not closed after its Locker closed")
+	}
+	if _, err := b.Observe(ctx, "x"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Observe after Close = %v, want ErrClosed", err)
+	}
+}
