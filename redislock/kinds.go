@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,7 +72,7 @@ func (d *Driver) kindBase(kind, name string) string {
 // those of keys; for the other kinds the main key, the fencing counter,
 // the queue, the queue's entries, then the holders' tokens (readers and
 // permit holders) and the readers (readers-writer locks). They are cut
-// from one string.
+// from one string, so building them costs two allocations.
 func (d *Driver) keysFor(r driver.Request) []string {
 	var suffixes []string
 	var kind string
@@ -85,21 +86,28 @@ func (d *Driver) keysFor(r driver.Request) []string {
 	default:
 		kind, suffixes = electionKind, electionSuffixes
 	}
-	base := d.kindBase(kind, r.Name)
-	n := len(base) * len(suffixes)
+	// <prefix><kind>{<name>}<suffix>, each key written out in one buffer.
+	baseLen := len(d.prefix) + len(kind) + len(r.Name) + 2
+	n := 0
 	for _, s := range suffixes {
-		n += len(s)
+		n += baseLen + len(s)
 	}
-	buf := make([]byte, 0, n)
+	var b strings.Builder
+	b.Grow(n)
 	for _, s := range suffixes {
-		buf = append(append(buf, base...), s...)
+		b.WriteString(d.prefix)
+		b.WriteString(kind)
+		b.WriteByte('{')
+		b.WriteString(r.Name)
+		b.WriteByte('}')
+		b.WriteString(s)
 	}
-	all := string(buf)
+	all := b.String()
 	keys := make([]string, len(suffixes))
 	at := 0
 	for i, s := range suffixes {
-		keys[i] = all[at : at+len(base)+len(s)]
-		at += len(base) + len(s)
+		keys[i] = all[at : at+baseLen+len(s)]
+		at += baseLen + len(s)
 	}
 	return keys
 }

@@ -121,3 +121,151 @@ func TestKindsAreSeparate(t *testing.T) {
 		}
 	}
 }
+
+func TestKindKeysShareSlot(t *testing.T) {
+	d := NewDriver(nilClient, &Options{Prefix: "app:"})
+	for _, name := range []string{"a", "orders/42", strings.Repeat("n", 200)} {
+		for _, m := range []driver.Mode{driver.Read, driver.Write, driver.Permit, driver.Leader} {
+			k := d.keysFor(kindRequest(m, name, time.Second))
+			want := map[driver.Mode]int{driver.Read: 6, driver.Write: 6, driver.Permit: 5, driver.Leader: 4}[m]
+			if len(k) != want {
+				t.Errorf("%s %q: %d keys, want %d", m, name, len(k), want)
+			}
+			for _, key := range k {
+				if !strings.HasPrefix(key, "app:") || !strings.Contains(key, "{"+name+"}") {
+					t.Errorf("%s key %q lacks the prefix or the tag {%s}", m, key, name)
+				}
+				if s := keySlot(key); s != crc16(name)%16384 {
+					t.Errorf("%s key %q in slot %d, not the name's", m, key, s)
+				}
+			}
+		}
+		if c := d.electionChannel(name); keySlot(c) != crc16(name)%16384 {
+			t.Errorf("election channel %q not in the name's slot", c)
+		}
+	}
+	r := kindRequest(driver.Read, "orders/42", time.Second)
+	if n := testing.AllocsPerRun(100, func() { _ = d.keysFor(r) }); n > 2 {
+		t.Errorf("keysFor: %v allocations, want at most 2", n)
+	}
+}
+
+// TestKindsOnCluster runs every kind on a one-node Redis Cluster, which
+// rejects a script whose keys span slots.
+func TestKindsOnCluster(t *testing.T) {
+	c := startCluster(t)
+	d := newDriverOn(t, c, nil)
+	w := newDriverOn(t, c, &Options{Prefix: d.prefix})
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, m := range []driver.Mode{driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		name := "cluster/" + m.String()
+		var ch <-chan driver.LeaderInfo
+		if m == driver.Leader {
+			var err error
+			if ch, err = w.Observe(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			next(t, ch, time.Second)
+		}
+		h := kindRequest(driver.Write, name, 10*time.Second)
+		if m == driver.Permit || m == driver.Leader {
+			h = kindRequest(m, name, 10*time.Second)
+		}
+		tok := mustLock(t, d, h)
+		if _, err := d.Refresh(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		r := kindRequest(m, name, 10*time.Second)
+		res := lockAsync(ctx, w, r)
+		waitKindQueued(t, d, r, 1)
+		mustUnlock(t, d, h)
+		got := <-res
+		if got.err != nil {
+			t.Fatalf("%s: %v", m, got.err)
+		}
+		if got.g.Token <= tok {
+			t.Errorf("%s: token %d after %d", m, got.g.Token, tok)
+		}
+		if m == driver.Leader {
+			for info, _ := next(t, ch, time.Second); info.Token != got.g.Token; info, _ = next(t, ch, time.Second) {
+			}
+		}
+		mustUnlock(t, w, r)
+	}
+}
+
+// TestKindsAfterScriptFlush: every kind's script is loaded again when
+// the server's script cache was flushed.
+func TestKindsAfterScriptFlush(t *testing.T) {
+	d := newDriver(t, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, m := range []driver.Mode{driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		r := kindRequest(m, "flush/"+m.String(), 10*time.Second)
+		mustLock(t, d, r)
+		if err := d.client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Refresh(ctx, r); err != nil {
+			t.Fatalf("%s: Refresh after SCRIPT FLUSH: %v", m, err)
+		}
+		if err := d.client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if m == driver.Leader {
+			if info, err := d.Leader(ctx, r.Name); err != nil || info.Value != r.Value {
+				t.Fatalf("Leader after SCRIPT FLUSH: %+v, %v", info, err)
+			}
+			if err := d.client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustUnlock(t, d, r)
+	}
+}
+
+// TestObserveAfterReconnect: a change made while the driver's pub/sub
+// connection is down is seen once it subscribes again.
+func TestObserveAfterReconnect(t *testing.T) {
+	d := newDriver(t, nil)
+	obs := newDriverOn(t, d.client, &Options{Prefix: d.prefix})
+	ctx := ctxTimeout(t, 20*time.Second)
+	name := "election/reconnect"
+	ch, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, time.Second)
+	topic := obs.electionChannel(name)
+	waitSubscribed := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := d.client.PubSubNumSub(ctx, topic).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n[topic] == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the observer is not subscribed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitSubscribed()
+	if err := d.client.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := kindRequest(driver.Leader, name, 10*time.Second)
+	tok := mustLock(t, d, r)
+	got, _ := next(t, ch, 5*time.Second)
+	if got.Token != tok {
+		t.Fatalf("observed %+v, want token %d", got, tok)
+	}
+	waitSubscribed()
+	mustUnlock(t, d, r)
+	if got, _ := next(t, ch, time.Second); got != (driver.LeaderInfo{}) {
+		t.Fatalf("observed %+v after the resignation, want no leader", got)
+	}
+}
