@@ -1,0 +1,86 @@
+package zklock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// Benchmarks of the lock kinds besides the mutex, through a dlock.Locker
+// on the standalone server, one goroutine, uncontended: ns/op is one
+// acquire and its release (one campaign and its resignation).
+//
+//	Read        AcquireRead of a lock no one else uses
+//	ReadShared  AcquireRead while another reader holds the lock (a
+//	            listing more: the node is not alone)
+//	Write       AcquireWrite
+//	Permit      AcquirePermit of a semaphore of 4 of which another client
+//	            holds a permit (still one round trip: the name's znode
+//	            has no more than 4 children)
+//	Campaign    Campaign and Release
+
+func benchKind(b *testing.B, take func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error), setup func(ctx context.Context, l *dlock.Locker)) {
+	ctx := context.Background()
+	servers, prefix := []string{testenv.ZKAddr(b)}, testPrefix()
+	l, _ := newLocker(b, servers, prefix, 10*time.Second)
+	if setup != nil {
+		other, _ := newLocker(b, servers, prefix, 10*time.Second)
+		setup(ctx, other)
+	}
+	one := func() {
+		lease, err := take(ctx, l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	one() // connect outside the timer
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		one()
+	}
+}
+
+func BenchmarkRead(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.AcquireRead(ctx, "bench")
+	}, nil)
+}
+
+func BenchmarkReadShared(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.AcquireRead(ctx, "bench")
+	}, func(ctx context.Context, other *dlock.Locker) {
+		if _, err := other.AcquireRead(ctx, "bench"); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkWrite(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.AcquireWrite(ctx, "bench")
+	}, nil)
+}
+
+func BenchmarkPermit(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.AcquirePermit(ctx, "bench", 4)
+	}, func(ctx context.Context, other *dlock.Locker) {
+		if _, err := other.AcquirePermit(ctx, "bench", 4); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkCampaign(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.Campaign(ctx, "bench", "me")
+	}, nil)
+}
