@@ -49,6 +49,46 @@
 //     it returns; a deletion that fails is retried at the session's next
 //     keep-alive.
 //
+// # Other kinds of locks
+//
+// The driver implements driver.Moder for every mode and driver.Elector.
+// Readers-writer locks, semaphores and elections queue keys exactly as the
+// mutex does, on the same sessions, each kind under a prefix of its own:
+// <prefix>/#rw/<name>/#, <prefix>/#sem/<name>/# and
+// <prefix>/#elect/<name>/#. ('#' cannot occur in names, so the mutex "x"
+// and these never share a key range.) Refresh, loss and release are the
+// mutex's; a waiter's re-check after each wake-up proves its key and
+// lease alive, as the mutex's does.
+//
+//   - Readers-writer lock: a reader's key is "r<lease>", a writer's
+//     "w<lease>", so the write keys are a range of their own. A writer
+//     holds when its key is the oldest and waits for the key just ahead of
+//     it, of either kind; a reader holds when no write key is older than
+//     its own and waits for the newest older write key. Waiters are served
+//     in order of arrival, a waiting writer blocks the readers after it,
+//     and the readers between two writers are admitted together.
+//     TryAcquireRead fails while any write key exists.
+//   - Semaphore: a key holds a permit when fewer than Limit keys are older.
+//     The first waiter (Limit keys ahead) watches the semaphore's whole
+//     prefix for deletions; each later waiter watches only the key just
+//     ahead of it, for its deletion or a put. A waiter admitted puts its
+//     key again, which tells the next waiter it is now first. Watching
+//     the key Limit places ahead would miss releases: holders leave in
+//     any order. TryAcquirePermit on a full semaphore writes its key and
+//     deletes it (etcd's comparisons cannot count keys).
+//   - Election: the mutex, with the candidate's value in its key. Leader
+//     reads the oldest key; Observe watches the prefix and reads the
+//     leader again only when an event can change it.
+//
+// Tokens: a mutex's or a leader's token is its key's create revision, as
+// only the oldest key holds. Readers and permits are not granted in
+// create-revision order (a reader that arrives once a writer has gone
+// holds at once, before an older reader has woken), so a reader, writer
+// or permit holder that waited puts its key again when admitted, and its
+// token is the revision of that put; one granted at once has its key's
+// create revision. Either is a revision the grant wrote, so tokens are
+// distinct and grow with the order of grants.
+//
 // # Sessions and TTL
 //
 // A driver keeps one lease (a session) per lock TTL in use, and attaches
