@@ -61,6 +61,7 @@ type Driver struct {
 // owns the descriptor and closes it.
 type held struct {
 	name string
+	mode driver.Mode
 	path string
 	fd   int
 	id   fileID

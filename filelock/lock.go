@@ -13,12 +13,18 @@ import (
 // TryLock implements driver.Driver: one non-blocking flock. A lock held by
 // another owner gives a *driver.HeldError with no Remaining: a flock has
 // no expiry, it is held until released or its holder's process ends.
-func (d *Driver) TryLock(_ context.Context, r driver.Request) (driver.Grant, error) {
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	if err := validate(r.Name); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkMode(r); err != nil {
 		return driver.Grant{}, err
 	}
 	if d.isClosed() {
 		return driver.Grant{}, driver.ErrClosed
+	}
+	if r.Mode != driver.Exclusive {
+		return d.tryRW(ctx, r)
 	}
 	start := time.Now()
 	path := d.path(r.Name)
@@ -66,6 +72,11 @@ var testHookLocked func(path string)
 // the new file) and the attempt starts over on the file the path names
 // now.
 func (d *Driver) attempt(lf *lockFile, path string) (bool, error) {
+	return d.attemptHow(lf, path, false)
+}
+
+// attemptHow is attempt for a shared (LOCK_SH) or exclusive flock.
+func (d *Driver) attemptHow(lf *lockFile, path string, shared bool) (bool, error) {
 	for range maxReopen {
 		if lf.fd < 0 {
 			fd, id, err := openFile(path, d.mode)
@@ -74,7 +85,7 @@ func (d *Driver) attempt(lf *lockFile, path string) (bool, error) {
 			}
 			lf.fd, lf.id = fd, id
 		}
-		locked, err := tryFlock(lf.fd)
+		locked, err := tryFlockHow(lf.fd, shared)
 		if err != nil {
 			return false, err
 		}
@@ -120,7 +131,16 @@ func (d *Driver) grant(lf *lockFile, r driver.Request, path string, start time.T
 		unlockClose(fd)
 		return driver.Grant{}, fmt.Errorf("filelock: write %s: %w", path, err)
 	}
-	h := &held{name: r.Name, path: path, fd: fd, id: lf.id}
+	lf.fd = fd
+	return d.grantFD(lf, r, path, start, tok)
+}
+
+// grantFD records the lock whose flock lf holds, with token tok. It takes
+// lf's descriptor: on return lf is empty, whatever the outcome.
+func (d *Driver) grantFD(lf *lockFile, r driver.Request, path string, start time.Time, tok uint64) (driver.Grant, error) {
+	fd := lf.fd
+	lf.fd = -1
+	h := &held{name: r.Name, mode: r.Mode, path: path, fd: fd, id: lf.id}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -144,7 +164,7 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	d.mu.Lock()
 	h := d.held[r.Owner]
 	d.mu.Unlock()
-	if h == nil || h.name != r.Name {
+	if h == nil || h.name != r.Name || h.mode != r.Mode {
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
 	cur, err := pathID(h.path)
@@ -191,7 +211,7 @@ func (d *Driver) take(r driver.Request) *held {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h := d.held[r.Owner]
-	if h == nil || h.name != r.Name {
+	if h == nil || h.name != r.Name || h.mode != r.Mode {
 		return nil
 	}
 	delete(d.held, r.Owner)

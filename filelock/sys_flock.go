@@ -78,9 +78,18 @@ func pathID(path string) (fileID, error) {
 
 // tryFlock takes an exclusive flock on fd without blocking. It returns
 // false when another open file description holds one.
-func tryFlock(fd int) (bool, error) {
+func tryFlock(fd int) (bool, error) { return tryFlockHow(fd, false) }
+
+// tryFlockHow takes a shared or an exclusive flock on fd without
+// blocking; it converts a flock fd already has. It returns false when
+// another open file description holds a conflicting one.
+func tryFlockHow(fd int, shared bool) (bool, error) {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
 	for {
-		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(fd, how|syscall.LOCK_NB)
 		switch err {
 		case nil:
 			return true, nil
@@ -101,6 +110,9 @@ func unlockClose(fd int) {
 	_ = syscall.Flock(fd, syscall.LOCK_UN)
 	_ = syscall.Close(fd)
 }
+
+// funlock drops the flock on fd, which stays open.
+func funlock(fd int) { _ = syscall.Flock(fd, syscall.LOCK_UN) }
 
 // closeFD closes fd; the kernel drops any flock held through it, as it does
 // when a process dies.

@@ -10,6 +10,8 @@ type fileID struct{ dev, ino uint64 }
 func openFile(string, uint32) (int, fileID, error) { return -1, fileID{}, errUnsupported }
 func pathID(string) (fileID, error)                { return fileID{}, errUnsupported }
 func tryFlock(int) (bool, error)                   { return false, errUnsupported }
+func tryFlockHow(int, bool) (bool, error)          { return false, errUnsupported }
+func funlock(int)                                  {}
 func unlockClose(int)                              {}
 func closeFD(int)                                  {}
 func readAt(int, []byte) (int, error)              { return 0, errUnsupported }

@@ -42,6 +42,12 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if err := validate(r.Name); err != nil {
 		return driver.Grant{}, err
 	}
+	if err := checkMode(r); err != nil {
+		return driver.Grant{}, err
+	}
+	if r.Mode != driver.Exclusive {
+		return d.lockRW(ctx, r)
+	}
 	path := d.path(r.Name)
 	// The file stays open from the first attempt to the last: closing it
 	// would wake the other waiters for nothing.

@@ -1,0 +1,276 @@
+package filelock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/filelock"
+)
+
+func must(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
+	return func(l *dlock.Lease, err error) *dlock.Lease {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
+func releaseAll(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
+	t.Helper()
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release(%q, %v): %v", l.Name(), l.Mode(), err)
+		}
+	}
+}
+
+func TestSupports(t *testing.T) {
+	l, _ := newLocker(t, t.TempDir())
+	for m, want := range map[driver.Mode]bool{driver.Exclusive: true, driver.Read: true, driver.Write: true, driver.Permit: false, driver.Leader: false} {
+		if got := l.Supports(m); got != want {
+			t.Errorf("Supports(%v) = %v, want %v", m, got, want)
+		}
+	}
+	if _, err := l.TryAcquirePermit(context.Background(), "x", 2); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("TryAcquirePermit = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestRWFiles: the readers-writer lock "x" is not the mutex "x", and its
+// files are no mutex's.
+func TestRWFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, _ := newLocker(t, dir)
+	m := mustTry(t, ctx, l, "a/b")
+	w := must(t)(l.TryAcquireWrite(ctx, "a/b"))
+	for _, suffix := range []string{filelock.RWSuffix, filelock.GateSuffix, filelock.SeqSuffix} {
+		f := "a%b" + suffix
+		if _, err := os.Stat(filepath.Join(dir, f)); suffix != filelock.GateSuffix && err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if name, ok := filelock.LockName(f); ok {
+			t.Errorf("LockName(%q) = %q: a readers-writer file reads as a mutex's", f, name)
+		}
+	}
+	releaseAll(t, ctx, m, w)
+}
+
+// TestFileReadersOverlap: readers hold together with distinct increasing
+// tokens, and exclude a writer, which excludes them.
+func TestFileReadersOverlap(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, _ := newLocker(t, dir)
+	b, _ := newLocker(t, dir)
+	r1 := must(t)(a.TryAcquireRead(ctx, "rw"))
+	r2 := must(t)(b.TryAcquireRead(ctx, "rw"))
+	if r2.Token() <= r1.Token() {
+		t.Errorf("reader tokens %d then %d", r1.Token(), r2.Token())
+	}
+	if _, err := b.TryAcquireWrite(ctx, "rw"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquireWrite with readers in = %v", err)
+	}
+	releaseAll(t, ctx, r1, r2)
+	w := must(t)(a.TryAcquireWrite(ctx, "rw"))
+	if w.Token() <= r2.Token() {
+		t.Errorf("writer token %d after %d", w.Token(), r2.Token())
+	}
+	if _, err := b.TryAcquireRead(ctx, "rw"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquireRead with a writer in = %v", err)
+	}
+	if err := w.Refresh(ctx); err != nil {
+		t.Error(err)
+	}
+	releaseAll(t, ctx, w)
+}
+
+// TestFileWriterPreference: a writer waiting behind a reader blocks later
+// readers and gets the lock first.
+func TestFileWriterPreference(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	a, _ := newLocker(t, dir)
+	b, _ := newLocker(t, dir)
+	c, _ := newLocker(t, dir)
+	r1 := must(t)(a.AcquireRead(ctx, "rw"))
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	wc := make(chan *dlock.Lease, 1)
+	go func() {
+		w, err := b.AcquireWrite(ctx, "rw")
+		if err != nil {
+			t.Error(err)
+		}
+		note("writer")
+		wc <- w
+	}()
+	// Wait until the writer is in the gate: a reader's try fails.
+	if !settle(5*time.Second, func() bool {
+		r, err := c.TryAcquireRead(ctx, "rw")
+		if err == nil {
+			_ = r.Release(ctx)
+		}
+		return err != nil
+	}) {
+		t.Fatal("readers still get in while a writer waits")
+	}
+	rc := make(chan *dlock.Lease, 1)
+	go func() {
+		r, err := c.AcquireRead(ctx, "rw")
+		if err != nil {
+			t.Error(err)
+		}
+		note("reader2")
+		rc <- r
+	}()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	if len(order) != 0 {
+		t.Errorf("%v got in while the first reader held the lock", order)
+	}
+	mu.Unlock()
+	releaseAll(t, ctx, r1)
+	w := <-wc
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	if len(order) != 1 || order[0] != "writer" {
+		t.Errorf("after the first reader left: %v, want [writer]", order)
+	}
+	mu.Unlock()
+	releaseAll(t, ctx, w)
+	r2 := <-rc
+	if r2.Token() <= w.Token() {
+		t.Errorf("reader token %d after the writer's %d", r2.Token(), w.Token())
+	}
+	releaseAll(t, ctx, r2)
+}
+
+// TestFileRWCancel: a cancelled writer's wait leaves the gate open, and a
+// cancelled reader's leaves nothing.
+func TestFileRWCancel(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, _ := newLocker(t, dir)
+	b, _ := newLocker(t, dir)
+	r := must(t)(a.TryAcquireRead(ctx, "rw"))
+	wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer wcancel()
+	start := time.Now()
+	if _, err := b.AcquireWrite(wctx, "rw"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWrite = %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the wait ended %v after its deadline's start", took)
+	}
+	r2 := must(t)(b.TryAcquireRead(ctx, "rw")) // the gate is open again
+	releaseAll(t, ctx, r, r2)
+	w := must(t)(a.TryAcquireWrite(ctx, "rw"))
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer rcancel()
+	if _, err := b.AcquireRead(rctx, "rw"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireRead = %v, want DeadlineExceeded", err)
+	}
+	releaseAll(t, ctx, w)
+	w2 := must(t)(b.TryAcquireWrite(ctx, "rw"))
+	releaseAll(t, ctx, w2)
+	if n := filelock.Waiters(); n != 0 {
+		t.Errorf("%d waiters left registered", n)
+	}
+}
+
+// TestFileRWCrash: a crashed reader's share goes with its files.
+func TestFileRWCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	a, da := newLocker(t, dir)
+	b, _ := newLocker(t, dir)
+	must(t)(a.TryAcquireRead(ctx, "rw"))
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		w, err := b.AcquireWrite(ctx, "rw")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	time.Sleep(50 * time.Millisecond)
+	da.Crash()
+	select {
+	case w := <-got:
+		releaseAll(t, ctx, w)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the crashed reader's lock did not free the writer")
+	}
+}
+
+// TestFileRWMutualExclusion: writers alone, readers together, under
+// contention from several drivers.
+func TestFileRWMutualExclusion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	var readers, writers, maxReaders atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		l, _ := newLocker(t, dir)
+		wg.Go(func() {
+			for j := range 20 {
+				write := (i+j)%4 == 0
+				var lease *dlock.Lease
+				var err error
+				if write {
+					lease, err = l.AcquireWrite(ctx, "mx")
+				} else {
+					lease, err = l.AcquireRead(ctx, "mx")
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if write {
+					if writers.Add(1) != 1 || readers.Load() != 0 {
+						t.Error("a writer with company")
+					}
+				} else {
+					n := readers.Add(1)
+					for {
+						old := maxReaders.Load()
+						if n <= old || maxReaders.CompareAndSwap(old, n) {
+							break
+						}
+					}
+					if writers.Load() != 0 {
+						t.Error("a reader with a writer")
+					}
+				}
+				time.Sleep(time.Millisecond)
+				if write {
+					writers.Add(-1)
+				} else {
+					readers.Add(-1)
+				}
+				if err := lease.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if maxReaders.Load() < 2 {
+		t.Errorf("readers never overlapped (at most %d together)", maxReaders.Load())
+	}
+}
