@@ -51,8 +51,9 @@
 //
 // # Keys
 //
-// A lock called name uses at most four keys, all with the hash tag {name}
-// so that they fall in one Redis Cluster slot:
+// A mutex called name uses at most four keys, all with the hash tag {name}
+// so that they fall in one Redis Cluster slot (the other kinds of lock
+// are described below, under Lock kinds):
 //
 //	<prefix>{<name>}         the lock: its owner value, with a TTL
 //	<prefix>{<name>}:fence   the fencing counter
@@ -99,6 +100,58 @@
 // grant whose message was lost. A waiter whose context ends leaves the
 // queue and passes on a lock handed to it meanwhile. See Options.QueueTTL for the one
 // cost of a waiter that crashes while queued. TryLock never queues.
+//
+// # Lock kinds
+//
+// Besides the mutex, a Driver implements driver.Moder for every mode and
+// driver.Elector: readers-writer locks (Locker.AcquireRead, AcquireWrite),
+// semaphores (AcquirePermit) and elections (Campaign, Leader, Observe).
+// Each kind has keys of its own, so the mutex, the readers-writer lock,
+// the semaphore and the election called name are four unrelated locks;
+// all keys of one name still share the hash tag {name}:
+//
+//	<prefix>rw:{<name>}        the writer: a hash of its owner and token, with a TTL
+//	<prefix>rw:{<name>}:r      the readers: a sorted set of owners scored by expiry (ms)
+//	<prefix>rw:{<name>}:t      the readers' tokens: owner -> token
+//	<prefix>sem:{<name>}       the permit holders: a sorted set of owners scored by expiry (ms)
+//	<prefix>sem:{<name>}:t     the holders' tokens: owner -> token
+//	<prefix>le:{<name>}        the leader: a hash of its owner, token and value, with a TTL
+//
+// and for each kind a fencing counter (:fence), a wait queue (:q) and its
+// entries (:qe) after the main key, as for the mutex. Every operation of a
+// kind (try, wait, refresh, release) is one script, so one round trip.
+// A holder kept in a sorted set that stops renewing (it crashed) drops
+// out when its expiry passes: every script removes the expired members
+// first. Each grant, of any kind, takes the next value of the kind's
+// counter, so readers or permit holders holding together have distinct
+// tokens.
+//
+// Waiting works as for the mutex: one FIFO queue per lock, handoff inside
+// the script that frees the lock, grants published on the waiter's driver
+// channel, and a re-check at the earliest known expiry of a holder in the
+// way (a crashed one) and at least every third of the queue entry's
+// lifetime. Readers and writers share one queue, each entry tagged with
+// its side: a writer is admitted when no reader or writer holds the lock
+// and it is at the head of the queue; readers when no writer holds it and
+// no writer is queued ahead of them, and a release (or a queued writer
+// giving up) admits all the consecutive readers at the head of the queue
+// at once. So a waiting writer holds back the readers that come after it,
+// and TryLock for reading fails while a writer holds or waits. A
+// semaphore admits from the head of its queue while fewer than the
+// caller's limit hold it (every user of a semaphore must pass the same
+// limit). TryLock of any kind never queues and never overtakes a waiter.
+//
+// An election is a mutex whose stored holder also carries the
+// candidate's value: Leader reads value and token in one script. Every
+// change of leader (a grant, a resignation, a handoff; not a renewal) is
+// published on <prefix>le:{<name>}:changed. Observe follows that channel
+// on the Driver's one pub/sub connection, the one its waiters use (it
+// subscribes while anyone on the Driver observes the election, and go-redis
+// subscribes again after a reconnection), and reads the leader again on
+// each message, on each confirmation of the subscription (so a change
+// made while the connection was down is caught) and right after the known
+// expiry of the leader it last saw, which is how the end of a leader that
+// crashed is noticed without polling.
 //
 // # Safety
 //

@@ -36,6 +36,10 @@ var (
 	tagLeader any = "l"
 
 	noArg any = ""
+
+	// releaseTTL stands for the TTL arguments of a release, which uses
+	// none.
+	releaseTTL = &boxedTTL{ms: any(int64(0)), life: any(int64(0))}
 )
 
 // Supports reports whether the driver implements mode m: every mode of

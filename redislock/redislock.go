@@ -66,13 +66,15 @@ type Options struct {
 	FenceTTL time.Duration
 }
 
-// Driver is the Redis driver: a dlock driver.Driver and driver.Waiter over
-// one Redis server (or Redis Cluster) reached through a go-redis client.
+// Driver is the Redis driver: a dlock driver.Driver, driver.Waiter,
+// driver.Moder (every mode) and driver.Elector over one Redis server (or
+// Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
 // It runs a few goroutines that send its scripts, batching concurrent
 // calls into pipelines (see the package documentation), until Close.
-// From its first Lock until Close, a Driver holds one pub/sub connection
-// of its client's, shared by all its waiting calls.
+// From its first Lock or Observe until Close, a Driver holds one pub/sub
+// connection of its client's, shared by all its waiting calls and
+// observers.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -199,7 +201,8 @@ func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
 // the holder's remaining TTL. A lock that r.Owner already holds is
 // refreshed and reported as acquired, with its current token. On any
 // other error (the script's outcome is then unknown) TryLock releases the
-// lock in case the script took it.
+// lock in case the script took it. The other modes work alike, by their
+// own scripts (see the package documentation, Lock kinds).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	if d.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
@@ -236,7 +239,8 @@ func remaining(pttl int64) time.Duration {
 	return time.Duration(max(pttl, 0)) * time.Millisecond
 }
 
-// Refresh extends the lock to r.TTL if r.Owner holds it, and returns the
+// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
+// reader or permit holder gets a new expiry score), and returns the
 // new expiry, measured from before the request was sent. It returns an
 // error wrapping driver.ErrNotHeld when the lock is gone or another's.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
@@ -267,8 +271,9 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	return start.Add(ttl), nil
 }
 
-// Unlock releases the lock if r.Owner holds it and, in the same script,
-// hands it to the first live waiter in the queue. It returns an error
+// Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
+// same script, hands it to the first live waiter in the queue (to all the
+// readers at its head, or as many waiters as there are free permits). It returns an error
 // wrapping driver.ErrNotHeld when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if d.closed.Load() {
@@ -284,9 +289,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return nil
 }
 
-// release runs release.lua: it drops r.Owner's queue entry and, if r.Owner
-// holds the lock, releases it and hands it on. It reports whether r.Owner
-// held the lock.
+// release runs release.lua (or the release of r's kind): it drops
+// r.Owner's queue entry and, if r.Owner holds the lock, releases it and
+// hands it on. It reports whether r.Owner held the lock.
 func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 	var n int64
 	var err error
@@ -296,8 +301,7 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 		if err := checkMode(r); err != nil {
 			return false, err
 		}
-		// The TTL is not used by a release; any valid one will do.
-		n, err = d.kindDo(ctx, r, d.keysFor(r), opRelease, d.ttlArgs(max(r.TTL.Truncate(time.Millisecond), time.Millisecond))).Int64()
+		n, err = d.kindDo(ctx, r, d.keysFor(r), opRelease, releaseTTL).Int64()
 	}
 	if err != nil {
 		return false, fmt.Errorf("redislock: unlock %q: %w", r.Name, err)

@@ -47,7 +47,9 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served among waiters.
+// served among waiters. Readers, writers, permit holders and candidates
+// wait the same way as the mutex's waiters, described here (see the
+// package documentation, Lock kinds, for who is admitted when).
 //
 // A waiter joins the lock's queue in the same script that finds the lock
 // held. A release hands the lock straight to the first live waiter (it
