@@ -26,7 +26,7 @@
 //
 // # Layout
 //
-// The lock called "orders/42" is the znode <prefix>/orders/42; name
+// The mutex called "orders/42" is the znode <prefix>/orders/42; name
 // segments are path segments. Its children are the lock nodes, ephemeral
 // and sequential, named _c_<guid>-lock#<sequence>, where guid is the
 // acquisition's owner value. The node with the lowest sequence number
@@ -54,13 +54,52 @@
 // and watches its new predecessor. Hence a rule for operators: never write
 // a lock node's data (deleting one, to break a lock, is fine).
 //
+// # Lock kinds
+//
+// The driver implements every kind of lock dlock knows (driver.Moder and
+// driver.Elector), each on the same queue of ephemeral sequential nodes,
+// and each kind under a znode of its own, so that the mutex "x", the
+// readers-writer lock "x", the semaphore "x" and the election "x" never
+// meet: <prefix>/x, <prefix>/#rw/x, <prefix>/#sem/x and <prefix>/#elect/x
+// (no lock name contains a '#'). Every waiter watches a single node, or,
+// for a semaphore's first waiter only, the name's children.
+//
+// Readers-writer lock: readers queue _c_<guid>-read#<seq> nodes, writers
+// _c_<guid>-write#<seq>. A writer holds the lock when its node is the
+// lowest and waits for the node just before its own; a reader holds it
+// when no write node is lower than its own and waits for the nearest lower
+// write node. A waiting writer thus stops the readers that arrive after it,
+// consecutive readers hold together, and waiters are served in order of
+// arrival. TryAcquireRead fails while a writer holds or waits.
+//
+// Semaphore: _c_<guid>-permit#<seq> nodes; a node holds a permit when fewer
+// than limit nodes are lower than its own. The first waiter watches the
+// name's children (it wakes at each departure and arrival); every later
+// waiter watches the node just before its own, and a waiter that gets a
+// permit sets its node's data, which wakes the one waiter behind it, now
+// first. A crashed holder's node goes with its session, and its permit
+// with it. Users of one semaphore must pass the same limit.
+//
+// Election: a mutex whose nodes hold the candidates' values as their data;
+// the lowest leads. Leader reads the lowest node and its data; Observe
+// runs one goroutine per observer that watches the leader's node (or, when
+// nobody leads, the election's children), so arrivals of candidates wake
+// no observer.
+//
+// The lease of every kind is session-bound like a mutex's, with the same
+// fencing token, the same Refresh (a check that the node still exists) and
+// the same loss signal.
+//
 // # Fencing token
 //
 // A lease's token is its lock node's czxid, the zxid of the transaction
 // that created it. Zxids are global and strictly increasing across the
 // ensemble, leader changes included (the leader's epoch is their high 32
 // bits), so tokens strictly increase per name, and across names too, even
-// after a name's znode was removed and created again.
+// after a name's znode was removed and created again. Readers or permit
+// holders that hold together have distinct tokens, in the order of their
+// nodes, which is also the order in which the ensemble let them in; two of
+// them granted together may learn of it in either order.
 //
 // # Sessions and loss
 //

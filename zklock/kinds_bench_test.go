@@ -84,3 +84,10 @@ func BenchmarkCampaign(b *testing.B) {
 		return l.Campaign(ctx, "bench", "me")
 	}, nil)
 }
+
+// BenchmarkMutex is the baseline: Acquire, in the same harness.
+func BenchmarkMutex(b *testing.B) {
+	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
+		return l.Acquire(ctx, "bench")
+	}, nil)
+}

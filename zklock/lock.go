@@ -16,10 +16,13 @@ import (
 // vanished while it waited.
 var errRequeue = errors.New("zklock: requeue")
 
-// TryLock implements driver.Driver: it queues a node and, unless the node
-// is first in line, removes it and returns a *driver.HeldError. When the
-// lock is free and the name's znode holds nothing else, that is one round
-// trip; otherwise two more (a child listing, and the removal).
+// TryLock implements driver.Driver, in every mode: it queues a node and,
+// unless the node holds the lock at once (first in line; for a reader, no
+// writer before it; for a permit, fewer than the limit before it), removes
+// it and returns a *driver.HeldError. When the lock is free and the name's
+// znode holds nothing else, that is one round trip; otherwise two more (a
+// child listing, and the removal), and for a permit got after a listing
+// one more (its node is marked, see semaphore.go).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	g, err := d.acquire(ctx, r, false)
 	if errors.Is(err, errRequeue) {
@@ -28,8 +31,10 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return g, err
 }
 
-// Lock implements driver.Waiter: it queues a node behind the holder and
-// earlier waiters and waits for the node just before its own to go. When
+// Lock implements driver.Waiter, in every mode: it queues a node behind
+// the holders and earlier waiters and waits for the one node that stands
+// in its way (the node just before its own, for a mutex or an election) to
+// go. When
 // ctx ends first, it removes its node and returns ctx's error. A wait cut
 // short by the end of the driver's session starts over, at the back of the
 // queue, on a new session.

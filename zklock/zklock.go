@@ -60,9 +60,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Driver is the ZooKeeper driver: a dlock driver.Driver and driver.Waiter
-// over one ZooKeeper ensemble. Create it with NewDriver (or New, or
-// dlock.Open with a zk:// URL).
+// Driver is the ZooKeeper driver: a dlock driver.Driver, driver.Waiter,
+// driver.Moder (every mode) and driver.Elector over one ZooKeeper
+// ensemble. Create it with NewDriver (or New, or dlock.Open with a zk://
+// URL).
 //
 // A Driver owns one ZooKeeper session at a time, shared by all its locks.
 // When the session ends (it expired, the ensemble was out of reach for
