@@ -73,6 +73,12 @@ func canonical(names []string) ([]string, error) {
 // single lease is. The set is held while every part is: Done closes when
 // any part ends, released or lost, and Release releases them all.
 //
+// Once Done or Context is called, and until the set ends, a MultiLease
+// has one goroutine that waits for its parts to end; releasing the set,
+// losing a part, or closing the Locker (which releases every lease) ends
+// that goroutine. A set whose Done and Context are never called costs no
+// goroutine.
+//
 // A MultiLease is safe for concurrent use. It must not be copied.
 type MultiLease struct {
 	names []string // sorted
@@ -83,6 +89,8 @@ type MultiLease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	watching sync.Once // starts watch, on the first call of Done or Context
+
 	mu        sync.Mutex
 	releasing bool
 	err       error // nil while held
@@ -91,7 +99,6 @@ type MultiLease struct {
 func newMultiLease(names []string, parts []*Lease) *MultiLease {
 	m := &MultiLease{names: names, parts: parts}
 	m.ctx, m.cancel = context.WithCancelCause(context.Background())
-	go m.watch()
 	return m
 }
 
@@ -99,17 +106,44 @@ func newMultiLease(names []string, parts []*Lease) *MultiLease {
 // Release has started; Release ends every part, so watch never outlives
 // the set.
 func (m *MultiLease) watch() {
-	cases := make([]reflect.SelectCase, len(m.parts))
-	for i, p := range m.parts {
-		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.Done())}
+	switch len(m.parts) {
+	case 1:
+		<-m.parts[0].Done()
+	case 2:
+		select {
+		case <-m.parts[0].Done():
+		case <-m.parts[1].Done():
+		}
+	default:
+		cases := make([]reflect.SelectCase, len(m.parts))
+		for i, p := range m.parts {
+			cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.Done())}
+		}
+		reflect.Select(cases)
 	}
-	reflect.Select(cases)
+	m.endIfPartEnded()
+}
+
+// endIfPartEnded ends the set if a part has ended, unless Release is
+// under way (it ends the set itself when every part is released).
+func (m *MultiLease) endIfPartEnded() {
 	m.mu.Lock()
 	releasing := m.releasing
 	m.mu.Unlock()
-	if !releasing {
-		m.end(m.cause())
+	if releasing {
+		return
 	}
+	for _, p := range m.parts {
+		if p.Err() != nil {
+			m.end(m.cause())
+			return
+		}
+	}
+}
+
+// watchParts starts watch once.
+func (m *MultiLease) watchParts() {
+	m.watching.Do(func() { go m.watch() })
 }
 
 // cause returns why the set ended: the first lost part's Err (in name
@@ -170,12 +204,16 @@ func (m *MultiLease) Token(name string) uint64 {
 // Done returns a channel that is closed when the set is no longer held
 // as a whole: when any part is lost or released (by Release, or on its
 // own through Lease).
-func (m *MultiLease) Done() <-chan struct{} { return m.ctx.Done() }
+func (m *MultiLease) Done() <-chan struct{} {
+	m.watchParts()
+	return m.ctx.Done()
+}
 
 // Err returns nil while every part is held; afterwards why the set ended:
 // an error matching ErrLost if a part was lost (the first in name order,
 // when several were), else one matching ErrReleased.
 func (m *MultiLease) Err() error {
+	m.endIfPartEnded() // Done may never have been called
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.err
@@ -185,6 +223,7 @@ func (m *MultiLease) Err() error {
 // with its Err as the cause (context.Cause), or when parent ends. Call
 // cancel to release the context's resources when the work is done.
 func (m *MultiLease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	m.watchParts()
 	ctx, cancel := context.WithCancelCause(parent)
 	stop := context.AfterFunc(m.ctx, func() { cancel(context.Cause(m.ctx)) })
 	return ctx, func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -64,6 +65,9 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	o.ch <- o.sent
 	s.observers[name] = append(s.observers[name], o)
 	d.observers[o] = struct{}{}
+	if e := s.locks[key{kindElection, name}]; e != nil {
+		s.settle(e, time.Now()) // arms the expiry timer, now that someone observes
+	}
 	o.stop = context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()

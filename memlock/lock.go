@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"slices"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
@@ -38,16 +39,19 @@ type key struct {
 // it has a holder or a waiter.
 type entry struct {
 	key     key
-	holders map[string]*holder // by owner
-	queue   []*waiter          // FIFO
+	holders []holder  // few: a linear search is the simplest map
+	queue   []*waiter // FIFO
 
 	// timer fires at wake, the earliest expiry among the holders, to drop
-	// a holder that stopped renewing and admit the waiters behind it.
+	// a holder that stopped renewing and tell those who wait or observe.
+	// It runs only while someone does: otherwise an expired holder is
+	// dropped lazily, by the next call that looks at the entry.
 	timer *time.Timer
 	wake  time.Time
 }
 
 type holder struct {
+	owner   string
 	mode    driver.Mode
 	token   uint64
 	expires time.Time
@@ -57,6 +61,28 @@ type holder struct {
 type waiter struct {
 	r     driver.Request
 	grant chan driver.Grant // buffered 1; receives the handoff
+}
+
+// holder returns r's owner's holder entry if it holds the lock in r's
+// mode; the pointer is good until e changes.
+func (e *entry) holder(r driver.Request) *holder {
+	for i := range e.holders {
+		if h := &e.holders[i]; h.owner == r.Owner && h.mode == r.Mode {
+			return h
+		}
+	}
+	return nil
+}
+
+// remove drops owner's holder entry and reports whether there was one.
+func (e *entry) remove(owner string) bool {
+	for i := range e.holders {
+		if e.holders[i].owner == owner {
+			e.holders = slices.Delete(e.holders, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 // admits reports whether the lock's current holders let r in. Whether
@@ -96,13 +122,13 @@ func (s *Store) entry(r driver.Request, now time.Time) *entry {
 	k := key{kindOf(r.Mode), r.Name}
 	e := s.locks[k]
 	if e == nil {
-		e = &entry{key: k, holders: map[string]*holder{}}
+		e = &entry{key: k}
 		s.locks[k] = e
 		return e
 	}
 	s.settle(e, now)
 	if s.locks[k] != e { // settle dropped it
-		e = &entry{key: k, holders: map[string]*holder{}}
+		e = &entry{key: k}
 		s.locks[k] = e
 	}
 	return e
@@ -112,8 +138,8 @@ func (s *Store) entry(r driver.Request, now time.Time) *entry {
 // be held.
 func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 	s.seq++
-	h := &holder{mode: r.Mode, token: s.seq, expires: now.Add(r.TTL), value: r.Value}
-	e.holders[r.Owner] = h
+	h := holder{owner: r.Owner, mode: r.Mode, token: s.seq, expires: now.Add(r.TTL), value: r.Value}
+	e.holders = append(e.holders, h)
 	return driver.Grant{Token: h.token, Expires: h.expires}
 }
 
@@ -124,11 +150,7 @@ func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 // holds or waits, re-arms the expiry timer, and tells an election's
 // observers. s.mu must be held.
 func (s *Store) settle(e *entry, now time.Time) {
-	for owner, h := range e.holders {
-		if !now.Before(h.expires) {
-			delete(e.holders, owner)
-		}
-	}
+	e.holders = slices.DeleteFunc(e.holders, func(h holder) bool { return !now.Before(h.expires) })
 	for len(e.queue) > 0 && e.admits(e.queue[0].r) {
 		w := e.queue[0]
 		e.queue[0] = nil
@@ -143,8 +165,11 @@ func (s *Store) settle(e *entry, now time.Time) {
 		if e.timer != nil {
 			e.timer.Stop()
 		}
-	case len(e.holders) > 0:
+	case len(e.queue) > 0 || (e.key.kind == kindElection && len(s.observers[e.key.name]) > 0):
 		s.arm(e)
+	case e.timer != nil:
+		e.timer.Stop()
+		e.wake = time.Time{}
 	}
 	if e.key.kind == kindElection {
 		s.notify(e.key.name)

@@ -93,7 +93,7 @@ func (d *Driver) TryLock(_ context.Context, r driver.Request) (driver.Grant, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(r, now)
-	if h := e.holders[r.Owner]; h != nil && h.mode == r.Mode {
+	if h := e.holder(r); h != nil {
 		return driver.Grant{Token: h.token, Expires: h.expires}, nil
 	}
 	if len(e.queue) == 0 && e.admits(r) {
@@ -121,6 +121,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 	w := &waiter{r: r, grant: make(chan driver.Grant, 1)}
 	e.queue = append(e.queue, w)
+	s.settle(e, now) // arms the expiry timer, now that someone waits
 	s.mu.Unlock()
 
 	select {
@@ -150,8 +151,7 @@ func (d *Driver) abandon(e *entry, w *waiter) {
 	}
 	select {
 	case <-w.grant:
-		if h := e.holders[w.r.Owner]; h != nil {
-			delete(e.holders, w.r.Owner)
+		if e.remove(w.r.Owner) {
 			s.settle(e, now)
 		}
 	default:
@@ -165,8 +165,8 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(r, now)
-	h := e.holders[r.Owner]
-	if h == nil || h.mode != r.Mode {
+	h := e.holder(r)
+	if h == nil {
 		s.settle(e, now)
 		return time.Time{}, fmt.Errorf("%w: %s lock %q", driver.ErrNotHeld, r.Mode, r.Name)
 	}
@@ -183,12 +183,11 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entry(r, now)
-	h := e.holders[r.Owner]
-	if h == nil || h.mode != r.Mode {
+	if e.holder(r) == nil {
 		s.settle(e, now)
 		return fmt.Errorf("%w: %s lock %q", driver.ErrNotHeld, r.Mode, r.Name)
 	}
-	delete(e.holders, r.Owner)
+	e.remove(r.Owner)
 	s.settle(e, now)
 	return nil
 }
@@ -212,7 +211,7 @@ func (s *Store) revoke(k key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.locks[k]; e != nil {
-		clear(e.holders)
+		e.holders = nil
 		s.settle(e, now)
 	}
 }
