@@ -116,3 +116,38 @@ func BenchmarkContended(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(handoffs.Load())/float64(b.N), "handoffs/op")
 }
+
+// BenchmarkRW: acquire+release of the readers-writer lock through a
+// Locker, uncontended.
+func BenchmarkRW(b *testing.B) {
+	ctx := context.Background()
+	for _, write := range []bool{false, true} {
+		mode := "read"
+		if write {
+			mode = "write"
+		}
+		b.Run(mode, func(b *testing.B) {
+			l, _ := newLocker(b, b.TempDir())
+			cycle := func() {
+				var lease *dlock.Lease
+				var err error
+				if write {
+					lease, err = l.AcquireWrite(ctx, "bench")
+				} else {
+					lease, err = l.AcquireRead(ctx, "bench")
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cycle()
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle()
+			}
+		})
+	}
+}

@@ -61,6 +61,35 @@
 // and at once acquires again cannot starve the others; across processes
 // nothing prevents that.
 //
+// # Readers-writer locks
+//
+// The driver implements driver.Moder for the readers-writer lock
+// (Locker.AcquireRead, AcquireWrite and their Try forms); semaphores and
+// elections are unsupported. The readers-writer lock called name has
+// files of its own, never a mutex's: name + RWSuffix (".rwlock"), on
+// which readers hold a shared flock and a writer an exclusive one;
+// name + GateSuffix (".rwgate"), the writers' gate; and name + SeqSuffix
+// (".rwseq"), the token file.
+//
+// flock has no queue, so writer preference is built on the gate: a
+// writer that waits holds the gate exclusively (before and while it waits
+// for the lock, until it has it), and a reader takes the gate shared,
+// without blocking, for the instant between checking it and taking the
+// lock. So, across processes as within one, once a writer waits no reader
+// gets in until that writer has had the lock, and TryAcquireRead fails
+// while a writer waits; readers queued behind it all get in together when
+// it leaves (unless another writer is in the gate by then). Writers are
+// not ordered among themselves, and a stream of writers can keep readers
+// out. Waits are woken as for the mutex (releases in the process, the
+// kernel watcher's close events on the gate and the lock file, the
+// backstop); a writer finding the gate held shared — readers passing it —
+// tries again after 100µs.
+//
+// Every grant, read or write, advances the token in the token file under
+// an exclusive flock held for one read and one write, tried without
+// blocking and again after a pause of 20µs doubling to 1ms until ctx
+// ends; so concurrent readers get distinct, increasing tokens.
+//
 // # Limits
 //
 // One host only. Network file systems are not supported: flock on NFS is

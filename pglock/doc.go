@@ -65,7 +65,8 @@
 //	RETURNING t.token
 //
 // Tokens come from the table's sequence (CACHE 1), and are at least one
-// more than the name's row held. Each is drawn while the lock is held and
+// more than the name's row held (readers and permit holders update the
+// row one after the other, so their tokens differ too). Each is drawn while the lock is held and
 // committed before the lock can be released, so tokens strictly increase
 // per name in the order the lock is held (and across names too), whether
 // the lock was taken by a Driver or in a transaction (LockTx), and even
@@ -92,6 +93,42 @@
 // longer than the holder takes to learn of the loss on its side. The
 // driver's own sockets use the same TCP keep-alive timings, so that a wait
 // on a server that went silent fails too.
+//
+// # Lock kinds
+//
+// The driver implements driver.Moder for every kind, and driver.Elector.
+// Each kind has advisory keys of its own (ModeKey) and token rows of its
+// own ("rw#name", "sem#name", "leader#name"), so the mutex, the
+// readers-writer lock, the semaphore and the election called name never
+// meet.
+//
+// A readers-writer lock is pg_advisory_lock_shared (Read) and
+// pg_advisory_lock (Write) on one key, waiting on the server. PostgreSQL's
+// lock manager queues waiters in order and grants a request only if it
+// conflicts neither with the holders nor with the requests queued before
+// it: a waiting writer blocks the readers that come after it (and
+// pg_try_advisory_lock_shared fails meanwhile), and consecutive readers
+// are granted together.
+//
+// A semaphore of limit permits is limit keys, one per slot (at most
+// MaxPermits). A try takes the first free slot in one statement. A waiter
+// listens on the semaphore's channel, then blocks on the server on the
+// slot with the fewest waiting requests; it gets that slot when its holder
+// releases it or its session ends, or gives up its request and tries all
+// slots again when a release notifies the channel, which a release does
+// only when no waiter blocked on its slot took it over. Waiters are not
+// served in order of arrival.
+//
+// An election is an advisory key taken with pg_advisory_lock (candidates
+// are elected in order); the statement that takes it writes the leader's
+// value and session pid into its row and notifies the election's channel.
+// Leader reads the row and checks in pg_locks that the session still
+// holds the key. Observe follows notifications, and, while someone leads,
+// also waits on the server for the key to be free (a shared request let
+// go at once) to learn of a leader whose session died.
+//
+// Notifications come through one connection per driver that LISTENs for
+// all its waiters and observers.
 //
 // # Transactions
 //
