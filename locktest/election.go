@@ -49,6 +49,17 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	if info, err := reader.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
 		t.Errorf("Leader() before any campaign = %+v, %v; want the zero LeaderInfo", info, err)
 	}
+	// The election "x" is unrelated to the mutex "x".
+	mutex := acquire(t, ctx, reader, name)
+	cctx, cancel := context.WithTimeout(ctx, s.h.TTL)
+	lead, err := reader.Campaign(cctx, name, "while-the-mutex-is-held")
+	cancel()
+	if err != nil {
+		t.Errorf("Campaign while the mutex of the same name is held: %v", err)
+	} else {
+		release(t, ctx, lead)
+	}
+	release(t, ctx, mutex)
 	const candidates, rounds = 4, 4
 	var (
 		g      gauge

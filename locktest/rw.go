@@ -16,6 +16,17 @@ import (
 // of the property does not apply.
 
 func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
+	if l.Supports(driver.Read) != l.Supports(driver.Write) {
+		t.Errorf("Supports(Read) = %v but Supports(Write) = %v: the two sides of a readers-writer lock go together",
+			l.Supports(driver.Read), l.Supports(driver.Write))
+	}
+	unsupported(t, l, driver.Write, func() error {
+		lease, err := l.TryAcquireWrite(ctx, name)
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err
+	})
 	return unsupported(t, l, driver.Read, func() error {
 		lease, err := l.TryAcquireRead(ctx, name)
 		if err == nil {
@@ -131,6 +142,11 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer holds")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireWrite(ctx, name) }, "TryAcquireWrite while a writer holds")
 	mustBeFree(t, ctx, b, name, "the mutex of the same name as a held readers-writer lock")
+	if b.Supports(driver.Permit) {
+		p := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquirePermit(ctx, name, 1) },
+			"TryAcquirePermit of the semaphore of the same name as a held readers-writer lock")
+		release(t, ctx, p)
+	}
 	release(t, ctx, w)
 
 	r := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
@@ -183,7 +199,23 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	}
 	// The abandoned reader left nothing queued.
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
+
+	// A writer that gives up waiting no longer holds back new readers.
+	wctx, cancel = context.WithTimeout(ctx, s.h.TTL/4)
+	gaveUp, err := c.AcquireWrite(wctx, name)
+	cancel()
+	if err == nil {
+		_ = gaveUp.Release(ctx)
+		t.Fatal("AcquireWrite succeeded while a reader held the lock")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AcquireWrite past its deadline = %v, want DeadlineExceeded", err)
+	}
+	r3 := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireRead(ctx, name) },
+		"TryAcquireRead after a waiting writer gave up")
+	release(t, ctx, r3)
 	release(t, ctx, r2)
+	release(t, ctx, mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireWrite(ctx, name) },
+		"TryAcquireWrite once every reader left"))
 }
 
 // rwWriterNotStarved: readers keep arriving, always overlapping, so the
