@@ -152,15 +152,25 @@ func (s *subscriber) listen(ctx context.Context) {
 			return
 		}
 		s.ps = ps
-		// Topics followed since the snapshot above.
-		var missing []string
+		// Topics followed, or left, since the snapshot above.
+		var missing, stale []string
 		for c := range s.topics {
 			if !slices.Contains(channels, c) {
 				missing = append(missing, c)
 			}
 		}
+		for _, c := range channels[1:] {
+			if _, ok := s.topics[c]; !ok {
+				stale = append(stale, c)
+			}
+		}
+		// go-redis remembers these and resends them on reconnection, even
+		// if sending them fails now.
 		if len(missing) > 0 {
-			_ = ps.Subscribe(ctx, missing...) // remembered and resent on reconnection even if this fails
+			_ = ps.Subscribe(ctx, missing...)
+		}
+		if len(stale) > 0 {
+			_ = ps.Unsubscribe(ctx, stale...)
 		}
 		s.mu.Unlock()
 
