@@ -68,3 +68,52 @@ func Example_open() {
 	// Output:
 	// TTL: 5s
 }
+
+func Example_kinds() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	locker, err := redislock.New(client, &redislock.Options{Prefix: "example:kinds:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	// Readers share a readers-writer lock; a writer waits for them.
+	r1, err := locker.AcquireRead(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := locker.AcquireRead(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = locker.TryAcquireWrite(ctx, "catalog")
+	fmt.Println("writer while read:", errors.Is(err, dlock.ErrNotAcquired))
+	r1.Release(ctx)
+	r2.Release(ctx)
+
+	// At most two holders of the semaphore "exports".
+	p1, _ := locker.AcquirePermit(ctx, "exports", 2)
+	p2, _ := locker.AcquirePermit(ctx, "exports", 2)
+	_, err = locker.TryAcquirePermit(ctx, "exports", 2)
+	fmt.Println("third permit:", errors.Is(err, dlock.ErrNotAcquired))
+	p1.Release(ctx)
+	p2.Release(ctx)
+
+	// Leadership, readable by anyone.
+	lead, err := locker.Campaign(ctx, "scheduler", "node-1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	info, err := locker.Leader(ctx, "scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", info.Value, info.Token == lead.Token())
+	lead.Release(ctx)
+	// Output:
+	// writer while read: true
+	// third permit: true
+	// leader: node-1:8080 true
+}
