@@ -2,6 +2,8 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -158,15 +160,16 @@ func TestObserveSlowReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last dlock.LeaderInfo
+	var lease *dlock.Lease
 	for i := range 5 {
-		lease := mustLease(t)(l.Campaign(ctx, name, "v"+string(rune('0'+i))))
-		last = dlock.LeaderInfo{Value: lease.Name(), Token: lease.Token()}
-		last.Value = "v" + string(rune('0'+i))
-		if i < 4 {
+		if lease != nil {
 			release(t, ctx, lease)
 		}
-		defer func() { _ = lease.Release(ctx) }()
+		v := "v" + string(rune('0'+i))
+		lease = mustLease(t)(l.Campaign(ctx, name, v))
+		last = dlock.LeaderInfo{Value: v, Token: lease.Token()}
 	}
+	defer release(t, ctx, lease)
 	var prev *dlock.LeaderInfo
 	deadline := time.After(5 * time.Second)
 	for {
@@ -183,4 +186,48 @@ func TestObserveSlowReader(t *testing.T) {
 			t.Fatalf("the latest leader %+v was not delivered; last got %+v", last, prev)
 		}
 	}
+}
+
+// TestKindsLeaveNoGoroutine: observers (with their wait on the server),
+// semaphore waiters and the listening connection end with the driver.
+func TestKindsLeaveNoGoroutine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder := newLocker(t, pglock.Options{})
+	name := "leak/" + randomHex(4)
+	lead := mustLease(t)(holder.Campaign(ctx, name, "x"))
+	full := mustLease(t)(holder.AcquirePermit(ctx, name, 1))
+	before := runtime.NumGoroutine()
+
+	d := newDriver(t, pglock.Options{})
+	l, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := l.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := next(t, ch, 5*time.Second); info.Value != "x" {
+		t.Fatalf("observed %+v", info)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.AcquirePermit(wctx, name, 1)
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	wcancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled permit wait = %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+	}
+	release(t, ctx, lead, full)
 }

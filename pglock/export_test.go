@@ -73,4 +73,3 @@ func Occupy(d *Driver, owner string) (free func()) {
 	h.acquire()
 	return h.releaseUse
 }
-
