@@ -33,10 +33,21 @@ func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, erro
 	if d.closed {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
+	s.refresh(name)
 	return s.leader(name), nil
 }
 
-// leader returns the live leader of election name. s.mu must be held.
+// refresh brings the entry of election name up to date, dropping a
+// leader past its expiry and arming the expiry timer if someone observes.
+// s.mu must be held.
+func (s *Store) refresh(name string) {
+	if e := s.locks[key{kindElection, name}]; e != nil {
+		s.settle(e, time.Now())
+	}
+}
+
+// leader returns the leader of election name as the store has it; call
+// refresh first to drop an expired one. s.mu must be held.
 func (s *Store) leader(name string) driver.LeaderInfo {
 	e := s.locks[key{kindElection, name}]
 	if e == nil {
@@ -60,14 +71,13 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if d.closed {
 		return nil, fmt.Errorf("observe %q: %w", name, driver.ErrClosed)
 	}
+	s.refresh(name)
 	o := &observer{d: d, name: name, ch: make(chan driver.LeaderInfo, 1)}
 	o.sent = s.leader(name)
 	o.ch <- o.sent
 	s.observers[name] = append(s.observers[name], o)
 	d.observers[o] = struct{}{}
-	if e := s.locks[key{kindElection, name}]; e != nil {
-		s.settle(e, time.Now()) // arms the expiry timer, now that someone observes
-	}
+	s.refresh(name) // arms the expiry timer, now that someone observes
 	o.stop = context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -215,3 +215,31 @@ func TestObserve(t *testing.T) {
 		t.Fatal("the channel was not closed when the observer's ctx ended")
 	}
 }
+
+// TestLeaderExpires: with nobody observing or waiting, Leader still
+// reports no leader once the leader's TTL has passed.
+func TestLeaderExpires(t *testing.T) {
+	ctx := context.Background()
+	d := memlock.NewStore().Driver()
+	r := req("e", "x", driver.Leader)
+	r.Value, r.TTL = "x", 30*time.Millisecond
+	g, err := d.TryLock(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := d.Leader(ctx, "e"); err != nil || info != (driver.LeaderInfo{Value: "x", Token: g.Token}) {
+		t.Fatalf("Leader() = %+v, %v; want x", info, err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if info, err := d.Leader(ctx, "e"); err != nil || info != (driver.LeaderInfo{}) {
+		t.Errorf("Leader() after the leader's TTL = %+v, %v; want nobody", info, err)
+	}
+	ch, err := d.Observe(ctx, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := <-ch; info != (driver.LeaderInfo{}) {
+		t.Errorf("first value observed after the leader's TTL = %+v, want nobody", info)
+	}
+	_ = d.Close()
+}
