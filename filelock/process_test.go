@@ -50,6 +50,15 @@ func TestHelperProcess(t *testing.T) {
 		}
 		fmt.Println("token", lease.Token())
 		time.Sleep(time.Hour)
+	case "write": // take the readers-writer lock for writing, report, hold until killed
+		fmt.Println("ready")
+		lease, err := l.AcquireWrite(ctx, name)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println("token", lease.Token())
+		time.Sleep(time.Hour)
 	case "once": // take the lock, report the token, release it
 		lease, err := l.Acquire(ctx, name)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -272,5 +273,71 @@ func TestFileRWMutualExclusion(t *testing.T) {
 	wg.Wait()
 	if maxReaders.Load() < 2 {
 		t.Errorf("readers never overlapped (at most %d together)", maxReaders.Load())
+	}
+}
+
+// TestProcessWriterPreference: a writer waiting in another process shuts
+// out this process's new readers; killed while it waits, it shuts out
+// nobody; a second one gets the lock when the reader leaves, before a
+// reader that came after it.
+func TestProcessWriterPreference(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	l, _ := newLocker(t, dir)
+	r := must(t)(l.AcquireRead(ctx, "rw"))
+	readerOut := func() bool {
+		lease, err := l.TryAcquireRead(ctx, "rw")
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err != nil
+	}
+
+	w1 := startHelper(t, "write", dir, "rw")
+	w1.next(t, "ready", 30*time.Second)
+	if !settle(10*time.Second, readerOut) {
+		t.Fatal("a waiting writer in another process does not shut out new readers")
+	}
+	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = w1.cmd.Wait()
+	if readerOut() {
+		t.Fatal("a writer killed while waiting still shuts out readers")
+	}
+
+	w2 := startHelper(t, "write", dir, "rw")
+	w2.next(t, "ready", 30*time.Second)
+	if !settle(10*time.Second, readerOut) {
+		t.Fatal("the second writer does not shut out new readers")
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lease, err := l.AcquireRead(ctx, "rw")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	time.Sleep(50 * time.Millisecond)
+	releaseAll(t, ctx, r)
+	tok := parseUint(t, w2.next(t, "token", 10*time.Second)[1])
+	select {
+	case lease := <-got:
+		t.Fatalf("a reader got in (token %d) while the writer held the lock", lease.Token())
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := w2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lease := <-got:
+		if lease.Token() <= tok {
+			t.Errorf("reader token %d after the writer's %d", lease.Token(), tok)
+		}
+		releaseAll(t, ctx, lease)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not get in after the writer died")
 	}
 }
