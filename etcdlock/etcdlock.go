@@ -55,8 +55,9 @@ type Options struct {
 	RequestTimeout time.Duration
 }
 
-// Driver is the etcd driver: a dlock driver.Driver and driver.Waiter over
-// an etcd cluster reached through a go.etcd.io/etcd/client/v3 client.
+// Driver is the etcd driver: a dlock driver.Driver, driver.Waiter,
+// driver.Moder (every mode) and driver.Elector over an etcd cluster
+// reached through a go.etcd.io/etcd/client/v3 client.
 // Create it with NewDriver (or New, or dlock.Open with an etcd:// URL).
 //
 // Locks live as long as the driver's session for their TTL: see the
