@@ -273,8 +273,9 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 
 // Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
 // same script, hands it to the first live waiter in the queue (to all the
-// readers at its head, or as many waiters as there are free permits). It returns an error
-// wrapping driver.ErrNotHeld when r.Owner did not hold the lock.
+// readers at its head, or to as many waiters as there are free permits).
+// It returns an error wrapping driver.ErrNotHeld when r.Owner did not
+// hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
