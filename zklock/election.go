@@ -23,18 +23,40 @@ import (
 // half-way.
 
 // Leader implements driver.Elector: it reads the lowest candidate node of
-// the election and its data. Two round trips when someone leads.
+// the election and its data. The server the driver is connected to may
+// be a follower that lags behind the leader of the ensemble, so Leader
+// first syncs it (a round trip through the ensemble's leader): what it
+// returns is at least as recent as every change made before it was
+// called, by any client. Three round trips when someone leads.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
 	s, err := d.session()
 	if err != nil {
 		return driver.LeaderInfo{}, err
 	}
+	dir := d.prefix + electDir + name
 	var info driver.LeaderInfo
 	err = call(ctx, func() (err error) {
-		info, _, err = d.readLeader(s, d.prefix+electDir+name, false)
+		if err := d.sync(s, dir); err != nil {
+			return err
+		}
+		info, _, err = d.readLeader(s, dir, false)
 		return err
 	})
 	return info, err
+}
+
+// sync makes the server the session is connected to catch up with the
+// ensemble's leader, so that the reads that follow see every write
+// committed before.
+func (d *Driver) sync(s *session, p string) error {
+	err := s.do(func() error {
+		_, err := s.conn.Sync(p)
+		return err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("zklock: sync %s: %w", p, err)
+	}
+	return nil
 }
 
 // readLeader reads the leader of the election whose znode is dir. With
@@ -120,8 +142,8 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 	}
 }
 
-// Observe implements driver.Elector. One goroutine per observer reads the
-// leader, sets a watch that fires when it may change (see readLeader),
+// Observe implements driver.Elector. Its first value is read after a sync,
+// as Leader's. One goroutine per observer reads the leader, sets a watch that fires when it may change (see readLeader),
 // and reads it again when it fires. When the driver's session ends, the
 // observer goes on with the next one; it stops, and closes the channel,
 // when ctx ends or the driver closes.
@@ -136,6 +158,9 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 		ev   <-chan zk.Event
 	)
 	err = call(ctx, func() (err error) {
+		if err := d.sync(s, dir); err != nil {
+			return err
+		}
 		info, ev, err = d.readLeader(s, dir, true)
 		return err
 	})

@@ -29,11 +29,16 @@ func next(t *testing.T, ch <-chan dlock.LeaderInfo, limit time.Duration) dlock.L
 // TestElection: three candidates; an observer sees the first lead, then,
 // after it resigns, the second, and after the second crashes, the third,
 // once the ensemble expired the crashed one's session; then nobody.
-// Leader agrees with the observer, and tokens increase.
+// Leader agrees with the observer, and tokens increase. On the standalone
+// server and on the ensemble.
 func TestElection(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { testElection(t, []string{testenv.ZKAddr(t)}) })
+	t.Run("ensemble", func(t *testing.T) { testElection(t, testenv.ZKEnsembleAddrs(t)) })
+}
+
+func testElection(t *testing.T, servers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
 	const timeout = 2 * time.Second

@@ -135,10 +135,15 @@ func TestRWWriterPreference(t *testing.T) {
 // a reader its nearest write node before it, a writer the node just before
 // it. Each release wakes only the waiters it concerns, and a waiter whose
 // predecessor's release lets it in holds without listing the children.
+// On the standalone server and on the ensemble.
 func TestRWWatchOnlyWhatIsNeeded(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { testRWWatchOnlyWhatIsNeeded(t, []string{testenv.ZKAddr(t)}) })
+	t.Run("ensemble", func(t *testing.T) { testRWWatchOnlyWhatIsNeeded(t, testenv.ZKEnsembleAddrs(t)) })
+}
+
+func testRWWatchOnlyWhatIsNeeded(t *testing.T, servers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
 	dir := prefix + "/#rw/herd"

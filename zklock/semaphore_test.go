@@ -16,11 +16,16 @@ import (
 
 // TestSemaphoreNeverOverLimit: 32 goroutines on 4 clients take permits of
 // a semaphore of 3 many times; never more than 3 hold at once, the limit is
-// reached, and the tokens are all distinct.
+// reached, and the tokens are all distinct. On the standalone server and
+// on the ensemble.
 func TestSemaphoreNeverOverLimit(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { testSemaphoreNeverOverLimit(t, []string{testenv.ZKAddr(t)}) })
+	t.Run("ensemble", func(t *testing.T) { testSemaphoreNeverOverLimit(t, testenv.ZKEnsembleAddrs(t)) })
+}
+
+func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	const (
 		limit      = 3
@@ -164,7 +169,7 @@ func TestSemaphoreNoHerd(t *testing.T) {
 	eventually(t, 5*time.Second, "all waiters waiting", func() bool { return waiting() == waiters })
 	// Only the first waiter, which watches the children, wakes as the
 	// others arrive behind it: once for each at most.
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
 	arrivals := wakeups()
 	if arrivals > waiters-1 || drivers[0].Wakeups() != arrivals {
 		t.Errorf("%d wake-ups before any release, %d of them the first waiter's; want at most one per later arrival (%d), all the first waiter's",
