@@ -81,7 +81,8 @@
 // with it. Users of one semaphore must pass the same limit.
 //
 // Election: a mutex whose nodes hold the candidates' values as their data;
-// the lowest leads. Leader reads the lowest node and its data; Observe
+// the lowest leads. Leader reads the lowest node and its data, after a
+// sync (the server may be a follower that lags behind); Observe
 // runs one goroutine per observer that watches the leader's node (or, when
 // nobody leads, the election's children), so arrivals of candidates wake
 // no observer.

@@ -24,6 +24,12 @@ func TestParseChild(t *testing.T) {
 		{"_c_" + g + "-lock#x", false, 0},
 		{"child", false, 0},
 		{"_c_short-lock#0000000001", false, 0},
+		{"_c_" + g + "-read#0000000003", true, 3},
+		{"_c_" + g + "-write#0000000004", true, 4},
+		{"_c_" + g + "-permit#0000000005", true, 5},
+		{"_c_" + g + "-other#0000000005", false, 0},
+		{"_c_" + g + "-#0000000005", false, 0},
+		{"_c_" + g + "read#0000000005", false, 0},
 	} {
 		got, ok := parseChild(c.name)
 		if ok != c.ok || (ok && (got.seq != c.seq || got.guid != g)) {
