@@ -40,7 +40,8 @@ type Options struct {
 }
 
 // A Driver takes locks as flocks on files in one directory, one file per
-// lock name. It implements driver.Driver and driver.Waiter. Create one
+// lock name. It implements driver.Driver, driver.Waiter and driver.Moder
+// (the mutex and the readers-writer lock). Create one
 // with NewDriver; it is safe for concurrent use, and must not be copied.
 //
 // Locks exclude each other across processes and within one: two Drivers,

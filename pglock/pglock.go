@@ -74,8 +74,9 @@ type Options struct {
 	NoServerKeepalive bool
 }
 
-// Driver is the PostgreSQL driver: a dlock driver.Driver and driver.Waiter
-// over session-level advisory locks. Create it with NewDriver (or New, or
+// Driver is the PostgreSQL driver: a dlock driver.Driver, driver.Waiter,
+// driver.Moder (every mode) and driver.Elector over session-level
+// advisory locks. Create it with NewDriver (or New, or
 // dlock.Open with a postgres:// URL).
 //
 // Each held lock and each waiting acquisition has a connection of its own,
