@@ -159,9 +159,7 @@ func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o ru
 	cmd := exec.Command(o.command[0], o.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+o.name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
-	// A group of its own, so that a lost lock stops the whole job, not
-	// only its first process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		releaseAfterRun(sio, f.cmd, log, lease)
 		code := exitCannotExec

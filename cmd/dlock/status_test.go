@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/filelock"
+)
+
+// TestStatusFileBackend holds a lock with dlock run and reads it back
+// with dlock status: the same token the command got, and dlock's pid as
+// the holder.
+func TestStatusFileBackend(t *testing.T) {
+	c := newCLI(t)
+	name := uniqueName(t, "status/held")
+	holder := c.start("run", name, "--", "sh", "-c", `echo "$$ $DLOCK_TOKEN"; exec sleep 30`)
+	var pid int
+	var token string
+	if _, err := fmt.Sscan(holder.line(30*time.Second), &pid, &token); err != nil {
+		t.Fatalf("the command printed no pid and token: %v", err)
+	}
+
+	r := c.run("status", "--json", "status/")
+	if r.code != 0 {
+		t.Fatalf("dlock status --json: exit %d: %s", r.code, r.stderr)
+	}
+	var got []statusEntry
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("status --json output %q: %v", r.stdout, err)
+	}
+	if len(got) != 1 || got[0].Name != name || strconv.FormatUint(got[0].Token, 10) != token ||
+		got[0].Owner != "pid "+strconv.Itoa(holder.cmd.Process.Pid) || got[0].Mode != "exclusive" {
+		t.Fatalf("status --json = %+v; want one lock %q, token %s, owner pid %d", got, name, token, holder.cmd.Process.Pid)
+	}
+	if got[0].Waiters != nil || got[0].TTLMs != nil {
+		t.Errorf("a flock has no TTL and its waiters are unknown; got %+v", got[0])
+	}
+
+	r = c.run("status", name)
+	if r.code != 0 || !strings.Contains(r.stdout, "NAME") || !strings.Contains(r.stdout, name) || !strings.Contains(r.stdout, token) {
+		t.Fatalf("dlock status table: exit %d, %q", r.code, r.stdout)
+	}
+	if r := c.run("status", "no-such-prefix/"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
+		t.Fatalf("dlock status of an empty prefix: exit %d, %q", r.code, r.stdout)
+	}
+
+	// dlock killed outright: its command dies with it (it would run
+	// without the lock otherwise), and the flock is gone with the process.
+	holder.signal(syscall.SIGKILL)
+	holder.wait(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command (pid %d) outlived dlock killed by SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r = c.run("status", "--json")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("status after the holder died: exit %d, %q; want []", r.code, r.stdout)
+	}
+}
+
+// TestInspectInProcess checks the file backend's Inspector directly: a
+// lock held through the same Driver reports its owner value; a released
+// one is not listed; prefixes filter.
+func TestInspectInProcess(t *testing.T) {
+	ctx := context.Background()
+	d, err := filelock.NewDriver(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, err := l.Acquire(ctx, "orders/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Acquire(ctx, "orders/2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var insp driver.Inspector = d
+	got, err := insp.Inspect(ctx, "orders/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Name != "orders/1" || got[0].Token != a.Token() || got[0].Owner != a.Owner() || got[0].Waiters != -1 {
+		t.Fatalf("Inspect(orders/) = %+v; want only orders/1 with token %d, owner %s", got, a.Token(), a.Owner())
+	}
+	all, err := insp.Inspect(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Name != "orders/1" || all[1].Name != "other" || all[1].Token != b.Token() {
+		t.Fatalf("Inspect(\"\") = %+v; want orders/1 and other, sorted", all)
+	}
+}
