@@ -29,12 +29,17 @@ func (s *suite) multiOppositeOrders(t *testing.T, ctx context.Context, name stri
 		fail   firstError
 		all    sync.WaitGroup
 	)
+	// One round takes a few round trips; a round that takes longer than
+	// this is stuck, most likely in a deadlock.
+	stuck := max(5*time.Second, 10*s.h.TTL)
 	for i, l := range lockers {
 		all.Go(func() {
 			for range multiRounds / len(lockers) {
-				m, err := l.AcquireAll(ctx, orders[i])
+				rctx, cancel := context.WithTimeout(ctx, stuck)
+				m, err := l.AcquireAll(rctx, orders[i])
+				cancel()
 				if err != nil {
-					fail.report(t, "AcquireAll(%q): %v", orders[i], err)
+					fail.report(t, "AcquireAll(%q): %v (after %v: a deadlock?)", orders[i], err, stuck)
 					return
 				}
 				nx, ny := gx.enter(), gy.enter()
