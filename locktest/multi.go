@@ -39,7 +39,11 @@ func (s *suite) multiOppositeOrders(t *testing.T, ctx context.Context, name stri
 				m, err := l.AcquireAll(rctx, orders[i])
 				cancel()
 				if err != nil {
-					fail.report(t, "AcquireAll(%q): %v (after %v: a deadlock?)", orders[i], err, stuck)
+					if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+						fail.report(t, "AcquireAll(%q) took more than %v, a deadlock: %v", orders[i], stuck, err)
+					} else {
+						fail.report(t, "AcquireAll(%q): %v", orders[i], err)
+					}
 					return
 				}
 				nx, ny := gx.enter(), gy.enter()
