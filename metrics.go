@@ -17,6 +17,17 @@ const (
 	resultError       = "error"
 )
 
+// Histogram bucket boundaries, in seconds. OpenTelemetry's default ones
+// (0, 5, 10, 25 ... 10000) suit milliseconds, not seconds: every
+// acquisition would fall in the first bucket. A TryAcquire takes from tens
+// of microseconds (a local file) to milliseconds (a quorum); a wait, up to
+// minutes. Leases are held from milliseconds to hours.
+var (
+	waitBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+		0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+	holdBuckets = []float64{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600}
+)
+
 // metrics holds the instruments of one Locker. Lock names are never
 // attribute values: they are unbounded. Attribute sets are built once so
 // the hot path allocates nothing for them.
@@ -45,9 +56,11 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	// Instrument creation only fails on invalid names, which are constants
 	// here; a failed instrument is a no-op one, so the errors are ignored.
 	x.wait, _ = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time spent in Acquire or TryAcquire, by result."))
+		metric.WithDescription("Time spent in Acquire or TryAcquire, by result."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	x.hold, _ = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a lease was held, by how it ended."))
+		metric.WithDescription("Time a lease was held, by how it ended."),
+		metric.WithExplicitBucketBoundaries(holdBuckets...))
 	x.acquires, _ = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Acquisition attempts, by result."))
 	x.renewals, _ = m.Int64Counter("dlock.renewals", metric.WithUnit("{renewal}"),

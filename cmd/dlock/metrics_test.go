@@ -49,6 +49,7 @@ func TestRunServesMetrics(t *testing.T) {
 		`result="acquired"} 1`,
 		`dlock_held{backend="file"`,
 		`dlock_acquire_duration_seconds_bucket{`,
+		`le="0.001"}`, // buckets in seconds, not OpenTelemetry's default ones
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q", want)
