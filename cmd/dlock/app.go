@@ -169,12 +169,8 @@ func newFlags(name, help, examples string) *flags {
 func (f *flags) parse(sio *stdio, args []string) ([]string, int, bool) {
 	var pos []string
 	for {
-		if err := f.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				f.printHelp(sio.out)
-				return nil, exitOK, false
-			}
-			return nil, usageErr(sio, f.cmd, "%v", err), false
+		if code, ok := f.parseOnce(sio, args); !ok {
+			return nil, code, false
 		}
 		args = f.Args()
 		if len(args) == 0 {
@@ -183,6 +179,20 @@ func (f *flags) parse(sio *stdio, args []string) ([]string, int, bool) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// parseOnce parses the flags before the first positional argument, which
+// f.Args then returns with everything after it. ok is false when parsing
+// ended the command, with the exit code.
+func (f *flags) parseOnce(sio *stdio, args []string) (int, bool) {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			f.printHelp(sio.out)
+			return exitOK, false
+		}
+		return usageErr(sio, f.cmd, "%v", err), false
+	}
+	return 0, true
 }
 
 func (f *flags) printHelp(w io.Writer) {

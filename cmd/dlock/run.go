@@ -80,15 +80,21 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 			break
 		}
 	}
-	pos, code, ok := f.parse(sio, args)
-	if !ok {
-		return code
-	}
-	if command == nil {
-		// Without "--": NAME, then the command (flags only before NAME).
-		if len(pos) > 1 {
-			command = pos[1:]
-			pos = pos[:1]
+	var pos []string
+	if command != nil {
+		var code int
+		var ok bool
+		if pos, code, ok = f.parse(sio, args); !ok {
+			return code
+		}
+	} else {
+		// Without "--": flags, NAME, then the command, whose own flags
+		// (ls -l) must not be taken for dlock's.
+		if code, ok := f.parseOnce(sio, args); !ok {
+			return code
+		}
+		if rest := f.Args(); len(rest) > 0 {
+			pos, command = rest[:1], rest[1:]
 		}
 	}
 	switch {

@@ -134,6 +134,10 @@ func TestRunExitCodes(t *testing.T) {
 			t.Errorf("dlock run -- %q: exit %d, want %d (stderr %q)", tc.cmd, r.code, tc.want, r.stderr)
 		}
 	}
+	// Without "--", the command's own flags stay its own.
+	if r := c.run("run", "--no-wait", name, "sh", "-c", "exit 4"); r.code != 4 {
+		t.Errorf("dlock run NAME sh -c 'exit 4' (no --): exit %d, want 4 (stderr %q)", r.code, r.stderr)
+	}
 	// The lock is free after each of them.
 	if r := c.run("run", "--no-wait", name, "--", "true"); r.code != 0 {
 		t.Fatalf("lock still held after the runs above: exit %d, %s", r.code, r.stderr)
@@ -212,6 +216,29 @@ func TestRunLostLockTerminatesCommand(t *testing.T) {
 				t.Fatalf("the command (pid %d) still runs after dlock exited", pid)
 			}
 		})
+	}
+}
+
+// TestRunLostLockFileBackend removes the lock file of the default backend
+// while the command runs (the one way to lose a flock): the next renewal
+// sees it, and dlock stops the command and exits with the lost code.
+func TestRunLostLockFileBackend(t *testing.T) {
+	c := newCLI(t)
+	name := uniqueName(t, "lost-file")
+	p := c.start("run", "--ttl", "300ms", "--lost-exit-code", "99", name, "--", "sh", "-c", "echo $$; exec sleep 30")
+	pid, err := strconv.Atoi(p.line(30 * time.Second))
+	if err != nil {
+		t.Fatalf("command printed no pid: %v", err)
+	}
+	if err := os.Remove(filepath.Join(c.state, "dlock", name+".lock")); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 99 {
+		t.Fatalf("dlock exited %d after its lock file was removed, want --lost-exit-code 99; stderr: %s", code, p.stderr)
+	}
+	if !processGone(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the command (pid %d) still runs after dlock exited", pid)
 	}
 }
 
