@@ -158,9 +158,18 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 		}
 		return d.kindDo(ctx, r, keys, op, b).Int64Slice()
 	case wait:
-		return d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, modeWait,
-			d.entryChannel, b.life, r.Name).Int64Slice()
+		return acquireReply(d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, modeWait,
+			d.entryChannel, b.life, r.Name))
 	default:
-		return d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, modeTry).Int64Slice()
+		return acquireReply(d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, modeTry))
 	}
+}
+
+// acquireReply reads acquire.lua's reply: a bare token from its fast path
+// (taken at once), else a table as from the other scripts.
+func acquireReply(cmd *redis.Cmd) ([]int64, error) {
+	if token, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
+		return []int64{1, token}, nil
+	}
+	return cmd.Int64Slice()
 }

@@ -14,19 +14,21 @@
 -- The common case, a free lock with nobody waiting, comes first and is
 -- written out in full, so that it returns before the shared functions
 -- below are defined: defining them costs the server a closure each, on
--- every call.
+-- every call. It returns the bare token, an integer, rather than
+-- {1, token}: building a table for the reply costs the server about half
+-- a microsecond, as much as the SET.
 
 -- Free, with nobody waiting (or in try mode, which never queues): take it.
 if ARGV[4] ~= 'wait' or redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local token = redis.call('INCR', KEYS[2])
     if token ~= 1 then
-      return {1, token}
+      return token
     end
     -- A new counter: seed it (see next_token in lib.lua).
     local t = redis.call('TIME')
     redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[3])
-    return {1, redis.call('INCR', KEYS[2])}
+    return redis.call('INCR', KEYS[2])
   end
 end
 
