@@ -19,6 +19,23 @@
 // TryAcquire makes one attempt and returns an error matching ErrNotAcquired
 // when another owner holds the lock.
 //
+// # Kinds of lock
+//
+// Besides the mutex, a Locker offers the kinds of lock its backend can do
+// well (Locker.Supports tells; the others fail with ErrUnsupported):
+//
+//	AcquireRead, AcquireWrite    readers-writer lock: many readers or one writer;
+//	                             a waiting writer holds back later readers
+//	AcquirePermit(name, n)       semaphore: at most n holders
+//	Campaign, Leader, Observe    leader election: lead, read and follow the leader
+//	AcquireAll(names)            multi-lock over any backend: a set of mutexes,
+//	                             all or nothing, in one order (no deadlock)
+//
+// Each has a Try form that makes one attempt. Every kind returns a *Lease
+// (a *MultiLease for AcquireAll) with the same renewal, loss signal and
+// fencing token as a mutex's. Each kind has names of its own: the mutex
+// "x" and the readers-writer lock "x" are unrelated locks.
+//
 // # Guarantees
 //
 // A lease is renewed about every TTL/3 (DefaultTTL is 30s) while held. When
