@@ -31,7 +31,11 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	build := exec.Command(goBin, "build", "-o", binary, ".")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command(goBin, append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build dlock:", err)
@@ -58,7 +62,8 @@ func newCLI(t *testing.T) *cli {
 // command returns an unstarted dlock process with args.
 func (c *cli) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+c.state, "DLOCK_BACKEND=")
+	// A binary built with -race sleeps a second at exit unless told not to.
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+c.state, "DLOCK_BACKEND=", "GORACE=atexit_sleep_ms=0 halt_on_error=1")
 	return cmd
 }
 
