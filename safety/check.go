@@ -1,0 +1,104 @@
+package safety
+
+import (
+	"cmp"
+	"slices"
+)
+
+// An Acquisition is one critical section of one client, as the client
+// saw it: it held the lock with Token from Enter (when the acquire call
+// returned) to Exit (when it was done with the resource, before
+// releasing). Enter and Exit are wall-clock times in Unix nanoseconds,
+// taken on one machine, so that the sections of several processes can be
+// compared.
+type Acquisition struct {
+	Client int    `json:"c"`
+	Token  uint64 `json:"t"`
+	Enter  int64  `json:"enter"`
+	Exit   int64  `json:"exit"`
+}
+
+// A Write is one entry of the fenced resource's log, in the order the
+// resource applied or refused the writes: a write by Client carrying
+// Token, and whether the resource accepted it.
+type Write struct {
+	Client   int    `json:"c"`
+	Token    uint64 `json:"t"`
+	Accepted bool   `json:"ok"`
+}
+
+// Result counts what Check found in a history.
+type Result struct {
+	// Acquisitions is the number of critical sections checked.
+	Acquisitions int
+	// Writes and Rejected count the resource's log and its refusals.
+	Writes, Rejected int
+	// Overlaps counts pairs of critical sections of different clients
+	// whose intervals intersect: each is a moment when the lock let two
+	// clients believe they held it.
+	Overlaps int
+	// StaleAccepted counts writes the resource accepted although their
+	// token was lower than a token it had accepted before: the writes a
+	// fencing guard exists to refuse.
+	StaleAccepted int
+	// Regressions counts acquisitions, in the order they were granted
+	// (by Enter), whose token is not greater than the token of an earlier
+	// acquisition.
+	Regressions int
+}
+
+// Add returns the sum of two results, for totals over several runs.
+func (r Result) Add(o Result) Result {
+	return Result{
+		Acquisitions:  r.Acquisitions + o.Acquisitions,
+		Writes:        r.Writes + o.Writes,
+		Rejected:      r.Rejected + o.Rejected,
+		Overlaps:      r.Overlaps + o.Overlaps,
+		StaleAccepted: r.StaleAccepted + o.StaleAccepted,
+		Regressions:   r.Regressions + o.Regressions,
+	}
+}
+
+// Check counts the violations in one run's history: the acquisitions of
+// every client (in any order) and the resource's log (in its order). It
+// is an exact check of a fenced mutex: the lock's part is that no two
+// clients' sections overlap and that tokens increase in grant order; the
+// resource's part is that no accepted write carries a token below one
+// accepted before it.
+func Check(acqs []Acquisition, writes []Write) Result {
+	res := Result{Acquisitions: len(acqs), Writes: len(writes)}
+	s := slices.Clone(acqs)
+	slices.SortFunc(s, func(a, b Acquisition) int {
+		return cmp.Or(cmp.Compare(a.Enter, b.Enter), cmp.Compare(a.Token, b.Token))
+	})
+
+	var highest uint64
+	for i, a := range s {
+		if i > 0 && a.Token <= highest {
+			res.Regressions++
+		}
+		highest = max(highest, a.Token)
+		// The sections after a in Enter order that start before a ends.
+		for _, b := range s[i+1:] {
+			if b.Enter >= a.Exit {
+				break
+			}
+			if b.Client != a.Client {
+				res.Overlaps++
+			}
+		}
+	}
+
+	var accepted uint64
+	for _, w := range writes {
+		if !w.Accepted {
+			res.Rejected++
+			continue
+		}
+		if w.Token < accepted {
+			res.StaleAccepted++
+		}
+		accepted = max(accepted, w.Token)
+	}
+	return res
+}

@@ -1,0 +1,87 @@
+package safety
+
+import "testing"
+
+func TestCheck(t *testing.T) {
+	seq := []Acquisition{ // three clients taking turns, tokens increasing
+		{Client: 1, Token: 10, Enter: 100, Exit: 200},
+		{Client: 2, Token: 11, Enter: 200, Exit: 300},
+		{Client: 3, Token: 12, Enter: 310, Exit: 400},
+		{Client: 1, Token: 13, Enter: 400, Exit: 500},
+	}
+	inOrder := []Write{{1, 10, true}, {2, 11, true}, {2, 11, true}, {3, 12, true}, {1, 13, true}}
+	tests := []struct {
+		name   string
+		acqs   []Acquisition
+		writes []Write
+		want   Result
+	}{
+		{"clean", seq, inOrder, Result{Acquisitions: 4, Writes: 5}},
+		{"empty", nil, nil, Result{}},
+		{
+			// Client 1 paused past its TTL: 2 and 3 held the lock meanwhile.
+			"paused holder overlaps two sections",
+			[]Acquisition{
+				{Client: 1, Token: 10, Enter: 100, Exit: 900},
+				{Client: 2, Token: 11, Enter: 300, Exit: 400},
+				{Client: 3, Token: 12, Enter: 500, Exit: 600},
+				{Client: 2, Token: 13, Enter: 950, Exit: 990},
+			},
+			nil,
+			Result{Acquisitions: 4, Overlaps: 2},
+		},
+		{
+			// The same client's consecutive sections never count.
+			"same client touching",
+			[]Acquisition{{Client: 1, Token: 1, Enter: 0, Exit: 10}, {Client: 1, Token: 2, Enter: 5, Exit: 20}},
+			nil,
+			Result{Acquisitions: 2},
+		},
+		{
+			"stale writes accepted without a guard",
+			nil,
+			[]Write{{1, 10, true}, {2, 11, true}, {1, 10, true}, {3, 12, true}, {2, 11, true}, {1, 9, false}},
+			Result{Writes: 6, Rejected: 1, StaleAccepted: 2},
+		},
+		{
+			"a guard's refusals are not stale writes",
+			nil,
+			[]Write{{2, 11, true}, {1, 10, false}, {2, 11, true}},
+			Result{Writes: 3, Rejected: 1},
+		},
+		{
+			// A failover: the promoted replica hands out 11 again, then 12.
+			"token regressions in grant order",
+			[]Acquisition{
+				{Client: 1, Token: 11, Enter: 100, Exit: 150},
+				{Client: 2, Token: 12, Enter: 200, Exit: 250},
+				{Client: 3, Token: 11, Enter: 300, Exit: 350},
+				{Client: 1, Token: 12, Enter: 400, Exit: 450},
+				{Client: 2, Token: 13, Enter: 500, Exit: 550},
+			},
+			nil,
+			Result{Acquisitions: 5, Regressions: 2},
+		},
+		{
+			// Input order does not matter for acquisitions.
+			"unsorted input",
+			[]Acquisition{seq[3], seq[1], seq[0], seq[2]},
+			nil,
+			Result{Acquisitions: 4},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Check(tc.acqs, tc.writes); got != tc.want {
+				t.Errorf("Check = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestResultAdd(t *testing.T) {
+	a := Result{1, 2, 3, 4, 5, 6}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12}); got != want {
+		t.Errorf("Add = %+v, want %+v", got, want)
+	}
+}

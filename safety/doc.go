@@ -1,0 +1,16 @@
+// Package safety is dlock's fault-injection safety suite: it runs several
+// real client processes against a backend, injects faults (paused holders,
+// killed and restarted servers, a Redis failover, cut and delayed
+// connections, expired sessions, stopped leaders, killed database
+// connections) and checks the recorded history.
+//
+// The package's own code is the checker (Check) over a history made of
+// the clients' acquisitions and the fenced resource's ordered log of
+// writes. The suite itself is the package's tests; docs/SAFETY.md has the
+// table they produce and the command that produces it:
+//
+//	go test ./safety/                                  # small size, as in CI
+//	go test ./safety/ -run . -v -timeout 30m -safety.full  # full size, writes the table
+//
+// DLOCK_SAFETY=full in the environment means the same as -safety.full.
+package safety
