@@ -1,0 +1,268 @@
+package safety
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/fence"
+)
+
+var (
+	fullFlag  = flag.Bool("safety.full", false, "run the full-size suite and write the SAFETY table (also DLOCK_SAFETY=full)")
+	tableFlag = flag.String("safety.table", "", "file the SAFETY table is written to (default in full mode: dlock-safety-table.md in the temporary directory)")
+)
+
+// full reports whether the suite runs at full size.
+func full() bool { return *fullFlag || os.Getenv("DLOCK_SAFETY") == "full" }
+
+// scale returns small in CI and big at full size.
+func scale[T any](small, big T) T {
+	if full() {
+		return big
+	}
+	return small
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	workerBin string
+	buildErr  error
+)
+
+// worker returns the path of the worker binary, built once per test run.
+func worker(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "dlock-safety-")
+		if buildErr != nil {
+			return
+		}
+		workerBin = filepath.Join(buildDir, "worker")
+		out, err := exec.Command("go", "build", "-o", workerBin, "github.com/dlockgo/dlock/safety/internal/worker").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build the worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return workerBin
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if err := writeTable(); err != nil {
+		fmt.Fprintln(os.Stderr, "safety:", err)
+		code = max(code, 1)
+	}
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// resource is the fenced resource: an HTTP endpoint that logs every write
+// in the order it decided on it. With guard set, a fence.Memory guard
+// refuses stale tokens (409); without, every write is accepted.
+type resource struct {
+	guard bool
+	mu    sync.Mutex // orders decisions and the log
+	fence fence.Memory
+	log   []Write
+	srv   *httptest.Server
+}
+
+func startResource(t *testing.T, guard bool) *resource {
+	t.Helper()
+	r := &resource{guard: guard}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.write))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *resource) url() string { return r.srv.URL + "/write" }
+
+func (r *resource) write(w http.ResponseWriter, req *http.Request) {
+	c, err1 := strconv.Atoi(req.FormValue("c"))
+	tok, err2 := strconv.ParseUint(req.FormValue("t"), 10, 64)
+	if err1 != nil || err2 != nil {
+		http.Error(w, "bad write", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	ok := true
+	if r.guard {
+		ok = r.fence.Admit(req.Context(), "resource", tok) == nil
+	}
+	r.log = append(r.log, Write{Client: c, Token: tok, Accepted: ok})
+	r.mu.Unlock()
+	if !ok {
+		http.Error(w, "stale token", http.StatusConflict)
+	}
+}
+
+func (r *resource) writes() []Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Write(nil), r.log...)
+}
+
+// workload describes one run: n worker processes on one lock.
+type workload struct {
+	url     string        // backend URL
+	urls    []string      // per-client URLs, overriding url where set
+	clients int           // number of worker processes
+	dur     time.Duration // how long each runs
+	ttl     time.Duration // lock TTL
+	hold    time.Duration // time between acquiring and writing
+	guard   bool          // whether the resource checks tokens
+	name    string        // lock name (default: unique per run)
+}
+
+// enter is a worker's report that it acquired the lock.
+type enter struct {
+	client int
+	token  uint64
+	at     time.Time
+}
+
+// workers are the running processes of a workload.
+type workers struct {
+	cmds   []*exec.Cmd
+	enters chan enter // dropped when nobody listens
+	done   chan struct{}
+
+	mu     sync.Mutex
+	acqs   []Acquisition
+	errs   []string
+	failed []string // workers that exited with an error
+}
+
+// pause stops client's process with SIGSTOP for d, then continues it.
+func (w *workers) pause(client int, d time.Duration) {
+	p := w.cmds[client].Process
+	if p.Signal(syscall.SIGSTOP) != nil {
+		return
+	}
+	time.Sleep(d)
+	_ = p.Signal(syscall.SIGCONT)
+}
+
+// fresh reports whether e is recent enough for a fault aimed at the
+// section it started: within a third of the hold time.
+func fresh(e enter, hold time.Duration) bool { return time.Since(e.at) < hold/3 }
+
+// run starts the workload's processes, lets inject act while they run
+// (it must return when ctx ends or w.done closes), waits for them and
+// checks the history.
+func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)) (Result, *workers) {
+	t.Helper()
+	bin := worker(t)
+	res := startResource(t, wl.guard)
+	if wl.name == "" {
+		wl.name = fmt.Sprintf("safety-%d", time.Now().UnixNano())
+	}
+	w := &workers{enters: make(chan enter, 64), done: make(chan struct{})}
+	var readers sync.WaitGroup
+	for i := range wl.clients {
+		u := wl.url
+		if i < len(wl.urls) && wl.urls[i] != "" {
+			u = wl.urls[i]
+		}
+		cmd := exec.Command(bin, "-url", u, "-name", wl.name, "-id", strconv.Itoa(i),
+			"-dur", wl.dur.String(), "-ttl", wl.ttl.String(), "-hold", wl.hold.String(),
+			"-resource", res.url())
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.cmds = append(w.cmds, cmd)
+		readers.Go(func() {
+			w.read(out)
+			if err := cmd.Wait(); err != nil {
+				w.mu.Lock()
+				w.failed = append(w.failed, fmt.Sprintf("worker %d: %v: %s", i, err, stderr.String()))
+				w.mu.Unlock()
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var injector sync.WaitGroup
+	if inject != nil {
+		injector.Go(func() { inject(ctx, w) })
+	}
+	readers.Wait()
+	close(w.done)
+	cancel()
+	injector.Wait()
+	for _, f := range w.failed {
+		t.Error(f)
+	}
+	r := Check(w.acqs, res.writes())
+	if r.Acquisitions == 0 {
+		t.Errorf("no acquisition at all in the run (%d acquire errors, first: %v)", len(w.errs), first(w.errs))
+	}
+	if len(w.errs) > 0 {
+		t.Logf("%d acquire errors, first: %s", len(w.errs), w.errs[0])
+	}
+	return r, w
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return s[0]
+}
+
+// read parses a worker's output until it ends.
+func (w *workers) read(out interface{ Read([]byte) (int, error) }) {
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var e struct {
+			Kind  string `json:"k"`
+			Acquisition
+			At  int64  `json:"at"`
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		switch e.Kind {
+		case "enter":
+			select {
+			case w.enters <- enter{client: e.Client, token: e.Token, at: time.Unix(0, e.At)}:
+			default:
+			}
+		case "acq":
+			w.mu.Lock()
+			w.acqs = append(w.acqs, e.Acquisition)
+			w.mu.Unlock()
+		case "err":
+			w.mu.Lock()
+			w.errs = append(w.errs, e.Msg)
+			w.mu.Unlock()
+		}
+	}
+}

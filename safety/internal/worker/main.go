@@ -1,0 +1,139 @@
+// Command worker is the safety suite's client process: for a given time
+// it repeatedly acquires one lock on a dlock backend URL, writes to the
+// fenced resource (an HTTP endpoint of the test) with the lease's token,
+// and releases. It writes one JSON line per event on stdout:
+//
+//	{"k":"enter","c":1,"t":42,"at":1700000000000000000}   acquired, token 42
+//	{"k":"acq","c":1,"t":42,"enter":...,"exit":...,"w":"ok"} section done
+//	{"k":"err","c":1,"msg":"..."}                          an acquire failed
+//
+// The write goes out after the hold time whatever happens meanwhile: the
+// worker behaves like a holder that was paused (or cut off) between its
+// last check of the lease and its write, which is the case fencing
+// exists for.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	_ "github.com/dlockgo/dlock/etcdlock"
+	_ "github.com/dlockgo/dlock/mysqllock"
+	_ "github.com/dlockgo/dlock/pglock"
+	_ "github.com/dlockgo/dlock/redislock"
+	_ "github.com/dlockgo/dlock/redlock"
+	_ "github.com/dlockgo/dlock/zklock"
+)
+
+// event is one line of output.
+type event struct {
+	Kind  string `json:"k"`
+	Cl    int    `json:"c"`
+	Token uint64 `json:"t,omitempty"`
+	At    int64  `json:"at,omitempty"`
+	Enter int64  `json:"enter,omitempty"`
+	Exit  int64  `json:"exit,omitempty"`
+	Write string `json:"w,omitempty"`
+	Msg   string `json:"msg,omitempty"`
+}
+
+var (
+	outMu sync.Mutex
+	out   = json.NewEncoder(os.Stdout)
+)
+
+func emit(e event) {
+	outMu.Lock()
+	defer outMu.Unlock()
+	_ = out.Encode(e)
+}
+
+func main() {
+	var (
+		rawURL   = flag.String("url", "", "backend URL")
+		name     = flag.String("name", "safety", "lock name")
+		id       = flag.Int("id", 0, "client id")
+		dur      = flag.Duration("dur", 3*time.Second, "how long to run")
+		ttl      = flag.Duration("ttl", time.Second, "lock TTL")
+		hold     = flag.Duration("hold", 20*time.Millisecond, "time between acquiring and writing")
+		resource = flag.String("resource", "", "URL of the fenced resource's write endpoint")
+		timeout  = flag.Duration("timeout", 5*time.Second, "bound of one acquire call")
+	)
+	flag.Parse()
+	if err := run(*rawURL, *name, *id, *dur, *ttl, *hold, *resource, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource string, timeout time.Duration) error {
+	ctx := context.Background()
+	var locker *dlock.Locker
+	var err error
+	// The backend may be down at the start (a fault in progress): retry.
+	for deadline := time.Now().Add(dur); ; {
+		octx, cancel := context.WithTimeout(ctx, timeout)
+		locker, err = dlock.Open(octx, rawURL, dlock.WithTTL(ttl))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer locker.Close()
+	client := &http.Client{Timeout: 5 * time.Second}
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		actx, cancel := context.WithTimeout(ctx, min(timeout, time.Until(end)+time.Second))
+		lease, err := locker.Acquire(actx, name)
+		cancel()
+		if err != nil {
+			emit(event{Kind: "err", Cl: id, Msg: err.Error()})
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		enter := time.Now().UnixNano()
+		emit(event{Kind: "enter", Cl: id, Token: lease.Token(), At: enter})
+		time.Sleep(hold)
+		w := write(client, resource, id, lease.Token())
+		exit := time.Now().UnixNano()
+		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w})
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		_ = lease.Release(rctx) // fails after a loss: expected under faults
+		cancel()
+	}
+	return nil
+}
+
+// write sends one write with token to the resource and says how it went:
+// "ok", "stale" (refused with 409) or an error.
+func write(c *http.Client, resource string, id int, token uint64) string {
+	v := url.Values{"c": {strconv.Itoa(id)}, "t": {strconv.FormatUint(token, 10)}}
+	resp, err := c.PostForm(resource, v)
+	if err != nil {
+		return "err: " + err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return "ok"
+	case http.StatusConflict:
+		return "stale"
+	default:
+		return "err: " + resp.Status
+	}
+}

@@ -1,0 +1,73 @@
+package safety
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// row is one line of the SAFETY table: a backend under one fault.
+type row struct {
+	backend, fault string
+	guard          bool
+	runs           int
+	Result
+}
+
+var (
+	tableMu sync.Mutex
+	table   []row
+)
+
+// report logs a run's result and adds it to the table. With the guard on,
+// a stale write accepted is always an error.
+func report(t *testing.T, backend, fault string, guard bool, runs int, r Result) {
+	t.Helper()
+	t.Logf("%s / %s: runs %d, acquisitions %d, (a) overlaps %d, (b) stale writes accepted %d (guard %v), (c) token regressions %d; writes %d, refused %d",
+		backend, fault, runs, r.Acquisitions, r.Overlaps, r.StaleAccepted, guard, r.Regressions, r.Writes, r.Rejected)
+	if guard && r.StaleAccepted != 0 {
+		t.Errorf("%d stale writes got through the guard", r.StaleAccepted)
+	}
+	tableMu.Lock()
+	table = append(table, row{backend: backend, fault: fault, guard: guard, runs: runs, Result: r})
+	tableMu.Unlock()
+}
+
+// writeTable writes the table as markdown, at full size or when
+// -safety.table names a file.
+func writeTable() error {
+	path := *tableFlag
+	if path == "" {
+		if !full() {
+			return nil
+		}
+		path = filepath.Join(os.TempDir(), "dlock-safety-table.md")
+	}
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	var b strings.Builder
+	size := "small"
+	if full() {
+		size = "full"
+	}
+	fmt.Fprintf(&b, "Measured %s, size %s.\n\n", time.Now().UTC().Format("2006-01-02"), size)
+	b.WriteString("| backend | fault | runs / acquisitions | (a) overlaps | (b) stale writes accepted | (c) token regressions | writes refused by the guard |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range table {
+		b64 := fmt.Sprint(r.StaleAccepted)
+		if !r.guard {
+			b64 += " (guard off)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d / %d | %d | %s | %d | %d |\n",
+			r.backend, r.fault, r.runs, r.Acquisitions, r.Overlaps, b64, r.Regressions, r.Rejected)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "safety: table written to", path)
+	return nil
+}
