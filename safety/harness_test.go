@@ -241,7 +241,7 @@ func (w *workers) read(out interface{ Read([]byte) (int, error) }) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		var e struct {
-			Kind  string `json:"k"`
+			Kind string `json:"k"`
 			Acquisition
 			At  int64  `json:"at"`
 			Msg string `json:"msg"`
