@@ -33,6 +33,10 @@
 //	                    redis://127.0.0.1:6379?queue_ttl=1s
 //	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
 //	                    redis://127.0.0.1:6379?fence_ttl=720h
+//	wait_replicas=0     replicas that must acknowledge a grant (WAIT) before it returns (Options.WaitReplicas)
+//	                    redis://127.0.0.1:6379?wait_replicas=1
+//	wait_timeout=1s     bound of that wait (Options.WaitTimeout)
+//	                    redis://127.0.0.1:6379?wait_replicas=1&wait_timeout=200ms
 //	dial_timeout=5s     connection timeout (go-redis Options.DialTimeout)
 //	                    redis://127.0.0.1:6379?dial_timeout=500ms
 //	read_timeout=3s     reply timeout (go-redis Options.ReadTimeout)

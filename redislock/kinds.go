@@ -131,6 +131,12 @@ func (d *Driver) electionChannel(name string) string {
 
 // kindDo runs op of r's kind script (see scripts/kinds.lua) on keys.
 func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL) *redis.Cmd {
+	script, args := d.kindCall(r, op, b)
+	return d.pipe.Do(ctx, script, keys, args...)
+}
+
+// kindCall returns the script of r's kind and its arguments for op.
+func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*redispipe.Script, []any) {
 	var script *redispipe.Script
 	tag, arg, notify := tagRead, noArg, noArg
 	switch r.Mode {
@@ -143,7 +149,7 @@ func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op
 	default:
 		script, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
 	}
-	return d.pipe.Do(ctx, script, keys, op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify)
+	return script, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify}
 }
 
 // acquireCall runs one acquisition attempt of r on keys (from keysFor):

@@ -116,6 +116,18 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.FenceTTL, err = u.Duration("fence_ttl", DefaultFenceTTL); err != nil {
 		return nil, err
 	}
+	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
+		return nil, err
+	}
+	if o.WaitReplicas < 0 {
+		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
+	}
+	if o.WaitTimeout, err = u.Duration("wait_timeout", DefaultWaitTimeout); err != nil {
+		return nil, err
+	}
+	if o.WaitTimeout == 0 {
+		return nil, u.Err("wait_timeout", u.String("wait_timeout", ""), errors.New("must be positive"))
+	}
 	if o.QueueTTL == 0 {
 		return nil, u.Err("queue_ttl", u.String("queue_ttl", ""), errors.New("must be positive"))
 	}

@@ -64,6 +64,21 @@ type Options struct {
 	// microseconds, which keeps tokens increasing. Zero or negative
 	// means DefaultFenceTTL.
 	FenceTTL time.Duration
+
+	// WaitReplicas, when positive, makes every acquisition wait until that
+	// many replicas acknowledged the grant (Redis WAIT) before it returns;
+	// an acquisition fewer replicas acknowledged within WaitTimeout is
+	// released and fails with an error matching ErrNotReplicated. It
+	// narrows the failover race (a replica promoted before it received the
+	// grant hands the lock out again) but does not close it: see
+	// replicas.go and docs/SAFETY.md. Not for Redis Cluster clients.
+	// Default 0: no waiting.
+	WaitReplicas int
+
+	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
+	// below the client's read timeout. Zero or negative means
+	// DefaultWaitTimeout.
+	WaitTimeout time.Duration
 }
 
 // Driver is the Redis driver: a dlock driver.Driver, driver.Waiter,
@@ -100,6 +115,11 @@ type Driver struct {
 
 	// pipe sends the scripts, coalescing concurrent calls into pipelines.
 	pipe *redispipe.Sender
+
+	// waitReplicas and waitTimeout are Options.WaitReplicas and
+	// Options.WaitTimeout (in milliseconds).
+	waitReplicas int
+	waitTimeout  int64
 
 	// lastTTL caches the script arguments of the last TTL used: a
 	// Locker's leases mostly share one TTL, so they are boxed once.
@@ -156,6 +176,7 @@ func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 		done:     make(chan struct{}),
 	}
 	d.entryChannel = d.channel
+	d.waitReplicas, d.waitTimeout = waitOptions(opt)
 	d.pipe = redispipe.NewSender(client, senders, allScripts...)
 	d.sub.init(d)
 	return d
@@ -220,7 +241,8 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 		// The script may have run before the error: leave nothing held.
 		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
 	}
-	return d.grant(r, res, start.Add(ttl))
+	g, err := d.grant(r, res, start.Add(ttl))
+	return d.replicated(ctx, r, g, err)
 }
 
 // grant turns an acquire.lua reply into a Grant or a *HeldError.

@@ -116,7 +116,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		g, err := d.grant(r, res, start.Add(ttl))
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-			return g, err
+			return d.replicated(ctx, r, g, err)
 		}
 		if !subscribed {
 			if err := d.awaitSubscription(ctx, r, wait(recheck)); err != nil {
@@ -135,7 +135,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			next = min(next, time.Duration(pttl+1)*time.Millisecond)
 		}
 		if g, ok, err := d.await(ctx, r, grants, wait(next), seen, start.Add(ttl), ttl); ok || err != nil {
-			return g, err
+			return d.replicated(ctx, r, g, err)
 		}
 	}
 }

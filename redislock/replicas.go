@@ -1,0 +1,101 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// DefaultWaitTimeout is the default of Options.WaitTimeout.
+const DefaultWaitTimeout = time.Second
+
+// ErrNotReplicated is matched (errors.Is) by the error of an acquisition
+// that fewer replicas than Options.WaitReplicas acknowledged in time. The
+// lock was released: nothing is held.
+var ErrNotReplicated = errors.New("redislock: grant not acknowledged by enough replicas")
+
+// waitOptions returns the replica count and the WAIT timeout in
+// milliseconds from o, with defaults applied.
+func waitOptions(o Options) (int, int64) {
+	if o.WaitReplicas <= 0 {
+		return 0, 0
+	}
+	t := o.WaitTimeout
+	if t <= 0 {
+		t = DefaultWaitTimeout
+	}
+	return o.WaitReplicas, max(t.Milliseconds(), 1)
+}
+
+// replicated passes on the outcome of an acquisition (g, err) when the
+// driver waits for no replica or the acquisition failed. Otherwise it
+// makes sure that d.waitReplicas replicas have the grant, and releases the
+// lock and fails with ErrNotReplicated if they have not.
+//
+// Redis replicates asynchronously: a primary that dies after granting a
+// lock and before its replicas received the grant leaves a promoted
+// replica on which the lock is free (and the fencing counter behind). WAIT
+// closes most of that window: the caller does not use the lock before a
+// replica has it. What remains: a replica that acknowledged may not be the
+// one promoted (with several replicas, wait for all of them), and a
+// failover by Sentinel or Cluster can still pick a replica that lags.
+func (d *Driver) replicated(ctx context.Context, r driver.Request, g driver.Grant, err error) (driver.Grant, error) {
+	if err != nil || d.waitReplicas <= 0 {
+		return g, err
+	}
+	n, err := d.waitAck(ctx, r)
+	if err == nil && n >= int64(d.waitReplicas) {
+		return g, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("redislock: lock %q: %d of %d replicas acknowledged within %dms: %w",
+			r.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
+	} else {
+		err = fmt.Errorf("redislock: lock %q: waiting for replicas: %w", r.Name, errors.Join(err, ErrNotReplicated))
+	}
+	return driver.Grant{}, d.abandon(ctx, r, err)
+}
+
+// errLostBeforeWait: the grant was gone when WAIT was about to run.
+var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were asked: %w", driver.ErrNotHeld)
+
+// waitAck refreshes r's lock and then runs WAIT, on one connection (a
+// pipeline), and returns WAIT's count of replicas.
+//
+// WAIT counts the replicas that received every write of its own
+// connection; the grant may have been written on another one (the
+// driver's script sender, or the releaser's for a handoff). The refresh
+// is a write on WAIT's connection that comes after the grant in the
+// replication stream, so a replica that has it has the grant too; it also
+// checks that the lock is still r.Owner's.
+func (d *Driver) waitAck(ctx context.Context, r driver.Request) (int64, error) {
+	if _, ok := d.client.(*redis.ClusterClient); ok {
+		return 0, errors.New("WaitReplicas is not supported on a Redis Cluster client")
+	}
+	_, ttl, err := ttlArg(r.TTL)
+	if err != nil {
+		return 0, err
+	}
+	b := d.ttlArgs(ttl)
+	pipe := d.client.Pipeline()
+	var refresh *redis.Cmd
+	if r.Mode == driver.Exclusive {
+		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keys(r.Name)[:1], r.Owner, b.ms)
+	} else {
+		script, args := d.kindCall(r, opRefresh, b)
+		refresh = pipe.Eval(ctx, script.Source(), d.keysFor(r), args...)
+	}
+	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	if n, err := refresh.Int64(); err != nil || n != 1 {
+		return 0, errors.Join(err, errLostBeforeWait)
+	}
+	return wait.Int64()
+}

@@ -1,0 +1,134 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// startReplica starts a redis-server replicating primary and waits until
+// it is in sync.
+func startReplica(t *testing.T, primary *testenv.RedisServer) *testenv.RedisServer {
+	t.Helper()
+	replica := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := replica.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	if err := c.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return replica
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replica did not sync: %v\n%s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWaitReplicas: with WaitReplicas, a grant that returns is on the
+// replica already, by TryLock and by a handoff to a waiter, and with more
+// replicas asked for than there are the acquisition fails and leaves the
+// lock free.
+func TestWaitReplicas(t *testing.T) {
+	primary := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := startReplica(t, primary).Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := newDriverOn(t, primary.Client(), &Options{WaitReplicas: 1})
+
+	onReplica := func(name, owner string) bool {
+		v, err := replica.Get(ctx, d.keys(name)[0]).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return v == owner
+	}
+	for i := range 20 { // the race without WAIT would be lost now and then
+		r := request("repl", 10*time.Second)
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if !onReplica("repl", r.Owner) {
+			t.Fatalf("acquisition %d returned before the replica had it", i)
+		}
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A handoff: the grant is written by the releaser's script.
+	h := request("handoff", 10*time.Second)
+	if _, err := d.TryLock(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	w := request("handoff", 10*time.Second)
+	res := lockAsync(ctx, d, w)
+	waitQueued(t, d, "handoff", 1)
+	if err := d.Unlock(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-res; got.err != nil {
+		t.Fatal(got.err)
+	}
+	if !onReplica("handoff", w.Owner) {
+		t.Fatal("a handed-over lock returned before the replica had it")
+	}
+
+	// Kinds other than the mutex refresh with their own script.
+	p := request("sem", 10*time.Second)
+	p.Mode, p.Limit = driver.Permit, 2
+	if _, err := d.TryLock(ctx, p); err != nil {
+		t.Fatalf("permit with WaitReplicas: %v", err)
+	}
+
+	two := newDriverOn(t, primary.Client(), &Options{Prefix: d.prefix, WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})
+	r := request("two", 10*time.Second)
+	start := time.Now()
+	_, err := two.TryLock(ctx, r)
+	if !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("two replicas asked, one there: got %v, want ErrNotReplicated", err)
+	}
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Errorf("failed after %v, before the wait timeout", el)
+	}
+	if n, err := primary.Client().Exists(ctx, d.keys("two")[0]).Result(); err != nil || n != 0 {
+		t.Fatalf("the unreplicated lock was left held (exists %d, %v)", n, err)
+	}
+}
+
+func TestWaitOptionsFromURL(t *testing.T) {
+	o, err := driverOptions(parseURL(t, "redis://127.0.0.1:6379?wait_replicas=2&wait_timeout=250ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.WaitReplicas != 2 || o.WaitTimeout != 250*time.Millisecond {
+		t.Fatalf("options %+v, want WaitReplicas 2, WaitTimeout 250ms", o)
+	}
+	for _, bad := range []string{"wait_replicas=-1", "wait_replicas=x", "wait_timeout=0s"} {
+		if _, err := driverOptions(parseURL(t, "redis://127.0.0.1:6379?"+bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func parseURL(t *testing.T, raw string) driver.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return driver.NewURL(u)
+}
