@@ -14,8 +14,19 @@
 //
 // A Guard makes that check and records the token in one atomic step. This
 // package has the in-memory guard, Memory, for a resource that lives in one
-// process. Guards for resources in PostgreSQL, Redis and behind HTTP follow
-// the same Guard interface.
+// process. Sub-packages hold the guards for resources in stores, so that a
+// program compiles only the client it uses:
+//
+//   - fence/pgfence admits a token inside the caller's PostgreSQL
+//     transaction, so that the write and the check commit together;
+//   - fence/redisfence writes a Redis value only with a current token, in
+//     one script.
+//
+// For a resource behind an HTTP service, Transport sends the token in the
+// TokenHeader ("Dlock-Fencing-Token") of every request, and Middleware
+// admits it with any Guard before the handler runs, answering 409 Conflict
+// to a stale token; ResponseError turns that answer back into a
+// *StaleError.
 //
 // A guard protects only writes that go through it: the check and the write
 // must be one atomic step on the resource's side (Memory.Do runs the write

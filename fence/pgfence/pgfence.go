@@ -124,7 +124,10 @@ func (t *Table) Create(ctx context.Context, q Querier) error {
 // transaction ends: the caller's write in the same transaction commits
 // only with the check, and no transaction with another token for the
 // resource gets past Admit meanwhile. After a rejection the caller should
-// roll the transaction back.
+// roll the transaction back. Under REPEATABLE READ or SERIALIZABLE, a
+// transaction whose snapshot predates the commit of a concurrent token
+// gets PostgreSQL's serialization failure (SQLSTATE 40001) instead of a
+// StaleError; it too must roll back.
 //
 // Token 0 gives fence.ErrInvalidToken, a token above math.MaxInt64
 // ErrTokenRange.

@@ -412,3 +412,66 @@ func BenchmarkAdmitInTx(b *testing.B) {
 		}
 	}
 }
+
+// TestRepeatableRead: under REPEATABLE READ, a transaction whose snapshot
+// predates a concurrent higher token's commit fails with a serialization
+// error instead of a StaleError; either way it does not get past Admit.
+func TestRepeatableRead(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	res := uniq("rr")
+	if err := pgfence.Admit(ctx, db, res, 1); err != nil {
+		t.Fatal(err)
+	}
+	txA, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback()
+	if err := pgfence.Admit(ctx, txA, res, 5); err != nil {
+		t.Fatal(err)
+	}
+	// B's snapshot is taken by its first statement, before A commits.
+	txB, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback()
+	var pidB int
+	if err := txB.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidB); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pgfence.Admit(ctx, txB, res, 4) }()
+	// Commit A once B waits for A's row lock.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting bool
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pidB).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B never waited for A's row lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := txA.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "could not serialize") {
+		t.Fatalf("REPEATABLE READ token 4 behind a committed 5: %v, want a serialization failure", err)
+	}
+	// A REPEATABLE READ transaction that starts after the commit gets the
+	// StaleError.
+	txC, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txC.Rollback()
+	if se, ok := errors.AsType[*fence.StaleError](pgfence.Admit(ctx, txC, res, 4)); !ok || se.Highest != 5 {
+		t.Fatalf("REPEATABLE READ token 4 after 5: %v, want stale with highest 5", se)
+	}
+}
