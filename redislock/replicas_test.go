@@ -22,6 +22,10 @@ func startReplica(t *testing.T, primary *testenv.RedisServer) *testenv.RedisServ
 	c := replica.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Send the first full copy at once rather than after the default 5s.
+	if err := primary.Client().ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
 	host, port, _ := strings.Cut(primary.Addr, ":")
 	if err := c.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 		t.Fatal(err)

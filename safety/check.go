@@ -41,6 +41,13 @@ type Result struct {
 	// token was lower than a token it had accepted before: the writes a
 	// fencing guard exists to refuse.
 	StaleAccepted int
+	// SharedAccepted counts writes the resource accepted with a token
+	// equal to the highest it had accepted, from a different client than
+	// the one that first wrote with it: two clients granted the same token
+	// (a token regression), which a guard admitting equal tokens (as
+	// fence guards do, so that one holder may write several times) cannot
+	// tell apart.
+	SharedAccepted int
 	// Regressions counts acquisitions, in the order they were granted
 	// (by Enter), whose token is not greater than the token of an earlier
 	// acquisition.
@@ -50,12 +57,13 @@ type Result struct {
 // Add returns the sum of two results, for totals over several runs.
 func (r Result) Add(o Result) Result {
 	return Result{
-		Acquisitions:  r.Acquisitions + o.Acquisitions,
-		Writes:        r.Writes + o.Writes,
-		Rejected:      r.Rejected + o.Rejected,
-		Overlaps:      r.Overlaps + o.Overlaps,
-		StaleAccepted: r.StaleAccepted + o.StaleAccepted,
-		Regressions:   r.Regressions + o.Regressions,
+		Acquisitions:   r.Acquisitions + o.Acquisitions,
+		Writes:         r.Writes + o.Writes,
+		Rejected:       r.Rejected + o.Rejected,
+		Overlaps:       r.Overlaps + o.Overlaps,
+		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
+		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
+		Regressions:    r.Regressions + o.Regressions,
 	}
 }
 
@@ -90,15 +98,18 @@ func Check(acqs []Acquisition, writes []Write) Result {
 	}
 
 	var accepted uint64
+	writer := -1 // the client that first wrote with token accepted
 	for _, w := range writes {
-		if !w.Accepted {
+		switch {
+		case !w.Accepted:
 			res.Rejected++
-			continue
-		}
-		if w.Token < accepted {
+		case w.Token < accepted:
 			res.StaleAccepted++
+		case w.Token > accepted:
+			accepted, writer = w.Token, w.Client
+		case w.Client != writer:
+			res.SharedAccepted++
 		}
-		accepted = max(accepted, w.Token)
 	}
 	return res
 }

@@ -44,6 +44,12 @@ func TestCheck(t *testing.T) {
 			Result{Writes: 6, Rejected: 1, StaleAccepted: 2},
 		},
 		{
+			"one token, two clients",
+			nil,
+			[]Write{{1, 10, true}, {1, 10, true}, {2, 10, true}, {2, 11, true}, {2, 11, true}},
+			Result{Writes: 5, SharedAccepted: 1},
+		},
+		{
 			"a guard's refusals are not stale writes",
 			nil,
 			[]Write{{2, 11, true}, {1, 10, false}, {2, 11, true}},
@@ -80,8 +86,8 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
 	}
 }

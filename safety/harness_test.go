@@ -2,6 +2,7 @@ package safety
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,6 +222,15 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		t.Error(f)
 	}
 	r := Check(w.acqs, res.writes())
+	if os.Getenv("DLOCK_SAFETY_DUMP") != "" {
+		slices.SortFunc(w.acqs, func(a, b Acquisition) int { return cmp.Compare(a.Enter, b.Enter) })
+		for _, a := range w.acqs {
+			t.Logf("client %d token %d enter %d exit +%dms", a.Client, a.Token, a.Enter%1e11/1e6, (a.Exit-a.Enter)/1e6)
+		}
+		for _, e := range w.errs {
+			t.Logf("error: %s", e)
+		}
+	}
 	if r.Acquisitions == 0 {
 		t.Errorf("no acquisition at all in the run (%d acquire errors, first: %v)", len(w.errs), first(w.errs))
 	}
