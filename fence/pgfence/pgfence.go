@@ -1,27 +1,3 @@
-// Package pgfence fences writes to PostgreSQL with dlock's fencing
-// tokens: a table keeps the highest token seen for each resource, and
-// Admit checks and raises it in one statement, inside the caller's
-// transaction, so that the business write and the token check commit (or
-// roll back) together.
-//
-//	tx, _ := db.BeginTx(ctx, nil)
-//	defer tx.Rollback()
-//	if err := pgfence.Admit(ctx, tx, "orders/42", lease.Token()); err != nil {
-//		return err // errors.Is(err, fence.ErrStale): a later holder has written
-//	}
-//	// ... the business write, in tx ...
-//	return tx.Commit()
-//
-// Admit's upsert locks the resource's row until the transaction ends, so
-// transactions that write the same resource are serialized on it: one
-// with a lower token that comes second sees the higher token committed by
-// the first and is rejected; one that comes first is committed before the
-// higher one may proceed. A stale transaction is rejected before its
-// write, and the caller rolls it back.
-//
-// The package uses only database/sql, so it works with any PostgreSQL
-// driver (pgx's stdlib driver, lib/pq). Tokens are stored as bigint:
-// tokens above math.MaxInt64 are refused.
 package pgfence
 
 import (
@@ -138,21 +114,30 @@ func (t *Table) Admit(ctx context.Context, q Querier, resource string, token uin
 	if token > math.MaxInt64 {
 		return fmt.Errorf("%w: %d (resource %q)", ErrTokenRange, token, resource)
 	}
-	var got int64
-	err := q.QueryRowContext(ctx, t.admit, resource, int64(token)).Scan(&got)
-	if err == nil {
-		return nil
+	for attempt := 0; ; attempt++ {
+		var got int64
+		err := q.QueryRowContext(ctx, t.admit, resource, int64(token)).Scan(&got)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("pgfence: admit token %d for %q: %w", token, resource, err)
+		}
+		// The row is there with a higher token. In a transaction we hold
+		// its lock and this read sees it (READ COMMITTED reads the
+		// committed row). In autocommit, Forget may have deleted it in
+		// between: then try again, once.
+		high, err := t.Highest(ctx, q, resource)
+		if err != nil {
+			return err
+		}
+		if high > token {
+			return &fence.StaleError{Resource: resource, Token: token, Highest: high}
+		}
+		if attempt > 0 {
+			return fmt.Errorf("pgfence: the record of %q keeps changing under token %d", resource, token)
+		}
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("pgfence: admit token %d for %q: %w", token, resource, err)
-	}
-	// The row is there, locked by us, with a higher token: read it (in a
-	// READ COMMITTED transaction this statement sees the committed row).
-	high, err := t.Highest(ctx, q, resource)
-	if err != nil {
-		return err
-	}
-	return &fence.StaleError{Resource: resource, Token: token, Highest: high}
 }
 
 // Highest returns the highest token recorded for resource; 0 if none.
