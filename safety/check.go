@@ -16,6 +16,9 @@ type Acquisition struct {
 	Token  uint64 `json:"t"`
 	Enter  int64  `json:"enter"`
 	Exit   int64  `json:"exit"`
+	// Lost is set when the client's lease had told it the lock was lost
+	// (Lease.Err not nil) by Exit.
+	Lost bool `json:"lost"`
 }
 
 // A Write is one entry of the fenced resource's log, in the order the
@@ -37,6 +40,11 @@ type Result struct {
 	// whose intervals intersect: each is a moment when the lock let two
 	// clients believe they held it.
 	Overlaps int
+	// Unnoticed counts the overlaps of which neither client had been
+	// told, by Exit, that its lock was lost: the lock's own failures, as
+	// opposed to a holder that kept working after its lease said the lock
+	// was gone (which dlock reports but cannot prevent).
+	Unnoticed int
 	// StaleAccepted counts writes the resource accepted although their
 	// token was lower than a token it had accepted before: the writes a
 	// fencing guard exists to refuse.
@@ -61,6 +69,7 @@ func (r Result) Add(o Result) Result {
 		Writes:         r.Writes + o.Writes,
 		Rejected:       r.Rejected + o.Rejected,
 		Overlaps:       r.Overlaps + o.Overlaps,
+		Unnoticed:      r.Unnoticed + o.Unnoticed,
 		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
 		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
 		Regressions:    r.Regressions + o.Regressions,
@@ -93,6 +102,9 @@ func Check(acqs []Acquisition, writes []Write) Result {
 			}
 			if b.Client != a.Client {
 				res.Overlaps++
+				if !a.Lost && !b.Lost {
+					res.Unnoticed++
+				}
 			}
 		}
 	}

@@ -22,13 +22,24 @@ func TestCheck(t *testing.T) {
 			// Client 1 paused past its TTL: 2 and 3 held the lock meanwhile.
 			"paused holder overlaps two sections",
 			[]Acquisition{
-				{Client: 1, Token: 10, Enter: 100, Exit: 900},
+				{Client: 1, Token: 10, Enter: 100, Exit: 900, Lost: true},
 				{Client: 2, Token: 11, Enter: 300, Exit: 400},
 				{Client: 3, Token: 12, Enter: 500, Exit: 600},
 				{Client: 2, Token: 13, Enter: 950, Exit: 990},
 			},
 			nil,
 			Result{Acquisitions: 4, Overlaps: 2},
+		},
+		{
+			// A double grant neither holder heard of.
+			"unnoticed overlap",
+			[]Acquisition{
+				{Client: 1, Token: 10, Enter: 100, Exit: 300},
+				{Client: 2, Token: 10, Enter: 200, Exit: 400},
+				{Client: 3, Token: 11, Enter: 250, Exit: 500, Lost: true},
+			},
+			nil,
+			Result{Acquisitions: 3, Overlaps: 3, Unnoticed: 1, Regressions: 1},
 		},
 		{
 			// The same client's consecutive sections never count.
@@ -86,8 +97,8 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6, 7}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7, 8}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
 	}
 }

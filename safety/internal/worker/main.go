@@ -5,6 +5,7 @@
 //
 //	{"k":"enter","c":1,"t":42,"at":1700000000000000000}   acquired, token 42
 //	{"k":"acq","c":1,"t":42,"enter":...,"exit":...,"w":"ok"} section done
+//	                                       ("lost":true if the lease had ended by then)
 //	{"k":"err","c":1,"msg":"..."}                          an acquire failed
 //
 // The write goes out after the hold time whatever happens meanwhile: the
@@ -44,6 +45,7 @@ type event struct {
 	Enter int64  `json:"enter,omitempty"`
 	Exit  int64  `json:"exit,omitempty"`
 	Write string `json:"w,omitempty"`
+	Lost  bool   `json:"lost,omitempty"`
 	Msg   string `json:"msg,omitempty"`
 }
 
@@ -110,7 +112,8 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 		time.Sleep(hold)
 		w := write(client, resource, id, lease.Token())
 		exit := time.Now().UnixNano()
-		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w})
+		lost := lease.Err() != nil
+		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w, Lost: lost})
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		_ = lease.Release(rctx) // fails after a loss: expected under faults
 		cancel()
