@@ -101,11 +101,13 @@ func (s *Sender) Submit(c *Call, tag int) {
 		return
 	}
 	s.pending = append(s.pending, job{c, tag})
-	s.mu.Unlock()
+	// Still under mu: Close closes wake under mu, so it cannot be closed
+	// between the check above and this send.
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	s.mu.Unlock()
 }
 
 // Close stops the sender: the batch on the wire completes, calls still

@@ -189,3 +189,23 @@ func BenchmarkDo(b *testing.B) {
 		}
 	})
 }
+
+// Submit racing with Close never sends on the closed wake channel: every
+// call gets an answer (its result or ErrClosed) and nothing panics.
+func TestSubmitRacingClose(t *testing.T) {
+	c := testenv.RedisClient(t)
+	for range 20 {
+		s := NewSender(c, 2, echo)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				err := s.Do(t.Context(), echo, nil, i).Err()
+				if err != nil && !errors.Is(err, driver.ErrClosed) {
+					t.Errorf("Do = %v", err)
+				}
+			})
+		}
+		s.Close()
+		wg.Wait()
+	}
+}
