@@ -225,7 +225,7 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 	if os.Getenv("DLOCK_SAFETY_DUMP") != "" {
 		slices.SortFunc(w.acqs, func(a, b Acquisition) int { return cmp.Compare(a.Enter, b.Enter) })
 		for _, a := range w.acqs {
-			t.Logf("client %d token %d enter %d exit +%dms", a.Client, a.Token, a.Enter%1e11/1e6, (a.Exit-a.Enter)/1e6)
+			t.Logf("client %d token %d enter %d exit +%dms lost %v", a.Client, a.Token, a.Enter%1e11/1e6, (a.Exit-a.Enter)/1e6, a.Lost)
 		}
 		for _, e := range w.errs {
 			t.Logf("error: %s", e)
