@@ -90,6 +90,22 @@ func TestPausedHolder(t *testing.T) {
 		report(t, "etcd", "holder paused past its TTL (SIGSTOP)", true, 1, r)
 		checkPaused(t, r)
 	})
+	t.Run("zookeeper", func(t *testing.T) {
+		// A paused client stops its heartbeats: the server expires its
+		// session (and the lock's ephemeral node) after the timeout.
+		const session, hold = time.Second, 100 * time.Millisecond
+		wl := workload{
+			url:     "zk://" + testenv.ZKAddr(t) + "/dlock-safety?session_timeout=" + session.String(),
+			clients: scale(3, 5),
+			dur:     scale(5*time.Second, 40*time.Second),
+			ttl:     session,
+			hold:    hold,
+			guard:   true,
+		}
+		r, _ := run(t, wl, pauser(hold, 3*session, 300*time.Millisecond))
+		report(t, "zookeeper", "holder paused past its session timeout (SIGSTOP): session expiry", true, 1, r)
+		checkPaused(t, r)
+	})
 }
 
 // checkPaused asserts what a paused-holder run must show with the guard
