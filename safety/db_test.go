@@ -62,7 +62,7 @@ func TestKilledConnection(t *testing.T) {
 		wl := workload{
 			url:     base + sep + "application_name=" + app,
 			clients: 3,
-			dur:     scale(4*time.Second, 30*time.Second),
+			dur:     scale(4*time.Second, 15*time.Second),
 			ttl:     ttl,
 			hold:    hold,
 			guard:   true,
@@ -88,7 +88,7 @@ func TestKilledConnection(t *testing.T) {
 		wl := workload{
 			url:     mysqlURL(t),
 			clients: 3,
-			dur:     scale(4*time.Second, 30*time.Second),
+			dur:     scale(4*time.Second, 15*time.Second),
 			ttl:     ttl,
 			hold:    hold,
 			guard:   true,

@@ -41,7 +41,7 @@ func TestNetworkFaults(t *testing.T) {
 				url:     direct,
 				urls:    []string{"redis://" + p.Addr + "?" + redisClientParams},
 				clients: 3,
-				dur:     scale(4*time.Second, 30*time.Second),
+				dur:     scale(4*time.Second, 15*time.Second),
 				ttl:     ttl,
 				hold:    hold,
 				guard:   true,

@@ -39,7 +39,7 @@ func pausedRedis(t *testing.T, guard bool) (workload, func(context.Context, *wor
 	wl := workload{
 		url:     "redis://" + testenv.RedisAddr(t),
 		clients: scale(3, 5),
-		dur:     scale(4*time.Second, 30*time.Second),
+		dur:     scale(4*time.Second, 15*time.Second),
 		ttl:     ttl,
 		hold:    hold,
 		guard:   guard,
@@ -81,7 +81,7 @@ func TestPausedHolder(t *testing.T) {
 		wl := workload{
 			url:     "etcd://" + strings.Join(testenv.EtcdEndpoints(t), ","),
 			clients: scale(3, 5),
-			dur:     scale(8*time.Second, 40*time.Second),
+			dur:     scale(8*time.Second, 20*time.Second),
 			ttl:     ttl,
 			hold:    hold,
 			guard:   true,
@@ -97,7 +97,7 @@ func TestPausedHolder(t *testing.T) {
 		wl := workload{
 			url:     "zk://" + testenv.ZKAddr(t) + "/dlock-safety?session_timeout=" + session.String(),
 			clients: scale(3, 5),
-			dur:     scale(5*time.Second, 40*time.Second),
+			dur:     scale(5*time.Second, 20*time.Second),
 			ttl:     session,
 			hold:    hold,
 			guard:   true,

@@ -93,7 +93,7 @@ func TestFailover(t *testing.T) {
 			fault += fmt.Sprintf(", WaitReplicas %d", waitReplicas)
 		}
 		t.Run(fmt.Sprintf("wait_replicas=%d", waitReplicas), func(t *testing.T) {
-			rounds := scale(1, 10)
+			rounds := scale(1, 6)
 			var total Result
 			for range rounds {
 				total = total.Add(failoverRound(t, waitReplicas))

@@ -48,7 +48,7 @@ func TestRedisRestart(t *testing.T) {
 			wl := workload{
 				url:     "redis://" + srv.Addr + "?" + redisClientParams,
 				clients: 3,
-				dur:     scale(3*time.Second, 30*time.Second),
+				dur:     scale(3*time.Second, 15*time.Second),
 				ttl:     ttl,
 				hold:    hold,
 				guard:   true,
@@ -80,7 +80,7 @@ func TestRedlockRestart(t *testing.T) {
 			wl := workload{
 				url:     "redlock://" + testenv.Addrs(nodes),
 				clients: 3,
-				dur:     scale(4*time.Second, 30*time.Second),
+				dur:     scale(4*time.Second, 15*time.Second),
 				ttl:     ttl,
 				hold:    hold,
 				guard:   true,
