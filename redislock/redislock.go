@@ -69,9 +69,10 @@ type Options struct {
 	// many replicas acknowledged the grant (Redis WAIT) before it returns;
 	// an acquisition fewer replicas acknowledged within WaitTimeout is
 	// released and fails with an error matching ErrNotReplicated. It
-	// narrows the failover race (a replica promoted before it received the
-	// grant hands the lock out again) but does not close it: see
-	// replicas.go and docs/SAFETY.md. Not for Redis Cluster clients.
+	// narrows the failover race (a replica promoted before it received
+	// the grant hands the lock out again) but does not close it: with
+	// several replicas, a failover may promote one that did not
+	// acknowledge (see docs/SAFETY.md). Not for Redis Cluster clients.
 	// Default 0: no waiting.
 	WaitReplicas int
 

@@ -9,8 +9,12 @@
 // writes. The suite itself is the package's tests; docs/SAFETY.md has the
 // table they produce and the command that produces it:
 //
-//	go test ./safety/                                  # small size, as in CI
-//	go test ./safety/ -run . -v -timeout 30m -safety.full  # full size, writes the table
+//	go test ./safety/    # small size, as in CI
+//	go test ./safety/ -run . -count=1 -v -timeout 30m -safety.full -safety.table SAFETY-table.md
 //
-// DLOCK_SAFETY=full in the environment means the same as -safety.full.
+// DLOCK_SAFETY=full in the environment means the same as -safety.full;
+// without -safety.table the full run writes dlock-safety-table.md in the
+// temporary directory. DLOCK_SAFETY_DUMP=1 logs every critical section.
+// The worker processes are built from safety/internal/worker once per
+// run; the network faults go through safety/internal/faultproxy.
 package safety
