@@ -1,0 +1,170 @@
+package etcdlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Inspect implements driver.Inspector: it lists the mutexes, the holders
+// of readers-writer locks (one entry per reader) and the leaders of
+// elections whose names start with prefix, sorted by name, then mode, then
+// token. Semaphores are not listed: which of their keys hold a permit
+// depends on the semaphore's limit, which the keys do not record.
+//
+// One transaction reads the keys of the three kinds under prefix; the
+// holder of a mutex or an election is its oldest key, the holders of a
+// readers-writer lock its oldest write key or the read keys older than
+// every write key, and the other keys are its waiters. The token is the
+// one the holder was granted: the key's create revision, or for a reader
+// or writer the revision of its admission (the key's mod revision). Owner
+// is the key's value, the owner, for mutexes and readers-writer locks;
+// a candidate's key holds its value instead, so a leader's Owner is its
+// owner when this Driver holds the election and its lease ("lease 1f2e…")
+// otherwise. Expires is the holder's lease's expiry, read with one
+// TimeToLive per distinct lease: the driver keeps its leases alive, so
+// that is when the lock goes if its holder stops.
+func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if d.isClosed() {
+		return nil, driver.ErrClosed
+	}
+	// Every mutex key sorts after <Prefix>/$ (names start with none of the
+	// characters up to '$'), and every key of another kind, <Prefix>/#...,
+	// before it; so for an empty prefix the mutexes' range leaves the
+	// other kinds out.
+	mutexes := clientv3.OpGet(d.prefix+"/"+prefix, clientv3.WithPrefix())
+	if prefix == "" {
+		mutexes = clientv3.OpGet(d.prefix+"/$", clientv3.WithRange(clientv3.GetPrefixRangeEnd(d.prefix+"/")))
+	}
+	rw := d.prefix + "/#rw/"
+	elect := d.prefix + "/#elect/"
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Txn(rctx).Then(mutexes,
+		clientv3.OpGet(rw+prefix, clientv3.WithPrefix()),
+		clientv3.OpGet(elect+prefix, clientv3.WithPrefix())).Commit()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
+	}
+	var out []driver.LockInfo
+	var leases []clientv3.LeaseID
+	add := func(info driver.LockInfo, kv *mvccpb.KeyValue) {
+		out = append(out, info)
+		leases = append(leases, clientv3.LeaseID(kv.Lease))
+	}
+	owners := d.ownersByKey()
+	for i, tree := range []struct {
+		base string
+		mode driver.Mode
+	}{{d.prefix + "/", driver.Exclusive}, {rw, driver.Read}, {elect, driver.Leader}} {
+		for name, kvs := range queues(tree.base, resp.Responses[i].GetResponseRange().GetKvs()) {
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+			held := 1
+			if tree.mode == driver.Read && !isWrite(tree.base, name, kvs[0]) {
+				for held < len(kvs) && !isWrite(tree.base, name, kvs[held]) {
+					held++
+				}
+			}
+			for _, kv := range kvs[:held] {
+				info := driver.LockInfo{Name: name, Mode: tree.mode, Token: uint64(kv.CreateRevision), Owner: string(kv.Value), Waiters: len(kvs) - held}
+				switch {
+				case tree.mode == driver.Read:
+					info.Token = uint64(kv.ModRevision)
+					if isWrite(tree.base, name, kv) {
+						info.Mode = driver.Write
+					}
+				case tree.mode == driver.Leader:
+					info.Owner = "lease " + strconv.FormatInt(kv.Lease, 16)
+					if o, ok := owners[string(kv.Key)]; ok {
+						info.Owner = o
+					}
+				}
+				add(info, kv)
+			}
+		}
+	}
+	if err := d.expiries(ctx, out, leases); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b driver.LockInfo) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Mode, b.Mode), cmp.Compare(a.Token, b.Token))
+	})
+	return out, nil
+}
+
+// queues groups the keys kvs, of the tree whose keys are
+// base<name>/#<rest>, by lock name. Names hold no '#', so the first "/#"
+// of a key ends its name.
+func queues(base string, kvs []*mvccpb.KeyValue) map[string][]*mvccpb.KeyValue {
+	m := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range kvs {
+		rest, ok := strings.CutPrefix(string(kv.Key), base)
+		if !ok {
+			continue
+		}
+		name, _, ok := strings.Cut(rest, "/#")
+		if !ok || name == "" || strings.HasPrefix(name, "#") {
+			continue
+		}
+		m[name] = append(m[name], kv)
+	}
+	return m
+}
+
+// isWrite reports whether kv, a key of the readers-writer lock called
+// name in the tree base, is a writer's.
+func isWrite(base, name string, kv *mvccpb.KeyValue) bool {
+	return strings.HasPrefix(string(kv.Key), base+name+"/#w")
+}
+
+// ownersByKey returns the owners of the locks this driver holds, by key.
+func (d *Driver) ownersByKey() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := make(map[string]string, len(d.locks))
+	for owner, l := range d.locks {
+		m[l.k.key] = owner
+	}
+	return m
+}
+
+// expiries sets the Expires of each out[i] from the remaining TTL of
+// leases[i], asking once per lease. A lease found expired leaves Expires
+// zero (its keys are going).
+func (d *Driver) expiries(ctx context.Context, out []driver.LockInfo, leases []clientv3.LeaseID) error {
+	ttls := map[clientv3.LeaseID]time.Time{}
+	for i, id := range leases {
+		exp, ok := ttls[id]
+		if !ok && id != clientv3.NoLease {
+			rctx, cancel := d.req(ctx)
+			now := time.Now()
+			resp, err := d.c.TimeToLive(rctx, id)
+			cancel()
+			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("etcdlock: inspect: lease %x: %w", int64(id), err)
+			}
+			if err == nil && resp.TTL > 0 {
+				exp = now.Add(time.Duration(resp.TTL) * time.Second)
+			}
+			ttls[id] = exp
+		}
+		out[i].Expires = exp
+	}
+	return nil
+}
+
+var _ driver.Inspector = (*Driver)(nil)
