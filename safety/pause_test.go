@@ -81,7 +81,7 @@ func TestPausedHolder(t *testing.T) {
 		wl := workload{
 			url:     "etcd://" + strings.Join(testenv.EtcdEndpoints(t), ","),
 			clients: scale(3, 5),
-			dur:     scale(8*time.Second, 20*time.Second),
+			dur:     scale(6*time.Second, 20*time.Second),
 			ttl:     ttl,
 			hold:    hold,
 			guard:   true,
