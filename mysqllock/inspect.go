@@ -1,0 +1,153 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// inspectBatch is how many names one of Inspect's queries asks about.
+const inspectBatch = 200
+
+// Inspect implements driver.Inspector: it lists the held locks whose names
+// start with prefix, sorted by name. MariaDB lists user-level locks only
+// through a plugin or the performance schema, both usually off, so the
+// names come from the token table (a row per name ever taken): a first
+// query reads the names under prefix, a second, per 200 names, asks
+// IS_USED_LOCK of each one's server-side name and reads its counter in
+// the same statement. Owner is the holding connection ("connection 42",
+// its CONNECTION_ID, as SHOW PROCESSLIST shows it). Token is the counter,
+// which the holder advanced after GET_LOCK granted it the lock: for a
+// moment after a grant it is still the previous holder's. Waiters counts
+// the statements waiting in GET_LOCK for the lock in the server's process
+// list; it is -1 when the account lacks the PROCESS privilege, without
+// which it would see its own connections only. A lock lasts as long as its
+// connection, so Expires is zero (a silent connection is dropped after
+// its wait_timeout, the lock's TTL).
+func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if err := d.begin(); err != nil {
+		return nil, err
+	}
+	defer d.wg.Done()
+	for i := 0; i < len(prefix); i++ {
+		if !nameByte(prefix[i]) {
+			return nil, nil // no name starts with it
+		}
+	}
+	table, err := quoteTable(d.table)
+	if err != nil {
+		return nil, err
+	}
+	names, err := d.names(ctx, table, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.LockInfo
+	for batch := range slices.Chunk(names, inspectBatch) {
+		infos, err := d.inspect(ctx, table, batch)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, infos...)
+	}
+	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// nameByte reports whether c may occur in a lock name (see
+// dlock.ValidateName).
+func nameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:@+=/", c) >= 0
+}
+
+// names returns the valid lock names of the token table, quoted as table,
+// that start with prefix, whose bytes are all name bytes.
+func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, error) {
+	q := "SELECT name FROM " + table + " WHERE LEFT(name, " + strconv.Itoa(len(prefix)) + ") = " + literal(prefix)
+	rows, err := d.db.QueryContext(ctx, q)
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable {
+		return nil, nil // no lock was ever taken
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+		}
+		if dlock.ValidateName(name) == nil {
+			names = append(names, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+	}
+	return names, nil
+}
+
+// inspectSQL asks, for each name of a derived table n(i, name, k) of
+// lock names and their server-side names, who holds the lock, its
+// counter, and (with the PROCESS privilege) how many GET_LOCK calls wait
+// for it; only held locks give a row.
+const inspectSQL = `SELECT n.i, IS_USED_LOCK(n.k), t.token,
+IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE = 'PROCESS'
+	AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')),
+	(SELECT COUNT(*) FROM information_schema.PROCESSLIST AS p
+	WHERE p.STATE = 'User lock' AND LOCATE(CONCAT('GET_LOCK(''', n.k, ''''), p.INFO) > 0), NULL)
+FROM (%s) AS n JOIN %s AS t ON t.name = n.name
+WHERE IS_USED_LOCK(n.k) IS NOT NULL`
+
+// inspect returns the held locks among names, whose counters are in the
+// token table quoted as table.
+func (d *Driver) inspect(ctx context.Context, table string, names []string) ([]driver.LockInfo, error) {
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&b, "SELECT %d AS i, %s AS name, %s AS k", i, literal(name), literal(d.LockName(name)))
+	}
+	rows, err := d.db.QueryContext(ctx, fmt.Sprintf(inspectSQL, b.String(), table))
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+	}
+	defer rows.Close()
+	var out []driver.LockInfo
+	for rows.Next() {
+		var (
+			i       int
+			conn    int64
+			token   uint64
+			waiters sql.NullInt64
+		)
+		if err := rows.Scan(&i, &conn, &token, &waiters); err != nil {
+			return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+		}
+		if i < 0 || i >= len(names) {
+			return nil, fmt.Errorf("mysqllock: inspect: the server returned row %d of %d", i, len(names))
+		}
+		info := driver.LockInfo{Name: names[i], Mode: driver.Exclusive, Token: token, Owner: "connection " + strconv.FormatInt(conn, 10), Waiters: -1}
+		if waiters.Valid {
+			info.Waiters = int(waiters.Int64)
+		}
+		out = append(out, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysqllock: inspect: %w", err)
+	}
+	return out, nil
+}
+
+var _ driver.Inspector = (*Driver)(nil)
