@@ -109,7 +109,30 @@ func (s *Lease) tick() {
 		}
 		s.cancelOp = cancel
 		s.mu.Unlock()
+		// A driver that does not return when ctx ends (a Redis client
+		// without ContextTimeoutEnabled on a connection that stopped
+		// answering) must not hold up the loss signal: at lossAt the
+		// guard ends the lease, renewal in flight or not.
+		last := s.lastErr
+		guard := time.AfterFunc(time.Until(lossAt), func() {
+			s.mu.Lock()
+			releasing := s.releasing
+			s.mu.Unlock()
+			if !releasing {
+				s.end(s.lostCause(last), true)
+			}
+		})
 		err := s.refresh(ctx)
+		if !guard.Stop() {
+			// The guard ended the lease while the renewal hung. A late
+			// renewal may have reached the store: unlock, as expire does.
+			s.mu.Lock()
+			s.cancelOp = nil
+			s.mu.Unlock()
+			cancel()
+			s.unlockAfterLoss()
+			return
+		}
 		s.mu.Lock()
 		s.cancelOp = nil
 		releasing := s.releasing
@@ -146,13 +169,24 @@ func (s *Lease) schedule() {
 // expire it on its own (filelock's flock) is freed here when the lease's
 // validity ends. opMu must be held.
 func (s *Lease) expire() {
-	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
-	if s.lastErr != nil {
-		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, s.lastErr)
-	}
-	if !s.end(cause, true) {
+	if !s.end(s.lostCause(s.lastErr), true) {
 		return
 	}
+	s.unlockAfterLoss()
+}
+
+// lostCause is the lease's end when its validity ran out without a
+// successful renewal; last is the last renewal's error, if any.
+func (s *Lease) lostCause(last error) error {
+	if last != nil {
+		return fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
+	}
+	return fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
+}
+
+// unlockAfterLoss is expire's best-effort, owner-checked unlock. opMu must
+// be held.
+func (s *Lease) unlockAfterLoss() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.req.TTL/10, 50*time.Millisecond))
 	defer cancel()
 	_ = s.l.drv.Unlock(ctx, s.req)

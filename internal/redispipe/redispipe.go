@@ -245,15 +245,25 @@ func errCmd(c *Call, err error) *redis.Cmd {
 
 // Do sends one call through s and waits for its answer, like
 // script.Run(ctx, client, keys, args...) but batched with the calls of
-// other goroutines.
+// other goroutines. It returns ctx's error as soon as ctx ends, whether or
+// not the call was sent: its outcome is then unknown.
 func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...any) *redis.Cmd {
 	w := waiters.Get().(*waiter)
 	w.Script, w.Keys, w.Args, w.Ctx = script, keys, args, ctx
 	s.Submit(&w.Call, 0)
-	cmd := <-w.ch
-	w.Call = Call{To: w}
-	waiters.Put(w)
-	return cmd
+	select {
+	case cmd := <-w.ch:
+		w.Call = Call{To: w}
+		waiters.Put(w)
+		return cmd
+	case <-ctx.Done():
+		// The call may still be sent and answered: its answer goes into
+		// w's buffer, unread, and w is not reused. go-redis bounds socket
+		// I/O by a context's deadline only with ContextTimeoutEnabled, so
+		// without this a caller could wait out the client's ReadTimeout
+		// (3 s by default) on a connection that stopped answering.
+		return errCmd(&Call{Ctx: ctx}, ctx.Err())
+	}
 }
 
 // waiter is a Call whose one answer goes to a channel; Do recycles them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -208,4 +209,55 @@ func TestSubmitRacingClose(t *testing.T) {
 		s.Close()
 		wg.Wait()
 	}
+}
+
+// A call to a server that stopped answering returns when its context
+// ends, not after the client's ReadTimeout.
+func TestDoReturnsWhenContextEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept() // accept, never answer: a black hole
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer c.Close()
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.Do(ctx, echo, nil, "x").Err()
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Do against a silent server = %v, want DeadlineExceeded", err)
+	}
+	if took > time.Second {
+		t.Errorf("Do returned after %v, want about the context's 100ms", took)
+	}
+	// Unblock the sender before Close: close the silent connections.
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
 }
