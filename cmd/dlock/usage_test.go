@@ -30,7 +30,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--backend", "file://remote-host/dir", "job", "--", "true"}, exitUsage, "host"},
 		{[]string{"run", "--backend", "redis://127.0.0.1:1", "job", "--", "true"}, exitUnavailable, "127.0.0.1:1"},
 		{[]string{"status", "a", "b"}, exitUsage, "at most one"},
-		{[]string{"status", "--backend", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, exitUnavailable, "not supported by the redlock backend"},
+		{[]string{"status", "--backend", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, exitUnavailable, "no quorum"},
 		{[]string{"bench", "--duration", "1ns"}, exitUsage, "duration"},
 		{[]string{"demo", "--workers", "1"}, exitUsage, "workers"},
 		{[]string{"version", "extra"}, exitUsage, "no arguments"},

@@ -1,0 +1,155 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Inspect lists the locks held now whose names start with prefix (all of
+// them for an empty prefix), sorted by name, as a quorum of the nodes sees
+// them, for tools such as `dlock status`. A lock is listed when one owner
+// holds its key on at least a quorum of the nodes that answered; its
+// token is the highest fencing counter among those nodes, and its expiry
+// the time for which a quorum of them still holds it. Waiters are unknown
+// (-1): Redlock waiters do not queue. Every node is asked in parallel:
+// SCAN of the lock keys, then one pipeline of reads per node. Inspect
+// fails with an error wrapping driver.ErrNoQuorum when fewer than a quorum
+// of the nodes answered.
+func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if d.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	// Names never hold the glob characters * ? [ ] \ (see
+	// dlock.ValidateName), so prefix needs no escaping.
+	if strings.ContainsAny(prefix, `*?[]\{}`) {
+		return nil, fmt.Errorf("redlock: inspect: prefix %q: %w", prefix, driver.ErrInvalidName)
+	}
+	type read struct {
+		owner string
+		ttl   time.Duration
+		token uint64
+	}
+	views := make([]map[string]read, len(d.clients)) // per node: name -> read
+	errs := make([]error, len(d.clients))
+	now := time.Now()
+	var wg sync.WaitGroup
+	for i, c := range d.clients {
+		wg.Go(func() {
+			names, err := d.scanNames(ctx, c, prefix)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			owners := make([]*redis.StringCmd, len(names))
+			tokens := make([]*redis.StringCmd, len(names))
+			ttls := make([]*redis.DurationCmd, len(names))
+			pipe := c.Pipeline()
+			for k, name := range names {
+				keys := d.keys(name)
+				owners[k], ttls[k], tokens[k] = pipe.Get(ctx, keys[0]), pipe.PTTL(ctx, keys[0]), pipe.Get(ctx, keys[1])
+			}
+			if len(names) > 0 {
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+					errs[i] = err
+					return
+				}
+			}
+			view := make(map[string]read, len(names))
+			for k, name := range names {
+				owner, err := owners[k].Result()
+				if err != nil {
+					continue // released since the scan
+				}
+				r := read{owner: owner, ttl: ttls[k].Val()}
+				r.token, _ = strconv.ParseUint(tokens[k].Val(), 10, 64)
+				view[name] = r
+			}
+			views[i] = view
+		})
+	}
+	wg.Wait()
+	answered := 0
+	var firstErr error
+	names := map[string]bool{}
+	for i := range views {
+		if errs[i] != nil {
+			firstErr = cmpErr(firstErr, fmt.Errorf("node %d: %w", i, errs[i]))
+			continue
+		}
+		answered++
+		for name := range views[i] {
+			names[name] = true
+		}
+	}
+	if answered < d.quorum {
+		return nil, fmt.Errorf("redlock: inspect: %w: %d of %d nodes answered, %d needed: %w",
+			driver.ErrNoQuorum, answered, len(d.clients), d.quorum, firstErr)
+	}
+	var out []driver.LockInfo
+	for name := range names {
+		// The owner holding the key on a quorum of nodes, if any.
+		byOwner := map[string][]read{}
+		for _, view := range views {
+			if r, ok := view[name]; ok {
+				byOwner[r.owner] = append(byOwner[r.owner], r)
+			}
+		}
+		for owner, rs := range byOwner {
+			if len(rs) < d.quorum {
+				continue
+			}
+			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: -1}
+			ttls := make([]time.Duration, 0, len(rs))
+			for _, r := range rs {
+				info.Token = max(info.Token, r.token)
+				ttls = append(ttls, r.ttl)
+			}
+			// Held on a quorum until the quorum-th longest TTL runs out.
+			slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
+			if ttl := ttls[d.quorum-1]; ttl > 0 {
+				info.Expires = now.Add(ttl)
+			}
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// scanNames returns the names of the lock keys on one node that start
+// with prefix.
+func (d *Driver) scanNames(ctx context.Context, c redis.UniversalClient, prefix string) ([]string, error) {
+	head := d.prefix + "{"
+	it := c.Scan(ctx, 0, head+prefix+"*}", 1000).Iterator()
+	var names []string
+	for it.Next(ctx) {
+		rest, ok := strings.CutPrefix(it.Val(), head)
+		if !ok || !strings.HasSuffix(rest, "}") {
+			continue
+		}
+		if name := rest[:len(rest)-1]; name != "" && !strings.ContainsAny(name, "{}") {
+			names = append(names, name)
+		}
+	}
+	return names, it.Err()
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+var _ driver.Inspector = (*Driver)(nil)
