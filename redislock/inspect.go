@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Inspect lists the mutexes held now whose names start with prefix (all of
@@ -26,26 +26,16 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	// Names never hold the glob characters * ? [ ] \ (see
-	// dlock.ValidateName), so prefix needs no escaping.
-	if strings.ContainsAny(prefix, `*?[]\{}`) {
-		return nil, fmt.Errorf("redislock: inspect: prefix %q: %w", prefix, driver.ErrInvalidName)
-	}
-	pattern := d.prefix + "{" + prefix + "*}"
 	var (
 		mu    sync.Mutex
 		names []string
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			if name, ok := d.mutexName(it.Val()); ok {
-				mu.Lock()
-				names = append(names, name)
-				mu.Unlock()
-			}
-		}
-		return it.Err()
+		found, err := redispipe.ScanNames(ctx, c, d.prefix+"{", prefix)
+		mu.Lock()
+		names = append(names, found...)
+		mu.Unlock()
+		return err
 	}
 	var err error
 	if cc, ok := d.client.(*redis.ClusterClient); ok {
@@ -93,20 +83,6 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		out = append(out, info)
 	}
 	return out, nil
-}
-
-// mutexName returns the lock name of key when key is a mutex's lock key,
-// "<prefix>{<name>}", and not one of its other keys.
-func (d *Driver) mutexName(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, d.prefix+"{")
-	if !ok || !strings.HasSuffix(rest, "}") {
-		return "", false
-	}
-	name := rest[:len(rest)-1]
-	if name == "" || strings.ContainsAny(name, "{}") {
-		return "", false
-	}
-	return name, true
 }
 
 var _ driver.Inspector = (*Driver)(nil)

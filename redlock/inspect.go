@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Inspect lists the locks held now whose names start with prefix (all of
@@ -29,11 +30,6 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	// Names never hold the glob characters * ? [ ] \ (see
-	// dlock.ValidateName), so prefix needs no escaping.
-	if strings.ContainsAny(prefix, `*?[]\{}`) {
-		return nil, fmt.Errorf("redlock: inspect: prefix %q: %w", prefix, driver.ErrInvalidName)
-	}
 	type read struct {
 		owner string
 		ttl   time.Duration
@@ -45,7 +41,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
-			names, err := d.scanNames(ctx, c, prefix)
+			names, err := redispipe.ScanNames(ctx, c, d.prefix+"{", prefix)
 			if err != nil {
 				errs[i] = err
 				return
@@ -124,24 +120,6 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-// scanNames returns the names of the lock keys on one node that start
-// with prefix.
-func (d *Driver) scanNames(ctx context.Context, c redis.UniversalClient, prefix string) ([]string, error) {
-	head := d.prefix + "{"
-	it := c.Scan(ctx, 0, head+prefix+"*}", 1000).Iterator()
-	var names []string
-	for it.Next(ctx) {
-		rest, ok := strings.CutPrefix(it.Val(), head)
-		if !ok || !strings.HasSuffix(rest, "}") {
-			continue
-		}
-		if name := rest[:len(rest)-1]; name != "" && !strings.ContainsAny(name, "{}") {
-			names = append(names, name)
-		}
-	}
-	return names, it.Err()
 }
 
 // cmpErr keeps the first error.

@@ -8,6 +8,9 @@
 // instead of k of each, and the client needs one connection instead of k.
 // A lone call goes out at once, alone, so an uncontended caller waits for
 // no batch.
+//
+// The package also holds the other code both Redis backends need alike:
+// ScanNames, the key scan behind their Inspect.
 package redispipe
 
 import (

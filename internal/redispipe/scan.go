@@ -1,0 +1,36 @@
+package redispipe
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// ScanNames returns the lock names of the keys "<head><name>}" on the
+// server c reaches (one node: SCAN is per node) whose name starts with
+// prefix, as the Redis backends' Inspect lists them: head is the backend's
+// key prefix followed by "{". Other keys of a lock ("…}:fence") and names
+// holding a brace are skipped. Lock names never hold Redis's glob
+// characters (see dlock.ValidateName); a prefix that does is rejected with
+// driver.ErrInvalidName.
+func ScanNames(ctx context.Context, c redis.UniversalClient, head, prefix string) ([]string, error) {
+	if strings.ContainsAny(prefix, `*?[]\{}`) {
+		return nil, fmt.Errorf("prefix %q: %w", prefix, driver.ErrInvalidName)
+	}
+	it := c.Scan(ctx, 0, head+prefix+"*}", 1000).Iterator()
+	var names []string
+	for it.Next(ctx) {
+		rest, ok := strings.CutPrefix(it.Val(), head)
+		if !ok || !strings.HasSuffix(rest, "}") {
+			continue
+		}
+		if name := rest[:len(rest)-1]; name != "" && !strings.ContainsAny(name, "{}") {
+			names = append(names, name)
+		}
+	}
+	return names, it.Err()
+}
