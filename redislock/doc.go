@@ -126,7 +126,10 @@
 // kind (try, wait, refresh, release) is one script, so one round trip.
 // A holder kept in a sorted set that stops renewing (it crashed) drops
 // out when its expiry passes: every script removes the expired members
-// first. Each grant, of any kind, takes the next value of the kind's
+// first. As for the mutex, the common cases (taking a lock nobody is
+// queued for or in the way of, refreshing, releasing with nobody queued,
+// each while no holder's lease has expired) are written out at the head
+// of each script and return before the rest is run. Each grant, of any kind, takes the next value of the kind's
 // counter, so readers or permit holders holding together have distinct
 // tokens.
 //

@@ -154,7 +154,8 @@ func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*redispipe.Scr
 
 // acquireCall runs one acquisition attempt of r on keys (from keysFor):
 // try (never queue) or wait (queue, or refresh the queue entry). The
-// reply is acquire.lua's, or the same shape from the kinds' scripts.
+// reply is acquire.lua's, or the same shape from the kinds' scripts, as
+// read by acquireReply.
 func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool) ([]int64, error) {
 	switch {
 	case r.Mode != driver.Exclusive:
@@ -162,7 +163,7 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 		if wait {
 			op = opWait
 		}
-		return d.kindDo(ctx, r, keys, op, b).Int64Slice()
+		return acquireReply(d.kindDo(ctx, r, keys, op, b))
 	case wait:
 		return acquireReply(d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, modeWait,
 			d.entryChannel, b.life, r.Name))
@@ -171,8 +172,9 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 	}
 }
 
-// acquireReply reads acquire.lua's reply: a bare token from its fast path
-// (taken at once), else a table as from the other scripts.
+// acquireReply reads the reply of an acquisition (acquire.lua's, or try
+// and wait of a kind's script): a bare token from a script's fast path
+// (taken at once), else a table.
 func acquireReply(cmd *redis.Cmd) ([]int64, error) {
 	if token, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
 		return []int64{1, token}, nil

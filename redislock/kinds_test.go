@@ -2,6 +2,10 @@ package redislock
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +271,246 @@ func TestObserveAfterReconnect(t *testing.T) {
 	mustUnlock(t, d, r)
 	if got, _ := next(t, ch, time.Second); got != (driver.LeaderInfo{}) {
 		t.Fatalf("observed %+v after the resignation, want no leader", got)
+	}
+}
+
+// fullPathOnly returns the script of a kind (its file, rw.lua say)
+// without its fast paths: what follows its "-- @lib" line, with the
+// shared code in place of the line.
+func fullPathOnly(t *testing.T, src string) string {
+	t.Helper()
+	at := strings.Index(src, "\n-- @lib\n")
+	if at < 0 {
+		t.Fatal("script without a -- @lib line")
+	}
+	return withKindsLib(src[at:])
+}
+
+// pathStep is one call of a kind's script in TestKindFastPaths.
+type pathStep struct {
+	who   int         // which request
+	mode  driver.Mode // Read or Write for a readers-writer lock, else the kind's
+	op    any         // opTry, opWait, opRefresh or opRelease
+	ttl   time.Duration
+	sleep time.Duration // after the call
+}
+
+// kindState is what a kind's keys hold, with the tokens made relative to
+// the first one granted (the counters are seeded from the clock) and the
+// expiries kept apart to be compared within a tolerance.
+type kindState struct {
+	types  []string
+	values []map[string]string  // members, fields, elements, the counter
+	times  []map[string]float64 // expiry scores and PTTLs, in ms from now
+}
+
+// TestKindFastPaths: every kind's script, with its written-out fast paths,
+// leaves the keys and replies as its full path alone does, over sequences
+// that take the fast paths and that fall through them (someone in the
+// way, a queue, a holder already holding, a holder whose lease expired).
+func TestKindFastPaths(t *testing.T) {
+	d := newDriver(t, nil)
+	// Refreshes use another TTL than acquisitions, so that one that
+	// extends nothing shows.
+	const long, longer = 10 * time.Second, 20 * time.Second
+	const short, pause = 60 * time.Millisecond, 120 * time.Millisecond
+	R, W := driver.Read, driver.Write
+	cases := []struct {
+		name  string
+		mode  driver.Mode
+		limit int
+		steps []pathStep
+	}{
+		{"rw", driver.Read, 0, []pathStep{
+			{0, R, opTry, long, 0}, {0, R, opTry, long, 0}, {1, R, opWait, long, 0},
+			{2, W, opTry, long, 0}, {2, W, opWait, long, 0}, {3, R, opTry, long, 0},
+			{0, R, opRefresh, longer, 0}, {3, R, opRefresh, longer, 0},
+			{0, R, opRelease, long, 0}, {1, R, opRelease, long, 0},
+			{2, W, opRefresh, longer, 0}, {2, W, opTry, long, 0}, {0, R, opTry, long, 0},
+			{1, W, opTry, long, 0}, {3, W, opRelease, long, 0}, {2, W, opRelease, long, 0},
+			{2, W, opRelease, long, 0}, {2, W, opRefresh, longer, 0},
+			// Readers whose leases expired beside live ones.
+			{3, R, opTry, long, 0}, {0, R, opTry, short, pause}, {1, R, opTry, long, 0},
+			{0, R, opTry, short, pause}, {0, R, opRefresh, longer, 0}, {0, R, opRelease, long, 0},
+			{0, R, opTry, short, pause}, {0, R, opRelease, long, 0},
+			{2, R, opTry, short, pause}, {1, R, opRelease, long, 0},
+			{2, R, opTry, short, pause}, {3, R, opRefresh, longer, 0},
+			{2, W, opTry, long, 0}, {1, R, opRelease, long, 0}, {3, R, opRelease, long, 0},
+			{2, W, opWait, long, 0}, {2, W, opRelease, long, 0},
+			{3, R, opTry, short, pause}, {0, W, opTry, long, 0}, {0, W, opRelease, long, 0},
+		}},
+		{"semaphore", driver.Permit, 2, []pathStep{
+			{0, 0, opTry, long, 0}, {1, 0, opWait, long, 0}, {2, 0, opTry, long, 0},
+			{0, 0, opTry, long, 0}, {2, 0, opWait, long, 0}, {0, 0, opRefresh, longer, 0},
+			{3, 0, opRefresh, longer, 0}, {0, 0, opRelease, long, 0}, {2, 0, opRefresh, longer, 0},
+			{1, 0, opRelease, long, 0}, {1, 0, opRelease, long, 0}, {2, 0, opRelease, long, 0},
+			// Holders whose leases expired beside live ones.
+			{0, 0, opTry, long, 0}, {3, 0, opTry, short, pause}, {1, 0, opTry, long, 0},
+			{3, 0, opRefresh, longer, 0}, {3, 0, opRelease, long, 0}, {1, 0, opRelease, long, 0},
+			{3, 0, opTry, short, pause}, {3, 0, opRelease, long, 0},
+			{2, 0, opTry, short, pause}, {0, 0, opRefresh, longer, 0},
+			{2, 0, opTry, short, pause}, {0, 0, opRelease, long, 0},
+			{1, 0, opTry, long, 0}, {2, 0, opTry, short, pause}, {3, 0, opTry, long, 0},
+			{0, 0, opTry, long, 0}, {1, 0, opRelease, long, 0}, {3, 0, opRelease, long, 0},
+			{0, 0, opRelease, long, 0},
+		}},
+		{"election", driver.Leader, 0, []pathStep{
+			{0, 0, opTry, long, 0}, {1, 0, opTry, long, 0}, {0, 0, opWait, long, 0},
+			{1, 0, opWait, long, 0}, {0, 0, opRefresh, longer, 0}, {1, 0, opRefresh, longer, 0},
+			{0, 0, opRelease, long, 0}, {1, 0, opRefresh, longer, 0}, {1, 0, opRelease, long, 0},
+			{1, 0, opRelease, long, 0}, {2, 0, opTry, short, pause}, {0, 0, opTry, long, 0},
+			{2, 0, opRelease, long, 0}, {0, 0, opRelease, long, 0},
+		}},
+	}
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			owners := make([]driver.Request, 4)
+			for i := range owners {
+				owners[i] = kindRequest(c.mode, "", long)
+				owners[i].Limit = max(c.limit, 1)
+			}
+			// Each step runs the fast script on one name, then the full
+			// path alone on another, and compares.
+			var base [2]int64
+			for i, s := range c.steps {
+				var replies [2]string
+				var states [2]kindState
+				for side, name := range []string{"fast/" + c.name, "full/" + c.name} {
+					r := owners[s.who]
+					r.Name, r.TTL = name, s.ttl
+					if c.mode == driver.Read {
+						r.Mode = s.mode
+					}
+					script, args := d.kindCall(r, s.op, d.ttlArgs(s.ttl))
+					src := script.Source()
+					if side == 1 {
+						src = fullPathOnly(t, map[driver.Mode]string{driver.Read: rwLua,
+							driver.Permit: semaphoreLua, driver.Leader: electionLua}[c.mode])
+					}
+					res, err := d.client.Eval(ctx, src, d.keysFor(r), args...).Result()
+					if err != nil {
+						t.Fatalf("step %d (%+v), side %d: %v", i, s, side, err)
+					}
+					if _, ok := res.(int64); i == 0 && side == 0 && !ok {
+						t.Fatalf("first grant: %v, want the bare token of the fast path", res)
+					}
+					replies[side] = pathReply(res, &base[side], s.op)
+					states[side] = readKindState(t, d, d.keysFor(r), base[side])
+				}
+				if replies[0] != replies[1] {
+					t.Fatalf("step %d (%+v): reply %s, the full path's %s", i, s, replies[0], replies[1])
+				}
+				compareKindStates(t, i, states[0], states[1])
+				time.Sleep(s.sleep)
+			}
+		})
+	}
+}
+
+// pathReply describes a script's reply with its tokens relative to base,
+// which the first token granted sets (to one below it).
+func pathReply(res any, base *int64, op any) string {
+	rel := func(tok int64) int64 {
+		if *base == 0 {
+			*base = tok - 1
+		}
+		return tok - *base
+	}
+	if op == opRefresh || op == opRelease {
+		return fmt.Sprint(res)
+	}
+	switch v := res.(type) {
+	case int64:
+		return fmt.Sprintf("granted %d", rel(v))
+	case []any:
+		if len(v) == 2 && v[0] == int64(1) {
+			return fmt.Sprintf("granted %d", rel(v[1].(int64)))
+		}
+		if len(v) == 3 {
+			counter := v[2].(int64)
+			if counter != 0 {
+				counter -= *base
+			}
+			return fmt.Sprintf("held, counter %d", counter)
+		}
+	}
+	return fmt.Sprintf("unexpected %v", res)
+}
+
+// readKindState reads keys (as from keysFor), tokens made relative to base.
+func readKindState(t *testing.T, d *Driver, keys []string, base int64) kindState {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	now, err := d.client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMS := float64(now.UnixMilli())
+	relToken := func(s string) string {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || base == 0 {
+			return s
+		}
+		return strconv.FormatInt(n-base, 10)
+	}
+	var st kindState
+	for i, k := range keys {
+		typ := d.client.Type(ctx, k).Val()
+		values, times := map[string]string{}, map[string]float64{}
+		if pttl := d.client.PTTL(ctx, k).Val(); pttl > 0 {
+			times["pttl"] = float64(pttl.Milliseconds())
+		}
+		switch typ {
+		case "string": // the counter
+			values["value"] = relToken(d.client.Get(ctx, k).Val())
+		case "zset":
+			for _, z := range d.client.ZRangeWithScores(ctx, k, 0, -1).Val() {
+				times[z.Member.(string)] = z.Score - nowMS
+			}
+		case "hash":
+			for f, v := range d.client.HGetAll(ctx, k).Val() {
+				switch {
+				case i == 3: // queue entries: the deadline is a time
+					deadline, rest, _ := strings.Cut(v, " ")
+					ms, _ := strconv.ParseFloat(deadline, 64)
+					times["entry "+f] = ms - nowMS
+					values[f] = rest
+				case f == "t" || i == 4: // tokens of the holder, of the holders
+					values[f] = relToken(v)
+				default:
+					values[f] = v
+				}
+			}
+		case "list":
+			for j, v := range d.client.LRange(ctx, k, 0, -1).Val() {
+				values[strconv.Itoa(j)] = v
+			}
+		}
+		st.types = append(st.types, typ)
+		st.values = append(st.values, values)
+		st.times = append(st.times, times)
+	}
+	return st
+}
+
+// compareKindStates fails unless a and b agree, their times within a
+// second (the two were read at different moments of a busy machine; a
+// refresh that extended nothing is 10s off).
+func compareKindStates(t *testing.T, step int, a, b kindState) {
+	t.Helper()
+	for i := range a.types {
+		if a.types[i] != b.types[i] || !maps.Equal(a.values[i], b.values[i]) {
+			t.Fatalf("step %d, key %d: %s %v, the full path's %s %v", step, i, a.types[i], a.values[i], b.types[i], b.values[i])
+		}
+		if len(a.times[i]) != len(b.times[i]) {
+			t.Fatalf("step %d, key %d: times %v, the full path's %v", step, i, a.times[i], b.times[i])
+		}
+		for k, v := range a.times[i] {
+			w, ok := b.times[i][k]
+			if !ok || math.Abs(v-w) > 1000 {
+				t.Fatalf("step %d, key %d: %s at %.0fms, the full path's %v", step, i, k, v, b.times[i])
+			}
+		}
 	}
 }

@@ -37,9 +37,9 @@ var (
 
 	// The other kinds of lock: one script per kind, each operation of
 	// which (try, wait, refresh, release) is one call.
-	rwScript        = redispipe.NewScript(libLua + kindsLua + rwLua)
-	semaphoreScript = redispipe.NewScript(libLua + kindsLua + semaphoreLua)
-	electionScript  = redispipe.NewScript(libLua + kindsLua + electionLua)
+	rwScript        = redispipe.NewScript(withKindsLib(rwLua))
+	semaphoreScript = redispipe.NewScript(withKindsLib(semaphoreLua))
+	electionScript  = redispipe.NewScript(withKindsLib(electionLua))
 	leaderScript    = redispipe.NewScript(leaderLua)
 
 	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript,
@@ -50,11 +50,22 @@ var (
 // What comes before that line runs without the shared functions, which
 // Lua would otherwise create (a closure each) on every call.
 func withLib(script string) string {
+	return splice(script, libLua)
+}
+
+// withKindsLib returns the script of a kind of lock with lib.lua and
+// kinds.lua in place of its "-- @lib" line, after its fast paths.
+func withKindsLib(script string) string {
+	return splice(script, libLua+"\n"+kindsLua)
+}
+
+// splice returns script with lib in place of its "-- @lib" line.
+func splice(script, lib string) string {
 	const mark = "\n-- @lib\n"
 	if !strings.Contains(script, mark) {
 		panic("redislock: script without a -- @lib line")
 	}
-	return strings.Replace(script, mark, "\n"+libLua+"\n", 1)
+	return strings.Replace(script, mark, "\n"+lib+"\n", 1)
 }
 
 // Script modes of acquire.lua, boxed once so that passing them allocates
