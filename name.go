@@ -3,6 +3,8 @@ package dlock
 import (
 	"fmt"
 	"strings"
+
+	"github.com/dlockgo/dlock/driver"
 )
 
 // MaxNameLen is the longest valid lock name, in bytes.
@@ -25,7 +27,7 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
-		if !nameByte(name[i]) {
+		if !driver.NameByte(name[i]) {
 			return fmt.Errorf("%w: %q: character %q at %d is not allowed", ErrInvalidName, name, name[i], i)
 		}
 	}
@@ -38,12 +40,4 @@ func ValidateName(name string) error {
 		}
 	}
 	return nil
-}
-
-func nameByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("-_.:@+=/", c) >= 0
 }

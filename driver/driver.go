@@ -15,6 +15,7 @@ package driver
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -39,6 +40,18 @@ type Request struct {
 	// Value is what a candidate stores as its identity in an election
 	// (Mode Leader), for observers to read; empty in every other mode.
 	Value string
+}
+
+// NameByte reports whether c may occur in a lock name: an ASCII letter or
+// digit, or one of - _ . : @ + = /. It is the character rule of
+// dlock.ValidateName, for drivers that check a name prefix (Inspect)
+// without a whole name to validate.
+func NameByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-_.:@+=/", c) >= 0
 }
 
 // Grant describes a lock a driver has just taken.

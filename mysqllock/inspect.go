@@ -39,7 +39,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	defer d.wg.Done()
 	for i := 0; i < len(prefix); i++ {
-		if !nameByte(prefix[i]) {
+		if !driver.NameByte(prefix[i]) {
 			return nil, nil // no name starts with it
 		}
 	}
@@ -61,12 +61,6 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-// nameByte reports whether c may occur in a lock name (see
-// dlock.ValidateName).
-func nameByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:@+=/", c) >= 0
 }
 
 // names returns the valid lock names of the token table, quoted as table,

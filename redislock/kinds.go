@@ -22,8 +22,9 @@ const (
 	electionKind  = "le:"
 )
 
-// Operations and tags of the kinds' scripts (see scripts/kinds.lua),
-// boxed once so that passing them allocates nothing.
+// Operations of the scripts (acquire.lua's mode is opTry or opWait) and
+// tags of the kinds' scripts (see scripts/kinds.lua), boxed once so that
+// passing them allocates nothing.
 var (
 	opTry     any = "try"
 	opWait    any = "wait"
@@ -165,10 +166,10 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 		}
 		return acquireReply(d.kindDo(ctx, r, keys, op, b))
 	case wait:
-		return acquireReply(d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, modeWait,
+		return acquireReply(d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, opWait,
 			d.entryChannel, b.life, r.Name))
 	default:
-		return acquireReply(d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, modeTry))
+		return acquireReply(d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, opTry))
 	}
 }
 

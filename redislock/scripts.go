@@ -67,10 +67,3 @@ func splice(script, lib string) string {
 	}
 	return strings.Replace(script, mark, "\n"+lib+"\n", 1)
 }
-
-// Script modes of acquire.lua, boxed once so that passing them allocates
-// nothing.
-var (
-	modeTry  any = "try"
-	modeWait any = "wait"
-)

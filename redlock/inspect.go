@@ -79,7 +79,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	names := map[string]bool{}
 	for i := range views {
 		if errs[i] != nil {
-			firstErr = cmpErr(firstErr, fmt.Errorf("node %d: %w", i, errs[i]))
+			if firstErr == nil {
+				firstErr = fmt.Errorf("node %d: %w", i, errs[i])
+			}
 			continue
 		}
 		answered++
@@ -120,14 +122,6 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-// cmpErr keeps the first error.
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 var _ driver.Inspector = (*Driver)(nil)
