@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // TestFlockCommand: util-linux flock(1) on a lock file excludes dlock, and
@@ -16,7 +17,7 @@ import (
 func TestFlockCommand(t *testing.T) {
 	bin, err := exec.LookPath("flock")
 	if err != nil {
-		t.Skip("no flock(1) command")
+		t.Fatalf("flock(1) not found (%v): install util-linux, as %s does", err, testenv.ServicesScript)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

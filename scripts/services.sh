@@ -19,6 +19,7 @@ command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v mariadbd >/dev/null || need_apt+=(mariadb-server)
+command -v flock >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
