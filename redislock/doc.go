@@ -50,8 +50,10 @@
 //	client_name=        CLIENT SETNAME for every connection
 //	                    redis://127.0.0.1:6379?client_name=billing-worker
 //
-// A missing host, a bad port or database, a bad value or an unknown
-// parameter is a *dlock.ParamError naming it.
+// The client has ContextTimeoutEnabled set, so that a context's deadline
+// bounds the socket I/O of every call. A missing host, a bad port or
+// database, a bad value or an unknown parameter is a *dlock.ParamError
+// naming it.
 //
 // # Keys
 //
@@ -85,11 +87,20 @@
 //
 // # Requests
 //
-// A Driver sends its scripts from a few long-lived goroutines of its own
-// (internal/redispipe): calls of several goroutines that arrive together
-// go out as one pipeline, so that many concurrent lock operations cost
-// Redis one read and one write system call instead of one each. A lone
-// call goes out at once.
+// A call made while none of the Driver's is on the wire is sent by the
+// calling goroutine itself, as a plain go-redis call: an uncontended lock
+// costs no hand-over between goroutines. Calls that arrive while one is on
+// the wire are queued and sent by a few long-lived goroutines of the
+// Driver's (internal/redispipe), all those queued together as one
+// pipeline, so that many concurrent lock operations cost Redis one read
+// and one write system call instead of one each.
+//
+// A call sent by its caller waits for its reply as any go-redis call does:
+// against a server that stopped answering, until the client's ReadTimeout
+// (3 s by default), or ctx's deadline if the client has
+// ContextTimeoutEnabled (clients opened from a URL have it). A queued call
+// returns as soon as ctx ends. Either way a lease's loss is signalled on
+// time: the Locker's supervision does not wait for a hung renewal.
 //
 // # Waiting
 //

@@ -61,7 +61,10 @@ func clientOptions(u driver.URL) (*redis.Options, error) {
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return nil, u.Err("port", port, errors.New("not a port number (1 to 65535)"))
 	}
-	opt := &redis.Options{Addr: net.JoinHostPort(host, port)}
+	// ContextTimeoutEnabled: a context's deadline bounds the socket I/O
+	// of a call, also of one sent by its caller (see Requests in the
+	// package documentation).
+	opt := &redis.Options{Addr: net.JoinHostPort(host, port), ContextTimeoutEnabled: true}
 	if u.User != nil {
 		opt.Username = u.User.Username()
 		opt.Password, _ = u.User.Password()

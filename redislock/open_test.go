@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -43,6 +45,9 @@ func TestOpenURL(t *testing.T) {
 			d, ok := l.Driver().(*redislock.Driver)
 			if !ok {
 				t.Fatalf("driver is %T", l.Driver())
+			}
+			if c, ok := d.Client().(*redis.Client); !ok || !c.Options().ContextTimeoutEnabled {
+				t.Errorf("client %T without ContextTimeoutEnabled", d.Client())
 			}
 			name := "url/" + strings.Repeat("x", 3)
 			lease, err := l.TryAcquire(ctx, name, dlock.WithTTL(time.Second))

@@ -86,8 +86,8 @@ type Options struct {
 // driver.Moder (every mode) and driver.Elector over one Redis server (or
 // Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
-// It runs a few goroutines that send its scripts, batching concurrent
-// calls into pipelines (see the package documentation), until Close.
+// It runs a few goroutines that send the scripts of concurrent calls,
+// batched into pipelines (see the package documentation), until Close.
 // From its first Lock or Observe until Close, a Driver holds one pub/sub
 // connection of its client's, shared by all its waiting calls and
 // observers.

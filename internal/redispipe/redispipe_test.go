@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,19 +212,19 @@ func TestSubmitRacingClose(t *testing.T) {
 	}
 }
 
-// A call to a server that stopped answering returns when its context
-// ends, not after the client's ReadTimeout.
-func TestDoReturnsWhenContextEnds(t *testing.T) {
+// blackHole listens on loopback, accepts connections and never answers.
+// Its cleanup closes the listener and every connection.
+func blackHole(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	var conns []net.Conn
 	var mu sync.Mutex
 	go func() {
 		for {
-			c, err := ln.Accept() // accept, never answer: a black hole
+			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
@@ -232,32 +233,154 @@ func TestDoReturnsWhenContextEnds(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	defer func() {
+	t.Cleanup(func() {
+		ln.Close()
 		mu.Lock()
 		for _, c := range conns {
 			c.Close()
 		}
 		mu.Unlock()
-	}()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	})
+	return ln.Addr().String()
+}
+
+// A call queued behind one on the wire returns when its context ends, even
+// when the server stopped answering: not after the client's ReadTimeout.
+func TestQueuedDoReturnsWhenContextEnds(t *testing.T) {
+	addr := blackHole(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	defer c.Close()
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+
+	// The first call goes out alone, from its caller, and hangs.
+	first := make(chan error, 1)
+	go func() { first <- s.Do(context.Background(), echo, nil, "first").Err() }()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		s.mu.Lock()
+		busy := s.busy
+		s.mu.Unlock()
+		if busy == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first call never went out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := s.Do(ctx, echo, nil, "x").Err()
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("queued Do against a silent server = %v, want DeadlineExceeded", err)
+	}
+	if took > time.Second {
+		t.Errorf("queued Do returned after %v, want about the context's 100ms", took)
+	}
+	if err := <-first; err == nil {
+		t.Error("the first call against a silent server succeeded")
+	}
+}
+
+// A call sent by its caller against a server that stopped answering ends
+// at the client's own bound: the context's deadline when the client has
+// ContextTimeoutEnabled.
+func TestDirectDoHonoursContextTimeout(t *testing.T) {
+	addr := blackHole(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	s := NewSender(c, 1, echo)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = s.Do(ctx, echo, nil, "x").Err()
+	err := s.Do(ctx, echo, nil, "x").Err()
 	took := time.Since(start)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Do against a silent server = %v, want DeadlineExceeded", err)
+	if err == nil {
+		t.Error("Do against a silent server succeeded")
 	}
 	if took > time.Second {
 		t.Errorf("Do returned after %v, want about the context's 100ms", took)
 	}
-	// Unblock the sender before Close: close the silent connections.
-	mu.Lock()
-	for _, c := range conns {
-		c.Close()
+}
+
+// senderStacks counts the commands go-redis was given on one of a
+// Sender's own goroutines rather than on a caller's.
+type senderStacks struct{ fromSender, total atomic.Int64 }
+
+func (h *senderStacks) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *senderStacks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "evalsha" { // not a connection's handshake
+			return next(ctx, cmd)
+		}
+		h.total.Add(1)
+		buf := make([]byte, 8<<10)
+		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "redispipe.(*Sender).run") {
+			h.fromSender.Add(1)
+		}
+		return next(ctx, cmd)
 	}
-	mu.Unlock()
+}
+
+func (h *senderStacks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An uncontended call is sent by its caller, with no hand-over to the
+// Sender's goroutines; a call made while another is on the wire is handed
+// over.
+func TestLoneCallIsSentByItsCaller(t *testing.T) {
+	c := testenv.RedisClient(t)
+	slow := NewScript(`local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]
+repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - s > 200000
+return 1`)
+	for _, sc := range []*Script{echo, slow} {
+		if err := sc.Load(t.Context(), c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &senderStacks{}
+	c.AddHook(h)
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	for i := range 100 {
+		if got, err := s.Do(t.Context(), echo, nil, i).Int(); err != nil || got != i {
+			t.Fatalf("Do = %v, %v; want %d", got, err, i)
+		}
+	}
+	if h.total.Load() != 100 || h.fromSender.Load() != 0 {
+		t.Errorf("lone calls: %d commands, %d of them from the Sender's goroutine; want 100, 0",
+			h.total.Load(), h.fromSender.Load())
+	}
+
+	// Hold the wire with a slow call; the next one must be handed over.
+	s2 := NewSender(c, 1, slow, echo)
+	defer s2.Close()
+	h.total.Store(0)
+	h.fromSender.Store(0)
+	done := make(chan error, 1)
+	go func() { done <- s2.Do(t.Context(), slow, nil).Err() }()
+	for {
+		s2.mu.Lock()
+		busy := s2.busy
+		s2.mu.Unlock()
+		if busy == 1 {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if err := s2.Do(t.Context(), echo, nil, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if h.fromSender.Load() != 1 {
+		t.Errorf("a call made while another was on the wire: %d sent by the Sender's goroutine, want 1", h.fromSender.Load())
+	}
 }
