@@ -78,6 +78,9 @@ func impl(b *testing.B, s harness.Spec) harness.Impl {
 
 func bench(b *testing.B, scenario string, report func(b *testing.B, r harness.Result)) {
 	for _, s := range harness.Specs() {
+		if s.OptIn {
+			continue // diagnostics: cmd/compare -impls runs them
+		}
 		b.Run("impl="+s.Name, func(b *testing.B) {
 			im := impl(b, s)
 			if s.Private {

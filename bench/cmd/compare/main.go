@@ -43,6 +43,7 @@ func run() error {
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "longest wait for a quiet machine before a measurement")
 	cost := flag.Duration("cost", 2*time.Second, "duration of the CPU-cost pass (S2 on private servers only, so that Redis's CPU per operation can be read); 0 skips it")
 	rounds := flag.Int("rounds", 1, "rounds; the order of implementations rotates each round and metrics are medians (max wait: the worst)")
+	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: the implementations take turns in slices of this length (the order rotating every slice) until each has run -d, so that a slower minute of the machine falls on all of them alike; 0 runs each for -d in one go, one after another")
 	flag.Parse()
 
 	if err := loopback(*shared); err != nil {
@@ -110,10 +111,26 @@ func run() error {
 	}
 	_, sharedPort, _ := net.SplitHostPort(*shared)
 	all := map[string][]harness.Result{}
-	maxForeign := 0.0
-	repeats := 0
+	g := &quietGuard{exclude: exclude, port: sharedPort, limit: *maxForeignFlag, wait: *quietWait}
 	for r := range *rounds {
 		for _, sc := range scens {
+			if *slice > 0 && sc != harness.S3 {
+				// Sliced: every implementation runs in turns.
+				res, foreign, err := quietly(g, fmt.Sprintf("round %d %s (sliced)", r+1, sc), func(attempt int) (map[string]harness.Result, error) {
+					return sliced(ctx, env, impls, order, private, sc, fmt.Sprintf("r%d-a%d", r, attempt), r, *d, *slice, *warm)
+				})
+				if err != nil {
+					return err
+				}
+				for _, name := range order {
+					rs := res[name]
+					rs.Impl = name
+					all[name+" "+sc] = append(all[name+" "+sc], rs)
+					fmt.Fprintf(os.Stderr, "round %d %s %-15s %8.0f ops/s p50 %v p99 %v errors %d/%d (sliced); other processes %.2f CPU\n",
+						r+1, sc, name, rs.OpsPerSec(), rs.P50, rs.P99, rs.AcquireErrors, rs.ReleaseErrors, foreign)
+				}
+				continue
+			}
 			for i := range order {
 				name := order[(i+r)%len(order)]
 				im := impls[name]
@@ -126,25 +143,9 @@ func run() error {
 				if *warm > 0 {
 					harness.Run(sc, im, env.Key(name, sc, purpose+"-warm"), harness.Budget{D: *warm}, harness.Hooks{})
 				}
-				var res harness.Result
-				foreign := -1.0
-				for attempt := 1; ; attempt++ {
-					if *maxForeignFlag > 0 {
-						waitQuiet(exclude, sharedPort, *maxForeignFlag, *quietWait)
-					}
-					before := snapshotForeign(exclude, sharedPort)
-					rr := harness.Run(sc, im, env.Key(name, sc, fmt.Sprintf("%s-a%d", purpose, attempt)), harness.Budget{D: *d}, harness.Hooks{})
-					f := foreignCPU(before, snapshotForeign(exclude, sharedPort))
-					if foreign < 0 || f < foreign {
-						res, foreign = rr, f
-					}
-					if *maxForeignFlag <= 0 || f <= *maxForeignFlag || attempt == 3 {
-						break
-					}
-					repeats++
-					fmt.Fprintf(os.Stderr, "round %d %s %-15s other processes used %.2f CPU; measuring again\n", r+1, sc, name, f)
-				}
-				maxForeign = max(maxForeign, foreign)
+				res, foreign, _ := quietly(g, fmt.Sprintf("round %d %s %-15s", r+1, sc, name), func(attempt int) (harness.Result, error) {
+					return harness.Run(sc, im, env.Key(name, sc, fmt.Sprintf("%s-a%d", purpose, attempt)), harness.Budget{D: *d}, harness.Hooks{}), nil
+				})
 				res.Impl = name
 				all[name+" "+sc] = append(all[name+" "+sc], res)
 				fmt.Fprintf(os.Stderr, "round %d %s %-15s %8.0f ops/s p50 %v p99 %v maxwait %v other %.1f%% errors %d/%d overlaps %d; other processes %.2f CPU\n",
@@ -157,8 +158,8 @@ func run() error {
 	var costs []harness.Cost
 	if *cost > 0 {
 		for _, s := range specs {
-			if *maxForeignFlag > 0 {
-				waitQuiet(exclude, sharedPort, *maxForeignFlag, *quietWait)
+			if g.limit > 0 {
+				waitQuiet(exclude, sharedPort, g.limit, g.wait)
 			}
 			c, err := harness.MeasureCost(ctx, s, env, costAddr, *cost)
 			if err != nil {
@@ -180,10 +181,15 @@ func run() error {
 	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), *shared)
 	fmt.Fprintf(w, "- each scenario: %v warm-up, then %v measured, per implementation; %d round(s)\n", *warm, *d, *rounds)
+	if *slice > 0 {
+		fmt.Fprintf(w, "- S1 and S2 sliced: the implementations take turns in %v slices (order rotating every slice) until each has run %v, so that the machine's slower and faster minutes fall on all alike; S3 runs each implementation for %v in one go\n", *slice, *d, *d)
+	} else {
+		fmt.Fprintf(w, "- every scenario runs each implementation for %v in one go, one after another\n", *d)
+	}
 	fmt.Fprintf(w, "- TTL %v for every implementation; dlock with automatic renewal on (default)\n", harness.TTL)
 	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loop fixed %v\n",
 		harness.BSMMinBackoff, harness.BSMMaxBackoff, harness.RawRetry)
-	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f; %d measurements repeated because of them)\n", maxForeign, *maxForeignFlag, repeats)
+	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.repeats)
 	fmt.Fprintln(w)
 	harness.WriteTables(w, results, order)
 	harness.WriteErrors(w, results, order)
@@ -194,6 +200,82 @@ func run() error {
 	fmt.Fprintf(w, "\n### Targets\n\n")
 	harness.WriteTargets(w, harness.Targets(results))
 	return nil
+}
+
+// quietGuard keeps other processes' CPU use out of the measurements.
+type quietGuard struct {
+	exclude map[int]bool // this run's redis-servers
+	port    string       // the shared Redis's port
+	limit   float64      // most CPU other processes may use during a kept measurement; 0: no guard
+	wait    time.Duration
+
+	repeats    int     // measurements repeated because of other processes
+	maxForeign float64 // most CPU other processes used during a kept measurement
+}
+
+// quietly waits for a quiet machine and runs measure, up to 3 times while
+// other processes used more than g.limit of a CPU during it, and returns
+// the run during which they used the least, with that use. label names
+// the measurement in the progress output.
+func quietly[T any](g *quietGuard, label string, measure func(attempt int) (T, error)) (T, float64, error) {
+	var best T
+	foreign := -1.0
+	for attempt := 1; ; attempt++ {
+		if g.limit > 0 {
+			waitQuiet(g.exclude, g.port, g.limit, g.wait)
+		}
+		before := snapshotForeign(g.exclude, g.port)
+		res, err := measure(attempt)
+		if err != nil {
+			return best, 0, err
+		}
+		f := foreignCPU(before, snapshotForeign(g.exclude, g.port))
+		if foreign < 0 || f < foreign {
+			best, foreign = res, f
+		}
+		if g.limit <= 0 || f <= g.limit || attempt == 3 {
+			break
+		}
+		g.repeats++
+		fmt.Fprintf(os.Stderr, "%s: other processes used %.2f CPU; measuring again\n", label, f)
+	}
+	g.maxForeign = max(g.maxForeign, foreign)
+	return best, foreign, nil
+}
+
+// sliced runs scenario sc (S1 or S2) for every implementation in turns:
+// after a warm-up of each, slices of length slice, the order rotating
+// every slice, until each implementation has run about d. The private
+// nodes are flushed once, before the warm-ups. It returns each
+// implementation's slices merged.
+func sliced(ctx context.Context, env *harness.Env, impls map[string]harness.Impl, order []string, private map[string]bool,
+	sc, purpose string, round int, d, slice, warm time.Duration) (map[string]harness.Result, error) {
+	for _, name := range order {
+		if private[name] {
+			if err := harness.FlushNodes(ctx, env); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	if warm > 0 {
+		for _, name := range order {
+			harness.Run(sc, impls[name], env.Key(name, sc, purpose+"-warm"), harness.Budget{D: warm}, harness.Hooks{})
+		}
+	}
+	n := max(int((d+slice-1)/slice), 1)
+	parts := map[string][]harness.Result{}
+	for k := range n {
+		for i := range order {
+			name := order[(i+k+round)%len(order)]
+			parts[name] = append(parts[name], harness.Run(sc, impls[name], env.Key(name, sc, fmt.Sprintf("%s-s%d", purpose, k)), harness.Budget{D: slice}, harness.Hooks{}))
+		}
+	}
+	out := map[string]harness.Result{}
+	for name, p := range parts {
+		out[name] = harness.Merge(p)
+	}
+	return out, nil
 }
 
 func names(specs []harness.Spec) string {

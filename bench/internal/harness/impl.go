@@ -68,7 +68,9 @@ type Spec struct {
 	// Private is true when the implementation uses the private nodes (and
 	// so those may be flushed before it runs).
 	Private bool
-	New     func(e *Env) (Impl, error)
+	// OptIn is true for a diagnostic implementation, run only when named.
+	OptIn bool
+	New   func(e *Env) (Impl, error)
 }
 
 // Implementation names.
@@ -79,6 +81,9 @@ const (
 	BSM          = "bsm-redislock"
 	Redsync1     = "redsync-1"
 	Redsync5     = "redsync-5"
+	// RawSpawn is the raw loop with every call on a goroutine of its own
+	// (a diagnostic, run only when named).
+	RawSpawn = "raw-goredis-spawn"
 )
 
 // specs lists every implementation in the order they are run and shown.
@@ -88,15 +93,23 @@ var specs = []Spec{
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},
+	{Name: RawSpawn, OptIn: true, New: newRawSpawn},
 }
 
 // Specs returns the implementations, dlock's first.
 func Specs() []Spec { return specs }
 
-// Select returns the specs named in the comma-separated list (all for "").
+// Select returns the specs named in the comma-separated list (for "" or
+// "all": all but the opt-in ones).
 func Select(list string) ([]Spec, error) {
 	if list == "" || list == "all" {
-		return specs, nil
+		var out []Spec
+		for _, s := range specs {
+			if !s.OptIn {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	var out []Spec
 	for n := range strings.SplitSeq(list, ",") {

@@ -70,6 +70,10 @@ type Result struct {
 
 	// Rate, when set, is the throughput (Combine sets it to the median).
 	Rate float64
+
+	// Latencies are the acquire+release times of S1 and S2, sorted, for
+	// Merge.
+	Latencies []time.Duration
 }
 
 // OpsPerSec is the throughput.
@@ -221,6 +225,7 @@ func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) str
 		res.AllocsPerOp /= float64(res.Ops)
 	}
 	res.P50, res.P99 = percentile(all, 0.50), percentile(all, 0.99)
+	res.Latencies = all
 	res.AcquireErrors, res.ReleaseErrors = acqErr.Load(), relErr.Load()
 	res.FirstAcquireErr, res.FirstReleaseErr = acqFirst.msg, relFirst.msg
 	return res
@@ -359,6 +364,41 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	i := int(p*float64(len(ds))+0.999999999) - 1
 	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// Merge joins the measurements of one implementation in several time
+// slices of one S1 or S2 run into one: operations, time and CPU add up,
+// latency percentiles are those of all the slices' operations together.
+func Merge(parts []Result) Result {
+	if len(parts) == 0 {
+		return Result{}
+	}
+	out := parts[0]
+	out.Ops, out.Elapsed, out.ClientCPU, out.AcquireErrors, out.ReleaseErrors = 0, 0, 0, 0, 0
+	var allocs float64
+	var all []time.Duration
+	for _, r := range parts {
+		out.Ops += r.Ops
+		out.Elapsed += r.Elapsed
+		out.ClientCPU += r.ClientCPU
+		out.AcquireErrors += r.AcquireErrors
+		out.ReleaseErrors += r.ReleaseErrors
+		allocs += r.AllocsPerOp * float64(r.Ops)
+		all = append(all, r.Latencies...)
+		if out.FirstAcquireErr == "" {
+			out.FirstAcquireErr = r.FirstAcquireErr
+		}
+		if out.FirstReleaseErr == "" {
+			out.FirstReleaseErr = r.FirstReleaseErr
+		}
+	}
+	if out.Ops > 0 {
+		out.AllocsPerOp = allocs / float64(out.Ops)
+	}
+	slices.Sort(all)
+	out.Latencies = all
+	out.P50, out.P99 = percentile(all, 0.50), percentile(all, 0.99)
+	return out
 }
 
 // Run runs the named scenario.
