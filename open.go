@@ -36,6 +36,40 @@ func Register(scheme string, opener driver.Opener) {
 	registry.m[scheme] = opener
 }
 
+// parseURL parses rawURL as url.Parse does, and also a URL whose authority
+// lists several hosts, separated by commas, such as
+// redlock://[::1]:7001,[::1]:7002 or redlock://h1:6379,h2 (which url.Parse
+// rejects: it takes what follows the last colon for the port). Such a URL
+// comes back with Host set to the whole list, for the backend to split.
+func parseURL(rawURL string) (*url.URL, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return url.Parse(rawURL)
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	hostStart := strings.LastIndexByte(authority, '@') + 1
+	hosts := authority[hostStart:]
+	if !strings.Contains(hosts, ",") {
+		return url.Parse(rawURL)
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		if strings.ContainsAny(h, " \t\n\r%") {
+			return nil, fmt.Errorf("parse %q: invalid character in host %q", rawURL, h)
+		}
+	}
+	// Parse the rest with one stand-in host, then put the list back.
+	u, err := url.Parse(scheme + "://" + authority[:hostStart] + "multi.invalid" + rest[end:])
+	if err != nil {
+		return nil, err
+	}
+	u.Host = hosts
+	return u, nil
+}
+
 // Schemes returns the registered URL schemes, sorted.
 func Schemes() []string {
 	registry.RLock()
@@ -61,7 +95,7 @@ func Schemes() []string {
 // scheme is an error listing the registered ones; a bad parameter is a
 // *ParamError naming it.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: Open: %w", err)
 	}

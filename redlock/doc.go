@@ -77,10 +77,9 @@
 //
 //	redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
 //	redlock://:secret@redis-a,redis-b,redis-c:6380
+//	redlock://[::1]:7001,[::1]:7002,[::1]
 //
-// Because the URL is parsed by net/url, which checks the port after the
-// last colon only, the last node of a list whose other nodes have ports
-// must have one too.
+// An IPv6 address is written in brackets, with or without a port.
 //
 // Parameters:
 //

@@ -109,10 +109,14 @@ func nodeAddrs(u driver.URL) ([]string, error) {
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
-			if strings.Contains(h, ":") {
+			switch {
+			case strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]"):
+				host, port = h[1:len(h)-1], DefaultPort // [::1]
+			case strings.Contains(h, ":"):
 				return nil, u.Err("host", h, err)
+			default:
+				host, port = h, DefaultPort
 			}
-			host, port = h, DefaultPort
 		}
 		if host == "" {
 			return nil, u.Err("host", h, errors.New("no host name"))

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ func TestOpenBadURL(t *testing.T) {
 		{"redlock://:1,127.0.0.1:2", "host"},
 		{"redlock://127.0.0.1:1,127.0.0.1:1", "host"},
 		{"redlock://h1,h2,h1:6379", "host"},
+		{"redlock://127.0.0.1:1,127.0.0.1:x", "host"},
+		{"redlock://[::1]:1,[::1", "host"},
+		{"redlock://[::1]:1,[::1]:1", "host"},
 		{"redlock://" + nodes3 + "/locks", "path"},
 		{"redlock://" + nodes3 + "?bogus=1", "bogus"},
 		{"redlock://" + nodes3 + "?node_timeout=20ms&zz=1&aa=2", "aa"},
@@ -64,10 +68,36 @@ func TestOpenBadURL(t *testing.T) {
 			t.Errorf("Open(%q): ParamError.Scheme = %q", tc.url, pe.Scheme)
 		}
 	}
-	// net/url itself rejects a bad port on the last node.
-	if l, err := dlock.Open(t.Context(), "redlock://127.0.0.1:1,127.0.0.1:x"); err == nil {
+}
+
+// Node lists that net/url alone rejects: IPv6 literals, a last node
+// without a port after nodes with one.
+func TestOpenHostLists(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want []string
+	}{
+		{"redlock://[::1]:7001,[::1]:7002,[::1]", []string{"[::1]:7001", "[::1]:7002", "[::1]:6379"}},
+		{"redlock://127.0.0.1:7001,localhost", []string{"127.0.0.1:7001", "localhost:6379"}},
+		{"redlock://user:pw@[::1]:1,127.0.0.1:2,[::1]:3?prefix=x:", []string{"[::1]:1", "127.0.0.1:2", "[::1]:3"}},
+	} {
+		l, err := dlock.Open(t.Context(), tc.url)
+		if err != nil {
+			t.Errorf("Open(%q): %v", tc.url, err)
+			continue
+		}
+		d := l.Driver().(*Driver)
+		var got []string
+		for _, c := range d.clients {
+			got = append(got, c.(*redis.Client).Options().Addr)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Open(%q): nodes %v, want %v", tc.url, got, tc.want)
+		}
+		if o := d.clients[0].(*redis.Client).Options(); strings.Contains(tc.url, "user:pw@") && (o.Username != "user" || o.Password != "pw") {
+			t.Errorf("Open(%q): user %q password %q", tc.url, o.Username, o.Password)
+		}
 		_ = l.Close()
-		t.Error("Open with a bad last port succeeded")
 	}
 }
 
