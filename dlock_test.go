@@ -306,3 +306,87 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// signalling wraps a memlock driver; its grants of the lock called
+// "backend" carry a Lost channel the test closes, as a backend does when
+// its session ends.
+type signalling struct {
+	*memlock.Driver
+	lost chan struct{}
+}
+
+func (s *signalling) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, err := s.Driver.TryLock(ctx, r)
+	if r.Name == "backend" {
+		g.Lost = s.lost
+	}
+	return g, err
+}
+
+// dlock.lost counts each way of losing a lease under its own reason.
+func TestLostReasons(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	store := memlock.NewStore()
+	d := &signalling{Driver: store.Driver(), lost: make(chan struct{})}
+	l, err := dlock.New(d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// expired: no renewal, the validity runs out.
+	a, err := l.TryAcquire(ctx, "expired", dlock.WithAutoRenew(false), dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// gone: the store drops the lock, the next renewal finds it gone.
+	b, err := l.TryAcquire(ctx, "gone", dlock.WithTTL(90*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Revoke("gone")
+	// backend: the driver signals the loss.
+	c, err := l.TryAcquire(ctx, "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(d.lost)
+	// released: not counted as lost.
+	r, err := l.TryAcquire(ctx, "released")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ls := range []*dlock.Lease{a, b, c} {
+		select {
+		case <-ls.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lease %s not lost", ls.Name())
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "dlock.lost" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				reason, _ := dp.Attributes.Value("reason")
+				got[reason.AsString()] += dp.Value
+			}
+		}
+	}
+	want := map[string]int64{"expired": 1, "gone": 1, "backend": 1}
+	if len(got) != len(want) || got["expired"] != 1 || got["gone"] != 1 || got["backend"] != 1 {
+		t.Errorf("dlock.lost by reason = %v, want %v", got, want)
+	}
+}

@@ -71,7 +71,7 @@
 //	dlock.acquisitions      counter            attempts, by "result" (acquired, not_acquired, canceled, error)
 //	dlock.hold.duration     histogram, s       how long leases were held, by "end" (released, lost)
 //	dlock.renewals          counter            renewals, by "result" (ok, error)
-//	dlock.lost              counter            leases lost while held
+//	dlock.lost              counter            leases lost while held, by "reason" (expired, gone, backend)
 //	dlock.held              up-down counter    leases held now
 //
 // With WithLogger, it logs acquisitions and releases at Debug, failed

@@ -145,7 +145,7 @@ func (s *Lease) refresh(ctx context.Context) error {
 	s.l.m.renewed(err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), true)
+			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), lostGone)
 		}
 		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
 	}
@@ -183,7 +183,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	err := s.l.drv.Unlock(ctx, s.req)
 	switch {
 	case err == nil:
-		if !s.end(ErrReleased, false) {
+		if !s.end(ErrReleased, "") {
 			return s.heldErr() // lost while the release was starting
 		}
 		if s.l.log.Enabled(ctx, slog.LevelDebug) {
@@ -191,10 +191,10 @@ func (s *Lease) Release(ctx context.Context) error {
 		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		s.end(fmt.Errorf("%w: %q: the lock was gone at release: %w", ErrLost, s.req.Name, err), true)
+		s.end(fmt.Errorf("%w: %q: the lock was gone at release: %w", ErrLost, s.req.Name, err), lostGone)
 		return s.heldErr()
 	default:
-		s.end(ErrReleased, false)
+		s.end(ErrReleased, "")
 		return fmt.Errorf("dlock: release %q (the store frees it when its TTL or session ends): %w", s.req.Name, err)
 	}
 }
@@ -213,8 +213,10 @@ func (s *Lease) heldErr() error {
 	return nil
 }
 
-// end ends the lease once; it reports whether this call ended it.
-func (s *Lease) end(cause error, lost bool) bool {
+// end ends the lease once; it reports whether this call ended it. lost is
+// why the lease was lost (lostExpired, lostGone, lostBackend), or "" for a
+// release.
+func (s *Lease) end(cause error, lost string) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -225,7 +227,7 @@ func (s *Lease) end(cause error, lost bool) bool {
 	s.stop()
 	s.l.track(s, false)
 	s.l.m.ended(lost, time.Since(s.acquired))
-	if lost {
+	if lost != "" {
 		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
 	}
 	// Done closes last, so that whoever wakes on it sees the metrics and

@@ -45,7 +45,21 @@ type metrics struct {
 	renewErr metric.MeasurementOption
 	released metric.MeasurementOption
 	lostOpt  metric.MeasurementOption
+	byReason map[string]metric.MeasurementOption // dlock.lost, by reason
 }
+
+// Why a lease was lost: the values of dlock.lost's reason attribute.
+const (
+	// lostExpired: no renewal succeeded before the lease's validity
+	// ended (the store unreachable, or renewal off and no Refresh).
+	lostExpired = "expired"
+	// lostGone: a renewal or the release found the lock no longer the
+	// lease's (taken over after expiring, or deleted on the store).
+	lostGone = "gone"
+	// lostBackend: the backend signalled the loss itself (a ZooKeeper
+	// session or etcd lease that expired, a database connection lost).
+	lostBackend = "backend"
+)
 
 func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	if mp == nil {
@@ -66,7 +80,7 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	x.renewals, _ = m.Int64Counter("dlock.renewals", metric.WithUnit("{renewal}"),
 		metric.WithDescription("Lease renewals, by result."))
 	x.lost, _ = m.Int64Counter("dlock.lost", metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases lost while held."))
+		metric.WithDescription("Leases lost while held, by reason."))
 	x.held, _ = m.Int64UpDownCounter("dlock.held", metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases currently held by this process."))
 
@@ -80,6 +94,10 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	x.renewErr = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", "error")))
 	x.released = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "released")))
 	x.lostOpt = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "lost")))
+	x.byReason = map[string]metric.MeasurementOption{}
+	for _, r := range []string{lostExpired, lostGone, lostBackend} {
+		x.byReason[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("reason", r)))
+	}
 	return &x
 }
 
@@ -101,11 +119,12 @@ func (m *metrics) renewed(ok bool) {
 	}
 }
 
-func (m *metrics) ended(lost bool, held time.Duration) {
+// ended records a lease's end: lost is why it was lost, "" for a release.
+func (m *metrics) ended(lost string, held time.Duration) {
 	ctx := context.Background()
 	m.held.Add(ctx, -1, m.backend)
-	if lost {
-		m.lost.Add(ctx, 1, m.backend)
+	if lost != "" {
+		m.lost.Add(ctx, 1, m.byReason[lost])
 		m.hold.Record(ctx, held.Seconds(), m.lostOpt)
 	} else {
 		m.hold.Record(ctx, held.Seconds(), m.released)

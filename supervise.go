@@ -56,7 +56,7 @@ func (s *Lease) watchLost() {
 	releasing := s.releasing
 	s.mu.Unlock()
 	if !releasing {
-		s.end(fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name), true)
+		s.end(fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name), lostBackend)
 	}
 }
 
@@ -119,7 +119,7 @@ func (s *Lease) tick() {
 			releasing := s.releasing
 			s.mu.Unlock()
 			if !releasing {
-				s.end(s.lostCause(last), true)
+				s.end(s.lostCause(last), lostExpired)
 			}
 		})
 		err := s.refresh(ctx)
@@ -169,7 +169,7 @@ func (s *Lease) schedule() {
 // expire it on its own (filelock's flock) is freed here when the lease's
 // validity ends. opMu must be held.
 func (s *Lease) expire() {
-	if !s.end(s.lostCause(s.lastErr), true) {
+	if !s.end(s.lostCause(s.lastErr), lostExpired) {
 		return
 	}
 	s.unlockAfterLoss()
