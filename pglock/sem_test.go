@@ -58,7 +58,10 @@ func TestSemaphoreLimit(t *testing.T) {
 				}
 				tokens[p.Token()] = true
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				// Long enough that the holders overlap even when a
+				// statement takes several milliseconds (32 sessions on a
+				// small machine, -race): the limit must be reached.
+				time.Sleep(20 * time.Millisecond)
 				in.Add(-1)
 				if err := p.Release(ctx); err != nil {
 					t.Error(err)
