@@ -116,6 +116,17 @@ func (d pollingWriter) Lock(ctx context.Context, r driver.Request) (driver.Grant
 
 // mutexOnly hides every optional interface but Waiter: the suite must
 // find the other kinds unsupported, and pass.
+// blindInspect lists every lock under the prefix but the last one.
+type blindInspect struct{ *memlock.Driver }
+
+func (b blindInspect) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	got, err := b.Driver.Inspect(ctx, prefix)
+	if len(got) > 0 {
+		got = got[:len(got)-1]
+	}
+	return got, err
+}
+
 type mutexOnly struct{ d *memlock.Driver }
 
 func (m mutexOnly) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
@@ -157,6 +168,8 @@ func TestBrokenBackend(t *testing.T) {
 				d = pollingWriter{store.Driver()}
 			case "mutex-only":
 				d = mutexOnly{store.Driver()}
+			case "blind-inspect":
+				d = blindInspect{store.Driver()}
 			default:
 				t.Fatalf("unknown LOCKTEST_BROKEN %q", kind)
 			}
@@ -186,6 +199,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"loose-kinds", []string{"RWReadersShareWritersExclude", "RWTryAcquire", "SemaphoreLimit", "SemaphoreTryWhenFull",
 			"ElectionObserve"}},
 		{"polling-writer", []string{"RWWriterNotStarved", "RWTryAcquire"}},
+		{"blind-inspect", []string{"InspectListsHolders"}},
 		{"mutex-only", nil}, // passes: the other kinds are checked as unsupported
 	} {
 		t.Run(c.kind, func(t *testing.T) {

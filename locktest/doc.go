@@ -13,7 +13,8 @@
 // Locker Supports: readers-writer (RW*), semaphore (Semaphore*) and
 // election (Election*) properties. For a kind the backend lacks, the
 // property checks that its methods fail with dlock.ErrUnsupported, and
-// passes.
+// passes. A driver that is a driver.Inspector (what `dlock status` reads)
+// must list exactly the locks held under a prefix (InspectListsHolders).
 //
 // Each property is a named subtest with its own time limit, written to run
 // under -race. The suite can fail: package locktest's own tests run it

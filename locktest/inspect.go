@@ -1,0 +1,72 @@
+package locktest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// inspectListsHolders: a driver that is a driver.Inspector lists, to
+// another client, exactly the locks held under a prefix (a plain string
+// prefix of the names), sorted by name, with the holder's token when it
+// reports one, an expiry within the TTL's reach when it reports one, and
+// no waiters; released locks drop out of the list. A driver without
+// Inspect passes: the interface is optional.
+func (s *suite) inspectListsHolders(t *testing.T, ctx context.Context, base string) {
+	l := s.locker(t)
+	other := s.locker(t)
+	insp, ok := other.Driver().(driver.Inspector)
+	if !ok {
+		t.Logf("%T is not a driver.Inspector: nothing to check", other.Driver())
+		return
+	}
+	a, ab, c := base+"/a", base+"/a/b", base+"/c"
+	leases := map[string]*dlock.Lease{}
+	for _, n := range []string{a, ab, c} {
+		leases[n] = acquire(t, ctx, l, n)
+	}
+	check := func(when, prefix string, want ...string) {
+		t.Helper()
+		got, err := insp.Inspect(ctx, prefix)
+		if err != nil {
+			t.Fatalf("%s: Inspect(%q): %v", when, prefix, err)
+		}
+		var names []string
+		for _, info := range got {
+			names = append(names, info.Name)
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: Inspect(%q) names = %q, want %q", when, prefix, names, want)
+			return
+		}
+		now := time.Now()
+		for _, info := range got {
+			lease := leases[info.Name]
+			if info.Mode != driver.Exclusive {
+				t.Errorf("%s: %s: mode %v, want exclusive", when, info.Name, info.Mode)
+			}
+			if info.Token != 0 && info.Token != lease.Token() {
+				t.Errorf("%s: %s: token %d, the holder's is %d", when, info.Name, info.Token, lease.Token())
+			}
+			if !info.Expires.IsZero() && (info.Expires.Before(now.Add(-time.Second)) || info.Expires.After(now.Add(2*s.h.TTL+5*time.Second))) {
+				t.Errorf("%s: %s: expires %v from now, TTL %v", when, info.Name, info.Expires.Sub(now), s.h.TTL)
+			}
+			if info.Waiters > 0 {
+				t.Errorf("%s: %s: %d waiters, none wait", when, info.Name, info.Waiters)
+			}
+		}
+	}
+	check("three held", base+"/", a, ab, c)
+	check("three held", a, a, ab)
+	check("three held", a+"/", ab)
+	check("three held", base+"/zz")
+	release(t, ctx, leases[a])
+	check("one released", base+"/", ab, c)
+	release(t, ctx, leases[ab])
+	release(t, ctx, leases[c])
+	check("all released", base+"/")
+}
