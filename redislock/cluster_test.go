@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
 )
 
 // startCluster starts a one-node Redis Cluster on a free loopback port,
@@ -105,6 +107,25 @@ func TestCluster(t *testing.T) {
 	}
 	if lat := got.at.Sub(released); lat > w.entryLifetime(r.TTL)/6 {
 		t.Errorf("handoff took %v: the grant did not come by message", lat)
+	}
+	// Inspect scans every master and reads keys of several slots: the
+	// mutex w holds and a reader of another name.
+	rr := request("cluster/rw", 10*time.Second)
+	rr.Mode = driver.Read
+	rg, err := d.TryLock(ctx, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := d.Inspect(ctx, "cluster/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 || infos[0].Name != name || infos[0].Mode != driver.Exclusive || infos[0].Token != got.g.Token ||
+		infos[1].Name != "cluster/rw" || infos[1].Mode != driver.Read || infos[1].Token != rg.Token {
+		t.Errorf("Inspect on a cluster = %+v, want %s (token %d) and a reader of cluster/rw (token %d)", infos, name, got.g.Token, rg.Token)
+	}
+	if err := d.Unlock(ctx, rr); err != nil {
+		t.Fatal(err)
 	}
 	if err := w.Unlock(ctx, r); err != nil {
 		t.Fatal(err)

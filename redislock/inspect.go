@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,28 +15,39 @@ import (
 	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
-// Inspect lists the mutexes held now whose names start with prefix (all of
+// Inspect lists the locks held now whose names start with prefix (all of
 // them for an empty prefix), sorted by name, for tools such as
-// `dlock status`: each with its owner value, its fencing token, its expiry
-// (from the key's remaining TTL) and how many waiters are queued. It
-// finds them with SCAN (on every master of a Redis Cluster), then reads
-// each lock's keys in one pipeline; locks taken or released meanwhile may
-// be missed or reported gone. Readers-writer locks, semaphores and
-// elections are not listed.
+// `dlock status`: mutexes, readers-writer locks (the writer, or each
+// reader), semaphores (each permit holder) and elections (the leader).
+// Each entry has its owner value, its fencing token, its expiry (from the
+// key's remaining TTL, or the holder's expiry score against the server's
+// clock) and how many waiters are queued. It finds the locks with SCAN (on
+// every master of a Redis Cluster), then reads their keys in one
+// pipeline; locks taken or released meanwhile may be missed or reported
+// gone.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
+	// What to scan for: a mutex or a writer, elections and semaphores by
+	// their main key; readers by their sorted set (a readers-writer lock
+	// held by readers has no main key).
+	scans := []struct{ kind, tail string }{{"", ""}, {rwKind, ""}, {rwKind, ":r"}, {semaphoreKind, ""}, {electionKind, ""}}
 	var (
 		mu    sync.Mutex
-		names []string
+		found = map[string][]string{} // kind -> names
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		found, err := redispipe.ScanNames(ctx, c, d.prefix+"{", prefix)
-		mu.Lock()
-		names = append(names, found...)
-		mu.Unlock()
-		return err
+		for _, s := range scans {
+			names, err := redispipe.ScanNames(ctx, c, d.prefix+s.kind+"{", s.tail, prefix)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			found[s.kind] = append(found[s.kind], names...)
+			mu.Unlock()
+		}
+		return nil
 	}
 	var err error
 	if cc, ok := d.client.(*redis.ClusterClient); ok {
@@ -46,43 +58,122 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if err != nil {
 		return nil, fmt.Errorf("redislock: inspect: %w", err)
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-
-	type reads struct {
-		owner, token *redis.StringCmd
-		pttl         *redis.DurationCmd
-		waiters      *redis.IntCmd
-	}
-	rs := make([]reads, len(names))
-	now := time.Now()
+	var reads []func(now time.Time, serverMS int64) []driver.LockInfo
 	pipe := d.client.Pipeline()
-	for i, name := range names {
-		k := d.keys(name)
-		rs[i] = reads{pipe.Get(ctx, k[0]), pipe.Get(ctx, k[1]), pipe.PTTL(ctx, k[0]), pipe.LLen(ctx, k[2])}
-	}
-	if len(names) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return nil, fmt.Errorf("redislock: inspect: %w", err)
+	for _, kind := range []string{"", rwKind, semaphoreKind, electionKind} {
+		names := found[kind]
+		slices.Sort(names)
+		for _, name := range slices.Compact(names) {
+			reads = append(reads, d.inspectOne(ctx, pipe, kind, name))
 		}
 	}
-	out := make([]driver.LockInfo, 0, len(names))
-	for i, name := range names {
-		owner, err := rs[i].owner.Result()
-		if err != nil {
-			continue // released since the scan
-		}
-		info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: int(rs[i].waiters.Val())}
-		// The counter stands at the last token granted: the holder's.
-		if t, err := strconv.ParseUint(rs[i].token.Val(), 10, 64); err == nil {
-			info.Token = t
-		}
-		if ttl := rs[i].pttl.Val(); ttl > 0 {
-			info.Expires = now.Add(ttl)
-		}
-		out = append(out, info)
+	if len(reads) == 0 {
+		return nil, nil
 	}
+	// The server's clock, for the expiry scores of readers and permit
+	// holders. In a Redis Cluster it is one node's; the nodes' clocks are
+	// assumed close.
+	clock := pipe.Time(ctx)
+	start := time.Now()
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("redislock: inspect: %w", err)
+	}
+	serverNow, err := clock.Result()
+	if err != nil {
+		return nil, fmt.Errorf("redislock: inspect: %w", err)
+	}
+	var out []driver.LockInfo
+	for _, read := range reads {
+		out = append(out, read(start, serverNow.UnixMilli())...)
+	}
+	slices.SortStableFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// inspectOne queues the reads of lock name of the given kind ("" for a
+// mutex) on pipe, and returns what turns their answers into entries.
+func (d *Driver) inspectOne(ctx context.Context, pipe redis.Pipeliner, kind, name string) func(time.Time, int64) []driver.LockInfo {
+	if kind == "" {
+		k := d.keys(name)
+		owner, token, pttl, queue := pipe.Get(ctx, k[0]), pipe.Get(ctx, k[1]), pipe.PTTL(ctx, k[0]), pipe.LLen(ctx, k[2])
+		return func(now time.Time, _ int64) []driver.LockInfo {
+			o, err := owner.Result()
+			if err != nil {
+				return nil // released since the scan
+			}
+			// The counter stands at the last token granted: the holder's.
+			t, _ := strconv.ParseUint(token.Val(), 10, 64)
+			return []driver.LockInfo{{Name: name, Mode: driver.Exclusive, Owner: o, Token: t,
+				Expires: expiry(now, pttl.Val()), Waiters: int(queue.Val())}}
+		}
+	}
+	base := d.kindBase(kind, name)
+	queue := pipe.LLen(ctx, base+":q")
+	switch kind {
+	case rwKind:
+		// The writer's hash, or the readers' set and tokens.
+		writer, pttl := pipe.HMGet(ctx, base, "o", "t"), pipe.PTTL(ctx, base)
+		readers, tokens := pipe.ZRangeWithScores(ctx, base+":r", 0, -1), pipe.HGetAll(ctx, base+":t")
+		return func(now time.Time, serverMS int64) []driver.LockInfo {
+			waiters := int(queue.Val())
+			if info, ok := holderHash(name, driver.Write, writer, pttl, now, waiters); ok {
+				return []driver.LockInfo{info}
+			}
+			return scored(name, driver.Read, readers.Val(), tokens.Val(), now, serverMS, waiters)
+		}
+	case semaphoreKind:
+		holders, tokens := pipe.ZRangeWithScores(ctx, base, 0, -1), pipe.HGetAll(ctx, base+":t")
+		return func(now time.Time, serverMS int64) []driver.LockInfo {
+			return scored(name, driver.Permit, holders.Val(), tokens.Val(), now, serverMS, int(queue.Val()))
+		}
+	default: // electionKind
+		leader, pttl := pipe.HMGet(ctx, base, "o", "t"), pipe.PTTL(ctx, base)
+		return func(now time.Time, _ int64) []driver.LockInfo {
+			if info, ok := holderHash(name, driver.Leader, leader, pttl, now, int(queue.Val())); ok {
+				return []driver.LockInfo{info}
+			}
+			return nil
+		}
+	}
+}
+
+// holderHash turns a holder's hash (owner "o", token "t"; see hash_holder
+// in kinds.lua) into an entry; false when nobody holds it.
+func holderHash(name string, mode driver.Mode, h *redis.SliceCmd, pttl *redis.DurationCmd, now time.Time, waiters int) (driver.LockInfo, bool) {
+	v := h.Val()
+	if len(v) != 2 || v[0] == nil {
+		return driver.LockInfo{}, false
+	}
+	o, _ := v[0].(string)
+	ts, _ := v[1].(string)
+	t, _ := strconv.ParseUint(ts, 10, 64)
+	return driver.LockInfo{Name: name, Mode: mode, Owner: o, Token: t, Expires: expiry(now, pttl.Val()), Waiters: waiters}, true
+}
+
+// scored turns a set of holders scored by their expiry on the server's
+// clock (milliseconds) into entries, skipping those expired but not yet
+// cleaned up.
+func scored(name string, mode driver.Mode, holders []redis.Z, tokens map[string]string, now time.Time, serverMS int64, waiters int) []driver.LockInfo {
+	var out []driver.LockInfo
+	for _, z := range holders {
+		left := int64(z.Score) - serverMS
+		if left <= 0 {
+			continue
+		}
+		o, _ := z.Member.(string)
+		t, _ := strconv.ParseUint(tokens[o], 10, 64)
+		out = append(out, driver.LockInfo{Name: name, Mode: mode, Owner: o, Token: t,
+			Expires: now.Add(time.Duration(left) * time.Millisecond), Waiters: waiters})
+	}
+	return out
+}
+
+// expiry converts a PTTL reply into a time: zero for a key without one.
+func expiry(now time.Time, pttl time.Duration) time.Time {
+	if pttl <= 0 {
+		return time.Time{}
+	}
+	return now.Add(pttl)
 }
 
 var _ driver.Inspector = (*Driver)(nil)

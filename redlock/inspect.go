@@ -41,7 +41,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
-			names, err := redispipe.ScanNames(ctx, c, d.prefix+"{", prefix)
+			names, err := redispipe.ScanNames(ctx, c, d.prefix+"{", "", prefix)
 			if err != nil {
 				errs[i] = err
 				return

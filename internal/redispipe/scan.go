@@ -10,21 +10,25 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// ScanNames returns the lock names of the keys "<head><name>}" on the
-// server c reaches (one node: SCAN is per node) whose name starts with
+// ScanNames returns the lock names of the keys "<head><name>}<tail>" on
+// the server c reaches (one node: SCAN is per node) whose name starts with
 // prefix, as the Redis backends' Inspect lists them: head is the backend's
-// key prefix followed by "{". Other keys of a lock ("…}:fence") and names
-// holding a brace are skipped. Lock names never hold Redis's glob
-// characters (see dlock.ValidateName); a prefix that does is rejected with
-// driver.ErrInvalidName.
-func ScanNames(ctx context.Context, c redis.UniversalClient, head, prefix string) ([]string, error) {
+// key prefix (and kind) followed by "{", tail "" for a lock's main key or
+// the suffix of another of its keys (":r"). Other keys of a lock
+// ("…}:fence") and names holding a brace are skipped. Lock names never
+// hold Redis's glob characters (see dlock.ValidateName); a prefix that
+// does is rejected with driver.ErrInvalidName.
+func ScanNames(ctx context.Context, c redis.UniversalClient, head, tail, prefix string) ([]string, error) {
 	if strings.ContainsAny(prefix, `*?[]\{}`) {
 		return nil, fmt.Errorf("prefix %q: %w", prefix, driver.ErrInvalidName)
 	}
-	it := c.Scan(ctx, 0, head+prefix+"*}", 1000).Iterator()
+	it := c.Scan(ctx, 0, head+prefix+"*}"+tail, 1000).Iterator()
 	var names []string
 	for it.Next(ctx) {
 		rest, ok := strings.CutPrefix(it.Val(), head)
+		if ok {
+			rest, ok = strings.CutSuffix(rest, tail)
+		}
 		if !ok || !strings.HasSuffix(rest, "}") {
 			continue
 		}
