@@ -14,8 +14,10 @@ import (
 // another client, exactly the locks held under a prefix (a plain string
 // prefix of the names), sorted by name, with the holder's token when it
 // reports one, an expiry within the TTL's reach when it reports one, and
-// no waiters; released locks drop out of the list. A driver without
-// Inspect passes: the interface is optional.
+// no waiters; released locks drop out of the list. Listing other kinds is
+// optional, but two readers of a readers-writer lock, if listed, are two
+// entries in read mode. A driver without Inspect passes: the interface is
+// optional.
 func (s *suite) inspectListsHolders(t *testing.T, ctx context.Context, base string) {
 	l := s.locker(t)
 	other := s.locker(t)
@@ -69,4 +71,40 @@ func (s *suite) inspectListsHolders(t *testing.T, ctx context.Context, base stri
 	release(t, ctx, leases[ab])
 	release(t, ctx, leases[c])
 	check("all released", base+"/")
+
+	// Listing other kinds is optional, but a backend that lists a
+	// readers-writer lock held by two readers shows each, in read mode.
+	if !l.Supports(driver.Read) {
+		return
+	}
+	rw := base + "/rw"
+	r1, err := l.AcquireRead(ctx, rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l.AcquireRead(ctx, rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := insp.Inspect(ctx, rw)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", rw, err)
+	}
+	if len(got) > 0 {
+		if len(got) != 2 {
+			t.Errorf("two readers: Inspect(%q) = %+v, want both or none", rw, got)
+		}
+		tokens := map[uint64]bool{r1.Token(): true, r2.Token(): true}
+		for _, info := range got {
+			if info.Name != rw || info.Mode != driver.Read || info.Token != 0 && !tokens[info.Token] {
+				t.Errorf("two readers: entry %+v, want %s in read mode with a reader's token (%d or %d)",
+					info, rw, r1.Token(), r2.Token())
+			}
+		}
+	} else {
+		t.Logf("%T does not list readers-writer locks", other.Driver())
+	}
+	release(t, ctx, r1)
+	release(t, ctx, r2)
+	check("readers released", rw)
 }
