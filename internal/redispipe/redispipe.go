@@ -6,8 +6,9 @@
 // A Sender has two ways to send. When nothing of its own is on the wire, a
 // caller of Do sends its call itself, on its own goroutine, exactly as a
 // direct go-redis call would: an uncontended caller pays no hand-over to
-// another goroutine (on a small machine each hand-over costs a thread
-// wake-up, measured at about a sixth of a loopback round trip). Calls that
+// another goroutine (on a small machine the hand-over there and back cost
+// thread wake-ups worth about 17 µs per round trip of 50–60 µs, measured
+// on a 2-vCPU VM; see docs/BENCHMARKS.md). Calls that
 // arrive while a call or batch is on the wire are queued and sent by a few
 // long-lived goroutines, all those queued together as one pipeline:
 // coalescing is what makes many concurrent lock operations cheap, since
