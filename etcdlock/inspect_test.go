@@ -2,7 +2,6 @@ package etcdlock_test
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -101,28 +100,13 @@ func TestInspect(t *testing.T) {
 		t.Errorf("Inspect(jobs/e) on the leader's driver = %+v, want owner %s", mine, lead.Owner())
 	}
 
-	for _, c := range []struct {
-		prefix string
-		names  []string
-	}{
-		{"jobs/a", []string{"jobs/a", "jobs/a/b"}},
-		{"jobs/a/", []string{"jobs/a/b"}},
-		{"else", []string{"elsewhere"}},
-		{"", []string{"elsewhere", "jobs/a", "jobs/a/b", "jobs/e", "jobs/rw", "jobs/rw"}},
-		{"nothing", nil},
-	} {
-		got, err := other.Inspect(ctx, c.prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, g := range got {
-			names = append(names, g.Name)
-		}
-		if !slices.Equal(names, c.names) {
-			t.Errorf("Inspect(%q) names = %q, want %q", c.prefix, names, c.names)
-		}
-	}
+	testenv.CheckInspectNames(t, ctx, other, []testenv.PrefixNames{
+		{Prefix: "jobs/a", Names: []string{"jobs/a", "jobs/a/b"}},
+		{Prefix: "jobs/a/", Names: []string{"jobs/a/b"}},
+		{Prefix: "else", Names: []string{"elsewhere"}},
+		{Prefix: "", Names: []string{"elsewhere", "jobs/a", "jobs/a/b", "jobs/e", "jobs/rw", "jobs/rw"}},
+		{Prefix: "nothing"},
+	})
 
 	// The readers go: the writer holds, with a token of its own.
 	for _, r := range []*dlock.Lease{r1, r2} {

@@ -73,28 +73,13 @@ func TestInspect(t *testing.T) {
 		t.Errorf("Inspect(jobs/) =\n%+v, want\n%+v", got, want)
 	}
 
-	for _, c := range []struct {
-		prefix string
-		names  []string
-	}{
-		{"jobs/a", []string{"jobs/a"}},
-		{"else", []string{"elsewhere"}},
-		{"", []string{"elsewhere", "jobs/B", "jobs/a", long}},
-		{"nothing", nil},
-		{"jobs/'", nil},
-	} {
-		got, err := other.Inspect(ctx, c.prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, g := range got {
-			names = append(names, g.Name)
-		}
-		if !slices.Equal(names, c.names) {
-			t.Errorf("Inspect(%q) names = %q, want %q", c.prefix, names, c.names)
-		}
-	}
+	testenv.CheckInspectNames(t, ctx, other, []testenv.PrefixNames{
+		{Prefix: "jobs/a", Names: []string{"jobs/a"}},
+		{Prefix: "else", Names: []string{"elsewhere"}},
+		{Prefix: "", Names: []string{"elsewhere", "jobs/B", "jobs/a", long}},
+		{Prefix: "nothing"},
+		{Prefix: "jobs/'"},
+	})
 
 	// An account without the PROCESS privilege sees the holders, but
 	// cannot count the waiters.

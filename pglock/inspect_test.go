@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -91,28 +92,13 @@ func TestInspect(t *testing.T) {
 		t.Errorf("Inspect(jobs/) =\n%+v, want\n%+v", got, want)
 	}
 
-	for _, c := range []struct {
-		prefix string
-		names  []string
-	}{
-		{"jobs/a", []string{"jobs/a"}},
-		{"else", []string{"elsewhere"}},
-		{"", []string{"elsewhere", "jobs/a", "jobs/e"}},
-		{"nothing", nil},
-		{"'; --", nil},
-	} {
-		got, err := d.Inspect(ctx, c.prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, g := range got {
-			names = append(names, g.Name)
-		}
-		if !slices.Equal(names, c.names) {
-			t.Errorf("Inspect(%q) names = %q, want %q", c.prefix, names, c.names)
-		}
-	}
+	testenv.CheckInspectNames(t, ctx, d, []testenv.PrefixNames{
+		{Prefix: "jobs/a", Names: []string{"jobs/a"}},
+		{Prefix: "else", Names: []string{"elsewhere"}},
+		{Prefix: "", Names: []string{"elsewhere", "jobs/a", "jobs/e"}},
+		{Prefix: "nothing"},
+		{Prefix: "'; --"},
+	})
 	cancel()
 	for range 3 {
 		<-waiting

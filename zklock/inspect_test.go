@@ -2,7 +2,6 @@ package zklock_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -78,28 +77,13 @@ func TestInspect(t *testing.T) {
 	}
 
 	// A prefix that ends inside a segment, and one naming a nested lock.
-	for _, c := range []struct {
-		prefix string
-		names  []string
-	}{
-		{"jobs/a", []string{"jobs/a", "jobs/a/b"}},
-		{"jobs/a/", []string{"jobs/a/b"}},
-		{"else", []string{"elsewhere"}},
-		{"", []string{"elsewhere", "jobs/a", "jobs/a/b", "jobs/e", "jobs/rw", "jobs/rw"}},
-		{"nothing", nil},
-	} {
-		got, err := d.Inspect(ctx, c.prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, g := range got {
-			names = append(names, g.Name)
-		}
-		if !slices.Equal(names, c.names) {
-			t.Errorf("Inspect(%q) names = %q, want %q", c.prefix, names, c.names)
-		}
-	}
+	testenv.CheckInspectNames(t, ctx, d, []testenv.PrefixNames{
+		{Prefix: "jobs/a", Names: []string{"jobs/a", "jobs/a/b"}},
+		{Prefix: "jobs/a/", Names: []string{"jobs/a/b"}},
+		{Prefix: "else", Names: []string{"elsewhere"}},
+		{Prefix: "", Names: []string{"elsewhere", "jobs/a", "jobs/a/b", "jobs/e", "jobs/rw", "jobs/rw"}},
+		{Prefix: "nothing"},
+	})
 
 	// The readers go: the writer holds, and nobody waits for it.
 	for _, r := range []*dlock.Lease{r1, r2} {

@@ -183,27 +183,17 @@ func (d *Driver) waitNode(ctx context.Context, n *node, p plan, own <-chan zk.Ev
 	case p.granted && st.Version > 0:
 		return false, nil // it got its permit before the watch was set
 	}
-	d.waiting.Add(1)
-	defer d.waiting.Add(-1)
-	select {
-	case e := <-ev:
-		d.wakeups.Add(1)
-		switch e.Type {
-		case zk.EventNodeDeleted:
-			return settle(p.last, own)
-		case zk.EventNodeDataChanged:
-			return settle(p.last || p.released, own)
-		case zk.EventNotWatching:
-			return false, errRequeue // the session is ending
-		}
-		return false, nil
-	case <-own:
-		return false, errRequeue
-	case <-n.s.done:
-		return false, errRequeue
-	case <-ctx.Done():
-		return false, ctx.Err()
+	e, err := d.await(ctx, n, ev, own)
+	if err != nil {
+		return false, err
 	}
+	switch e.Type {
+	case zk.EventNodeDeleted:
+		return settle(p.last, own)
+	case zk.EventNodeDataChanged:
+		return settle(p.last || p.released, own)
+	}
+	return false, nil
 }
 
 // waitChildren waits, with a child watch on n's parent, until n's plan
@@ -240,23 +230,8 @@ func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event)
 		if !p.children {
 			return false, nil
 		}
-		d.waiting.Add(1)
-		select {
-		case e := <-ev:
-			d.waiting.Add(-1)
-			d.wakeups.Add(1)
-			if e.Type == zk.EventNotWatching {
-				return false, errRequeue
-			}
-		case <-own:
-			d.waiting.Add(-1)
-			return false, errRequeue
-		case <-n.s.done:
-			d.waiting.Add(-1)
-			return false, errRequeue
-		case <-ctx.Done():
-			d.waiting.Add(-1)
-			return false, ctx.Err()
+		if _, err := d.await(ctx, n, ev, own); err != nil {
+			return false, err
 		}
 	}
 }

@@ -76,31 +76,40 @@ func (d *Driver) wait(ctx context.Context, n *node, pred string, head bool, own 
 		if err != nil {
 			return false, err
 		}
-		d.waiting.Add(1)
-		select {
-		case e := <-ev:
-			d.waiting.Add(-1)
-			d.wakeups.Add(1)
-			switch e.Type {
-			case zk.EventNodeDeleted:
-				return settle(head, own)
-			case zk.EventNodeDataChanged:
-				// Only a holder's release sets a lock node's data, in the
-				// transaction that deletes it: pred was first in line.
-				return settle(true, own)
-			case zk.EventNotWatching:
-				return false, errRequeue // the session is ending
-			}
-		case <-own:
-			d.waiting.Add(-1)
-			return false, errRequeue
-		case <-n.s.done:
-			d.waiting.Add(-1)
-			return false, errRequeue
-		case <-ctx.Done():
-			d.waiting.Add(-1)
-			return false, ctx.Err()
+		e, err := d.await(ctx, n, ev, own)
+		if err != nil {
+			return false, err
 		}
+		switch e.Type {
+		case zk.EventNodeDeleted:
+			return settle(head, own)
+		case zk.EventNodeDataChanged:
+			// Only a holder's release sets a lock node's data, in the
+			// transaction that deletes it: pred was first in line.
+			return settle(true, own)
+		}
+	}
+}
+
+// await waits, counted in d.waiting, for the watch event ev. It returns
+// errRequeue when the session is ending (the watch reports it, or n.s
+// ends) or n's own node went (own), and ctx's error when ctx ends first.
+func (d *Driver) await(ctx context.Context, n *node, ev, own <-chan zk.Event) (zk.Event, error) {
+	d.waiting.Add(1)
+	defer d.waiting.Add(-1)
+	select {
+	case e := <-ev:
+		d.wakeups.Add(1)
+		if e.Type == zk.EventNotWatching {
+			return e, errRequeue
+		}
+		return e, nil
+	case <-own:
+		return zk.Event{}, errRequeue
+	case <-n.s.done:
+		return zk.Event{}, errRequeue
+	case <-ctx.Done():
+		return zk.Event{}, ctx.Err()
 	}
 }
 
