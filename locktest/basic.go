@@ -64,39 +64,66 @@ func (s *suite) tryWhileHeld(t *testing.T, ctx context.Context, name string) {
 func (s *suite) waitsForRelease(t *testing.T, ctx context.Context, name string) {
 	a, b := s.locker(t), s.locker(t)
 	lease := acquire(t, ctx, a, name)
-	got := make(chan *dlock.Lease, 1)
-	errc := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- l
-	}()
-	select {
-	case l := <-got:
-		_ = l.Release(ctx)
-		t.Fatal("Acquire returned while another client held the lock")
-	case err := <-errc:
-		t.Fatalf("Acquire while held: %v", err)
-	case <-time.After(s.h.TTL / 2):
-	}
+	w := startWaiter(func() (*dlock.Lease, error) { return b.Acquire(ctx, name) })
+	w.mustWait(t, s.h.TTL/2, "Acquire returned while another client held the lock", "Acquire while held")
 	released := time.Now()
 	release(t, ctx, lease)
-	select {
-	case l := <-got:
-		if wait := time.Since(released); wait > s.h.TTL {
-			t.Errorf("the waiter took %v after the release to acquire; want it notified, well under the TTL %v", wait, s.h.TTL)
+	w.mustFollow(t, ctx, lease, released, s.h.TTL, "the waiter", "the release", "previous holder's", "Acquire after release")
+}
+
+// waiter is an acquisition running in the background.
+type waiter struct {
+	got  chan *dlock.Lease
+	errc chan error
+}
+
+// startWaiter runs acquire in the background.
+func startWaiter(acquire func() (*dlock.Lease, error)) waiter {
+	w := waiter{got: make(chan *dlock.Lease, 1), errc: make(chan error, 1)}
+	go func() {
+		l, err := acquire()
+		if err != nil {
+			w.errc <- err
+			return
 		}
-		if l.Token() <= lease.Token() {
-			t.Errorf("waiter's token %d is not greater than the previous holder's %d", l.Token(), lease.Token())
+		w.got <- l
+	}()
+	return w
+}
+
+// mustWait fails t if the acquisition ends within d: with the message
+// returned when it acquired, or call and its error when it failed.
+func (w waiter) mustWait(t *testing.T, d time.Duration, returned, call string) {
+	t.Helper()
+	select {
+	case l := <-w.got:
+		_ = l.Release(context.Background())
+		t.Fatal(returned)
+	case err := <-w.errc:
+		t.Fatalf("%s: %v", call, err)
+	case <-time.After(d):
+	}
+}
+
+// mustFollow checks that the acquisition, waiting behind prev, acquires
+// once prev was released (at released), well within ttl and with a
+// greater token, and releases it. who, after, prevWho and call name the
+// parties in the messages.
+func (w waiter) mustFollow(t *testing.T, ctx context.Context, prev *dlock.Lease, released time.Time, ttl time.Duration, who, after, prevWho, call string) {
+	t.Helper()
+	select {
+	case l := <-w.got:
+		if wait := time.Since(released); wait > ttl {
+			t.Errorf("%s took %v after %s to acquire; want it notified, well under the TTL %v", who, wait, after, ttl)
+		}
+		if l.Token() <= prev.Token() {
+			t.Errorf("%s's token %d is not greater than the %s %d", who, l.Token(), prevWho, prev.Token())
 		}
 		release(t, ctx, l)
-	case err := <-errc:
-		t.Fatalf("Acquire after release: %v", err)
+	case err := <-w.errc:
+		t.Fatalf("%s: %v", call, err)
 	case <-ctx.Done():
-		t.Fatal("the waiter never acquired after the release")
+		t.Fatalf("%s never acquired after %s", who, after)
 	}
 }
 

@@ -153,24 +153,8 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireWrite(ctx, name) }, "TryAcquireWrite while a reader holds")
 
 	// A writer queues behind the reader; from then on new readers wait.
-	got := make(chan *dlock.Lease, 1)
-	errc := make(chan error, 1)
-	go func() {
-		l, err := c.AcquireWrite(ctx, name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- l
-	}()
-	select {
-	case l := <-got:
-		_ = l.Release(ctx)
-		t.Fatal("AcquireWrite returned while a reader held the lock")
-	case err := <-errc:
-		t.Fatalf("AcquireWrite while a reader holds: %v", err)
-	case <-time.After(min(s.h.TTL/2, 250*time.Millisecond)):
-	}
+	writer := startWaiter(func() (*dlock.Lease, error) { return c.AcquireWrite(ctx, name) })
+	writer.mustWait(t, min(s.h.TTL/2, 250*time.Millisecond), "AcquireWrite returned while a reader held the lock", "AcquireWrite while a reader holds")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer waits")
 	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/4)
 	late, err := b.AcquireRead(wctx, name)
@@ -183,20 +167,7 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	}
 	released := time.Now()
 	release(t, ctx, r)
-	select {
-	case l := <-got:
-		if wait := time.Since(released); wait > s.h.TTL {
-			t.Errorf("the writer took %v after the reader's release to acquire; want it notified, well under the TTL %v", wait, s.h.TTL)
-		}
-		if l.Token() <= r.Token() {
-			t.Errorf("the writer's token %d is not greater than the reader's %d", l.Token(), r.Token())
-		}
-		release(t, ctx, l)
-	case err := <-errc:
-		t.Fatalf("AcquireWrite after the reader released: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the waiting writer never acquired after the reader released")
-	}
+	writer.mustFollow(t, ctx, r, released, s.h.TTL, "the writer", "the reader's release", "reader's", "AcquireWrite after the reader released")
 	// The abandoned reader left nothing queued.
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
 
