@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 func TestSemaphoreTryLock(t *testing.T) {
@@ -116,11 +113,7 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 // after a handful of re-checks, not by polling.
 func TestSemaphoreCrashedHolder(t *testing.T) {
 	d := newDriver(t, nil)
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() { _ = c.Close() })
-	var counter scriptCounter
-	c.AddHook(&counter)
-	w := newDriverOn(t, c, &Options{Prefix: d.prefix})
+	w, counter := countingDriver(t, d)
 	ctx := ctxTimeout(t, 20*time.Second)
 	name := "sem/crashed"
 	ttl := 600 * time.Millisecond
@@ -129,18 +122,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	mustLock(t, d, permitRequest(name, 2, 10*time.Second)) // alive, never released here
 	crashed := permitRequest(name, 2, ttl)
 	mustLock(t, d, crashed)
-	got := <-lockAsync(ctx, w, permitRequest(name, 2, 10*time.Second))
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	after := got.at.Sub(start)
-	t.Logf("permit taken over %v after the crashed holder's acquisition (TTL %v), %d scripts run", after, ttl, counter.n.Load())
-	if after < ttl-20*time.Millisecond || after > ttl+300*time.Millisecond {
-		t.Errorf("permit taken over after %v, want right after the TTL %v", after, ttl)
-	}
-	if n := counter.n.Load(); n > 8 {
-		t.Errorf("%d scripts run while waiting %v: that is polling", n, ttl)
-	}
+	mustTakeOver(t, ctx, w, counter, permitRequest(name, 2, 10*time.Second), start, ttl, 300*time.Millisecond, "permit taken over")
 	if _, err := d.Refresh(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Refresh by the expired holder: %v, want ErrNotHeld", err)
 	}

@@ -163,11 +163,7 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // right when its TTL ends, after a handful of re-checks, not by polling.
 func TestCrashedHolder(t *testing.T) {
 	d := newDriver(t, nil)
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() { _ = c.Close() })
-	var counter scriptCounter
-	c.AddHook(&counter)
-	w := newDriverOn(t, c, &Options{Prefix: d.prefix})
+	w, counter := countingDriver(t, d)
 	ctx := ctxTimeout(t, 20*time.Second)
 	name := "crashed"
 	ttl := 600 * time.Millisecond
@@ -176,17 +172,36 @@ func TestCrashedHolder(t *testing.T) {
 	if _, err := d.TryLock(ctx, request(name, ttl)); err != nil {
 		t.Fatal(err)
 	}
-	got := <-lockAsync(ctx, w, request(name, ttl))
+	// One script to queue, one when the subscription is confirmed, then
+	// about one re-check per third of the TTL.
+	mustTakeOver(t, ctx, w, counter, request(name, ttl), start, ttl, 500*time.Millisecond, "taken over")
+}
+
+// countingDriver returns another driver on d's prefix, over a client of its
+// own that counts the scripts it runs.
+func countingDriver(t *testing.T, d *Driver) (*Driver, *scriptCounter) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	counter := &scriptCounter{}
+	c.AddHook(counter)
+	return newDriverOn(t, c, &Options{Prefix: d.prefix}), counter
+}
+
+// mustTakeOver waits until w gets r, and checks that it did right when a
+// crashed holder's TTL ran out (ttl after start, at most late after it)
+// and without polling: at most 8 scripts run while waiting.
+func mustTakeOver(t *testing.T, ctx context.Context, w *Driver, counter *scriptCounter, r driver.Request, start time.Time, ttl, late time.Duration, what string) {
+	t.Helper()
+	got := <-lockAsync(ctx, w, r)
 	if got.err != nil {
 		t.Fatal(got.err)
 	}
 	after := got.at.Sub(start)
-	t.Logf("taken over %v after the crashed holder's acquisition (TTL %v), %d scripts run", after, ttl, counter.n.Load())
-	if after < ttl-20*time.Millisecond || after > ttl+500*time.Millisecond {
-		t.Errorf("taken over after %v, want right after the TTL %v", after, ttl)
+	t.Logf("%s %v after the crashed holder's acquisition (TTL %v), %d scripts run", what, after, ttl, counter.n.Load())
+	if after < ttl-20*time.Millisecond || after > ttl+late {
+		t.Errorf("%s after %v, want right after the TTL %v", what, after, ttl)
 	}
-	// One script to queue, one when the subscription is confirmed, then
-	// about one re-check per third of the TTL.
 	if n := counter.n.Load(); n > 8 {
 		t.Errorf("%d scripts run while waiting %v: that is polling", n, ttl)
 	}
