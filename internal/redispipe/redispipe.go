@@ -8,7 +8,9 @@
 // direct go-redis call would: an uncontended caller pays no hand-over to
 // another goroutine (on a small machine the hand-over there and back cost
 // thread wake-ups worth about 17 µs per round trip of 50–60 µs, measured
-// on a 2-vCPU VM; see docs/BENCHMARKS.md). Calls that
+// on a 2-vCPU VM; see docs/BENCHMARKS.md). It starts an empty goroutine
+// as it sends, which on such VMs shortens the round trip itself (see
+// wakeSpare). Calls that
 // arrive while a call or batch is on the wire are queued and sent by a few
 // long-lived goroutines, all those queued together as one pipeline:
 // coalescing is what makes many concurrent lock operations cheap, since
@@ -288,6 +290,7 @@ func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...
 		if err := ctx.Err(); err != nil {
 			cmd = errCmd(&Call{Ctx: ctx}, err)
 		} else {
+			wakeSpare()
 			cmd = s.sendOne(ctx, script, keys, args)
 		}
 		s.mu.Lock()
@@ -315,6 +318,25 @@ func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...
 		return errCmd(&Call{Ctx: ctx}, ctx.Err())
 	}
 }
+
+// wakeSpare starts an empty goroutine, so that the Go runtime wakes an idle
+// thread (if a P is idle) just as the caller's request goes out.
+//
+// On a virtual machine whose idle vCPUs halt, a round trip during which
+// every vCPU of the guest went idle pays for waking them again. On the
+// 2-vCPU VM of docs/BENCHMARKS.md, a lone SET NX PX and script-delete
+// pair took a median 112–115 µs that way, 37 µs while a goroutine kept a
+// CPU busy, and 79–80 µs when each round trip started with this empty
+// goroutine (bench/cmd/spawnprobe); dlock's acquire+release went from
+// 125–128 to 67–73 µs (bench/cmd/interleave, one implementation). The
+// woken thread finds nothing to do and sleeps again; the goroutine costs
+// about a microsecond of CPU where a P was idle, less where none was.
+// redsync, which runs every request on a goroutine of its own, gets the
+// same effect. Keeping a CPU busy for the whole round trip would gain
+// more but takes that CPU from everything else on the machine (the Redis
+// server itself, on a small one) and, when the busy goroutine holds the
+// P the reply needs, delays it by milliseconds; dlock does not do it.
+func wakeSpare() { go func() {}() }
 
 // waiter is a Call whose one answer goes to a channel; Do recycles them.
 type waiter struct {

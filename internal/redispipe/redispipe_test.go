@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,5 +383,36 @@ return 1`)
 	}
 	if h.fromSender.Load() != 1 {
 		t.Errorf("a call made while another was on the wire: %d sent by the Sender's goroutine, want 1", h.fromSender.Load())
+	}
+}
+
+// Each lone call starts one goroutine as it goes out (wakeSpare), and only
+// one: the caller still sends it itself.
+func TestLoneCallWakesASpareThread(t *testing.T) {
+	c := testenv.RedisClient(t)
+	if err := echo.Load(t.Context(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	// Warm the connection pool, so that no dial runs during the count.
+	if err := s.Do(t.Context(), echo, nil, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	created := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	const calls = 200
+	before := created()
+	for i := range calls {
+		if err := s.Do(t.Context(), echo, nil, i).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The test's runtime may start a few goroutines of its own meanwhile.
+	if n := created() - before; n < calls || n > calls+20 {
+		t.Errorf("%d lone calls started %d goroutines, want one each", calls, n)
 	}
 }
