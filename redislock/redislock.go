@@ -29,8 +29,12 @@ const (
 )
 
 // senders is how many batches of script calls a driver can have on the
-// wire at once.
-const senders = 4
+// wire at once. With 16 goroutines each locking a name of its own (S2 of
+// docs/BENCHMARKS.md, 2 vCPUs, Redis on loopback) 8 ran 1.02–1.07× the
+// raw SET NX loop's rate where 4 ran 0.94–1.01× and 16 or 2 about 0.8×:
+// fewer leave callers queued behind full pipelines, more give up the
+// batching that saves system calls.
+const senders = 8
 
 // minQueueTTL is the shortest entry lifetime used for a short-TTL lock, so
 // that a waiter's re-check arriving a little late does not drop it from
