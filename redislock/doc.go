@@ -87,20 +87,25 @@
 //
 // # Requests
 //
-// A call made while none of the Driver's is on the wire is sent by the
-// calling goroutine itself, as a plain go-redis call: an uncontended lock
-// costs no hand-over between goroutines. Calls that arrive while one is on
-// the wire are queued and sent by a few long-lived goroutines of the
-// Driver's (internal/redispipe), all those queued together as one
-// pipeline, so that many concurrent lock operations cost Redis one read
-// and one write system call instead of one each.
+// A call made while none of the Driver's is on the wire goes out alone, at
+// once. Calls that arrive while one is on the wire are queued and sent by
+// a few long-lived goroutines of the Driver's (internal/redispipe), all
+// those queued together as one pipeline, so that many concurrent lock
+// operations cost Redis one read and one write system call instead of one
+// each.
 //
-// A call sent by its caller waits for its reply as any go-redis call does:
-// against a server that stopped answering, until the client's ReadTimeout
-// (3 s by default), or ctx's deadline if the client has
-// ContextTimeoutEnabled (clients opened from a URL have it). A queued call
-// returns as soon as ctx ends. Either way a lease's loss is signalled on
-// time: the Locker's supervision does not wait for a hung renewal.
+// Every call returns when its ctx ends, reply or not (the outcome of a
+// call cut short is unknown; Acquire then leaves nothing held or queued).
+// A lone call is sent by the calling goroutine itself, with no hand-over
+// to another goroutine, when go-redis cannot make it outlast ctx: ctx has
+// no Done channel (context.Background), or ctx has a deadline and the
+// client has ContextTimeoutEnabled (clients opened from a URL have it).
+// Otherwise it is sent by a goroutine of its own while the caller waits
+// for the reply or for ctx, which costs a hand-over (7–30 µs at the
+// median of an uncontended acquire+release on the 2-vCPU VM of
+// docs/BENCHMARKS.md): set ContextTimeoutEnabled on your client to avoid
+// it. A lease's loss is signalled on time either way: the Locker's
+// supervision does not wait for a hung renewal.
 //
 // # Waiting
 //

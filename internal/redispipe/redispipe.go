@@ -4,13 +4,14 @@
 // redlock) use it for every hot request.
 //
 // A Sender has two ways to send. When nothing of its own is on the wire, a
-// caller of Do sends its call itself, on its own goroutine, exactly as a
-// direct go-redis call would: an uncontended caller pays no hand-over to
-// another goroutine (on a small machine the hand-over there and back cost
-// thread wake-ups worth about 17 µs per round trip of 50–60 µs, measured
-// on a 2-vCPU VM; see docs/BENCHMARKS.md). It starts an empty goroutine
-// as it sends, which on such VMs shortens the round trip itself (see
-// wakeSpare). Calls that
+// call of Do goes out alone, at once: sent by the caller itself, exactly as
+// a direct go-redis call would, when that cannot outlast the caller's
+// context (see Do), else by a goroutine of its own. A caller that sends
+// its call itself pays no hand-over to another goroutine (on a small
+// machine the hand-over there and back cost thread wake-ups worth about
+// 17 µs per round trip of 50–60 µs, measured on a 2-vCPU VM; see
+// docs/BENCHMARKS.md), and starts an empty goroutine as it sends, which on
+// such VMs shortens the round trip itself (see wakeSpare). Calls that
 // arrive while a call or batch is on the wire are queued and sent by a few
 // long-lived goroutines, all those queued together as one pipeline:
 // coalescing is what makes many concurrent lock operations cheap, since
@@ -74,7 +75,7 @@ type job struct {
 }
 
 // Sender sends calls to one client. A call of Do made while nothing is on
-// the wire is sent by its caller; the others are queued, and an idle
+// the wire goes out alone, at once (see Do); the others are queued, and an idle
 // goroutine of the Sender's takes every call queued and sends them as one
 // batch; calls that arrive while all of them have a batch on the wire
 // queue up and go out together as the next batch. Create it with
@@ -82,13 +83,15 @@ type job struct {
 type Sender struct {
 	client  redis.UniversalClient
 	scripts []*Script
-	wake    chan struct{} // buffered: a submit never blocks
-	running sync.WaitGroup
+	// ctxDeadlines: the client bounds socket I/O by a context's deadline.
+	ctxDeadlines bool
+	wake         chan struct{} // buffered: a submit never blocks
+	running      sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
 	pending []job
-	busy    int // calls sent by their caller and batches, on the wire now
+	busy    int // lone calls and batches on the wire now
 }
 
 // NewSender starts a sender to client with n goroutines (at least 1), so
@@ -96,7 +99,7 @@ type Sender struct {
 // its calls use: when the server answers NOSCRIPT (it restarted, or its
 // cache was flushed) all of them are loaded again and the calls resent.
 func NewSender(client redis.UniversalClient, n int, scripts ...*Script) *Sender {
-	s := &Sender{client: client, scripts: scripts, wake: make(chan struct{}, 1)}
+	s := &Sender{client: client, scripts: scripts, wake: make(chan struct{}, 1), ctxDeadlines: boundsIO(client)}
 	n = max(n, 1)
 	s.running.Add(n)
 	for range n {
@@ -271,52 +274,87 @@ func errCmd(c *Call, err error) *redis.Cmd {
 
 // Do sends one call through s and waits for its answer, like
 // script.Run(ctx, client, keys, args...), batched with the calls of other
-// goroutines when there are any.
+// goroutines when there are any. Do returns ctx's error as soon as ctx
+// ends, whether or not the call was sent: its outcome is then unknown.
+// A ctx already done when the call would go out stops it.
 //
-// When nothing of s's is on the wire, the caller sends the call itself,
-// alone: it then waits for the reply as a go-redis call does, until the
-// reply comes or the client's read or write timeout ends the call (or
-// ctx's deadline, if the client has ContextTimeoutEnabled). Otherwise the
-// call is queued for s's goroutines, and Do returns ctx's error as soon as
-// ctx ends, whether or not the call was sent: its outcome is then unknown.
-// Either way a ctx already done when the call would go out stops it.
+// When nothing of s's is on the wire the call goes out alone, at once.
+// The caller sends it itself, with no hand-over to another goroutine,
+// when that cannot outlast ctx: ctx can never end (its Done is nil, as
+// for context.Background), or ctx has a deadline and the client bounds
+// socket I/O by it (ContextTimeoutEnabled). A ctx cancelled before its
+// deadline then ends Do when the reply comes or the deadline passes.
+// Otherwise a new goroutine sends the call while the caller waits for
+// the reply or for ctx to end. When a call or batch is on the wire, the
+// call is queued for s's goroutines, which send all queued calls
+// together as one pipeline.
 func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...any) *redis.Cmd {
 	s.mu.Lock()
-	if !s.closed && s.busy == 0 && len(s.pending) == 0 {
-		s.busy++
-		s.running.Add(1) // Close waits for the call (Add is ordered before Close by mu)
+	if s.closed || s.busy > 0 || len(s.pending) > 0 {
 		s.mu.Unlock()
-		var cmd *redis.Cmd
-		if err := ctx.Err(); err != nil {
-			cmd = errCmd(&Call{Ctx: ctx}, err)
-		} else {
-			wakeSpare()
-			cmd = s.sendOne(ctx, script, keys, args)
-		}
-		s.mu.Lock()
-		s.busy--
-		s.mu.Unlock()
-		s.running.Done()
-		return cmd
+		w := newWaiter(ctx, script, keys, args)
+		s.Submit(&w.Call, 0)
+		return w.wait(ctx)
 	}
+	s.busy++
+	s.running.Add(1) // Close waits for the call (Add is ordered before Close by mu)
 	s.mu.Unlock()
-	w := waiters.Get().(*waiter)
-	w.Script, w.Keys, w.Args, w.Ctx = script, keys, args, ctx
-	s.Submit(&w.Call, 0)
-	select {
-	case cmd := <-w.ch:
-		w.Call = Call{To: w}
-		waiters.Put(w)
-		return cmd
-	case <-ctx.Done():
-		// The call may still be sent and answered: its answer goes into
-		// w's buffer, unread, and w is not reused. go-redis bounds socket
-		// I/O by a context's deadline only with ContextTimeoutEnabled, so
-		// without this a queued caller could wait out the client's
-		// ReadTimeout (3 s by default) behind a batch on a connection that
-		// stopped answering.
-		return errCmd(&Call{Ctx: ctx}, ctx.Err())
+	if err := ctx.Err(); err != nil {
+		s.loneDone()
+		return errCmd(&Call{Ctx: ctx}, err)
 	}
+	if s.boundedBy(ctx) {
+		wakeSpare()
+		cmd := s.sendOne(ctx, script, keys, args)
+		s.loneDone()
+		return cmd
+	}
+	w := newWaiter(ctx, script, keys, args)
+	go s.sendAlone(w)
+	return w.wait(ctx)
+}
+
+// sendAlone sends w's call alone and answers it, for a caller that waits
+// for the answer or for its context to end.
+func (s *Sender) sendAlone(w *waiter) {
+	defer s.running.Done() // Close waits for the answer too
+	cmd := s.sendOne(w.Ctx, w.Script, w.Keys, w.Args)
+	s.mu.Lock()
+	s.busy-- // before the answer: the caller's next call may go out alone too
+	s.mu.Unlock()
+	w.Answer(0, cmd)
+}
+
+// boundedBy reports whether a call sent with ctx by go-redis returns by
+// the time ctx ends (or never has to).
+func (s *Sender) boundedBy(ctx context.Context) bool {
+	if ctx.Done() == nil {
+		return true
+	}
+	_, ok := ctx.Deadline()
+	return ok && s.ctxDeadlines
+}
+
+// boundsIO reports whether client bounds socket I/O by a context's
+// deadline (go-redis's ContextTimeoutEnabled).
+func boundsIO(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// loneDone ends a call that Do sent alone.
+func (s *Sender) loneDone() {
+	s.mu.Lock()
+	s.busy--
+	s.mu.Unlock()
+	s.running.Done()
 }
 
 // wakeSpare starts an empty goroutine, so that the Go runtime wakes an idle
@@ -345,6 +383,27 @@ type waiter struct {
 }
 
 func (w *waiter) Answer(_ int, cmd *redis.Cmd) { w.ch <- cmd }
+
+// newWaiter returns a waiter, from the pool, for the call.
+func newWaiter(ctx context.Context, script *Script, keys []string, args []any) *waiter {
+	w := waiters.Get().(*waiter)
+	w.Script, w.Keys, w.Args, w.Ctx = script, keys, args, ctx
+	return w
+}
+
+// wait returns w's answer, or ctx's error as soon as ctx ends. The call
+// may still be sent and answered after that: its answer then goes into
+// w's buffer, unread, and w is not reused.
+func (w *waiter) wait(ctx context.Context) *redis.Cmd {
+	select {
+	case cmd := <-w.ch:
+		w.Call = Call{To: w}
+		waiters.Put(w)
+		return cmd
+	case <-ctx.Done():
+		return errCmd(&Call{Ctx: ctx}, ctx.Err())
+	}
+}
 
 var waiters = sync.Pool{New: func() any {
 	w := &waiter{ch: make(chan *redis.Cmd, 1)}

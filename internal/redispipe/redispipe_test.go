@@ -168,7 +168,12 @@ func TestClose(t *testing.T) {
 	}
 	s.Close()
 	s.Close() // idempotent
-	if n := runtime.NumGoroutine(); n > before {
+	// A goroutine Close waited for may take a moment more to exit.
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(time.Second); n > before && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		time.Sleep(time.Millisecond)
+	}
+	if n > before {
 		t.Errorf("%d goroutines after Close, %d before NewSender", n, before)
 	}
 	if err := s.Do(t.Context(), echo, nil, "y").Err(); !errors.Is(err, driver.ErrClosed) {
@@ -309,8 +314,15 @@ func TestDirectDoHonoursContextTimeout(t *testing.T) {
 }
 
 // senderStacks counts the commands go-redis was given on one of a
-// Sender's own goroutines rather than on a caller's.
-type senderStacks struct{ fromSender, total atomic.Int64 }
+// Sender's own goroutines, on a goroutine started for a lone call, and on
+// the caller's.
+type senderStacks struct{ fromSender, fromAlone, total atomic.Int64 }
+
+func (h *senderStacks) reset() {
+	h.fromSender.Store(0)
+	h.fromAlone.Store(0)
+	h.total.Store(0)
+}
 
 func (h *senderStacks) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -321,8 +333,12 @@ func (h *senderStacks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		h.total.Add(1)
 		buf := make([]byte, 8<<10)
-		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "redispipe.(*Sender).run") {
+		stack := string(buf[:runtime.Stack(buf, false)])
+		switch {
+		case strings.Contains(stack, "redispipe.(*Sender).run"):
 			h.fromSender.Add(1)
+		case strings.Contains(stack, "redispipe.(*Sender).sendAlone"):
+			h.fromAlone.Add(1)
 		}
 		return next(ctx, cmd)
 	}
@@ -332,8 +348,8 @@ func (h *senderStacks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
-// An uncontended call is sent by its caller, with no hand-over to the
-// Sender's goroutines; a call made while another is on the wire is handed
+// An uncontended call is sent by its caller when that cannot outlast the
+// caller's context; a call made while another is on the wire is handed
 // over.
 func TestLoneCallIsSentByItsCaller(t *testing.T) {
 	c := testenv.RedisClient(t)
@@ -350,20 +366,19 @@ return 1`)
 	s := NewSender(c, 1, echo)
 	defer s.Close()
 	for i := range 100 {
-		if got, err := s.Do(t.Context(), echo, nil, i).Int(); err != nil || got != i {
+		if got, err := s.Do(context.Background(), echo, nil, i).Int(); err != nil || got != i {
 			t.Fatalf("Do = %v, %v; want %d", got, err, i)
 		}
 	}
-	if h.total.Load() != 100 || h.fromSender.Load() != 0 {
-		t.Errorf("lone calls: %d commands, %d of them from the Sender's goroutine; want 100, 0",
-			h.total.Load(), h.fromSender.Load())
+	if h.total.Load() != 100 || h.fromSender.Load() != 0 || h.fromAlone.Load() != 0 {
+		t.Errorf("lone calls: %d commands, %d of them from the Sender's goroutines, %d from goroutines of their own; want 100, 0, 0",
+			h.total.Load(), h.fromSender.Load(), h.fromAlone.Load())
 	}
 
 	// Hold the wire with a slow call; the next one must be handed over.
 	s2 := NewSender(c, 1, slow, echo)
 	defer s2.Close()
-	h.total.Store(0)
-	h.fromSender.Store(0)
+	h.reset()
 	done := make(chan error, 1)
 	go func() { done <- s2.Do(t.Context(), slow, nil).Err() }()
 	for {
@@ -386,8 +401,8 @@ return 1`)
 	}
 }
 
-// Each lone call starts one goroutine as it goes out (wakeSpare), and only
-// one: the caller still sends it itself.
+// Each lone call sent by its caller starts one goroutine as it goes out
+// (wakeSpare), and only one.
 func TestLoneCallWakesASpareThread(t *testing.T) {
 	c := testenv.RedisClient(t)
 	if err := echo.Load(t.Context(), c).Err(); err != nil {
@@ -407,12 +422,91 @@ func TestLoneCallWakesASpareThread(t *testing.T) {
 	const calls = 200
 	before := created()
 	for i := range calls {
-		if err := s.Do(t.Context(), echo, nil, i).Err(); err != nil {
+		if err := s.Do(context.Background(), echo, nil, i).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The test's runtime may start a few goroutines of its own meanwhile.
 	if n := created() - before; n < calls || n > calls+20 {
 		t.Errorf("%d lone calls started %d goroutines, want one each", calls, n)
+	}
+}
+
+// Who sends a lone call depends on whether a go-redis call on the caller's
+// goroutine could outlast the caller's context.
+func TestLoneCallPathFollowsContext(t *testing.T) {
+	deadline := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	cancellable := func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		return ctx
+	}
+	tests := []struct {
+		name      string
+		ctxBounds bool // client with ContextTimeoutEnabled
+		ctx       context.Context
+		byCaller  bool
+	}{
+		{"background", false, context.Background(), true},
+		{"deadline, client ignores it", false, deadline(), false},
+		{"deadline, client bounds I/O by it", true, deadline(), true},
+		{"cancel only", false, cancellable(), false},
+		{"cancel only, client bounds I/O by deadlines", true, cancellable(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), ContextTimeoutEnabled: tt.ctxBounds})
+			defer c.Close()
+			h := &senderStacks{}
+			c.AddHook(h)
+			s := NewSender(c, 1, echo)
+			defer s.Close()
+			for i := range 20 {
+				if got, err := s.Do(tt.ctx, echo, nil, i).Int(); err != nil || got != i {
+					t.Fatalf("Do = %v, %v; want %d", got, err, i)
+				}
+			}
+			alone := int64(20)
+			if tt.byCaller {
+				alone = 0
+			}
+			if h.total.Load() != 20 || h.fromSender.Load() != 0 || h.fromAlone.Load() != alone {
+				t.Errorf("%d calls: %d from the Sender's goroutines, %d from goroutines of their own; want 20, 0, %d",
+					h.total.Load(), h.fromSender.Load(), h.fromAlone.Load(), alone)
+			}
+		})
+	}
+}
+
+// A lone call returns when its context ends even on a client that does
+// not bound socket I/O by contexts, before the client's read timeout.
+func TestLoneDoReturnsWhenContextEnds(t *testing.T) {
+	addr := blackHole(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: time.Second})
+	defer c.Close()
+	s := NewSender(c, 1, echo)
+	defer s.Close()
+	for _, cancelOnly := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		if cancelOnly {
+			ctx, cancel = context.WithCancel(t.Context())
+			time.AfterFunc(100*time.Millisecond, cancel)
+		}
+		start := time.Now()
+		err := s.Do(ctx, echo, nil, "x").Err()
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			t.Errorf("cancel only %v: Do against a silent server = %v, want the context's error", cancelOnly, err)
+		}
+		if took > 600*time.Millisecond {
+			t.Errorf("cancel only %v: Do returned after %v, want about the context's 100ms (the read timeout is 1s)", cancelOnly, took)
+		}
+		// Let the abandoned call time out, so that the next one is lone.
+		time.Sleep(1200 * time.Millisecond)
 	}
 }
