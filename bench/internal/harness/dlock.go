@@ -13,6 +13,7 @@ import (
 func init() {
 	specs = append([]Spec{
 		{Name: DlockRedis, New: newDlockRedis},
+		{Name: DlockRedisPlain, OptIn: true, New: newDlockRedisPlain},
 		{Name: DlockRedlock, Private: true, New: newDlockRedlock},
 	}, specs...)
 }
@@ -23,10 +24,17 @@ type dlockImpl struct {
 	clients []*redis.Client
 }
 
-// newDlockRedis is dlock's redis backend (the redis:// scheme) over a
-// default go-redis client, TTL 10 s, automatic renewal on (the default).
-func newDlockRedis(e *Env) (Impl, error) {
-	c := NewClient(e.Shared)
+// newDlockRedis is dlock's redis backend (the redis:// scheme) over
+// NewClient's client, TTL 10 s, automatic renewal on (the default).
+func newDlockRedis(e *Env) (Impl, error) { return dlockRedis(NewClient(e.Shared)) }
+
+// newDlockRedisPlain is dlock-redis over a client that does not bound
+// socket I/O by contexts: a lone call with a deadline is then sent by a
+// goroutine of its own, so that Acquire still returns when its context
+// ends (see redislock's package documentation, Requests).
+func newDlockRedisPlain(e *Env) (Impl, error) { return dlockRedis(NewPlainClient(e.Shared)) }
+
+func dlockRedis(c *redis.Client) (Impl, error) {
 	l, err := dlockredis.New(c, nil, dlock.WithTTL(TTL))
 	if err != nil {
 		_ = c.Close()

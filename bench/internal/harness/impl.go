@@ -84,6 +84,9 @@ const (
 	// RawSpawn is the raw loop with every call on a goroutine of its own
 	// (a diagnostic, run only when named).
 	RawSpawn = "raw-goredis-spawn"
+	// DlockRedisPlain is dlock-redis over a client without
+	// ContextTimeoutEnabled (a diagnostic, run only when named).
+	DlockRedisPlain = "dlock-redis-plain"
 )
 
 // specs lists every implementation in the order they are run and shown.
@@ -132,9 +135,16 @@ func Select(list string) ([]Spec, error) {
 	return out, nil
 }
 
-// NewClient returns a go-redis client with default options, as a user
-// would write it.
+// NewClient returns the go-redis client every implementation uses: default
+// options but ContextTimeoutEnabled, so that a context's deadline bounds
+// each call's socket I/O (the setting dlock's redis:// URLs use and its
+// documentation recommends; it changes no peer's commands).
 func NewClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+// NewPlainClient returns a go-redis client with default options only.
+func NewPlainClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr})
 }
 
