@@ -5,8 +5,11 @@
 //
 // With a client of your own (the Locker does not close it):
 //
-//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, err := redislock.New(client, nil)
+//
+// ContextTimeoutEnabled is recommended (see Requests below), not required:
+// every call returns when its context ends either way.
 //
 // Any redis.UniversalClient will do: a *redis.ClusterClient for Redis
 // Cluster (every key of a lock is in one slot, see Keys), a failover

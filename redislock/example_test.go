@@ -15,7 +15,10 @@ import (
 
 func Example() {
 	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	// ContextTimeoutEnabled lets a context's deadline bound each call's
+	// socket I/O, so that a lone call can be sent by its caller (see
+	// Requests in the package documentation).
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close() // the Locker never closes a client it was given
 
 	locker, err := redislock.New(client, &redislock.Options{Prefix: "example:"})
