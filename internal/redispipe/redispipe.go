@@ -59,11 +59,11 @@ type Call struct {
 	Keys   []string
 	Args   []any
 	// Ctx bounds the call: a call whose Ctx is done before it is sent is
-	// answered with Ctx's error, unsent, and Ctx's deadline bounds the
-	// socket I/O of a call sent alone. A call sent in a pipeline with
-	// others is bounded by the latest of their deadlines (none if one of
-	// them has none); cancelling Ctx does not interrupt a call already on
-	// the wire.
+	// answered with Ctx's error, unsent, and, on a client with
+	// ContextTimeoutEnabled, Ctx's deadline bounds the socket I/O of a
+	// call sent alone. A call sent in a pipeline with others is bounded
+	// by the latest of their deadlines (none if one of them has none);
+	// cancelling Ctx does not interrupt a call already on the wire.
 	Ctx context.Context
 	// To receives the answers.
 	To Answerer
