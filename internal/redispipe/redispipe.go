@@ -156,9 +156,7 @@ func (s *Sender) run() {
 			}
 			s.send(batch)
 			clear(batch) // let the calls be collected
-			s.mu.Lock()
-			s.busy--
-			s.mu.Unlock()
+			s.offWire()
 		}
 	}
 	// Closed: answer what was queued after the last batch.
@@ -300,13 +298,15 @@ func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...
 	s.running.Add(1) // Close waits for the call (Add is ordered before Close by mu)
 	s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		s.loneDone()
+		s.offWire()
+		s.running.Done()
 		return errCmd(&Call{Ctx: ctx}, err)
 	}
 	if s.boundedBy(ctx) {
 		wakeSpare()
 		cmd := s.sendOne(ctx, script, keys, args)
-		s.loneDone()
+		s.offWire()
+		s.running.Done()
 		return cmd
 	}
 	w := newWaiter(ctx, script, keys, args)
@@ -319,9 +319,7 @@ func (s *Sender) Do(ctx context.Context, script *Script, keys []string, args ...
 func (s *Sender) sendAlone(w *waiter) {
 	defer s.running.Done() // Close waits for the answer too
 	cmd := s.sendOne(w.Ctx, w.Script, w.Keys, w.Args)
-	s.mu.Lock()
-	s.busy-- // before the answer: the caller's next call may go out alone too
-	s.mu.Unlock()
+	s.offWire() // before the answer: the caller's next call may go out alone too
 	w.Answer(0, cmd)
 }
 
@@ -349,12 +347,11 @@ func boundsIO(client redis.UniversalClient) bool {
 	return false
 }
 
-// loneDone ends a call that Do sent alone.
-func (s *Sender) loneDone() {
+// offWire counts off a lone call or a batch that is no longer on the wire.
+func (s *Sender) offWire() {
 	s.mu.Lock()
 	s.busy--
 	s.mu.Unlock()
-	s.running.Done()
 }
 
 // wakeSpare starts an empty goroutine, so that the Go runtime wakes an idle
