@@ -46,7 +46,7 @@ func run() error {
 	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: the implementations take turns in slices of this length (the order rotating every slice) until each has run -d, so that a slower minute of the machine falls on all of them alike; 0 runs each for -d in one go, one after another")
 	flag.Parse()
 
-	if err := loopback(*shared); err != nil {
+	if err := harness.Loopback(*shared); err != nil {
 		return err
 	}
 	specs, err := harness.Select(*implList)
@@ -284,21 +284,6 @@ func names(specs []harness.Spec) string {
 		n = append(n, s.Name)
 	}
 	return strings.Join(n, ", ")
-}
-
-func loopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("-redis %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("-redis %q: only loopback addresses are allowed", addr)
-	}
-	return nil
 }
 
 func redisVersion() string {

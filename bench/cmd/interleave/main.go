@@ -33,6 +33,9 @@ func main() {
 }
 
 func run(n, warm int, list, addr string) error {
+	if err := harness.Loopback(addr); err != nil {
+		return err
+	}
 	specs, err := harness.Select(list)
 	if err != nil {
 		return err

@@ -24,12 +24,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/bench/internal/harness"
 )
 
 var del = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
@@ -39,12 +40,8 @@ func main() {
 	n := flag.Int("n", 500, "operations per block")
 	rounds := flag.Int("rounds", 20, "blocks per way")
 	flag.Parse()
-	host, _, err := net.SplitHostPort(*addr)
-	if err != nil {
+	if err := harness.Loopback(*addr); err != nil {
 		log.Fatal(err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		log.Fatalf("-redis %s: loopback addresses only", *addr)
 	}
 
 	ctx := context.Background()
