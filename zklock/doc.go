@@ -158,7 +158,10 @@
 // may be writing it (reported upstream as samuel/go-zookeeper#260). The
 // race detector can report it in tests that run with -race and restart
 // ZooKeeper servers; it was seen once in this project's CI, in
-// TestLeaderChange. The value only tells the server from which point to
-// replay watch events, and the recipe re-reads the children on every
-// event, so the race does not bear on mutual exclusion.
+// TestLeaderChange. The value read (a single 64-bit word, on 64-bit
+// platforms) is either the old connection's last zxid, as without the
+// race, or a later one; it only tells the server from which point to
+// replay data changes. A deleted node is reported whatever the zxid, and
+// every release deletes the holder's node, which is what a waiter waits
+// for, so the race does not bear on mutual exclusion or on waking.
 package zklock
