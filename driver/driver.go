@@ -70,6 +70,18 @@ type Grant struct {
 	// is gone (session expired, connection closed). dlock watches it only
 	// while the lease is held, so a driver need not close it after Unlock.
 	Lost <-chan struct{}
+	// Check, if not nil, tells at once whether the lock may still be held
+	// at now: nil while it may, otherwise an error saying why it is not
+	// (the session's conservative validity ended before now, the server
+	// closed the lock's connection). Once it returns an error it must go
+	// on doing so. dlock calls it on every Lease.Err, so that a holder's
+	// first look after a loss says "lost" even before the driver's own
+	// goroutines have run: it must not block, and must not allocate while
+	// it returns nil. A clock comparison, atomic loads and at most one
+	// non-blocking look at a socket fit; a round trip does not. A driver
+	// whose Check can fail must also close Lost (or let Expires pass) when
+	// the same condition arises, so that Done closes without a caller.
+	Check func(now time.Time) error
 }
 
 // Driver is the interface every backend implements.
