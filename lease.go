@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
@@ -16,34 +17,40 @@ import (
 //
 // A lease ends exactly once: released by its holder, or lost (renewal could
 // not succeed before the lock's validity ended, the session expired, or the
-// store took the lock away). Done and Err tell which, in the manner of
-// context.Context. A lock must not be assumed held after Done is closed;
-// for work that must stop the moment the lock is lost, run it under
-// Lease.Context.
+// store took the lock away). Err and Done tell which, in the manner of
+// context.Context: Err looks at the clock and at the backend's own state
+// when it is called, so check it right before each write to the protected
+// resource; Done is for waking. A lock must not be assumed held after Done
+// is closed; for work that must stop the moment the lock is lost, run it
+// under Lease.Context.
 //
 // A Lease is safe for concurrent use. It must not be copied.
 type Lease struct {
 	l         *Locker
 	req       driver.Request
 	token     uint64
-	acquired  time.Time
 	autoRenew bool
-	lostCh    <-chan struct{} // the driver's loss signal; may be nil
+	base      time.Time                 // the acquisition, on the monotonic clock: the origin of exp
+	expiring  bool                      // the lock has a validity that renewal extends
+	margin    time.Duration             // how long before exp the lease counts as lost
+	check     func(now time.Time) error // the driver's Grant.Check; may be nil
+	lostCh    <-chan struct{}           // the driver's Grant.Lost; may be nil
+	done      chan struct{}
 
-	done chan struct{}
+	fin       atomic.Pointer[error] // why the lease ended; nil while held
+	exp       atomic.Int64          // the lock's validity, as a time.Duration since base
+	releasing atomic.Bool           // Release has started
 
 	// timer runs tick, the lease's supervision, at the next renewal or at
 	// the end of the lock's validity; nil for a lock without expiry.
 	timer *time.Timer
 
-	opMu    sync.Mutex // serializes the driver's Refresh and Unlock calls
-	lastErr error      // the last failed automatic renewal; guarded by opMu
+	opMu sync.Mutex // serializes the driver's Refresh and Unlock calls
 
-	mu        sync.Mutex
-	expires   time.Time // zero: no expiry
-	err       error     // nil while held
-	releasing bool
-	cancelOp  context.CancelFunc // aborts an automatic renewal in flight
+	mu       sync.Mutex // guards the renewal state below
+	renewing bool
+	lastErr  error              // the last failed automatic renewal
+	cancelOp context.CancelFunc // aborts an automatic renewal in flight
 }
 
 func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Lease {
@@ -51,11 +58,16 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Le
 		l:         l,
 		req:       req,
 		token:     g.Token,
-		acquired:  time.Now(),
 		autoRenew: autoRenew,
+		base:      time.Now(),
+		expiring:  !g.Expires.IsZero(),
+		margin:    lossMargin(req.TTL),
+		check:     g.Check,
 		lostCh:    g.Lost,
 		done:      make(chan struct{}),
-		expires:   g.Expires,
+	}
+	if s.expiring {
+		s.exp.Store(int64(g.Expires.Sub(s.base)))
 	}
 	l.track(s, true)
 	s.start()
@@ -87,37 +99,69 @@ func (s *Lease) TTL() time.Duration { return s.req.TTL }
 // unless it is renewed; the zero time for a lock that does not expire on
 // its own (held while a session or process lives).
 func (s *Lease) Expires() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.expires
+	if !s.expiring {
+		return time.Time{}
+	}
+	return s.base.Add(time.Duration(s.exp.Load()))
 }
 
 // Done returns a channel that is closed when the lease ends: released by
 // its holder or lost. After Done is closed, Err says which.
+//
+// Done closes when the lease's own supervision notices the end, which
+// needs the process to be scheduled: a holder resumed after a pause may
+// find Done still open for a moment. Use Done to wake up, and Err to check.
 func (s *Lease) Done() <-chan struct{} { return s.done }
 
 // Err returns nil while the lease is held; afterwards an error matching
 // ErrReleased or ErrLost (wrapping the backend's cause, if any).
+//
+// Err decides at the call: it returns nil only if the lock's conservative
+// validity had not ended at that instant (Expires, less a margin of 1% of
+// the TTL, for a lock with a TTL; the session's validity for a ZooKeeper or
+// etcd lock) and the backend did not already know the lock gone (for a
+// PostgreSQL or MySQL lock, one non-blocking look at its connection's
+// socket). When it finds the validity over, the lease ends as lost right
+// there, as it would a moment later by its timer. It costs a clock read
+// and does not allocate while the lease is held.
+//
+// What Err cannot see is a store that takes the lock away on its own (a
+// Redis key deleted or evicted, a session killed on the server) before the
+// holder next asks it; docs/GUARANTEES.md gives that window per backend.
+// Pass Lease.Token to the resource to cover it.
 func (s *Lease) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	if err := s.fin.Load(); err != nil {
+		return *err
+	}
+	if s.releasing.Load() {
+		return nil // Release decides how the lease ends
+	}
+	now := time.Now()
+	switch {
+	case s.expiring && now.Sub(s.base) >= time.Duration(s.exp.Load())-s.margin:
+		s.expire()
+	case s.check != nil:
+		if err := s.check(now); err != nil {
+			s.end(s.backendCause(err), lostBackend)
+		}
+	}
+	if err := s.fin.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // Context returns a copy of parent that is cancelled when the lease ends,
 // with the lease's Err as the cause (context.Cause), or when parent ends.
 // Run work that must stop the moment the lock is lost under this context.
 // Call cancel to release the context's resources when the work is done.
+//
+// The context's Err (and context.Cause) answer like the lease's Err, at
+// the call: after a loss, the first of them reports it even if the lease's
+// supervision has not run yet. Contexts derived from it learn of the loss
+// when it is cancelled.
 func (s *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
-	go func() {
-		select {
-		case <-s.done:
-			cancel(s.Err())
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() { cancel(context.Canceled) }
+	return newHeldContext(parent, s.done, s.Err)
 }
 
 // Refresh extends the lock to its TTL from now. Callers who turned
@@ -139,22 +183,6 @@ func (s *Lease) Refresh(ctx context.Context) error {
 	return err
 }
 
-// refresh calls the driver with opMu held; it ends the lease on ErrNotHeld.
-func (s *Lease) refresh(ctx context.Context) error {
-	exp, err := s.l.drv.Refresh(ctx, s.req)
-	s.l.m.renewed(err == nil)
-	if err != nil {
-		if errors.Is(err, ErrNotHeld) {
-			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), lostGone)
-		}
-		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
-	}
-	s.mu.Lock()
-	s.expires = exp
-	s.mu.Unlock()
-	return nil
-}
-
 // Release releases the lock, only if this lease still holds it on the
 // store, and ends the lease with ErrReleased. Renewal stops before the
 // lock is released: no renewal runs after Release starts. Releasing a
@@ -164,17 +192,19 @@ func (s *Lease) refresh(ctx context.Context) error {
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
 	s.mu.Lock()
-	if s.err != nil || s.releasing {
+	if s.Err() != nil || s.releasing.Load() {
 		s.mu.Unlock()
 		return s.heldErr()
 	}
-	s.releasing = true
+	s.releasing.Store(true)
 	cancel := s.cancelOp
 	s.mu.Unlock()
 
 	// Stop supervision, abort a renewal in flight, and wait for it (it holds
 	// opMu): no renewal runs after this point.
-	s.stop()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	if cancel != nil {
 		cancel()
 	}
@@ -202,36 +232,11 @@ func (s *Lease) Release(ctx context.Context) error {
 // heldErr returns nil while held, else ErrNotHeld joined with why the lease
 // ended.
 func (s *Lease) heldErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.err != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, s.err)
-	case s.releasing:
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	if s.releasing.Load() {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
 	}
 	return nil
-}
-
-// end ends the lease once; it reports whether this call ended it. lost is
-// why the lease was lost (lostExpired, lostGone, lostBackend), or "" for a
-// release.
-func (s *Lease) end(cause error, lost string) bool {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return false
-	}
-	s.err = cause
-	s.mu.Unlock()
-	s.stop()
-	s.l.track(s, false)
-	s.l.m.ended(lost, time.Since(s.acquired))
-	if lost != "" {
-		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
-	}
-	// Done closes last, so that whoever wakes on it sees the metrics and
-	// the log line of the lease's end.
-	close(s.done)
-	return true
 }

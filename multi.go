@@ -221,15 +221,11 @@ func (m *MultiLease) Err() error {
 
 // Context returns a copy of parent that is cancelled when the set ends,
 // with its Err as the cause (context.Cause), or when parent ends. Call
-// cancel to release the context's resources when the work is done.
+// cancel to release the context's resources when the work is done. As
+// with Lease.Context, the context's Err and context.Cause answer like the
+// set's Err, at the call.
 func (m *MultiLease) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	m.watchParts()
-	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(m.ctx, func() { cancel(context.Cause(m.ctx)) })
-	return ctx, func() {
-		stop()
-		cancel(context.Canceled)
-	}
+	return newHeldContext(parent, m.Done(), m.Err)
 }
 
 // Refresh extends every part to its TTL from now (see Lease.Refresh) and

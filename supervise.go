@@ -7,6 +7,21 @@ import (
 	"time"
 )
 
+// A lease's life, from its grant to its end, is in this file. It ends in
+// one place, end, from one of these:
+//
+//   - Err (and so every look at the lease) finds its validity over, or the
+//     driver's Grant.Check reports the lock gone;
+//   - tick, run by the lease's timer, does the same at the end of the
+//     validity, and renews the lock about every TTL/3 until then;
+//   - watchLost wakes on the driver's Grant.Lost;
+//   - a renewal or Release finds the lock gone on the store;
+//   - Release releases it.
+//
+// Nothing runs between these events: a lease with a TTL costs a timer and
+// no goroutine; a lease with a loss signal costs one goroutine waiting
+// for it.
+
 // lossMargin is how long before a lock's conservative expiry the lease is
 // declared lost when no renewal succeeded: the holder must learn of the
 // loss before the store can give the lock to another client.
@@ -19,29 +34,86 @@ func renewRetryDelay(ttl time.Duration) time.Duration {
 	return clamp(ttl/30, 2*time.Millisecond, time.Second)
 }
 
-// start begins the lease's supervision. A lock that expires gets a timer
-// whose callback, tick, renews it about every TTL/3 (when automatic renewal
-// is on), retries failed renewals until the lock's validity is about to
-// end, then declares the lease lost. A driver's loss signal gets a
-// goroutine that waits for it. Nothing runs between these events: an
-// uncontended lease costs no goroutine of its own.
+// start begins the lease's supervision.
 func (s *Lease) start() {
-	if exp := s.Expires(); !exp.IsZero() {
+	if s.expiring {
 		// Armed only once s.timer is set: tick may run at once and Reset it.
 		s.timer = time.AfterFunc(time.Hour, s.tick)
-		s.timer.Reset(time.Until(s.nextWake(exp)))
+		s.mu.Lock()
+		s.arm()
+		s.mu.Unlock()
 	}
 	if s.lostCh != nil {
 		go s.watchLost()
 	}
 }
 
-// stop ends supervision; a tick already running finds the lease ended or
-// releasing and does nothing more.
-func (s *Lease) stop() {
+// errReleased is the end of a released lease, for Lease.fin.
+var errReleased = ErrReleased
+
+// end ends the lease once; it reports whether this call ended it. lost is
+// why the lease was lost (lostExpired, lostGone, lostBackend), or "" for a
+// release.
+func (s *Lease) end(cause error, lost string) bool {
+	p := &errReleased // a release, the common end, allocates nothing here
+	if cause != ErrReleased {
+		p = new(error)
+		*p = cause
+	}
+	if !s.fin.CompareAndSwap(nil, p) {
+		return false
+	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.l.track(s, false)
+	s.l.m.ended(lost, time.Since(s.base))
+	if lost != "" {
+		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
+	}
+	// Done closes last, so that whoever wakes on it sees the metrics and
+	// the log line of the lease's end.
+	close(s.done)
+	return true
+}
+
+// expire ends the lease as lost because its validity ran out without a
+// successful renewal, then makes a best-effort, owner-checked unlock in
+// case a late renewal did reach the store, so that others need not wait
+// for the TTL. Drivers may rely on this unlock: a lock whose store does
+// not expire it on its own (filelock's flock) is freed here when the
+// lease's validity ends. The unlock runs on a goroutine of its own, so
+// that Err, which may call expire, never waits for the store.
+func (s *Lease) expire() {
+	s.mu.Lock()
+	last := s.lastErr
+	s.mu.Unlock()
+	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
+	if last != nil {
+		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
+	}
+	if s.end(cause, lostExpired) {
+		go s.unlockAfterLoss()
+	}
+}
+
+// unlockAfterLoss is expire's best-effort, owner-checked unlock. It waits
+// for a renewal in flight to return first.
+func (s *Lease) unlockAfterLoss() {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.req.TTL/10, 50*time.Millisecond))
+	defer cancel()
+	_ = s.l.drv.Unlock(ctx, s.req)
+}
+
+// backendCause is the lease's end when the driver reports the lock gone;
+// err is the driver's reason, if it gave one.
+func (s *Lease) backendCause(err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name)
+	}
+	return fmt.Errorf("%w: %q: the backend reported the lock lost: %w", ErrLost, s.req.Name, err)
 }
 
 // watchLost ends the lease when the driver signals loss, unless the lease
@@ -52,142 +124,98 @@ func (s *Lease) watchLost() {
 	case <-s.done:
 		return
 	}
-	s.mu.Lock()
-	releasing := s.releasing
-	s.mu.Unlock()
-	if !releasing {
-		s.end(fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name), lostBackend)
+	if s.releasing.Load() {
+		return
 	}
+	var why error
+	if s.check != nil {
+		why = s.check(time.Now())
+	}
+	s.end(s.backendCause(why), lostBackend)
 }
 
-// nextWake returns when tick must next run for a lock valid until exp.
-// opMu must be held, or the lease just created.
-func (s *Lease) nextWake(exp time.Time) time.Time {
-	ttl := s.req.TTL
-	lossAt := exp.Add(-lossMargin(ttl))
-	next := lossAt
-	if s.autoRenew {
-		if s.lastErr == nil {
-			next = exp.Add(-2 * ttl / 3)
-		} else {
-			next = time.Now().Add(renewRetryDelay(ttl))
-		}
-		if next.After(lossAt) {
-			next = lossAt
-		}
-	}
-	return next
-}
-
-// tick is the supervision step, run by the lease's timer. It holds opMu
-// throughout, so a Release waits for it and no renewal follows a release.
+// tick is the supervision step, run by the lease's timer: it ends the
+// lease at the end of its validity, renews it when a renewal is due, and
+// arms the timer for the next step.
 func (s *Lease) tick() {
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
+	if s.Err() != nil {
+		return // ended, possibly by this very look at the clock
+	}
 	s.mu.Lock()
-	if s.err != nil || s.releasing {
+	if s.releasing.Load() || s.renewing {
+		s.mu.Unlock()
+		return // Release stops supervision; a renewal re-arms when it returns
+	}
+	if !s.autoRenew || (s.lastErr == nil && time.Now().Before(s.renewAt())) {
+		s.arm()
 		s.mu.Unlock()
 		return
 	}
-	exp := s.expires // a manual Refresh may have moved it
+	lossAt := s.lossAt()
+	ctx, cancel := context.WithDeadline(context.Background(), lossAt)
+	s.renewing, s.cancelOp = true, cancel
+	// If the renewal outlasts the validity (a driver that does not return
+	// when ctx ends, such as a Redis client without ContextTimeoutEnabled
+	// on a silent connection), the timer's next tick ends the lease on
+	// time all the same.
+	s.timer.Reset(time.Until(lossAt))
 	s.mu.Unlock()
 
-	ttl := s.req.TTL
-	lossAt := exp.Add(-lossMargin(ttl))
-	now := time.Now()
-	if !now.Before(lossAt) {
-		s.expire()
-		return
-	}
-	if s.autoRenew && (s.lastErr != nil || !now.Before(exp.Add(-2*ttl/3))) {
-		ctx, cancel := context.WithDeadline(context.Background(), lossAt)
-		s.mu.Lock()
-		if s.releasing {
-			s.mu.Unlock()
-			cancel()
-			return
-		}
-		s.cancelOp = cancel
-		s.mu.Unlock()
-		// A driver that does not return when ctx ends (a Redis client
-		// without ContextTimeoutEnabled on a connection that stopped
-		// answering) must not hold up the loss signal: at lossAt the
-		// guard ends the lease, renewal in flight or not.
-		last := s.lastErr
-		guard := time.AfterFunc(time.Until(lossAt), func() {
-			s.mu.Lock()
-			releasing := s.releasing
-			s.mu.Unlock()
-			if !releasing {
-				s.end(s.lostCause(last), lostExpired)
-			}
-		})
-		err := s.refresh(ctx)
-		if !guard.Stop() {
-			// The guard ended the lease while the renewal hung. A late
-			// renewal may have reached the store: unlock, as expire does.
-			s.mu.Lock()
-			s.cancelOp = nil
-			s.mu.Unlock()
-			cancel()
-			s.unlockAfterLoss()
-			return
-		}
-		s.mu.Lock()
-		s.cancelOp = nil
-		releasing := s.releasing
-		s.mu.Unlock()
-		cancel()
-		switch {
-		case err == nil:
-			s.lastErr = nil
-		case errors.Is(err, ErrNotHeld) || releasing:
-			return // refresh ended the lease, or Release started
-		default:
-			s.lastErr = err
-			s.l.log.Warn("dlock: renewal failed", "name", s.req.Name, "token", s.token, "error", err)
-		}
-	}
-	s.schedule()
-}
+	s.opMu.Lock()
+	err := s.refresh(ctx)
+	s.opMu.Unlock()
+	cancel()
 
-// schedule arms the timer for the next tick unless the lease ended or is
-// being released. opMu must be held.
-func (s *Lease) schedule() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil || s.releasing {
+	s.renewing, s.cancelOp = false, nil
+	if s.releasing.Load() || s.fin.Load() != nil {
 		return
 	}
-	s.timer.Reset(time.Until(s.nextWake(s.expires)))
-}
-
-// expire ends the lease as lost because its validity ran out without a
-// successful renewal, then makes a best-effort, owner-checked unlock in
-// case a late renewal did reach the store, so that others need not wait
-// for the TTL. Drivers may rely on this call: a lock whose store does not
-// expire it on its own (filelock's flock) is freed here when the lease's
-// validity ends. opMu must be held.
-func (s *Lease) expire() {
-	if !s.end(s.lostCause(s.lastErr), lostExpired) {
-		return
+	s.lastErr = err
+	if err != nil {
+		s.l.log.Warn("dlock: renewal failed", "name", s.req.Name, "token", s.token, "error", err)
 	}
-	s.unlockAfterLoss()
+	s.arm()
 }
 
-// lostCause is the lease's end when its validity ran out without a
-// successful renewal; last is the last renewal's error, if any.
-func (s *Lease) lostCause(last error) error {
-	if last != nil {
-		return fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
+// refresh calls the driver with opMu held and records the new validity; it
+// ends the lease on ErrNotHeld.
+func (s *Lease) refresh(ctx context.Context) error {
+	exp, err := s.l.drv.Refresh(ctx, s.req)
+	s.l.m.renewed(err == nil)
+	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), lostGone)
+		}
+		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
 	}
-	return fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
+	s.exp.Store(int64(exp.Sub(s.base)))
+	return nil
 }
 
-// unlockAfterLoss is expire's best-effort, owner-checked unlock. opMu must
-// be held.
-func (s *Lease) unlockAfterLoss() {
-	ctx, cancel := context.WithTimeout(context.Background(), max(s.req.TTL/10, 50*time.Millisecond))
-	defer cancel()
-	_ = s.l.drv.Unlock(ctx, s.req)
+// lossAt is when the lease counts as lost unless renewed.
+func (s *Lease) lossAt() time.Time {
+	return s.base.Add(time.Duration(s.exp.Load()) - s.margin)
+}
+
+// renewAt is when the next automatic renewal is due: a third of the TTL
+// after the last success, or a short pause after a failure. s.mu is held.
+func (s *Lease) renewAt() time.Time {
+	if s.lastErr != nil {
+		return time.Now().Add(renewRetryDelay(s.req.TTL))
+	}
+	return s.Expires().Add(-2 * s.req.TTL / 3)
+}
+
+// arm sets the timer for the next tick: the next renewal if one is due
+// before the loss, else the loss. s.mu is held.
+func (s *Lease) arm() {
+	next := s.lossAt()
+	if s.autoRenew {
+		if r := s.renewAt(); r.Before(next) {
+			next = r
+		}
+	}
+	s.timer.Reset(time.Until(next))
 }
