@@ -114,7 +114,13 @@
 // (plus 5ms) before that end, or a keep-alive finds the lease gone
 // (expired or revoked), the session ends: the Done of every dlock lease
 // on it closes and Err matches dlock.ErrLost, before the server can give
-// the lock to anyone else. The driver also checks after each keep-alive, in one read,
+// the lock to anyone else. That deadline is also each grant's
+// driver.Grant.Check, which dlock consults at every Lease.Err: the clock
+// is compared with it at the call, so a holder whose goroutines did not
+// run meanwhile (a process resumed after a SIGSTOP longer than the TTL, a
+// stalled scheduler) sees the loss at its first look, before the
+// session's goroutine has noticed; a keep-alive answered after such a
+// look no longer revives the session. The driver also checks after each keep-alive, in one read,
 // that the keys of its held locks still exist, so a key deleted behind
 // the holder's back (by an operator) is reported lost within a third of
 // the TTL; nothing can make that case safe before the fact.
@@ -129,7 +135,9 @@
 // empty. Parameters:
 //
 //	dial_timeout=5s     how long Open waits for a member to answer
-//	                    (DefaultDialTimeout); a duration above zero
+//	                    (DefaultDialTimeout); a duration above zero. A
+//	                    shorter deadline of Open's context ends the wait
+//	                    first; the error then says so
 //	request_timeout=1s  how long each request may take before the driver
 //	                    tries again (Options.RequestTimeout,
 //	                    DefaultRequestTimeout); a duration above zero

@@ -69,6 +69,7 @@ type Driver struct {
 	prefix  string
 	timeout time.Duration // RequestTimeout
 	hooks   *testHooks    // nil outside tests
+	base    time.Time     // origin of the sessions' lossAt, with a monotonic reading
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -103,6 +104,9 @@ type testHooks struct {
 	watch   func(name, key string) // a waiter started watching key
 	wake    func(name, key string) // a waiter saw key deleted
 	requeue func(name string)      // a waiter lost its key and queued again
+	// keepAlive, if set, runs in a session's goroutine before each
+	// keep-alive; a test blocks it to stop keep-alives and the goroutine.
+	keepAlive func(ctx context.Context)
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
@@ -127,6 +131,7 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 		c:       client,
 		prefix:  prefix,
 		timeout: opt.RequestTimeout,
+		base:    time.Now(),
 		slots:   map[int64]*slot{},
 		locks:   map[string]*lock{},
 	}
@@ -262,16 +267,39 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	// One serializable read shows that a member answers, so that a wrong
 	// address fails Open rather than the first Acquire.
+	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, dial)
 	_, err = c.Get(cctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+	timedOut := cctx.Err() != nil
 	cancel()
 	if err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered within %v: %w", eps, dial, err)
+		if !timedOut {
+			return nil, fmt.Errorf("etcdlock: open: read from etcd at %v: %w", eps, err)
+		}
+		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered %s: %w", eps, openBound(ctx, dial, start), err)
 	}
 	d := NewDriver(c, &Options{Prefix: prefix, RequestTimeout: reqTimeout})
 	d.own = true
 	return d, nil
+}
+
+// openBound says which bound cut Open's first read short, the caller's
+// context or the dial timeout, and how long it allowed: a message that
+// named the dial timeout when a shorter context had ended the wait sent
+// the reader looking at the wrong setting.
+func openBound(ctx context.Context, dial time.Duration, start time.Time) string {
+	// The wait's own length is what the caller can match with the
+	// deadline it set: the context may have been made well before Open.
+	err := ctx.Err()
+	switch {
+	case err == nil:
+		return fmt.Sprintf("within the dial timeout %v (dial_timeout)", dial)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("before the caller's context reached its deadline, after %v of waiting", time.Since(start).Round(time.Millisecond))
+	default:
+		return fmt.Sprintf("before the caller's context was canceled, after %v of waiting", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // endpoints returns the URL's comma-separated host[:port] list; the port

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"context"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,4 +23,15 @@ func SessionLease(d *Driver, ttl time.Duration) clientv3.LeaseID {
 		return sl.cur.id
 	}
 	return 0
+}
+
+// SetKeepAliveHook installs f, which each session's goroutine calls before
+// every keep-alive with the driver's context (which ends at Close): a test
+// that blocks in f stops both the keep-alives and that goroutine, as a
+// paused process would. Call it before the driver is used.
+func SetKeepAliveHook(d *Driver, f func(ctx context.Context)) {
+	if d.hooks == nil {
+		d.hooks = &testHooks{}
+	}
+	d.hooks.keepAlive = f
 }

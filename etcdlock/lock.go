@@ -158,7 +158,10 @@ func (d *Driver) txnErr(ctx context.Context, s *session, k keys, r driver.Reques
 
 // grant records the lock as held and returns its grant; if the session
 // ended meanwhile, the key is deleted and the acquisition starts over.
-// rev is the key's create revision.
+// rev is the key's create revision. Every kind (mutex, reader, writer,
+// permit, leader) is granted here, so each grant carries the lock's check
+// as Grant.Check: the lease's Err compares the session's deadline with the
+// clock itself instead of waiting for the session's goroutine to notice.
 func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64, token uint64) (driver.Grant, error) {
 	l := &lock{name: r.Name, owner: r.Owner, mode: r.Mode, k: k, rev: rev, token: token, s: s, lost: make(chan struct{})}
 	d.mu.Lock()
@@ -166,7 +169,7 @@ func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64, token ui
 		d.locks[r.Owner] = l
 		s.locks[l] = struct{}{}
 		d.mu.Unlock()
-		return driver.Grant{Token: token, Lost: l.lost}, nil
+		return driver.Grant{Token: token, Lost: l.lost, Check: l.check}, nil
 	}
 	closed := d.closed
 	d.mu.Unlock()

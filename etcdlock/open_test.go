@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +91,55 @@ func TestOpen(t *testing.T) {
 		t.Error("Open of an address where no etcd listens succeeded")
 	} else if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Open of a dead address took %v, want about its dial_timeout 300ms", took)
+	}
+}
+
+// TestOpenTimeoutNamed: when no member answers, Open's error names the
+// bound that ended the wait, with its real length: the caller's context
+// when it ended first, else the dial timeout.
+func TestOpenTimeoutNamed(t *testing.T) {
+	dead := "127.0.0.1:1" // nothing listens on port 1 of loopback
+	for _, c := range []struct {
+		name    string
+		ctx     time.Duration // 0: no deadline
+		url     string
+		want    string
+		notWant string
+	}{
+		{"context first", 300 * time.Millisecond, "etcd://" + dead + "?dial_timeout=5s",
+			"before the caller's context reached its deadline, after ", "5s"},
+		{"dial timeout first", 0, "etcd://" + dead + "?dial_timeout=250ms",
+			"within the dial timeout 250ms (dial_timeout)", "context"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			if c.ctx > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.ctx)
+				defer cancel()
+			}
+			start := time.Now()
+			l, err := dlock.Open(ctx, c.url)
+			if err == nil {
+				_ = l.Close()
+				t.Fatal("Open of an address where no etcd listens succeeded")
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("Open took %v", took)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, c.want) || strings.Contains(strings.SplitN(msg, ": ", 3)[1], c.notWant) {
+				t.Errorf("Open error %q, want it to say %q and not %q", msg, c.want, c.notWant)
+			}
+			if c.ctx > 0 {
+				n := -1
+				if m := regexp.MustCompile(`after (\d+)ms of waiting`).FindStringSubmatch(msg); m != nil {
+					n, _ = strconv.Atoi(m[1])
+				}
+				if n < 250 || n > 1000 {
+					t.Errorf("Open error %q: the wait it states is not about the context's 300ms", msg)
+				}
+			}
+		})
 	}
 }

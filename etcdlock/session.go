@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -36,6 +37,18 @@ type session struct {
 	// Owned by run.
 	validUntil time.Time // the lease certainly lives until then
 	lastSent   time.Time // when the last successful keep-alive was sent
+
+	// lossAt is when the session is to be declared lost, validUntil less
+	// lossMargin, in nanoseconds of the monotonic clock since d.base; or
+	// expired once a Check found it passed. Grant.Check reads it at every
+	// Lease.Err, so it is one atomic word rather than a time.Time under a
+	// mutex. keepAlive moves it only by compare-and-swap, so that a
+	// keep-alive answered just after a Check saw the deadline pass cannot
+	// make a later Check say "held" again: the session is then lost, as
+	// that Check said.
+	lossAt atomic.Int64
+	// endErr is cause, published for Check, which must not take d.mu.
+	endErr atomic.Pointer[error]
 }
 
 // leaseSeconds is a lock TTL as an etcd lease TTL: whole seconds, rounded
@@ -110,6 +123,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 		validUntil: sent.Add(ttlGranted),
 		lastSent:   sent,
 	}
+	s.lossAt.Store(d.mono(s.validUntil.Add(-lossMargin(ttlGranted))))
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -139,6 +153,9 @@ func (s *session) run() {
 		case <-s.done:
 			return
 		case <-timer.C:
+		}
+		if d.hooks != nil && d.hooks.keepAlive != nil {
+			d.hooks.keepAlive(d.ctx)
 		}
 		if err := s.keepAlive(); err != nil {
 			if d.ctx.Err() == nil {
@@ -173,7 +190,12 @@ func (s *session) keepAlive() error {
 		resp, err := d.c.KeepAliveOnce(ctx, s.id)
 		cancel()
 		if err == nil {
-			s.validUntil = now.Add(time.Duration(resp.TTL) * time.Second)
+			validUntil := now.Add(time.Duration(resp.TTL) * time.Second)
+			if !s.lossAt.CompareAndSwap(d.mono(lossAt), d.mono(validUntil.Add(-margin))) {
+				return fmt.Errorf("%w: the validity of lease %x ran out, as a lease's Err saw, before its keep-alive was answered",
+					driver.ErrLost, int64(s.id))
+			}
+			s.validUntil = validUntil
 			s.lastSent = now
 			return nil
 		}
@@ -267,6 +289,7 @@ func (s *session) end(cause error, revoke bool) {
 	}
 	s.ended = true
 	s.cause = cause
+	s.endErr.Store(&cause) // before the locks' lost channels close
 	close(s.done)
 	for l := range s.locks {
 		close(l.lost)
