@@ -1,0 +1,503 @@
+package safety
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	_ "github.com/dlockgo/dlock/etcdlock"
+	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/mysqllock"
+	_ "github.com/dlockgo/dlock/pglock"
+	_ "github.com/dlockgo/dlock/redislock"
+	_ "github.com/dlockgo/dlock/redlock"
+	_ "github.com/dlockgo/dlock/zklock"
+)
+
+// resumeCase is one backend of TestResumedHolder.
+type resumeCase struct {
+	url      string        // the holder's URL
+	otherURL string        // the other client's URL (default url)
+	ttl      time.Duration // lock TTL (zk: the session timeout is in url)
+	// pause is how long the holder stays stopped before anything else
+	// happens: past the lock's validity where the store expires locks,
+	// short where the lock goes with a connection that free kills.
+	pause time.Duration
+	// free, when set, takes the lock called name away from the stopped
+	// holder on the store (kills its connection, removes its file): the
+	// store does not expire it on its own.
+	free  func(ctx context.Context, other *dlock.Locker, name string) error
+	fault string // what happens to the holder, for the log
+}
+
+// resumeResult is what one run of TestResumedHolder measured. Times are
+// UnixNano of the host's clock, shared by the test and the holder.
+type resumeResult struct {
+	last        int64  // the holder's last look that found the lease held
+	otherStart  int64  // when the other client's successful TryAcquire started
+	otherEnd    int64  // when it returned
+	cont        int64  // just before SIGCONT was sent
+	errAt       int64  // when the holder's first look that found it ended returned
+	doneAt      int64  // when the holder saw Done close (0: not within 5s)
+	afterResume int64  // looks after the pause that still found the lease held
+	gap         int64  // the holder's longest time between two looks
+	stopped     int64  // how long the holder was stopped, as the test saw it
+	lost        bool   // whether that first error matched dlock.ErrLost
+	err         string // its text
+}
+
+// unsafe reports why the run broke the promise ("" if it did not): the
+// holder looked and found its lease held after the other client had
+// started the acquisition that got the lock, or its first error after the
+// resume was not ErrLost.
+func (r resumeResult) unsafe() string {
+	var why []string
+	if r.last >= r.otherStart {
+		why = append(why, fmt.Sprintf("last held look %v after the other's acquisition started", time.Duration(r.last-r.otherStart)))
+	}
+	if r.afterResume > 0 {
+		why = append(why, fmt.Sprintf("%d looks after the resume found the lease held", r.afterResume))
+	}
+	if !r.lost {
+		why = append(why, fmt.Sprintf("the first error does not match ErrLost: %s", r.err))
+	}
+	return strings.Join(why, "; ")
+}
+
+// TestResumedHolder is the promise that a lost lock is known at the
+// holder's first look (issue 13, item 5): a holder process acquires a
+// lock and looks at lease.Err() in a tight loop; it is frozen (SIGSTOP)
+// while its lock's validity ends and the store frees the lock (on its own
+// where locks expire; by killing the holder's connection on postgres and
+// mysql, by removing the lock file on file), another client acquires it,
+// and the holder is resumed (SIGCONT). The first Err() after the resume
+// must be non-nil and match dlock.ErrLost: the holder's last look that
+// found the lease held must come before the other client's acquisition
+// started (the start, not the return, so that the bound is the earliest
+// the other can have held the lock from). The lease may only learn of the
+// loss when its own goroutines run after the resume; a look that comes
+// first must find out from the clock (or the socket) by itself.
+//
+// Each backend runs scale(20, 100) times, one holder process per run.
+func TestResumedHolder(t *testing.T) {
+	bin := buildHolder(t)
+	const ttl = 400 * time.Millisecond
+	cases := map[string]func(t *testing.T) resumeCase{
+		"redis": func(t *testing.T) resumeCase {
+			return resumeCase{url: "redis://" + testenv.RedisAddr(t), ttl: ttl, pause: 2 * ttl,
+				fault: "paused 2×TTL, key expired"}
+		},
+		"redlock": func(t *testing.T) resumeCase {
+			nodes := testenv.StartRedisN(t, 5, testenv.RedisOptions{})
+			return resumeCase{url: "redlock://" + testenv.Addrs(nodes), ttl: ttl, pause: 2 * ttl,
+				fault: "paused 2×TTL, keys expired on 5 masters"}
+		},
+		"zookeeper": func(t *testing.T) resumeCase {
+			// The session timeout is the validity: the server expires the
+			// stopped holder's session, and its ephemeral node, after it.
+			const session = time.Second
+			return resumeCase{url: "zk://" + testenv.ZKAddr(t) + "/dlock-resume?session_timeout=" + session.String(),
+				ttl: session, pause: 2 * session, fault: "paused 2× session timeout (1s), session expired"}
+		},
+		"etcd": func(t *testing.T) resumeCase {
+			// etcd counts leases in whole seconds and stretches short ones
+			// to its minimum: the other client's retries wait for the
+			// server's actual expiry.
+			const lease = time.Second
+			return resumeCase{url: "etcd://" + strings.Join(testenv.EtcdEndpoints(t), ","),
+				ttl: lease, pause: 2 * lease, fault: "paused 2× lease TTL (1s), lease expired"}
+		},
+		"postgres": func(t *testing.T) resumeCase {
+			app := fmt.Sprintf("dlock-resume-%d", time.Now().UnixNano())
+			base := testenv.PGURL(t)
+			sep := "?"
+			if strings.Contains(base, "?") {
+				sep = "&"
+			}
+			admin := testenv.PGConn(t)
+			return resumeCase{
+				url: base + sep + "application_name=" + app, otherURL: base + sep + "application_name=" + app + "-other",
+				ttl: ttl, pause: 100 * time.Millisecond, fault: "paused, pg_terminate_backend of its backend",
+				free: func(ctx context.Context, _ *dlock.Locker, _ string) error {
+					// Only the holder's connection that holds an advisory
+					// lock: the lock's, not the pool's others.
+					var n int
+					err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid))
+						FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+						WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).Scan(&n)
+					if err == nil && n != 1 {
+						err = fmt.Errorf("%d backends of %s hold an advisory lock, want 1", n, app)
+					}
+					return err
+				},
+			}
+		},
+		"mysql": func(t *testing.T) resumeCase {
+			db := testenv.MySQLDB(t)
+			u := mysqlURL(t)
+			return resumeCase{
+				url: u, ttl: ttl, pause: 100 * time.Millisecond, fault: "paused, KILL of its connection",
+				free: func(ctx context.Context, other *dlock.Locker, name string) error {
+					// The server-side name, which mysqllock may escape or
+					// hash: the driver says which.
+					d, ok := other.Driver().(*mysqllock.Driver)
+					if !ok {
+						return fmt.Errorf("the mysql Locker's driver is a %T", other.Driver())
+					}
+					var id sql.NullInt64
+					if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", d.LockName(name)).Scan(&id); err != nil {
+						return err
+					}
+					if !id.Valid {
+						return errors.New("IS_USED_LOCK: nobody holds the lock")
+					}
+					_, err := db.ExecContext(ctx, fmt.Sprintf("KILL %d", id.Int64))
+					return err
+				},
+			}
+		},
+		"file": func(t *testing.T) resumeCase {
+			// A flock has no TTL, and a stopped holder keeps it: the one
+			// way it loses the lock is the lock file's removal (another
+			// process then locks a new file under the same name). The
+			// lease's validity, renewed every TTL/3, has ended too.
+			dir := t.TempDir()
+			return resumeCase{
+				url: "file://" + dir, ttl: ttl, pause: 2 * ttl, fault: "paused 2×TTL, lock file removed",
+				free: func(_ context.Context, _ *dlock.Locker, name string) error {
+					f, err := filelock.FileName(name)
+					if err != nil {
+						return err
+					}
+					return os.Remove(filepath.Join(dir, f))
+				},
+			}
+		},
+	}
+	for _, name := range []string{"redis", "redlock", "zookeeper", "etcd", "postgres", "mysql", "file"} {
+		setup := cases[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			resumeBackend(t, bin, name, setup(t))
+		})
+	}
+}
+
+// resumeBackend runs one backend's runs and asserts and reports them.
+func resumeBackend(t *testing.T, bin, backend string, c resumeCase) {
+	if c.otherURL == "" {
+		c.otherURL = c.url
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	other, err := dlock.Open(ctx, c.otherURL, dlock.WithTTL(c.ttl))
+	cancel()
+	if err != nil {
+		t.Fatalf("open the other client: %v", err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+
+	runs := scale(20, 100)
+	var rs []resumeResult
+	var unsafe []string
+	for i := range runs {
+		name := fmt.Sprintf("resume-%s-%d-%d", backend, time.Now().UnixNano(), i)
+		r, err := resumeRun(bin, c, other, name)
+		if err != nil {
+			t.Fatalf("run %d of %d: %v", i+1, runs, err)
+		}
+		rs = append(rs, r)
+		if why := r.unsafe(); why != "" {
+			unsafe = append(unsafe, fmt.Sprintf("run %d: %s (first error %v after the resume: %s)", i+1, why, time.Duration(r.errAt-r.cont), r.err))
+		}
+	}
+
+	dist := func(f func(resumeResult) int64) string {
+		v := make([]int64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		d := func(x int64) time.Duration { return time.Duration(x).Round(time.Microsecond) }
+		return fmt.Sprintf("min %v p50 %v max %v", d(v[0]), d(v[len(v)/2]), d(v[len(v)-1]))
+	}
+	t.Logf("%s / %s: %d runs, %d unsafe", backend, c.fault, len(rs), len(unsafe))
+	t.Logf("  last held look − other's acquisition start: %s", dist(func(r resumeResult) int64 { return r.last - r.otherStart }))
+	t.Logf("  other's successful TryAcquire took: %s", dist(func(r resumeResult) int64 { return r.otherEnd - r.otherStart }))
+	t.Logf("  SIGCONT → first look that found the lease ended: %s", dist(func(r resumeResult) int64 { return r.errAt - r.cont }))
+	t.Logf("  SIGCONT → Done closed: %s", dist(func(r resumeResult) int64 {
+		if r.doneAt == 0 {
+			return int64(time.Hour) // not within 5s: shows as the maximum
+		}
+		return r.doneAt - r.cont
+	}))
+	t.Logf("  looks after the resume that found the lease held: %s", distCount(rs))
+	t.Logf("  holder stopped for: %s", dist(func(r resumeResult) int64 { return r.stopped }))
+	t.Logf("  first error: %s", rs[0].err)
+	for _, u := range unsafe {
+		t.Error(u)
+	}
+	if len(unsafe) > 0 {
+		t.Errorf("%s: %d of %d runs unsafe: the resumed holder's first look found the lease held after another client had the lock", backend, len(unsafe), len(rs))
+	}
+}
+
+// distCount is the min/p50/max of the looks after the resume that found
+// the lease held.
+func distCount(rs []resumeResult) string {
+	v := make([]int64, len(rs))
+	for i, r := range rs {
+		v[i] = r.afterResume
+	}
+	slices.Sort(v)
+	return fmt.Sprintf("min %d p50 %d max %d", v[0], v[len(v)/2], v[len(v)-1])
+}
+
+// resumeRun is one run: start a holder, stop it while it looks, free the
+// lock (or let it expire), acquire it with other, resume the holder and
+// read what it saw. An error is a run that could not be made (the holder
+// failed, the other client never got the lock, the pause missed the
+// holder's looking): it fails the test rather than count as safe.
+func resumeRun(bin string, c resumeCase, other *dlock.Locker, name string) (resumeResult, error) {
+	var r resumeResult
+	cmd := exec.Command(bin, "-url", c.url, "-name", name, "-ttl", c.ttl.String())
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return r, err
+	}
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	// The holder writes two lines at most: the buffer never blocks the
+	// reader, which must finish reading before Wait.
+	events := make(chan holderEvent, 8)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e holderEvent
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				events <- e
+			}
+		}
+		close(events)
+		exited <- cmd.Wait()
+	}()
+	reaped := false
+	// A holder left stopped would never end: continue it before killing
+	// it, and reap it, whatever happened.
+	defer func() {
+		if reaped {
+			return
+		}
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	next := func(want string, timeout time.Duration) (holderEvent, error) {
+		select {
+		case e, ok := <-events:
+			switch {
+			case !ok:
+				err := <-exited
+				reaped = true
+				return e, fmt.Errorf("the holder ended before reporting %q: %v: %s", want, err, stderr)
+			case e.Kind == "fail":
+				return e, fmt.Errorf("the holder failed: %s", e.Msg)
+			case e.Kind != want:
+				return e, fmt.Errorf("the holder reported %q, want %q", e.Kind, want)
+			}
+			return e, nil
+		case <-time.After(timeout):
+			return holderEvent{}, fmt.Errorf("the holder did not report %q within %v", want, timeout)
+		}
+	}
+
+	if _, err := next("holding", 30*time.Second); err != nil {
+		return r, err
+	}
+	// Let it loop a while first, and land the pause at a different point
+	// of the renewal cycle each run.
+	time.Sleep(10*time.Millisecond + rand.N(c.ttl/3))
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return r, err
+	}
+	if err := waitStopped(cmd.Process.Pid, 2*time.Second); err != nil {
+		return r, err
+	}
+	stoppedAt := time.Now()
+	time.Sleep(c.pause)
+	if c.free != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.free(ctx, other, name)
+		cancel()
+		if err != nil {
+			return r, fmt.Errorf("take the lock from the stopped holder: %w", err)
+		}
+	}
+
+	// TryAcquire in a loop rather than one waiting Acquire: the start of
+	// the successful attempt is then a close bound for the instant from
+	// which the other client held the lock (never later than it).
+	lease, err := otherAcquire(other, name, 30*time.Second)
+	if err != nil {
+		return r, err
+	}
+	r.otherStart, r.otherEnd = lease.start.UnixNano(), lease.end.UnixNano()
+
+	select {
+	case e := <-events:
+		return r, fmt.Errorf("the holder reported %q before it was resumed: its lease ended before the pause? (%s)", e.Kind, e.Err)
+	default:
+	}
+	r.cont = time.Now().UnixNano()
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return r, err
+	}
+	r.stopped = r.cont - stoppedAt.UnixNano()
+	res, err := next("result", 70*time.Second)
+	if err != nil {
+		return r, err
+	}
+	r.last, r.errAt, r.doneAt, r.err, r.lost = res.Last, res.ErrAt, res.DoneAt, res.Err, res.Lost
+	r.afterResume, r.gap = res.AfterGap, res.Gap
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = lease.Release(ctx)
+	cancel()
+	if err != nil {
+		return r, fmt.Errorf("the other client's release: %w", err)
+	}
+	select {
+	case err := <-exited:
+		reaped = true
+		if err != nil {
+			return r, fmt.Errorf("the holder: %v: %s", err, stderr)
+		}
+	case <-time.After(20 * time.Second):
+		return r, errors.New("the holder did not exit after reporting")
+	}
+	// The holder's longest gap between looks must be the stop: otherwise
+	// the pause did not freeze it while it looked, and the run shows
+	// nothing.
+	if r.gap < r.stopped/2 {
+		return r, fmt.Errorf("the holder's longest gap between looks is %v, but it was stopped for %v: the pause missed its loop (its last held look %v and first error %v after the stop: %s)",
+			time.Duration(r.gap), time.Duration(r.stopped), time.Duration(r.last-stoppedAt.UnixNano()), time.Duration(r.errAt-stoppedAt.UnixNano()), r.err)
+	}
+	return r, nil
+}
+
+// otherLease is the other client's lease, with when the TryAcquire that
+// got it started and returned.
+type otherLease struct {
+	*dlock.Lease
+	start, end time.Time
+}
+
+// otherAcquire tries to acquire name every few milliseconds until it gets
+// it or limit passes.
+func otherAcquire(other *dlock.Locker, name string, limit time.Duration) (otherLease, error) {
+	deadline := time.Now().Add(limit)
+	var last error
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		lease, err := other.TryAcquire(ctx, name)
+		end := time.Now()
+		cancel()
+		if err == nil {
+			return otherLease{Lease: lease, start: start, end: end}, nil
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return otherLease{}, fmt.Errorf("the other client did not get the lock in %d tries within %v: %w", tries, limit, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitStopped waits until the process pid is stopped (state T in
+// /proc/pid/stat): SIGSTOP is only delivered, not yet acted on, when kill
+// returns, and the pause must not be counted from before the stop.
+func waitStopped(pid int, limit time.Duration) error {
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	deadline := time.Now().Add(limit)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read the holder's state: %w", err)
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain them.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the holder did not stop within %v after SIGSTOP", limit)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// syncBuffer is a strings.Builder safe for the writer goroutine of
+// exec.Cmd and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// buildHolder builds safety/internal/holder into t's temporary directory,
+// once per run of TestResumedHolder.
+func buildHolder(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "holder")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/dlockgo/dlock/safety/internal/holder").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build the holder: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// holderEvent is one line of the holder's output (safety/internal/holder).
+type holderEvent struct {
+	Kind     string `json:"k"`
+	At       int64  `json:"at"`
+	Last     int64  `json:"last"`
+	ErrAt    int64  `json:"err_at"`
+	Err      string `json:"err"`
+	Lost     bool   `json:"lost"`
+	DoneAt   int64  `json:"done_at"`
+	Looks    int64  `json:"looks"`
+	Gap      int64  `json:"gap"`
+	AfterGap int64  `json:"after_gap"`
+	Msg      string `json:"msg"`
+}
