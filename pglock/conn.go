@@ -31,6 +31,9 @@ const closeTimeout = time.Second
 type conn struct {
 	pg *pgx.Conn
 	w  *watcher
+	// raw is the socket as dialled, under any TLS: what a held lock's
+	// sockWatch peeks at.
+	raw net.Conn
 }
 
 // watcher is the connection's context watcher handler: what pgx does when
@@ -87,6 +90,9 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: d.keepalive, Interval: d.keepalive, Count: 3})
 		}
+		if err == nil {
+			c.raw = nc // the last dial is the one pgx keeps
+		}
 		return nc, err
 	}
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
@@ -95,6 +101,10 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 	}
 	pg, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
+		if ctx.Err() == nil && pgconn.Timeout(err) {
+			// The connect timeout, not the caller's context, ended it.
+			return nil, fmt.Errorf("pglock: connect: the server did not complete the connection within the connect timeout (%v; connect_timeout in the URL): %w", cfg.ConnectTimeout, err)
+		}
 		return nil, fmt.Errorf("pglock: connect: %w", err)
 	}
 	c.pg = pg
@@ -177,6 +187,9 @@ func (c *conn) begin(wait bool) {
 // cancelSent reports whether the last query was a lock wait whose context
 // ended while it ran, so that a cancel request went to the server.
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
+
+// newWatch returns a watch of c's socket for a lock just taken on it.
+func (c *conn) newWatch() *sockWatch { return newSockWatch(c.raw, c.pg.PgConn().Conn()) }
 
 // pid returns the server process id of c's session.
 func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }

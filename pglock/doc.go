@@ -23,7 +23,8 @@
 //	                  true; see Options.NoServerKeepalive)
 //
 // besides dlock's shared ones (ttl, renew). Everything else is pgx's:
-// its connection parameters (sslmode, connect_timeout, application_name,
+// its connection parameters (sslmode, connect_timeout — 10s when absent or
+// 0, see DefaultConnectTimeout —, application_name,
 // target_session_attrs, ...), and any other parameter as a run-time setting
 // of every session (search_path=locks, lock_timeout=10s). The server checks
 // those when the driver connects, as dlock.Open does at once: a setting it
@@ -76,14 +77,22 @@
 // # Loss
 //
 // A lock lives as long as its session: Grant.Expires is zero and nothing
-// is renewed. A keeper goroutine sends an empty query on the holding
-// connection every Options.Keepalive, or every third of the lock's TTL if
-// that is shorter, with a timeout of the interval (at least a second). When
-// a check fails (the backend was terminated, the server restarted, the
-// connection broke or went silent), the lease's Done closes and its Err
-// matches dlock.ErrLost, within about two intervals; the driver closes
-// the connection, so that the server frees the lock if it still has it.
-// Lease.Refresh checks pg_locks for the lock on the session.
+// is renewed. While no query runs on the holding connection, a keeper
+// goroutine waits for its socket to become readable, peeking
+// (MSG_PEEK, never reading, so pgx's bytes stay put): the end of the
+// stream, a socket error or an ErrorResponse (which a server sends unasked
+// only before it closes the session) is a loss, noticed within about a
+// round trip of pg_terminate_backend or a shutdown; other bytes (a notice,
+// anything under TLS) make it ping at once, which reads them. It also
+// pings every Options.Keepalive, or every third of the lock's TTL if that
+// is shorter, with a timeout of the interval (at least a second), for
+// networks that go silent. Grant.Check, which Lease.Err calls, makes one
+// non-blocking peek at the idle socket (none while a query runs), so a
+// holder resumed after a pause sees a closed connection at its first Err.
+// On a loss the lease's Done closes and its Err matches dlock.ErrLost; the
+// driver closes the connection, so that the server frees the lock if it
+// still has it. Lease.Refresh checks pg_locks for the lock on the session.
+// The peek is Linux only; elsewhere the pings alone find a loss.
 //
 // When the holder is the one that vanished (a crash, a power cut, a
 // partition), the server frees its locks when it notices the session is

@@ -1,6 +1,9 @@
 package pglock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Crash makes the driver stop as a crashed process would: every one of its
 // connections is cut (the socket closed, no Terminate message), so its
@@ -72,4 +75,20 @@ func Occupy(d *Driver, owner string) (free func()) {
 	d.mu.Unlock()
 	h.acquire()
 	return h.releaseUse
+}
+
+// NoKeeper stops the driver from starting the keeper goroutine of the
+// locks it grants from now on (on is true), so that only Check can learn
+// of their loss: a holder whose goroutines have not run yet.
+func NoKeeper(d *Driver, on bool) { d.noKeeper.Store(on) }
+
+// ConnectTimeout returns the connect timeout of the driver's connections.
+func ConnectTimeout(d *Driver) time.Duration { return d.cfg.ConnectTimeout }
+
+// SetDefaultConnectTimeout sets the connect timeout a configuration
+// without one gets, and returns a function that restores the default.
+func SetDefaultConnectTimeout(t time.Duration) (restore func()) {
+	old := connectTimeout
+	connectTimeout = t
+	return func() { connectTimeout = old }
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
 
 // A hold is a lock the driver holds: the connection whose session took it,
-// and the keeper goroutine that checks the connection.
+// the watch of that connection's socket, and the keeper goroutine that
+// waits on the watch and pings the server.
 type hold struct {
 	d     *Driver
 	c     *conn
@@ -22,12 +25,16 @@ type hold struct {
 	// takes the channel as $2 and returns a second column.
 	unlock  string
 	channel string
-	period  time.Duration // between two checks
-	// timeout bounds one check; a check that takes longer counts as a
-	// lost connection.
+	period  time.Duration // between two keep-alive pings
+	// timeout bounds one ping; a ping that takes longer counts as a lost
+	// connection.
 	timeout time.Duration
+	w       *sockWatch
 	lost    chan struct{} // Grant.Lost: closed when the hold ends
 	stop    chan struct{} // closed when the hold ends: stops the keeper
+	// loss is why the lock was lost, set (once) before lost closes and
+	// before the connection is closed: what Check returns from then on.
+	loss atomic.Pointer[error]
 
 	// use is a one-slot semaphore: whoever fills it may use c and the
 	// fields below. Unlike a mutex, waiting for it can end with a context,
@@ -47,18 +54,29 @@ func newHold(d *Driver, c *conn, name, owner string, key int64, period time.Dura
 		key:     key,
 		period:  period,
 		timeout: max(period, time.Second),
+		w:       c.newWatch(),
 		lost:    make(chan struct{}),
 		stop:    make(chan struct{}),
 		use:     make(chan struct{}, 1),
 	}
 }
 
-func (h *hold) acquire()    { h.use <- struct{}{} }
-func (h *hold) releaseUse() { <-h.use }
+// acquire and acquireCtx take the use slot, and the socket from the
+// watch; releaseUse gives both back.
+func (h *hold) acquire() {
+	h.use <- struct{}{}
+	h.w.pause()
+}
+
+func (h *hold) releaseUse() {
+	h.w.resume()
+	<-h.use
+}
 
 func (h *hold) acquireCtx(ctx context.Context) error {
 	select {
 	case h.use <- struct{}{}:
+		h.w.pause()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -68,26 +86,115 @@ func (h *hold) acquireCtx(ctx context.Context) error {
 // errEnded tells the keeper that the hold ended while it waited.
 var errEnded = errors.New("pglock: hold ended")
 
-// keep checks every period that the connection is alive, and ends the
-// hold as lost when it is not. pg_terminate_backend, a server restart or
-// a closed socket show in the next check as an error; a server or
-// network that went silent, as a check that times out.
+// errReleasedCheck is what Check says after a release. dlock does not ask
+// then; it is an error so that a released hold never looks held.
+var errReleasedCheck = fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrReleased)
+
+// Check is the hold's Grant.Check: the loss, once known; otherwise one
+// non-blocking look at the idle connection's socket (none while a query
+// runs on it: the query finds out). A look that finds the server gone
+// ends the hold as lost, from a goroutine of its own (closing the
+// connection may block), after recording the loss so that this and every
+// later Check report it. Nothing allocates while it returns nil.
+func (h *hold) Check(time.Time) error {
+	if p := h.loss.Load(); p != nil {
+		return *p
+	}
+	v, errno := h.w.look()
+	if v != vGone {
+		return nil
+	}
+	err := h.noteLoss(h.goneErr(errno))
+	go h.lose(err)
+	return err
+}
+
+// noteLoss records cause as the loss, unless one is already recorded,
+// and returns the recorded one.
+func (h *hold) noteLoss(cause error) error {
+	h.loss.CompareAndSwap(nil, &cause)
+	return *h.loss.Load()
+}
+
+// goneErr describes a socket that a look found closed or failing.
+func (h *hold) goneErr(errno syscall.Errno) error {
+	if errno != 0 {
+		return fmt.Errorf("pglock: %q: the connection holding the lock failed: %w", h.name, errno)
+	}
+	return fmt.Errorf("pglock: %q: the server closed the connection holding the lock (its session ended, and the lock with it)", h.name)
+}
+
+// keep watches the idle connection and pings the server every period,
+// and ends the hold as lost when either shows the connection gone. A
+// terminated backend, a server shut down or a closed socket show on the
+// socket at once; a server or network that went silent, as a ping that
+// times out.
 func (h *hold) keep() {
-	t := time.NewTimer(h.period)
-	defer t.Stop()
+	if !h.w.watched() {
+		h.keepByTimer()
+		return
+	}
+	next := time.Now().Add(h.period)
 	for {
-		select {
-		case <-h.stop:
+		ev, errno := h.w.wait(next)
+		switch ev {
+		case evStopped:
 			return
-		case <-t.C:
+		case evGone:
+			h.lose(h.goneErr(errno))
+			return
+		case evDeadline:
+			next = time.Now().Add(h.period)
 		}
+		// A keep-alive ping, or a closer look at unsolicited bytes: pgx
+		// reads them (a notice, a parameter status, a TLS record) and the
+		// ping fails if the session ended.
 		if err := h.ping(); err != nil {
 			if !errors.Is(err, errEnded) {
 				h.lose(fmt.Errorf("pglock: %q: the connection holding the lock failed its keep-alive check: %w", h.name, err))
 			}
 			return
 		}
-		t.Reset(h.period)
+		if ev == evData && h.stillData() {
+			// Bytes pgx did not take (say, a background read of its own):
+			// watching would wake at once again; ping on the timer until
+			// the next deadline instead.
+			if !h.sleepUntil(next) {
+				return
+			}
+		}
+	}
+}
+
+// stillData reports whether the socket shows bytes again right after a
+// ping that should have read them.
+func (h *hold) stillData() bool {
+	v, _ := h.w.look()
+	return v == vData
+}
+
+// keepByTimer is keep for a socket that cannot be watched: a ping every
+// period.
+func (h *hold) keepByTimer() {
+	for h.sleepUntil(time.Now().Add(h.period)) {
+		if err := h.ping(); err != nil {
+			if !errors.Is(err, errEnded) {
+				h.lose(fmt.Errorf("pglock: %q: the connection holding the lock failed its keep-alive check: %w", h.name, err))
+			}
+			return
+		}
+	}
+}
+
+// sleepUntil waits until t; false when the hold ended first.
+func (h *hold) sleepUntil(t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-h.stop:
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
@@ -144,6 +251,8 @@ func (h *hold) release(ctx context.Context) error {
 		return err
 	}
 	h.ended = true
+	h.loss.CompareAndSwap(nil, &errReleasedCheck)
+	h.w.stop() // paused by acquireCtx: the watch never looks again
 	close(h.stop)
 	c := h.c
 	c.begin(false)
@@ -154,7 +263,7 @@ func (h *hold) release(ctx context.Context) error {
 	} else {
 		err = c.pg.QueryRow(ctx, h.unlock, h.key).Scan(&ok)
 	}
-	h.releaseUse()
+	<-h.use // not releaseUse: the watch stays stopped
 	defer close(h.lost)
 	switch {
 	case err == nil && ok:
@@ -172,21 +281,25 @@ func (h *hold) release(ctx context.Context) error {
 	return fmt.Errorf("pglock: unlock %q: %w (the connection was closed instead, which frees the lock once the server reads the close)", h.name, err)
 }
 
-// lose ends the hold as lost: it closes the connection (the server frees
-// the lock, if it still has it, when it reads the close) and closes Lost.
+// lose ends the hold as lost: it records the loss (for Check), closes
+// Lost, then closes the connection (the server frees the lock, if it still
+// has it, when it reads the close). Lost closes before the close because
+// the holder must stop at once, whatever the close costs.
 func (h *hold) lose(cause error) {
-	h.acquire()
+	cause = h.noteLoss(cause)
+	h.use <- struct{}{}
 	if h.ended {
-		h.releaseUse()
+		<-h.use
 		return
 	}
 	h.ended = true
 	h.cause = cause
+	h.w.stop()
 	close(h.stop)
-	h.releaseUse()
+	<-h.use
 	h.d.forget(h)
-	h.c.close()
 	close(h.lost)
+	h.c.close()
 }
 
 // endedErr says why the hold ended; the caller has the use of h.

@@ -210,8 +210,11 @@ func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.G
 	}
 	d.held[r.Owner] = h
 	d.mu.Unlock()
-	go h.keep()
-	return driver.Grant{Token: uint64(token), Lost: h.lost}, nil
+	h.w.start()
+	if !d.noKeeper.Load() {
+		go h.keep()
+	}
+	return driver.Grant{Token: uint64(token), Lost: h.lost, Check: h.Check}, nil
 }
 
 // Unlock releases the lock with pg_advisory_unlock on the connection that

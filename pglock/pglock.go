@@ -24,7 +24,15 @@ const (
 	// DefaultMaxIdle is how many idle connections a driver keeps for the
 	// next acquisitions.
 	DefaultMaxIdle = 4
+	// DefaultConnectTimeout bounds each connection attempt (the TCP
+	// connect, TLS and the start-up exchange) of a configuration that sets
+	// no connect_timeout, so that a server that accepts connections but
+	// never answers fails the attempt rather than hang it.
+	DefaultConnectTimeout = 10 * time.Second
 )
+
+// connectTimeout is DefaultConnectTimeout; tests shorten it.
+var connectTimeout = DefaultConnectTimeout
 
 // MinKeepalive is the shortest keep-alive interval the driver accepts.
 const MinKeepalive = 10 * time.Millisecond
@@ -46,7 +54,9 @@ type Options struct {
 	// query, with a timeout of the interval but at least a second) that a
 	// held lock's connection is alive. A lock is checked every Keepalive
 	// or every third of its TTL, whichever is shorter, so its holder
-	// learns of a lost connection within about two intervals. The server
+	// learns of a connection that went silent within about two intervals.
+	// A connection the server closes is seen on its socket at once,
+	// whatever the interval (see the package documentation, Loss). The server
 	// side of the driver's sessions is set from it too (see
 	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
@@ -94,6 +104,9 @@ type Driver struct {
 
 	// refuse makes dial fail, as for a crashed process (a test hook).
 	refuse atomic.Bool
+	// noKeeper grants locks without their keeper goroutine (a test hook:
+	// a holder whose goroutines have not run).
+	noKeeper atomic.Bool
 
 	// life ends when the driver closes (endLife); it bounds the
 	// listener's and the observers' own work.
@@ -112,7 +125,9 @@ type Driver struct {
 
 // NewDriver returns a driver whose connections are made from config, which
 // must have been created by pgx.ParseConfig (the driver copies it, and
-// sets its context watcher handler on the copy). It connects once to check
+// sets its context watcher handler on the copy). A config whose
+// ConnectTimeout is zero (no connect_timeout in the connection string or
+// PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects once to check
 // the server, and creates the token table unless o.NoMigrate is set; that
 // connection becomes the first idle one. Close the driver to close its
 // connections.
@@ -142,8 +157,12 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 	case opt.MaxIdle < 0:
 		opt.MaxIdle = 0
 	}
+	cfg := config.Copy()
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
 	d := &Driver{
-		cfg:               config.Copy(),
+		cfg:               cfg,
 		st:                newStatements(opt.Table),
 		keepalive:         opt.Keepalive,
 		maxIdle:           opt.MaxIdle,

@@ -1,0 +1,191 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/pglock"
+)
+
+// kindRequests are a request of every kind the driver offers, on name.
+func kindRequests(name string) map[string]driver.Request {
+	owner := func() string { return randomHex(16) }
+	return map[string]driver.Request{
+		"mutex":  {Name: name, Owner: owner()},
+		"read":   {Name: name, Owner: owner(), Mode: driver.Read},
+		"write":  {Name: name + "/w", Owner: owner(), Mode: driver.Write},
+		"permit": {Name: name, Owner: owner(), Mode: driver.Permit, Limit: 2},
+		"leader": {Name: name, Owner: owner(), Mode: driver.Leader, Value: "me"},
+	}
+}
+
+// terminateNow ends the session pid with pg_terminate_backend, which
+// returns once the signal is sent (not when the backend has gone), and
+// returns the instant it returned.
+func (a *admin) terminateNow(t testing.TB, pid uint32) time.Time {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ok bool
+	if err := a.c.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+	return time.Now()
+}
+
+// TestTerminateSeenAtOnce: for every kind of lock, pg_terminate_backend of
+// the holding session ends the hold within 5ms of the statement's return
+// on loopback (Lost closes, and Check then reports the loss), in each of
+// 20 runs, with a keep-alive interval of an hour: only the socket can
+// tell.
+func TestTerminateSeenAtOnce(t *testing.T) {
+	const runs, bound = 20, 5 * time.Millisecond
+	adm := newAdmin(t)
+	d := newDriver(t, pglock.Options{Keepalive: time.Hour, MaxIdle: 1})
+	for kind, r := range kindRequests("watch/" + randomHex(4)) {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var took []time.Duration
+			for i := range runs {
+				r.Owner = randomHex(16)
+				// Lock, not TryLock: the last run's session may still be
+				// releasing its locks (a backend sends its FATAL error
+				// before it lets them go).
+				g, err := d.Lock(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check := g.Check
+				if check == nil {
+					t.Error("Grant.Check is nil")
+					check = func(time.Time) error { return nil }
+				}
+				if err := check(time.Now()); err != nil {
+					t.Fatalf("Check of a held lock = %v", err)
+				}
+				pid := pglock.HolderPID(d, r.Owner)
+				killed := adm.terminateNow(t, pid)
+				select {
+				case <-g.Lost:
+					took = append(took, time.Since(killed))
+				case <-time.After(2 * time.Second):
+					t.Fatalf("run %d: Lost not closed 2s after pg_terminate_backend", i)
+				}
+				if err := check(time.Now()); err == nil {
+					t.Fatalf("run %d: Check = nil after Lost closed", i)
+				}
+				if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
+					t.Errorf("run %d: Unlock after the loss = %v, want ErrNotHeld", i, err)
+				}
+			}
+			slices.Sort(took)
+			t.Logf("%s: Lost closed after pg_terminate_backend returned: p50 %v, p99 %v, max %v (%d runs)",
+				kind, took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+			if worst := took[len(took)-1]; worst > bound {
+				t.Errorf("%s: the slowest run took %v, want every run within %v", kind, worst, bound)
+			}
+		})
+	}
+}
+
+// TestCheckSeesCloseWithoutKeeper: a holder whose goroutines have not run
+// since its session was terminated (here: no keeper at all) sees the loss
+// at its first Check, from its look at the socket, for every kind; and
+// Check allocates nothing while the lock is held.
+func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := newAdmin(t)
+	d := newDriver(t, pglock.Options{Keepalive: time.Hour})
+	pglock.NoKeeper(d, true)
+	for kind, r := range kindRequests("peek/" + randomHex(4)) {
+		g, err := d.TryLock(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Check == nil {
+			t.Fatalf("%s: Grant.Check is nil", kind)
+		}
+		if n := testing.AllocsPerRun(1000, func() { _ = g.Check(time.Now()) }); n != 0 {
+			t.Errorf("%s: Check allocates %v times per call while held", kind, n)
+		}
+		if err := g.Check(time.Now()); err != nil {
+			t.Fatalf("%s: Check of a held lock = %v", kind, err)
+		}
+		pid := pglock.HolderPID(d, r.Owner)
+		adm.terminateNow(t, pid)
+		// Wait until the backend has surely gone, and its socket with it.
+		if !waitUntil(5*time.Second, func() bool { return !adm.alive(t, pid) }) {
+			t.Fatalf("%s: backend %d still alive", kind, pid)
+		}
+		select {
+		case <-g.Lost:
+			t.Fatalf("%s: Lost closed with no keeper running", kind)
+		default:
+		}
+		err = g.Check(time.Now())
+		if err == nil {
+			t.Fatalf("%s: first Check after the session was terminated = nil", kind)
+		}
+		t.Logf("%s: %v", kind, err)
+		select {
+		case <-g.Lost: // closed by the loss Check found
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s: Lost not closed after Check found the loss", kind)
+		}
+		if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
+			t.Errorf("%s: a later Check = %v, want the same loss", kind, err2)
+		}
+	}
+}
+
+// alive reports whether pid is a backend of the server.
+func (a *admin) alive(t testing.TB, pid uint32) bool {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n int
+	if err := a.c.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// TestWatchSurvivesQueries: the watch pauses for every query on the held
+// connection (Refresh, keep-alive pings) without taking bytes from pgx,
+// and still sees a later termination at once.
+func TestWatchSurvivesQueries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := newAdmin(t)
+	d := newDriver(t, pglock.Options{Keepalive: MinKeepaliveForTest})
+	r := driver.Request{Name: "watch/q/" + randomHex(4), Owner: randomHex(16)}
+	g, err := d.TryLock(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond) // pings every 10ms meanwhile
+	for time.Now().Before(deadline) {
+		if _, err := d.Refresh(ctx, r); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if err := g.Check(time.Now()); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+	}
+	killed := adm.terminateNow(t, pglock.HolderPID(d, r.Owner))
+	select {
+	case <-g.Lost:
+		t.Logf("Lost closed %v after pg_terminate_backend", time.Since(killed))
+	case <-time.After(time.Second):
+		t.Fatal("Lost not closed 1s after pg_terminate_backend")
+	}
+}
+
+// MinKeepaliveForTest is the keep-alive interval of TestWatchSurvivesQueries.
+const MinKeepaliveForTest = pglock.MinKeepalive
