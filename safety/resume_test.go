@@ -57,6 +57,7 @@ type resumeResult struct {
 	doneAt      int64  // when the holder saw Done close (0: not within 5s)
 	afterResume int64  // looks after the pause that still found the lease held
 	gap         int64  // the holder's longest time between two looks
+	stoppedAt   int64  // when the test saw the holder stopped
 	stopped     int64  // how long the holder was stopped, as the test saw it
 	lost        bool   // whether that first error matched dlock.ErrLost
 	err         string // its text
@@ -94,7 +95,12 @@ func (r resumeResult) unsafe() string {
 // loss when its own goroutines run after the resume; a look that comes
 // first must find out from the clock (or the socket) by itself.
 //
-// Each backend runs scale(20, 100) times, one holder process per run.
+// Each backend runs scale(20, 100) times with lease.Err() as the look and
+// scale(5, 20) times with the Err of the lease's Context, one holder
+// process per run. A run that cannot be made (the other client never gets
+// the lock, the stop misses the holder's loop) fails the test: it is never
+// counted as safe. The figures go to the log and, with -safety.table or at
+// full size, to the SAFETY table.
 func TestResumedHolder(t *testing.T) {
 	bin := buildHolder(t)
 	const ttl = 400 * time.Millisecond
@@ -109,11 +115,13 @@ func TestResumedHolder(t *testing.T) {
 				fault: "paused 2×TTL, keys expired on 5 masters"}
 		},
 		"zookeeper": func(t *testing.T) resumeCase {
-			// The session timeout is the validity: the server expires the
-			// stopped holder's session, and its ephemeral node, after it.
+			// The session timeout bounds the validity: the server expires
+			// the stopped holder's session, and its ephemeral node, after
+			// it (rounded up to its tick); the other client's retries wait
+			// for that.
 			const session = time.Second
 			return resumeCase{url: "zk://" + testenv.ZKAddr(t) + "/dlock-resume?session_timeout=" + session.String(),
-				ttl: session, pause: 2 * session, fault: "paused 2× session timeout (1s), session expired"}
+				ttl: session, pause: 3 * session / 2, fault: "paused 1.5× session timeout (1s), session expired"}
 		},
 		"etcd": func(t *testing.T) resumeCase {
 			// etcd counts leases in whole seconds and stretches short ones
@@ -121,7 +129,7 @@ func TestResumedHolder(t *testing.T) {
 			// server's actual expiry.
 			const lease = time.Second
 			return resumeCase{url: "etcd://" + strings.Join(testenv.EtcdEndpoints(t), ","),
-				ttl: lease, pause: 2 * lease, fault: "paused 2× lease TTL (1s), lease expired"}
+				ttl: lease, pause: 3 * lease / 2, fault: "paused 1.5× lease TTL (1s), lease expired"}
 		},
 		"postgres": func(t *testing.T) resumeCase {
 			app := fmt.Sprintf("dlock-resume-%d", time.Now().UnixNano())
@@ -190,13 +198,29 @@ func TestResumedHolder(t *testing.T) {
 			}
 		},
 	}
-	for _, name := range []string{"redis", "redlock", "zookeeper", "etcd", "postgres", "mysql", "file"} {
+	// The backends run at once, each in a goroutine of its own: a run
+	// spends nearly all its time waiting for a lock to expire, and
+	// t.Parallel would let only GOMAXPROCS of them wait together.
+	var wg sync.WaitGroup
+	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "postgres", "mysql", "file"} {
 		setup := cases[name]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			resumeBackend(t, bin, name, setup(t))
+		wg.Go(func() {
+			t.Run(name, func(t *testing.T) { resumeBackend(t, bin, name, setup(t)) })
 		})
 	}
+	wg.Wait()
+}
+
+// resumeLooks are the two ways a holder looks at its lease: lease.Err(),
+// asserted over scale(20, 100) runs per backend, and the Err of the
+// lease's Context (then context.Cause), which must answer the same way,
+// over fewer runs to keep the test's time in CI near a minute.
+var resumeLooks = []struct {
+	look string // the holder's -look
+	runs int
+}{
+	{"err", scale(20, 100)},
+	{"ctx", scale(5, 20)},
 }
 
 // resumeBackend runs one backend's runs and asserts and reports them.
@@ -212,60 +236,127 @@ func resumeBackend(t *testing.T, bin, backend string, c resumeCase) {
 	}
 	t.Cleanup(func() { _ = other.Close() })
 
-	runs := scale(20, 100)
-	var rs []resumeResult
-	var unsafe []string
-	for i := range runs {
-		name := fmt.Sprintf("resume-%s-%d-%d", backend, time.Now().UnixNano(), i)
-		r, err := resumeRun(bin, c, other, name)
-		if err != nil {
-			t.Fatalf("run %d of %d: %v", i+1, runs, err)
+	for _, l := range resumeLooks {
+		var rs []resumeResult
+		var unsafe []string
+		for i := range l.runs {
+			name := fmt.Sprintf("resume-%s-%d-%d", backend, time.Now().UnixNano(), i)
+			r, err := resumeRun(bin, l.look, c, other, name)
+			if err != nil {
+				t.Fatalf("%s looks, run %d of %d: %v", l.look, i+1, l.runs, err)
+			}
+			rs = append(rs, r)
+			if why := r.unsafe(); why != "" {
+				unsafe = append(unsafe, fmt.Sprintf("run %d: %s (first error %v after the resume: %s)",
+					i+1, why, time.Duration(r.errAt-r.cont).Round(time.Microsecond), r.err))
+			}
+			if r.doneAt == 0 {
+				t.Errorf("%s looks, run %d: the lease said lost (%s) but Done did not close within 5s", l.look, i+1, r.err)
+			}
 		}
-		rs = append(rs, r)
-		if why := r.unsafe(); why != "" {
-			unsafe = append(unsafe, fmt.Sprintf("run %d: %s (first error %v after the resume: %s)", i+1, why, time.Duration(r.errAt-r.cont), r.err))
+		row := resumeSummary(backend, c.fault, l.look, rs, len(unsafe))
+		t.Log(row.String())
+		resumeTableMu.Lock()
+		resumeTable = append(resumeTable, row)
+		resumeTableMu.Unlock()
+		for k, u := range unsafe {
+			if k == 5 {
+				t.Errorf("... and %d more", len(unsafe)-k)
+				break
+			}
+			t.Errorf("%s looks, %s", l.look, u)
 		}
-	}
-
-	dist := func(f func(resumeResult) int64) string {
-		v := make([]int64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
+		if len(unsafe) > 0 {
+			t.Errorf("%s, %s looks: %d of %d runs unsafe: the resumed holder's first look found the lease held after another client had the lock",
+				backend, l.look, len(unsafe), len(rs))
 		}
-		slices.Sort(v)
-		d := func(x int64) time.Duration { return time.Duration(x).Round(time.Microsecond) }
-		return fmt.Sprintf("min %v p50 %v max %v", d(v[0]), d(v[len(v)/2]), d(v[len(v)-1]))
-	}
-	t.Logf("%s / %s: %d runs, %d unsafe", backend, c.fault, len(rs), len(unsafe))
-	t.Logf("  last held look − other's acquisition start: %s", dist(func(r resumeResult) int64 { return r.last - r.otherStart }))
-	t.Logf("  other's successful TryAcquire took: %s", dist(func(r resumeResult) int64 { return r.otherEnd - r.otherStart }))
-	t.Logf("  SIGCONT → first look that found the lease ended: %s", dist(func(r resumeResult) int64 { return r.errAt - r.cont }))
-	t.Logf("  SIGCONT → Done closed: %s", dist(func(r resumeResult) int64 {
-		if r.doneAt == 0 {
-			return int64(time.Hour) // not within 5s: shows as the maximum
-		}
-		return r.doneAt - r.cont
-	}))
-	t.Logf("  looks after the resume that found the lease held: %s", distCount(rs))
-	t.Logf("  holder stopped for: %s", dist(func(r resumeResult) int64 { return r.stopped }))
-	t.Logf("  first error: %s", rs[0].err)
-	for _, u := range unsafe {
-		t.Error(u)
-	}
-	if len(unsafe) > 0 {
-		t.Errorf("%s: %d of %d runs unsafe: the resumed holder's first look found the lease held after another client had the lock", backend, len(unsafe), len(rs))
 	}
 }
 
-// distCount is the min/p50/max of the looks after the resume that found
-// the lease held.
-func distCount(rs []resumeResult) string {
+// resumeRow is one line of the resumed-holder table: a backend and a way
+// of looking, over its runs.
+type resumeRow struct {
+	backend, fault, look string
+	runs, unsafe         int
+	// Distributions over the runs.
+	lastMinusOther dist // holder's last held look − other's acquisition start
+	contToErr      dist // SIGCONT → first look that found the lease ended
+	contToDone     dist // SIGCONT → Done closed
+	stopToOther    dist // holder stopped → other's successful acquisition started
+	heldAfter      dist // looks after the resume that found the lease held (a count)
+	firstErr       string
+}
+
+// dist is the min, median and max of a sample.
+type dist struct{ min, p50, max int64 }
+
+func distOf(rs []resumeResult, f func(resumeResult) int64) dist {
 	v := make([]int64, len(rs))
 	for i, r := range rs {
-		v[i] = r.afterResume
+		v[i] = f(r)
 	}
 	slices.Sort(v)
-	return fmt.Sprintf("min %d p50 %d max %d", v[0], v[len(v)/2], v[len(v)-1])
+	return dist{v[0], v[len(v)/2], v[len(v)-1]}
+}
+
+// dur formats d as durations, rounded to microseconds.
+func (d dist) dur() string {
+	f := func(x int64) time.Duration { return time.Duration(x).Round(time.Microsecond) }
+	return fmt.Sprintf("%v / %v / %v", f(d.min), f(d.p50), f(d.max))
+}
+
+func (d dist) count() string { return fmt.Sprintf("%d / %d / %d", d.min, d.p50, d.max) }
+
+func resumeSummary(backend, fault, look string, rs []resumeResult, unsafe int) resumeRow {
+	return resumeRow{
+		backend: backend, fault: fault, look: look, runs: len(rs), unsafe: unsafe,
+		lastMinusOther: distOf(rs, func(r resumeResult) int64 { return r.last - r.otherStart }),
+		contToErr:      distOf(rs, func(r resumeResult) int64 { return r.errAt - r.cont }),
+		contToDone: distOf(rs, func(r resumeResult) int64 {
+			if r.doneAt == 0 {
+				return int64(time.Hour) // not within 5s (an error): shows as the maximum
+			}
+			return r.doneAt - r.cont
+		}),
+		stopToOther: distOf(rs, func(r resumeResult) int64 { return r.otherStart - r.stoppedAt }),
+		heldAfter:   distOf(rs, func(r resumeResult) int64 { return r.afterResume }),
+		firstErr:    rs[0].err,
+	}
+}
+
+// String is the row for the test log.
+func (r resumeRow) String() string {
+	return fmt.Sprintf("%s / %s / %s looks: %d runs, %d unsafe (min / p50 / max below)\n"+
+		"  holder's last held look − other's acquisition start: %s\n"+
+		"  SIGCONT → first look that found the lease ended: %s\n"+
+		"  SIGCONT → Done closed: %s\n"+
+		"  looks after the resume that found the lease held: %s\n"+
+		"  holder stopped → other's successful TryAcquire started: %s\n"+
+		"  first run's error: %s",
+		r.backend, r.fault, r.look, r.runs, r.unsafe,
+		r.lastMinusOther.dur(), r.contToErr.dur(), r.contToDone.dur(), r.heldAfter.count(), r.stopToOther.dur(), r.firstErr)
+}
+
+var (
+	resumeTableMu sync.Mutex
+	resumeTable   []resumeRow
+)
+
+// writeResumeTable adds TestResumedHolder's table to the SAFETY table's
+// text, when the test ran.
+func writeResumeTable(b *strings.Builder) {
+	resumeTableMu.Lock()
+	defer resumeTableMu.Unlock()
+	if len(resumeTable) == 0 {
+		return
+	}
+	b.WriteString("\nResumed holder (TestResumedHolder): min / p50 / max over the runs; unsafe: the holder's first look after the resume found the lease held after the other client's acquisition started.\n\n")
+	b.WriteString("| backend | fault | look | runs | unsafe | last held look − other's acquisition start | SIGCONT → first look that said lost | SIGCONT → Done closed | stopped → other acquired |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range resumeTable {
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s |\n",
+			r.backend, r.fault, r.look, r.runs, r.unsafe, r.lastMinusOther.dur(), r.contToErr.dur(), r.contToDone.dur(), r.stopToOther.dur())
+	}
 }
 
 // resumeRun is one run: start a holder, stop it while it looks, free the
@@ -273,9 +364,9 @@ func distCount(rs []resumeResult) string {
 // read what it saw. An error is a run that could not be made (the holder
 // failed, the other client never got the lock, the pause missed the
 // holder's looking): it fails the test rather than count as safe.
-func resumeRun(bin string, c resumeCase, other *dlock.Locker, name string) (resumeResult, error) {
+func resumeRun(bin, look string, c resumeCase, other *dlock.Locker, name string) (resumeResult, error) {
 	var r resumeResult
-	cmd := exec.Command(bin, "-url", c.url, "-name", name, "-ttl", c.ttl.String())
+	cmd := exec.Command(bin, "-url", c.url, "-name", name, "-ttl", c.ttl.String(), "-look", look)
 	stderr := new(syncBuffer)
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
@@ -343,6 +434,7 @@ func resumeRun(bin string, c resumeCase, other *dlock.Locker, name string) (resu
 		return r, err
 	}
 	stoppedAt := time.Now()
+	r.stoppedAt = stoppedAt.UnixNano()
 	time.Sleep(c.pause)
 	if c.free != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

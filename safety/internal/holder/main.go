@@ -1,7 +1,8 @@
 // Command holder is the safety suite's watchful lock holder, for the
 // resumed-holder test (TestResumedHolder): it acquires one lock on a dlock
 // backend URL and then does nothing but look at its lease, as fast as it
-// can, until the lease says it is lost. The test freezes it (SIGSTOP)
+// can, until the lease says it is lost. A look is lease.Err(), or with
+// -look ctx the Err of the lease's Context (and then context.Cause). The test freezes it (SIGSTOP)
 // while it looks, lets another client take the lock, and resumes it
 // (SIGCONT): what the holder saw after resuming is the result.
 //
@@ -69,15 +70,16 @@ func main() {
 		ttl     = flag.Duration("ttl", time.Second, "lock TTL")
 		timeout = flag.Duration("timeout", 10*time.Second, "bound of Open and Acquire")
 		limit   = flag.Duration("limit", 60*time.Second, "how long to look at most before giving up")
+		look    = flag.String("look", "err", `what a look is: "err" (lease.Err()) or "ctx" (Err of the lease's Context)`)
 	)
 	flag.Parse()
-	if err := run(*rawURL, *name, *ttl, *timeout, *limit); err != nil {
+	if err := run(*rawURL, *name, *ttl, *timeout, *limit, *look); err != nil {
 		_ = out.Encode(event{Kind: "fail", Msg: err.Error()})
 		os.Exit(1)
 	}
 }
 
-func run(rawURL, name string, ttl, timeout, limit time.Duration) error {
+func run(rawURL, name string, ttl, timeout, limit time.Duration, look string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	locker, err := dlock.Open(ctx, rawURL, dlock.WithTTL(ttl))
@@ -88,6 +90,23 @@ func run(rawURL, name string, ttl, timeout, limit time.Duration) error {
 	lease, err := locker.Acquire(ctx, name)
 	if err != nil {
 		return err
+	}
+	held := lease.Err
+	switch look {
+	case "err":
+	case "ctx":
+		// The lease's context must answer as the lease does: its Err at
+		// the first call after the loss, with the loss as its cause.
+		lctx, lcancel := lease.Context(context.Background())
+		defer lcancel()
+		held = func() error {
+			if lctx.Err() == nil {
+				return nil
+			}
+			return context.Cause(lctx)
+		}
+	default:
+		return fmt.Errorf("unknown -look %q", look)
 	}
 
 	// Done is watched beside the looks, as a careful user would: when it
@@ -115,7 +134,7 @@ func run(rawURL, name string, ttl, timeout, limit time.Duration) error {
 	)
 	for {
 		t := time.Now()
-		err := lease.Err()
+		err := held()
 		looks++
 		tn := t.UnixNano()
 		if prev != 0 && tn-prev > gap {
