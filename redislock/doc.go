@@ -179,6 +179,40 @@
 // expiry of the leader it last saw, which is how the end of a leader that
 // crashed is noticed without polling.
 //
+// # Eviction
+//
+// A lock is a key with a TTL. Under a maxmemory-policy other than
+// noeviction, Redis at its memory limit deletes keys to make room: the
+// volatile-* policies choose among keys with a TTL, which every lock key
+// has, and the allkeys-* ones among all keys. An evicted lock key frees the
+// lock at once, for anyone, while its holder still believes it holds it,
+// until its next renewal finds it gone (about a third of the TTL later).
+// So the driver reads the server's policy (CONFIG GET maxmemory-policy;
+// each master's, for a Redis Cluster) and, if it may evict, logs one
+// warning naming the policy, the server and the fix: maxmemory-policy
+// noeviction on a Redis that holds locks (CONFIG SET and redis.conf; with
+// noeviction, a write at the limit fails with an error instead, which an
+// acquisition reports). dlock.Open reads it before it returns and logs on
+// slog.Default(); NewDriver in the background, on Options.Logger (default
+// slog.Default()). The policy is checked, not maxmemory: a server without
+// a limit evicts nothing until one is set at run time. A server that
+// refuses CONFIG (renamed or disabled, as on some managed services, or an
+// ACL user without +config) is not checked; that is logged at Debug.
+//
+// # go-redis's own logs
+//
+// go-redis logs through a process-wide logger of its own, not through
+// dlock.WithLogger: by default to stderr, a line per failed dial or pool
+// event, for as long as a server is unreachable. dlock reports each
+// failure that matters once (an acquisition's error, a renewal's warning),
+// so route go-redis's lines to your slog.Logger at Debug with SlogLogger,
+// once at start-up:
+//
+//	redis.SetLogger(redislock.SlogLogger(logger, slog.LevelDebug))
+//
+// (or silence them with go-redis's logging.Disable). This covers every
+// go-redis client in the process, package redlock's too.
+//
 // # Safety
 //
 // This is a single-server lock. Replication is asynchronous: if Redis

@@ -43,7 +43,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("redislock: open %s: ping %s: %w", u.Redacted(), opt.Addr, err)
 	}
-	d := NewDriver(c, o)
+	// The policy is read here, with the caller's context, so that the
+	// warning comes before the first lock is taken.
+	checkEviction(ctx, c, logger(o))
+	d := buildDriver(c, o)
 	d.ownClient = true
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,14 @@ type Options struct {
 	// below the client's read timeout. Zero or negative means
 	// DefaultWaitTimeout.
 	WaitTimeout time.Duration
+
+	// Logger receives the driver's own messages: one warning when the
+	// server's maxmemory-policy may evict lock keys (see Eviction in the
+	// package documentation), and at Debug why that could not be checked.
+	// Nil means slog.Default(), so that the warning reaches someone; a
+	// driver opened by dlock.Open uses slog.Default(). (go-redis logs
+	// through a logger of its own: see SlogLogger.)
+	Logger *slog.Logger
 }
 
 // Driver is the Redis driver: a dlock driver.Driver, driver.Waiter,
@@ -129,6 +138,11 @@ type Driver struct {
 	// lastTTL caches the script arguments of the last TTL used: a
 	// Locker's leases mostly share one TTL, so they are boxed once.
 	lastTTL atomic.Pointer[boxedTTL]
+
+	// stopCheck cancels NewDriver's background eviction check, and
+	// checking counts it, for Close to wait for.
+	stopCheck context.CancelFunc
+	checking  sync.WaitGroup
 }
 
 // boxedTTL holds the script arguments that derive from a lock TTL, boxed.
@@ -152,8 +166,17 @@ func (d *Driver) ttlArgs(ttl time.Duration) *boxedTTL {
 // NewDriver returns a driver that uses client, with the options o (nil
 // means the defaults). The driver does not close client: the caller keeps
 // owning it, and must not close it before the driver. NewDriver panics if
-// client is nil.
+// client is nil. It makes no request itself: the check of the server's
+// maxmemory-policy (see Eviction in the package documentation) runs in
+// the background, and Close waits for it.
 func NewDriver(client redis.UniversalClient, o *Options) *Driver {
+	d := buildDriver(client, o)
+	d.startEvictionCheck(logger(o))
+	return d
+}
+
+// buildDriver is NewDriver without the eviction check.
+func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if client == nil {
 		panic("redislock: NewDriver with a nil client")
 	}
@@ -348,6 +371,10 @@ func (d *Driver) Close() error {
 		d.closed.Store(true)
 		d.mu.Unlock()
 		close(d.done)
+		if d.stopCheck != nil {
+			d.stopCheck()
+		}
+		d.checking.Wait() // before the client may be closed
 		d.active.Wait()
 		d.sub.close()
 		d.pipe.Close()

@@ -104,6 +104,31 @@
 // no retries of commands or dials (a dead node fails at once), and closes
 // them on Close.
 //
+// # Eviction
+//
+// Lock keys carry a TTL, so a node whose maxmemory-policy is not
+// noeviction may evict them at its memory limit (volatile-* policies evict
+// keys with a TTL, allkeys-* any key): the holder then loses that node's
+// vote without knowing, and once a quorum's keys are gone another client
+// can take the lock. NewDriver (and so dlock.Open) reads every node's
+// policy in the background, each within the node timeout, and logs one
+// warning on Options.Logger (default slog.Default(); dlock.Open uses
+// slog.Default()) naming the nodes that may evict and the fix,
+// maxmemory-policy noeviction on every node. Nodes that are down or refuse
+// CONFIG GET are not checked; that is logged at Debug.
+//
+// # go-redis's own logs
+//
+// go-redis logs through a process-wide logger of its own, by default to
+// stderr, past dlock.WithLogger: a Redlock run with nodes restarting
+// printed 1,630 "failed to dial" lines. dlock reports each failure that
+// matters once (no quorum, a failed renewal), so send go-redis's lines to
+// your slog.Logger at Debug, once at start-up, with package redislock's
+// adapter (or a type of your own with go-redis's one method,
+// Printf(ctx, format, v...)):
+//
+//	redis.SetLogger(redislock.SlogLogger(logger, slog.LevelDebug))
+//
 // # Safety
 //
 // Redlock inherits the limits of every TTL lock (a paused holder may act

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,14 @@ type Options struct {
 	// reseeded from the node's clock, which keeps tokens increasing (see
 	// docs/REDLOCK.md). Zero or negative means DefaultFenceTTL.
 	FenceTTL time.Duration
+
+	// Logger receives the driver's own messages: one warning when nodes'
+	// maxmemory-policy may evict lock keys (see Eviction in the package
+	// documentation), and at Debug the nodes that could not be checked.
+	// Nil means slog.Default(), so that the warning reaches someone; a
+	// driver opened by dlock.Open uses slog.Default(). (go-redis logs
+	// through a logger of its own: see the package documentation.)
+	Logger *slog.Logger
 }
 
 // Driver is the Redlock driver: a dlock driver.Driver and driver.Waiter
@@ -118,6 +127,11 @@ type Driver struct {
 	// skipWriteBack turns phase 2 off, for the test that shows why it
 	// is needed. Never set outside tests.
 	skipWriteBack bool
+
+	// stopCheck cancels the background eviction check, and checking
+	// counts it, for Close to wait for.
+	stopCheck context.CancelFunc
+	checking  sync.WaitGroup
 }
 
 // NewDriver returns a driver over the independent Redis masters clients,
@@ -139,7 +153,10 @@ type Driver struct {
 // The driver runs one goroutine per node, which sends that node its
 // requests (batching those that arrive together into one pipeline), and,
 // once a Lock has had to wait, one per node for the release subscription.
-// Close stops them.
+// Close stops them. At the start, one more goroutine reads every node's
+// maxmemory-policy, each within the node timeout, and warns on
+// Options.Logger if some may evict lock keys (see Eviction in the package
+// documentation); Close cancels it too.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: NewDriver: no clients")
@@ -190,6 +207,11 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		d.nodes = append(d.nodes, redispipe.NewSender(c, 1, allScripts...))
 	}
 	d.sub.init(d)
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	d.startEvictionCheck(log)
 	return d, nil
 }
 
@@ -223,6 +245,8 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		close(d.done)
+		d.stopCheck()
+		d.checking.Wait() // before the clients may be closed
 		d.sub.close()
 		for _, n := range d.nodes {
 			n.Close()

@@ -1,0 +1,112 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// evictionCheckTimeout bounds the driver's read of maxmemory-policy.
+const evictionCheckTimeout = 5 * time.Second
+
+// mayEvict reports whether Redis, under maxmemory-policy policy, may evict
+// a lock's keys: every policy but noeviction. The volatile-* policies
+// evict keys with a TTL, which every lock key has; the allkeys-* ones any
+// key. A Redis without a maxmemory limit evicts nothing yet, but a limit
+// can be set at run time (CONFIG SET maxmemory), so the policy alone is
+// what is checked.
+func mayEvict(policy string) bool { return policy != "noeviction" }
+
+// checkEviction reads the maxmemory-policy of c's server (of each master,
+// for a Redis Cluster) and logs one warning on log when it may evict lock
+// keys: an evicted lock key frees the lock while its holder believes it
+// holds it, until its next renewal. A server that does not let the client
+// read its configuration (CONFIG disabled or renamed, as managed services
+// do, or an ACL without +config) is not checked: that is logged at Debug,
+// as the check is advice, not a condition of use.
+func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logger) {
+	var (
+		mu     sync.Mutex
+		risky  []string // "<policy> on <addr>"
+		policy string   // the last risky policy read, for the log's attribute
+	)
+	read := func(ctx context.Context, addr string, c redis.Cmdable) error {
+		p, err := readPolicy(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && errors.Is(ctx.Err(), context.Canceled):
+			// Close ended the check: nothing to report.
+		case err != nil:
+			log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",
+				"addr", addr, "err", err)
+		case mayEvict(p):
+			risky = append(risky, p+" on "+addr)
+			policy = p
+		}
+		return nil
+	}
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return read(ctx, n.Options().Addr, n)
+		}); err != nil {
+			log.DebugContext(ctx, "redislock: cannot list the cluster's masters; whether Redis may evict lock keys is not checked",
+				"err", err)
+		}
+	case *redis.Client:
+		_ = read(ctx, cc.Options().Addr, cc)
+	default:
+		_ = read(ctx, "the server", c)
+	}
+	if len(risky) > 0 {
+		log.WarnContext(ctx, fmt.Sprintf("redislock: Redis may evict lock keys: maxmemory-policy is %s; "+
+			"an evicted lock key frees the lock while its holder still believes it holds it, and another client can take it at once; "+
+			"set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf) on a Redis that holds locks",
+			strings.Join(risky, ", ")),
+			"maxmemory-policy", policy)
+	}
+}
+
+// readPolicy returns the server's maxmemory-policy.
+func readPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
+	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return "", err
+	}
+	p, ok := m["maxmemory-policy"]
+	if !ok {
+		return "", fmt.Errorf("CONFIG GET maxmemory-policy returned %v", m)
+	}
+	return p, nil
+}
+
+// startEvictionCheck runs checkEviction in the background, for a driver
+// made by NewDriver, which has no context to make a request with and must
+// not wait for one: Close cancels it (a driver closed at once is not
+// checked) and waits for it to end.
+func (d *Driver) startEvictionCheck(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	d.stopCheck = cancel
+	d.checking.Add(1)
+	go func() {
+		defer d.checking.Done()
+		defer cancel()
+		checkEviction(ctx, d.client, log)
+	}()
+}
+
+// logger returns o's Logger, or slog.Default() when it is nil: a warning
+// that locks may be evicted must reach someone by default.
+func logger(o *Options) *slog.Logger {
+	if o != nil && o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}

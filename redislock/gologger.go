@@ -1,0 +1,45 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// GoRedisLogger passes go-redis's own messages to a slog.Logger; make one
+// with SlogLogger. go-redis does not log through dlock.WithLogger nor
+// Options.Logger: it has one logger for the whole process, set by
+// redis.SetLogger, which writes to stderr by default. During outages it
+// logs a line per failed dial and pool event (a Redlock run with nodes
+// restarting printed 1,630 "failed to dial" lines), while dlock already
+// reports each failure that matters once, as an acquisition's or a
+// renewal's error.
+type GoRedisLogger struct {
+	l     *slog.Logger
+	level slog.Level
+}
+
+// SlogLogger returns a logger for redis.SetLogger that writes each of
+// go-redis's messages to l at level, with the attribute logger=go-redis:
+//
+//	redis.SetLogger(redislock.SlogLogger(logger, slog.LevelDebug))
+//
+// slog.LevelDebug is the level to choose unless go-redis's messages are
+// wanted in normal operation: they are per connection, and repeat for as
+// long as a server is unreachable. The same applies to package redlock,
+// whose clients are go-redis clients too. Messages below l's level cost
+// no formatting.
+func SlogLogger(l *slog.Logger, level slog.Level) GoRedisLogger {
+	return GoRedisLogger{l: l, level: level}
+}
+
+// Printf implements go-redis's logging interface (redis.SetLogger).
+func (g GoRedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !g.l.Enabled(ctx, g.level) {
+		return
+	}
+	g.l.Log(ctx, g.level, fmt.Sprintf(format, v...), "logger", "go-redis")
+}

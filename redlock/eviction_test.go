@@ -1,0 +1,91 @@
+package redlock
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// logBuffer collects a slog text handler's lines; safe for the check's
+// goroutine.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the lines logged at level ("WARN", "DEBUG").
+func (l *logBuffer) lines(level string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for s := range strings.Lines(l.b.String()) {
+		if strings.Contains(s, "level="+level+" ") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestEvictionWarning: nodes whose maxmemory-policy may evict lock keys
+// get one warning naming each of them, the risk and the fix; a Redlock of
+// noeviction nodes none; a node that is down only a debug line.
+func TestEvictionWarning(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	check := func(policies ...string) *logBuffer {
+		t.Helper()
+		for i, p := range policies {
+			if err := c.admin[i].ConfigSet(ctx, "maxmemory-policy", p).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf := &logBuffer{}
+		d, err := NewDriver(c.clients(t), testOptions(&Options{Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.checking.Wait() // Close would cut the check short
+		_ = d.Close()
+		return buf
+	}
+
+	buf := check("allkeys-lru", "volatile-ttl", "noeviction")
+	warns := buf.lines("WARN")
+	if len(warns) != 1 {
+		t.Fatalf("warnings %q, want one", warns)
+	}
+	w := warns[0]
+	for _, want := range []string{"2 of 3 nodes", "allkeys-lru on " + c.servers[0].Addr, "volatile-ttl on " + c.servers[1].Addr, "maxmemory-policy noeviction"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q does not say %q", w, want)
+		}
+	}
+	if strings.Contains(w, c.servers[2].Addr) {
+		t.Errorf("warning %q names the noeviction node %s", w, c.servers[2].Addr)
+	}
+	t.Log(w)
+
+	if warns := check("noeviction", "noeviction", "noeviction").lines("WARN"); len(warns) > 0 {
+		t.Errorf("noeviction everywhere: warnings %q, want none", warns)
+	}
+
+	c.servers[2].Kill()
+	buf = check("noeviction", "noeviction")
+	if warns := buf.lines("WARN"); len(warns) > 0 {
+		t.Errorf("a node down: warnings %q, want none", warns)
+	}
+	if dbg := buf.lines("DEBUG"); len(dbg) != 1 || !strings.Contains(dbg[0], c.servers[2].Addr) {
+		t.Errorf("a node down: debug lines %q, want one naming %s", dbg, c.servers[2].Addr)
+	}
+}
