@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/redislock"
 )
 
 // Exit codes. The busy and lost codes of dlock run are configurable; these
@@ -232,23 +233,25 @@ func (f *flags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		l = slog.New(slog.NewTextHandler(w, o))
 	}
-	// go-redis logs dial failures on its own, several lines each, to
-	// stderr; the error dlock prints says it in one. Its messages go to
-	// the debug log instead.
-	redis.SetLogger(redisLogger{l})
+	// go-redis logs through a process-wide logger of its own, to stderr
+	// by default, past dlock.WithLogger: a line per failed dial and pool
+	// event, repeated for as long as a server is down (1,630 "failed to
+	// dial" lines in one Redlock run with nodes restarting). dlock already
+	// reports each failure that matters once, as the command's error or a
+	// renewal's warning, so go-redis's lines are detail: Debug, shown only
+	// with --log-level debug. Warn would flood a --log-level warn run
+	// during an outage with lines that say nothing the error does not.
+	redis.SetLogger(redislock.SlogLogger(l, slog.LevelDebug))
+	// The backends' own messages that are not about a lease (the Redis
+	// drivers' eviction warning at open) go to slog.Default, which
+	// dlock.Open cannot hand WithLogger's logger to: make it this one, so
+	// that --log-level decides for them too.
+	slog.SetDefault(l)
 	return l, nil
 }
 
 // logOff is a level above every message's.
 const logOff = slog.Level(100)
-
-// redisLogger passes go-redis's messages to a slog.Logger at Debug.
-type redisLogger struct{ l *slog.Logger }
-
-// Printf implements go-redis's logging interface.
-func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	r.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-}
 
 // redact returns rawURL with any password hidden, for messages.
 func redact(rawURL string) string {
