@@ -148,4 +148,19 @@ func TestCheckDeadline(t *testing.T) {
 	if err := grants[0].Check(time.Now()); err == nil {
 		t.Error("Check nil again after it failed: it must go on failing")
 	}
+
+	// With the old session past its deadline but not ended by its
+	// goroutine, a new acquisition must not join it, or it would be lost
+	// at once: it gets a new lease.
+	r := driver.Request{Name: "after", Owner: owner(), TTL: ttl}
+	g, err := d.TryLock(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := etcdlock.SessionLease(d, ttl); now == lease {
+		t.Errorf("the acquisition after the deadline joined the expired session %x", lease)
+	}
+	if err := g.Check(time.Now()); err != nil {
+		t.Errorf("Check of the new session's lock = %v, want nil", err)
+	}
 }

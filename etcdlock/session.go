@@ -91,7 +91,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	}
 	s := sl.cur
 	d.mu.Unlock()
-	if s != nil {
+	if s = d.live(s); s != nil {
 		return s, nil
 	}
 
@@ -100,7 +100,7 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	d.mu.Lock()
 	s = sl.cur
 	d.mu.Unlock()
-	if s != nil {
+	if s = d.live(s); s != nil {
 		return s, nil // another caller granted it meanwhile
 	}
 	sent := time.Now()
@@ -137,6 +137,23 @@ func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, erro
 	d.mu.Unlock()
 	go s.run()
 	return s, nil
+}
+
+// live returns s, or nil when there is no session or its validity is
+// over although its goroutine has not ended it yet (it did not get to run:
+// a process resumed after a pause): a lock granted on it would be lost at
+// its first Err. Such a session is ended here, without revoking its lease,
+// which the server expires within the loss margin anyway, so that the
+// caller grants a new one.
+func (d *Driver) live(s *session) *session {
+	if s == nil {
+		return nil
+	}
+	if d.mono(time.Now()) < s.lossAt.Load() {
+		return s
+	}
+	s.end(fmt.Errorf("%w: lease %x: no keep-alive was answered before its validity ended", driver.ErrLost, int64(s.id)), false)
+	return nil
 }
 
 // run keeps the lease alive about every third of its TTL and, after each
