@@ -36,14 +36,23 @@ type resumeCase struct {
 	otherURL string        // the other client's URL (default url)
 	ttl      time.Duration // lock TTL (zk: the session timeout is in url)
 	// pause is how long the holder stays stopped before anything else
-	// happens: past the lock's validity where the store expires locks,
-	// short where the lock goes with a connection that free kills.
-	pause time.Duration
+	// happens: past the lock's validity where the store expires locks.
+	// pauses, if set, replaces it: run i pauses for pauses[i%len(pauses)].
+	pause  time.Duration
+	pauses []time.Duration
 	// free, when set, takes the lock called name away from the stopped
 	// holder on the store (kills its connection, removes its file): the
 	// store does not expire it on its own.
 	free  func(ctx context.Context, other *dlock.Locker, name string) error
 	fault string // what happens to the holder, for the log
+}
+
+// pauseOf is the pause of run i.
+func (c resumeCase) pauseOf(i int) time.Duration {
+	if len(c.pauses) > 0 {
+		return c.pauses[i%len(c.pauses)]
+	}
+	return c.pause
 }
 
 // resumeResult is what one run of TestResumedHolder measured. Times are
@@ -104,6 +113,13 @@ func (r resumeResult) unsafe() string {
 func TestResumedHolder(t *testing.T) {
 	bin := buildHolder(t)
 	const ttl = 400 * time.Millisecond
+	// A lock that lives with its connection (postgres, mysql) has no
+	// validity to outlast. Runs alternate between a pause shorter than the
+	// holder's keep-alive period (TTL/3), which may find the keep-alive
+	// timer due at the resume or not, and one of 2×TTL, after which it is
+	// overdue: either way the keep-alive check races the first look, in
+	// different ways.
+	connPauses := []time.Duration{100 * time.Millisecond, 2 * ttl}
 	cases := map[string]func(t *testing.T) resumeCase{
 		"redis": func(t *testing.T) resumeCase {
 			return resumeCase{url: "redis://" + testenv.RedisAddr(t), ttl: ttl, pause: 2 * ttl,
@@ -141,7 +157,7 @@ func TestResumedHolder(t *testing.T) {
 			admin := testenv.PGConn(t)
 			return resumeCase{
 				url: base + sep + "application_name=" + app, otherURL: base + sep + "application_name=" + app + "-other",
-				ttl: ttl, pause: 100 * time.Millisecond, fault: "paused, pg_terminate_backend of its backend",
+				ttl: ttl, pauses: connPauses, fault: "paused 100ms or 2×TTL, pg_terminate_backend of its backend",
 				free: func(ctx context.Context, _ *dlock.Locker, _ string) error {
 					// Only the holder's connection that holds an advisory
 					// lock: the lock's, not the pool's others.
@@ -160,7 +176,7 @@ func TestResumedHolder(t *testing.T) {
 			db := testenv.MySQLDB(t)
 			u := mysqlURL(t)
 			return resumeCase{
-				url: u, ttl: ttl, pause: 100 * time.Millisecond, fault: "paused, KILL of its connection",
+				url: u, ttl: ttl, pauses: connPauses, fault: "paused 100ms or 2×TTL, KILL of its connection",
 				free: func(ctx context.Context, other *dlock.Locker, name string) error {
 					// The server-side name, which mysqllock may escape or
 					// hash: the driver says which.
@@ -241,7 +257,7 @@ func resumeBackend(t *testing.T, bin, backend string, c resumeCase) {
 		var unsafe []string
 		for i := range l.runs {
 			name := fmt.Sprintf("resume-%s-%d-%d", backend, time.Now().UnixNano(), i)
-			r, err := resumeRun(bin, l.look, c, other, name)
+			r, err := resumeRun(bin, l.look, c, c.pauseOf(i), other, name)
 			if err != nil {
 				t.Fatalf("%s looks, run %d of %d: %v", l.look, i+1, l.runs, err)
 			}
@@ -364,7 +380,7 @@ func writeResumeTable(b *strings.Builder) {
 // read what it saw. An error is a run that could not be made (the holder
 // failed, the other client never got the lock, the pause missed the
 // holder's looking): it fails the test rather than count as safe.
-func resumeRun(bin, look string, c resumeCase, other *dlock.Locker, name string) (resumeResult, error) {
+func resumeRun(bin, look string, c resumeCase, pause time.Duration, other *dlock.Locker, name string) (resumeResult, error) {
 	var r resumeResult
 	cmd := exec.Command(bin, "-url", c.url, "-name", name, "-ttl", c.ttl.String(), "-look", look)
 	stderr := new(syncBuffer)
@@ -435,7 +451,7 @@ func resumeRun(bin, look string, c resumeCase, other *dlock.Locker, name string)
 	}
 	stoppedAt := time.Now()
 	r.stoppedAt = stoppedAt.UnixNano()
-	time.Sleep(c.pause)
+	time.Sleep(pause)
 	if c.free != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := c.free(ctx, other, name)
