@@ -140,9 +140,20 @@
 // can give the lock to anyone else.
 //
 // A holder whose connection is killed (KILL, an operator, a server
-// restart) loses the lock at once on the server, and learns of it only at
-// its next check: up to the keep-alive period later. Nothing can make
-// that case safe before the fact: pass the fencing token to the resource.
+// restart) loses the lock at once on the server. A driver opened from a
+// URL dials its pool's connections itself (mysql.Config.DialFunc) and
+// knows each one's socket by the connection id of its handshake: while no
+// statement runs on a held lock's connection, a goroutine waits for the
+// socket to become readable, peeking (MSG_PEEK, never reading): the end
+// of the stream, a socket error or an error packet ends the lease within
+// about a round trip; other bytes (TLS, compression) trigger a check at
+// once. Grant.Check, which Lease.Err calls, makes one non-blocking peek at
+// the idle socket, so a holder resumed after a pause sees the close at its
+// first Err. A driver on the caller's *sql.DB cannot see the sockets, and
+// learns of a kill at its next check. The peek is Linux only. Between the
+// server freeing the lock and the holder's next look, nothing can make the
+// holder safe: check Err right before each write, and pass the fencing
+// token to the resource.
 //
 // # Pools
 //

@@ -26,3 +26,16 @@ func (d *Driver) Held() int {
 	defer d.mu.Unlock()
 	return len(d.held)
 }
+
+// NoWatch stops the driver from starting the watch goroutine of the locks
+// it grants from now on (on is true), so that only Check can learn of
+// their loss from the socket: a holder whose goroutines have not run.
+func NoWatch(d *Driver, on bool) { d.noWatch.Store(on) }
+
+// SetOpenTimeout sets the bound of Open's first connection, and returns a
+// function that restores it.
+func SetOpenTimeout(d time.Duration) (restore func()) {
+	old := openTimeout
+	openTimeout = d
+	return func() { openTimeout = old }
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
@@ -37,8 +39,19 @@ type lock struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the keep-alive loop has ended
 
-	mu  sync.Mutex
-	err error // why the lock was lost
+	// w watches the socket while no statement runs; the watch goroutine
+	// asks the keep-alive loop for a check at once through closer when
+	// the socket shows bytes it cannot judge, and waits on checked.
+	w       *sockWatch
+	closer  chan struct{}
+	checked chan struct{}
+	// loss is why the lock was lost (or errReleasedCheck), set once before
+	// lost closes: what Check returns from then on.
+	loss atomic.Pointer[error]
+
+	mu    sync.Mutex
+	err   error // why the lock was lost
+	ended bool  // Unlock has begun releasing it: lose must not touch conn
 }
 
 func newLock(d *Driver, r driver.Request, c *sql.Conn) *lock {
@@ -52,6 +65,8 @@ func newLock(d *Driver, r driver.Request, c *sql.Conn) *lock {
 		timeout: timeout,
 		period:  max(min(d.keepAlive, timeout/3), time.Millisecond),
 		lost:    make(chan struct{}),
+		closer:  make(chan struct{}, 1),
+		checked: make(chan struct{}, 1),
 		check:   make(chan chan error),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -115,11 +130,16 @@ func (l *lock) keepAlive() {
 	defer t.Stop()
 	for {
 		var reply chan error
+		closer := false
 		select {
 		case <-l.stop:
 			return
+		case <-l.lost: // the watch found the connection gone
+			return
 		case <-t.C:
 		case reply = <-l.check:
+		case <-l.closer:
+			closer = true
 		}
 		if f := l.d.freeze.Load(); f != nil {
 			select {
@@ -129,9 +149,14 @@ func (l *lock) keepAlive() {
 			}
 		}
 		sent := time.Now()
+		l.w.pause()
 		err := l.verify(q, lastOK.Add(l.timeout-l.timeout/10))
+		l.w.resume()
 		if reply != nil {
 			reply <- err
+		}
+		if closer {
+			l.checked <- struct{}{} // the watch may look again
 		}
 		if err != nil {
 			l.lose(err)
@@ -162,19 +187,89 @@ func (l *lock) verify(q string, lossAt time.Time) error {
 	return nil
 }
 
-// lose ends the lock as lost, once: it closes the Lost channel, then the
+// lose ends the lock as lost, once, unless Unlock has begun: it records
+// the loss (for Check), stops the watch, closes the Lost channel, then the
 // connection, so that the server frees the lock if it still had it.
 func (l *lock) lose(cause error) {
+	cause = l.noteLoss(cause)
 	l.mu.Lock()
-	if l.err != nil {
+	if l.err != nil || l.ended {
 		l.mu.Unlock()
 		return
 	}
 	l.err = cause
 	l.mu.Unlock()
 	l.d.forget(l)
+	l.w.stop()
 	close(l.lost)
 	discard(l.conn)
+}
+
+// noteLoss records cause as the loss, unless one is already recorded,
+// and returns the recorded one.
+func (l *lock) noteLoss(cause error) error {
+	l.loss.CompareAndSwap(nil, &cause)
+	return *l.loss.Load()
+}
+
+// errReleasedCheck is what Check says once Unlock has begun. dlock does
+// not ask then; it is an error so that a released lock never looks held.
+var errReleasedCheck = fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrReleased)
+
+// Check is the lock's Grant.Check: the loss, once known; otherwise one
+// non-blocking look at the idle connection's socket (none while a
+// statement runs on it: the statement finds out). A look that finds the
+// server gone ends the lock as lost, from a goroutine of its own (closing
+// the connection may block), after recording the loss so that this and
+// every later Check report it. Nothing allocates while it returns nil.
+func (l *lock) Check(time.Time) error {
+	if p := l.loss.Load(); p != nil {
+		return *p
+	}
+	v, errno := l.w.look()
+	if v != vGone {
+		return nil
+	}
+	err := l.noteLoss(l.goneErr(errno))
+	go l.lose(err)
+	return err
+}
+
+// goneErr describes a socket that a look found closed or failing.
+func (l *lock) goneErr(errno syscall.Errno) error {
+	if errno != 0 {
+		return fmt.Errorf("mysqllock: %q: connection %d, which held the lock, failed: %w", l.name, l.id, errno)
+	}
+	return fmt.Errorf("mysqllock: %q: the server closed connection %d, which held the lock (killed, restarted, or idle past wait_timeout)", l.name, l.id)
+}
+
+// watch is the watch goroutine: it waits for the idle socket to speak,
+// ends the lock as lost when the server hung up, and otherwise has the
+// keep-alive loop check the lock at once (which reads what came).
+func (l *lock) watch() {
+	for {
+		ev, errno := l.w.wait(time.Time{})
+		switch ev {
+		case evStopped:
+			return
+		case evGone:
+			l.lose(l.goneErr(errno))
+			return
+		case evDeadline: // no deadline is set: not reached
+			continue
+		}
+		select {
+		case l.closer <- struct{}{}:
+		default: // a check is already asked for
+		}
+		// Until the check has read the bytes, the socket stays readable:
+		// watching now would wake at once.
+		select {
+		case <-l.checked:
+		case <-l.done:
+			return
+		}
+	}
 }
 
 // cause returns why the lock was lost, or nil.
@@ -251,9 +346,17 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	}
 	d.forget(l)
 	l.stopKeepAlive()
-	if err := l.cause(); err != nil {
-		return errNotHeld(r.Name, "the lock was lost", err)
+	l.mu.Lock()
+	cause := l.err
+	l.ended = cause == nil
+	l.mu.Unlock()
+	if cause != nil {
+		return errNotHeld(r.Name, "the lock was lost", cause)
 	}
+	l.loss.CompareAndSwap(nil, &errReleasedCheck)
+	// The statements below, and the pool after them, have the socket.
+	l.w.pause()
+	l.w.stop()
 	var rel sql.NullInt64
 	err := l.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+literal(l.key)+")").Scan(&rel)
 	switch {

@@ -57,6 +57,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := d.take(ctx, l, wait); err != nil {
 		return driver.Grant{}, err
 	}
+	l.w = newSockWatch(d.socks.socket(l.id), d.socks != nil && d.socks.opaque)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -65,8 +66,12 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	d.held[r.Owner] = l
 	d.mu.Unlock()
+	l.w.start()
 	go l.keepAlive()
-	return driver.Grant{Token: l.token, Lost: l.lost}, nil
+	if l.w.watched() && !d.noWatch.Load() {
+		go l.watch()
+	}
+	return driver.Grant{Token: l.token, Lost: l.lost, Check: l.Check}, nil
 }
 
 // take gets the lock on l's connection and advances its counter. On

@@ -79,6 +79,10 @@ type Options struct {
 	// the readTimeout of the DSN, if it has one. Whole seconds, at least
 	// one. Default DefaultWaitStep.
 	WaitStep time.Duration
+
+	// socks are the sockets of the pool's connections, when the driver
+	// built the pool (a URL): its locks' sockets are watched.
+	socks *sockets
 }
 
 // Driver is the MySQL/MariaDB driver: a dlock driver.Driver and
@@ -98,6 +102,7 @@ type Driver struct {
 	keepAlive time.Duration
 	waitStep  time.Duration
 	sql       statements
+	socks     *sockets // nil: the pool is the caller's; no socket is watched
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -107,7 +112,8 @@ type Driver struct {
 	closed bool
 	held   map[string]*lock // by owner
 
-	freeze atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
+	freeze  atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
+	noWatch atomic.Bool                   // test hook: no watch goroutine
 }
 
 // NewDriver returns a driver that takes its connections from db, a
@@ -161,6 +167,7 @@ func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 		exclusive: opt.ExclusivePool,
 		waitStep:  opt.WaitStep.Truncate(time.Second),
 		sql:       newStatements(table),
+		socks:     opt.socks,
 		held:      map[string]*lock{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())

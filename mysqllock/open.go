@@ -26,9 +26,10 @@ const DefaultAddr = "127.0.0.1:3306"
 // handshake.
 const OpenMaxIdleConns = 32
 
-// openTimeout bounds the ping with which Open checks the server, when
-// the URL sets no timeout.
-const openTimeout = 10 * time.Second
+// openTimeout bounds the ping with which Open checks the server (the
+// dial, the handshake and the ping itself), unless the URL's timeout,
+// which bounds the dial only, is longer. A var: tests shorten it.
+var openTimeout = 10 * time.Second
 
 // driverParams are the go-sql-driver DSN parameters a mysql:// URL passes
 // through, under the same names. They concern the connection only
@@ -103,6 +104,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		// A wait must end, and be issued again, before the read times out.
 		o.WaitStep = max(cfg.ReadTimeout/2, time.Second)
 	}
+	// The pool is the driver's: its sockets are recorded, so that held
+	// locks' connections can be watched.
+	o.socks = &sockets{}
+	o.socks.install(cfg)
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysqllock: open: %w", err)
@@ -113,12 +118,13 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	db.SetConnMaxIdleTime(timeout / 2)
 	// One ping shows that the server answers, so that a wrong address or
 	// password fails Open rather than the first Acquire.
-	pctx, cancel := context.WithTimeout(ctx, max(cfg.Timeout, openTimeout))
+	wait := max(cfg.Timeout, openTimeout)
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	err = db.PingContext(pctx)
 	cancel()
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("mysqllock: open: the server at %s did not answer: %w", cfg.Addr, err)
+		return nil, openError(ctx, cfg.Addr, wait, err)
 	}
 	d, err := NewDriver(db, &o)
 	if err != nil {
@@ -172,3 +178,37 @@ func config(u driver.URL, socket string, pass url.Values) (*mysql.Config, error)
 	}
 	return full, nil
 }
+
+// openError names what happened to Open's first connection: the server
+// refused it (it answered with an error: a wrong password, an unknown
+// database), could not be reached, or did not complete the handshake in
+// time; the caller's context ending is its own case.
+func openError(ctx context.Context, addr string, wait time.Duration, err error) error {
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		what := "refused the connection"
+		switch me.Number {
+		case erAccessDenied, erDBAccessDenied:
+			what = "refused the credentials"
+		case erBadDB:
+			what = "has no such database"
+		}
+		return fmt.Errorf("mysqllock: open: the server at %s %s: %w", addr, what, err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("mysqllock: open: connecting to the server at %s: %w (the context ended first)", addr, err)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("mysqllock: open: the server at %s did not complete the connection within %v: %w", addr, wait, err)
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return fmt.Errorf("mysqllock: open: cannot reach the server at %s: %w", addr, err)
+	}
+	return fmt.Errorf("mysqllock: open: the connection to the server at %s failed: %w", addr, err)
+}
+
+// Server error numbers that Open names (the same on MySQL and MariaDB).
+const (
+	erDBAccessDenied = 1044 // ER_DBACCESS_DENIED_ERROR
+	erAccessDenied   = 1045 // ER_ACCESS_DENIED_ERROR
+	erBadDB          = 1049 // ER_BAD_DB_ERROR
+)

@@ -1,0 +1,138 @@
+package mysqllock
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// sockets records the sockets a driver's pool dials, by the connection id
+// the server announces in its handshake, so that a lock, which knows its
+// connection's CONNECTION_ID(), can find its socket and watch it.
+// go-sql-driver offers no way from a *sql.Conn to its net.Conn; its dial
+// hook (mysql.Config.DialFunc) is the one place to see the socket.
+type sockets struct {
+	opaque bool // TLS or compression: what is read is not plain packets
+
+	mu   sync.Mutex
+	byID map[uint32]*sniffConn
+}
+
+// install makes cfg's connections dial through s, keeping cfg's own dial
+// function if it has one.
+func (s *sockets) install(cfg *mysql.Config) {
+	// The compression flag is unexported: its DSN form tells.
+	s.opaque = cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
+		strings.Contains(cfg.FormatDSN(), "compress=true")
+	s.byID = map[uint32]*sniffConn{}
+	dial := cfg.DialFunc
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			// go-sql-driver enables keep-alive only on a *net.TCPConn it
+			// dialled itself; this one it sees wrapped.
+			_ = tc.SetKeepAlive(true)
+		}
+		return &sniffConn{Conn: nc, s: s}, nil
+	}
+}
+
+// socket returns the socket of connection id, or nil.
+func (s *sockets) socket(id int64) net.Conn {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.byID[uint32(id)]; c != nil {
+		return c.Conn
+	}
+	return nil
+}
+
+// A sniffConn is a dialled socket that reads the connection id from the
+// server's first packet (the handshake) as go-sql-driver reads it, and
+// then records itself in s under that id until it is closed.
+type sniffConn struct {
+	net.Conn
+	s *sockets
+	// head gathers the handshake's first bytes; done is set once the id
+	// is read or the handshake is not understood. Only the goroutine that
+	// dials and authenticates reads before done.
+	head []byte
+	done bool
+	id   uint32
+}
+
+// Read reads from the socket, and sniffs the handshake's connection id.
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done && n > 0 {
+		c.sniff(p[:n])
+	}
+	return n, err
+}
+
+// sniff adds b to the handshake bytes seen and records the connection
+// once its id is known: protocol version 10, a NUL-terminated server
+// version, then 4 bytes of connection id, after a 4-byte packet header.
+func (c *sniffConn) sniff(b []byte) {
+	c.head = append(c.head, b...)
+	h := c.head
+	if len(h) < 5 {
+		return
+	}
+	if h[4] != 10 { // an error packet, or another protocol: give up
+		c.done, c.head = true, nil
+		return
+	}
+	for i := 5; i < len(h); i++ {
+		if h[i] != 0 {
+			continue
+		}
+		if len(h) < i+5 {
+			return // the id has not all arrived
+		}
+		c.id = binary.LittleEndian.Uint32(h[i+1 : i+5])
+		c.done, c.head = true, nil
+		c.s.mu.Lock()
+		c.s.byID[c.id] = c
+		c.s.mu.Unlock()
+		return
+	}
+	if len(h) > 512 {
+		c.done, c.head = true, nil
+	}
+}
+
+// Close forgets the socket and closes it.
+func (c *sniffConn) Close() error {
+	c.s.mu.Lock()
+	if c.s.byID[c.id] == c {
+		delete(c.s.byID, c.id)
+	}
+	c.s.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// SyscallConn gives go-sql-driver's liveness check (and the watch) the
+// socket's raw connection.
+func (c *sniffConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, syscall.EINVAL
+	}
+	return sc.SyscallConn()
+}

@@ -1,0 +1,218 @@
+package mysqllock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/mysqllock"
+)
+
+// openDriver opens a driver from a URL of the test server (its own pool,
+// whose sockets the driver watches), with the query query.
+func openDriver(t *testing.T, query string) *mysqllock.Driver {
+	t.Helper()
+	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l.Driver().(*mysqllock.Driver)
+}
+
+// killNow runs KILL id and returns the instant it returned.
+func (a *admin) killNow(id int64) time.Time {
+	a.kill(id)
+	return time.Now()
+}
+
+// TestKillSeenAtOnce: KILL of the holder's connection ends the lock within
+// 5ms of the statement's return on loopback (Lost closes, and Check then
+// reports the loss), in each of 20 runs, with a keep-alive period of an
+// hour: only the socket can tell.
+func TestKillSeenAtOnce(t *testing.T) {
+	const runs, bound = 20, 5 * time.Millisecond
+	ctx := testContext(t, 60*time.Second)
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
+	adm := newAdmin(t)
+	var took []time.Duration
+	for i := range runs {
+		r := driver.Request{Name: "watch/kill", Owner: randomHex(16), TTL: time.Hour}
+		g, err := d.Lock(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := g.Check
+		if check == nil {
+			t.Error("Grant.Check is nil")
+			check = func(time.Time) error { return nil }
+		}
+		if err := check(time.Now()); err != nil {
+			t.Fatalf("Check of a held lock = %v", err)
+		}
+		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
+		select {
+		case <-g.Lost:
+			took = append(took, time.Since(killed))
+		case <-time.After(2 * time.Second):
+			t.Fatalf("run %d: Lost not closed 2s after the KILL", i)
+		}
+		if err := check(time.Now()); err == nil {
+			t.Fatalf("run %d: Check = nil after Lost closed", i)
+		}
+		if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("run %d: Unlock after the KILL = %v, want ErrNotHeld", i, err)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("Lost closed after KILL returned: p50 %v, p99 %v, max %v (%d runs)",
+		took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+	if worst := took[len(took)-1]; worst > bound {
+		t.Errorf("the slowest run took %v, want every run within %v", worst, bound)
+	}
+}
+
+// TestCheckSeesKillWithoutWatch: a holder whose goroutines have not run
+// since its connection was killed (here: no watch goroutine, and a
+// keep-alive period of an hour) sees the loss at its first Check, from its
+// look at the socket; Check allocates nothing while the lock is held.
+func TestCheckSeesKillWithoutWatch(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
+	mysqllock.NoWatch(d, true)
+	adm := newAdmin(t)
+	r := driver.Request{Name: "watch/peek", Owner: randomHex(16), TTL: time.Hour}
+	g, err := d.TryLock(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Check == nil {
+		t.Fatal("Grant.Check is nil")
+	}
+	if n := testing.AllocsPerRun(1000, func() { _ = g.Check(time.Now()) }); n != 0 {
+		t.Errorf("Check allocates %v times per call while held", n)
+	}
+	if err := g.Check(time.Now()); err != nil {
+		t.Fatalf("Check of a held lock = %v", err)
+	}
+	id := adm.holder(d.LockName(r.Name))
+	adm.kill(id)
+	if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
+		t.Fatalf("connection %d still alive after KILL", id)
+	}
+	time.Sleep(10 * time.Millisecond) // the close's FIN has surely arrived
+	select {
+	case <-g.Lost:
+		t.Fatal("Lost closed with no watch running")
+	default:
+	}
+	err = g.Check(time.Now())
+	if err == nil {
+		t.Fatal("first Check after the KILL = nil")
+	}
+	t.Log(err)
+	select {
+	case <-g.Lost:
+	case <-time.After(2 * time.Second):
+		t.Error("Lost not closed after Check found the loss")
+	}
+	if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
+		t.Errorf("a later Check = %v, want the same loss", err2)
+	}
+}
+
+// TestWatchSurvivesChecks: the watch pauses for every statement on the
+// held connection (Refresh, keep-alive checks every 10ms) without taking
+// bytes from go-sql-driver, and still sees a later KILL at once; a
+// released lock's connection goes back to the pool in working order.
+func TestWatchSurvivesChecks(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=10ms")
+	adm := newAdmin(t)
+	for round := range 2 {
+		r := driver.Request{Name: "watch/checks", Owner: randomHex(16), TTL: 30 * time.Second}
+		g, err := d.TryLock(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Check == nil {
+			t.Fatal("Grant.Check is nil")
+		}
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if _, err := d.Refresh(ctx, r); err != nil {
+				t.Fatalf("Refresh: %v", err)
+			}
+			if err := g.Check(time.Now()); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+		}
+		if round == 0 {
+			if err := d.Unlock(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
+		select {
+		case <-g.Lost:
+			t.Logf("Lost closed %v after the KILL", time.Since(killed))
+		case <-time.After(time.Second):
+			t.Fatal("Lost not closed 1s after the KILL")
+		}
+	}
+}
+
+// TestOpenErrorsNameTheCause: a wrong password is the server refusing the
+// credentials (it answered), a closed port is an unreachable server, and
+// a server that accepts and never answers is a timeout.
+func TestOpenErrorsNameTheCause(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	u := serverURL(t, "")
+	host := u[strings.LastIndex(u, "@")+1 : strings.LastIndex(u, "/")]
+	silent := silentServer(t)
+	for _, c := range []struct {
+		what, url string
+		want      []string
+		not       string
+	}{
+		{"wrong password", "mysql://root:wrong-password@" + host + "/test", []string{"refused the credentials", "1045"}, "did not answer"},
+		{"unknown user", "mysql://nobody_" + randomHex(3) + ":x@" + host + "/test", []string{"refused the credentials", "1045"}, "did not answer"},
+		{"closed port", "mysql://root@127.0.0.1:1/test?timeout=500ms", []string{"cannot reach the server at 127.0.0.1:1", "refused"}, "refused the credentials"},
+		{"silent server", "mysql://root@" + silent + "/test", []string{"did not complete the connection within 500ms"}, "refused"},
+		{"silent server, short context", "mysql://root@" + silent + "/test", []string{"the context ended first"}, "refused"},
+	} {
+		restore := mysqllock.SetOpenTimeout(500 * time.Millisecond)
+		octx := ctx
+		if strings.HasSuffix(c.what, "short context") {
+			var cancel context.CancelFunc
+			octx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+		}
+		start := time.Now()
+		l, err := dlock.Open(octx, c.url)
+		restore()
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("%s: Open succeeded", c.what)
+			continue
+		}
+		t.Logf("%s (%v): %v", c.what, time.Since(start).Round(time.Millisecond), err)
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: Open error %q does not say %q", c.what, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), c.not) {
+			t.Errorf("%s: Open error %q says %q", c.what, err, c.not)
+		}
+		if strings.Contains(err.Error(), "wrong-password") {
+			t.Errorf("%s: Open error shows the password: %v", c.what, err)
+		}
+	}
+}
