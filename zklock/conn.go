@@ -8,7 +8,8 @@ import (
 )
 
 // trackedConn is a TCP connection to a ZooKeeper server that watches the
-// frames going by, to learn when the ensemble last heard from the session.
+// frames going by, to learn what the ensemble's leader knows of the
+// session (see session.go for why this is the measure of validity).
 //
 // ZooKeeper answers a session's requests in the order it sent them, pings
 // included; a frame from the server is a reply, except watch notifications
@@ -16,24 +17,96 @@ import (
 // proves that the server received it, no earlier than it was sent. The
 // first frame each way is the session handshake, whose reply carries the
 // session timeout the server granted.
+//
+// State about the server's link to the leader (candidates, reported) is per
+// connection: the argument chains requests through one server, and a
+// server that loses its leader closes its clients' connections.
 type trackedConn struct {
 	net.Conn
 	s *session
 
 	mu      sync.Mutex
-	sent    []time.Duration // send times of unanswered requests, oldest first
-	first   int             // index of the oldest in sent
+	sent    []request // unanswered requests, oldest first
+	first   int       // index of the oldest in sent
 	out, in framer
+	wrote   bool // the handshake request went out
 	greeted bool // the handshake's reply was read
+
+	// cands are recent replies (send and reply times), not yet older than
+	// the report gap; ready is the send time of the newest reply that is
+	// (-1 for none).
+	cands []candidate
+	ready time.Duration
+	// reported is the latest send time that a quorum request answered on
+	// this connection has carried to the leader in a server's ping reply
+	// (see session.go); -1 for none.
+	reported time.Duration
 }
 
-// Write records the send time of each request frame that starts in p.
+// request is a request frame awaiting its reply.
+type request struct {
+	sent  time.Duration // when it was written (session clock)
+	xid   int32
+	op    int32
+	hello bool // the handshake, which has no header
+	// For a quorum request, -1 otherwise: the connection's ready and
+	// reported when it was sent. Its reply makes carries reported, and
+	// proves the leader touched the session after proves.
+	carries, proves time.Duration
+}
+
+// candidate is a successful reply: the server received the request, and
+// so touched the session in its own table, between sent and got.
+type candidate struct{ sent, got time.Duration }
+
+// ZooKeeper opcodes (zookeeper.jute) that only the leader answers: writes,
+// which a follower answers once the leader committed them, and sync,
+// which it answers once the leader sent it a SYNC.
+const (
+	opCreate          = 1
+	opDelete          = 2
+	opSetData         = 5
+	opSetACL          = 7
+	opSync            = 9
+	opMulti           = 14
+	opCreate2         = 15
+	opCreateContainer = 19
+	opCreateTTL       = 21
+)
+
+// quorumOp reports whether a reply to op means the leader answered it.
+func quorumOp(op int32) bool {
+	switch op {
+	case opCreate, opDelete, opSetData, opSetACL, opSync, opMulti, opCreate2, opCreateContainer, opCreateTTL:
+		return true
+	}
+	return false
+}
+
+// Write records the send time and header of each request frame in p.
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.s.clock()
 	c.mu.Lock()
-	c.out.feed(p, 0, func([]byte) { c.sent = append(c.sent, now) })
+	c.out.feed(p, 8, func(head []byte) { c.request(head, now) })
 	c.mu.Unlock()
 	return c.Conn.Write(p)
+}
+
+// request records a request frame whose body starts with head. c.mu is
+// held.
+func (c *trackedConn) request(head []byte, now time.Duration) {
+	r := request{sent: now, carries: -1, proves: -1}
+	switch {
+	case !c.wrote:
+		c.wrote, r.hello = true, true
+	case len(head) == 8:
+		r.xid = int32(binary.BigEndian.Uint32(head))
+		r.op = int32(binary.BigEndian.Uint32(head[4:]))
+		if quorumOp(r.op) {
+			r.carries, r.proves = c.readyAt(now), c.reported
+		}
+	}
+	c.sent = append(c.sent, r)
 }
 
 // Read matches each reply frame that starts in what it read with the
@@ -41,46 +114,88 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
+		now := c.s.clock()
 		c.mu.Lock()
-		c.in.feed(p[:n], 16, c.reply)
+		c.in.feed(p[:n], 16, func(head []byte) { c.reply(head, now) })
 		c.mu.Unlock()
 	}
 	return n, err
 }
 
-// reply handles the first bytes of a frame from the server. c.mu is held.
-func (c *trackedConn) reply(head []byte) {
+// reply handles the first bytes of a frame from the server, read at now.
+// c.mu is held.
+func (c *trackedConn) reply(head []byte, now time.Duration) {
 	if !c.greeted {
 		// ConnectResponse: protocolVersion int32, timeOut int32 (ms),
 		// sessionId int64, passwd.
 		c.greeted = true
-		sent, ok := c.pop()
-		if !ok || len(head) < 16 {
+		r, ok := c.pop()
+		if !ok || !r.hello || len(head) < 16 {
 			return
 		}
 		timeout := time.Duration(int32(binary.BigEndian.Uint32(head[4:8]))) * time.Millisecond
-		c.s.greeted(int64(binary.BigEndian.Uint64(head[8:16])), timeout, sent)
+		c.s.greeted(int64(binary.BigEndian.Uint64(head[8:16])), timeout, r.sent)
 		return
 	}
-	if len(head) >= 4 && int32(binary.BigEndian.Uint32(head)) == -1 {
+	if len(head) < 16 {
+		return
+	}
+	// ReplyHeader: xid int32, zxid int64, err int32.
+	xid := int32(binary.BigEndian.Uint32(head))
+	if xid == -1 {
 		return // a watch notification answers no request
 	}
-	if sent, ok := c.pop(); ok {
-		c.s.heardAt(sent)
+	r, ok := c.pop()
+	if !ok || r.hello || r.xid != xid || binary.BigEndian.Uint32(head[12:16]) != 0 {
+		return // unmatched, or an error: proves nothing
+	}
+	c.s.heardAt(r.sent)
+	c.candidate(r.sent, now)
+	if r.carries >= 0 {
+		c.reported = max(c.reported, r.carries)
+	}
+	if r.proves >= 0 {
+		c.s.confirmedAt(r.proves)
 	}
 }
 
-// pop removes and returns the oldest unanswered request's send time.
-func (c *trackedConn) pop() (time.Duration, bool) {
-	if c.first == len(c.sent) {
-		return 0, false
+// candidate records a successful reply. To keep the list short, a reply
+// within a tenth of the report gap of the previous one is dropped: it
+// would only have made the evidence a little fresher.
+func (c *trackedConn) candidate(sent, got time.Duration) {
+	if k := len(c.cands); k > 0 && got-c.cands[k-1].got < c.s.reportGap()/10 {
+		return
 	}
-	t := c.sent[c.first]
+	c.cands = append(c.cands, candidate{sent, got})
+}
+
+// readyAt returns the send time of the newest reply received at least the
+// report gap before now (-1 if none): a request the leader answers that is
+// sent at now will reach it after a ping reply that reported that touch.
+func (c *trackedConn) readyAt(now time.Duration) time.Duration {
+	gap := c.s.reportGap()
+	i := 0
+	for i < len(c.cands) && now-c.cands[i].got >= gap {
+		c.ready = c.cands[i].sent
+		i++
+	}
+	if i > 0 {
+		c.cands = append(c.cands[:0], c.cands[i:]...)
+	}
+	return c.ready
+}
+
+// pop removes and returns the oldest unanswered request.
+func (c *trackedConn) pop() (request, bool) {
+	if c.first == len(c.sent) {
+		return request{}, false
+	}
+	r := c.sent[c.first]
 	c.first++
 	if c.first == len(c.sent) {
 		c.sent, c.first = c.sent[:0], 0
 	}
-	return t, true
+	return r, true
 }
 
 // framer splits a byte stream into ZooKeeper frames (a 4-byte big-endian

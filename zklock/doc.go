@@ -116,15 +116,24 @@
 // the client reconnects, to any server of the ensemble, and while it
 // reconnects within the session timeout the session and its locks live on;
 // leases stay held and queued waiters keep their place. The session is
-// LOST when the server reports it expired, or when the driver has heard
-// nothing from the ensemble for nine tenths of the granted session
-// timeout, counted from the sending of the last request the ensemble
-// answered: the ensemble cannot expire the session earlier than that, so
-// the holder learns of the loss before another client can get its lock.
+// LOST when the server reports it expired, or when its validity ends: nine
+// tenths of the granted timeout after the last instant at which the
+// ensemble's leader is known to have touched the session. Only the leader
+// expires sessions, and a follower cut off from it goes on answering pings
+// for syncLimit × tickTime, so the driver does not count every frame a
+// server sends: it sends a sync through its server every sixth of the
+// timeout, and counts a server's touch as confirmed only once two later
+// requests that the leader must answer (syncs, writes) show that the
+// follower reported the touch to the leader (the argument is in
+// docs/ZOOKEEPER.md and at session.confirmedAt). Every lock's Grant.Check,
+// which Lease.Err calls, compares the clock with that validity, and the
+// session's watchdog ends the session at the same instant, so the holder's
+// first look after the validity's end says lost, and Done closes, before
+// the leader can expire the session and give the lock to another client.
 // The driver then closes that session for good (so that it cannot come
 // back with its locks after all), its leases end lost, and the next call
-// opens a new session. A waiter whose session was lost queues again, at the
-// back, on the new session.
+// opens a new session. A waiter whose session was lost queues again, at
+// the back, on the new session.
 //
 // A release while the connection is lost does not leave the node behind:
 // the delete is retried through reconnections until it succeeds or the
@@ -137,16 +146,17 @@
 // A lock does not expire while its holder's process keeps its session
 // alive: a holder that is stuck but running keeps the lock. A holder
 // paused (GC, SIGSTOP) or cut off for longer than the session timeout
-// loses the lock and may learn of it only when it resumes: pass the
-// fencing token to the resource.
+// loses the lock; its first Lease.Err after it resumes says so, but a
+// write already under way cannot be stopped: pass the fencing token to
+// the resource.
 //
-// The driver's count of the session timeout relies on the server it talks
-// to being in touch with the leader. A follower cut off from the leader
-// keeps answering its clients for up to syncLimit × tickTime (10s with
-// the defaults) before it drops them, while the leader, no longer told
-// about those clients, may expire their sessions: a holder connected to
-// such a follower can learn of its loss up to that much after the lock was
-// given to another client. The fencing token covers that window too.
+// The validity rule assumes that the leader pings each follower about
+// every tick/2 and that tick ≤ timeout/2 (true unless minSessionTimeout
+// is set below two ticks). A leader cut off from the quorum answers its
+// own clients' syncs until it notices (up to syncLimit ticks), while the
+// new leader restarts every session's timeout when it takes over: a
+// holder on the old leader is covered by the fencing token there, not by
+// the rule.
 //
 // Reads are served by the server the client is connected to; the recipe
 // stays safe because a session sees its own writes and all the writes

@@ -42,3 +42,18 @@ func (d *Driver) SessionInfo() (id int64, granted time.Duration, heard time.Time
 	}
 	return s.id.Load(), time.Duration(s.granted.Load()), s.start.Add(time.Duration(s.heard.Load()))
 }
+
+// ErrNoContact is the cause of a session whose validity ran out.
+var ErrNoContact = errNoContact
+
+// ValidUntil returns the end of the current session's validity, on the
+// monotonic clock: Grant.Check fails from that instant on.
+func (d *Driver) ValidUntil() time.Time {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return time.Time{}
+	}
+	return s.start.Add(time.Duration(s.valid.Load()))
+}

@@ -77,6 +77,9 @@ func newAdmin(t testing.TB, servers []string) *admin {
 // locks returns the lock nodes under the name's znode, in queue order.
 func (a *admin) locks(prefix, name string) []string {
 	a.t.Helper()
+	// The admin's server may be a follower behind the one the lockers
+	// wrote through: sync first, so that it has seen their writes.
+	_, _ = a.conn.Sync(prefix + "/" + name)
 	kids, _, err := a.conn.Children(prefix + "/" + name)
 	if err == zk.ErrNoNode {
 		return nil

@@ -153,12 +153,12 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 			}
 		case s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing):
 			<-s.waitEnd(err)
-			return false, s.endErr()
+			return false, s.endErr
 		case transient(err) && s.isEstablished():
 			// The request may have been applied, unless it was never sent.
 			lostReply = !unsent(err)
 			if !s.sleep(pause) {
-				return false, s.endErr()
+				return false, s.endErr
 			}
 			pause = min(2*pause, 100*time.Millisecond)
 		default:

@@ -182,7 +182,9 @@ func (d *Driver) grant(n *node, own <-chan zk.Event) driver.Grant {
 		// set: set it only if the lock is still held after guardDelay.
 		n.guardTimer = time.AfterFunc(guardDelay, func() { d.guard(n, nil) })
 	}
-	return driver.Grant{Token: n.token, Lost: n.lost}
+	// Every kind of lock is granted here, with its session's Check: the lock
+	// lives exactly as long as the session may (see session.confirmedAt).
+	return driver.Grant{Token: n.token, Lost: n.lost, Check: n.s.checkFn}
 }
 
 // guardDelay is how long after a grant without a watch on its node (an

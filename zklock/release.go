@@ -121,11 +121,11 @@ func (d *Driver) remove(n *node, released bool) (existed bool, err error) {
 			return lostReply, nil
 		case s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing):
 			<-s.waitEnd(err)
-			return false, s.endErr()
+			return false, s.endErr
 		case transient(err) && s.isEstablished():
 			lostReply = lostReply || !unsent(err)
 			if !s.sleep(pause) {
-				return false, s.endErr()
+				return false, s.endErr
 			}
 			pause = min(2*pause, 100*time.Millisecond)
 		default:

@@ -16,37 +16,48 @@ import (
 )
 
 // A session is one ZooKeeper session and its zk.Conn. The driver trusts it
-// only as long as the ensemble may still hold it: it ends, for good, when
-// the server reports it expired, when the driver has heard nothing from the
-// ensemble for almost the session timeout (the ensemble may have expired it
-// by then), or when the driver closes. Ending closes the zk.Conn, so that
-// a session the driver gave up on cannot come back to life with its locks.
+// only as long as the ensemble's leader cannot have expired it: it ends,
+// for good, when the server reports it expired, when that validity runs
+// out (see confirmedAt), or when the driver closes. Ending closes the
+// zk.Conn, so that a session the driver gave up on cannot come back to
+// life with its locks.
 type session struct {
 	d     *Driver
 	conn  *zk.Conn
 	start time.Time // the base of the durations below (monotonic)
 
-	// heard is the send time of the latest request the ensemble answered:
-	// the ensemble last heard from the session no earlier than that, so
-	// it cannot expire it before heard + granted.
-	heard   atomic.Int64 // time.Duration since start
-	granted atomic.Int64 // session timeout granted by the server; 0 before the handshake
-	id      atomic.Int64
+	// heard is the send time of the latest request a server answered: the
+	// connection is alive. It says nothing of the leader, which alone
+	// expires sessions; a follower cut off from it answers pings for
+	// syncLimit × tickTime. It is kept for tests and logs only.
+	heard atomic.Int64 // time.Duration since start
+	// confirmed is the latest instant after which the leader is known to
+	// have touched the session (see confirmedAt); valid, the end of the
+	// session's validity derived from it: Grant.Check and the watchdog
+	// compare the clock with it.
+	confirmed atomic.Int64 // time.Duration since start
+	valid     atomic.Int64 // time.Duration since start; 0 before the handshake
+	granted   atomic.Int64 // session timeout granted by the server; 0 before the handshake
+	id        atomic.Int64
 
 	established chan struct{} // closed at the first handshake
 	estOnce     sync.Once
+	watchdog    *time.Timer           // ends the session when valid passes (watch)
+	checkFn     func(time.Time) error // s.check, made once: Grant.Check of every lock
 
 	mu  sync.Mutex // guards conn while dialing, and tcp
 	tcp net.Conn   // the current TCP connection (for the crash hook)
 
 	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
-	cause   error // why it ended; set before done closes
+	over    atomic.Bool // set when the session ends, before done closes
+	cause   error       // why it ended; set before over and done
+	endErr  error       // the error of operations the end cut short; set with cause
 }
 
-// errNoContact ends a session the ensemble may have expired: the driver
-// heard nothing from it for almost the session timeout.
-var errNoContact = errors.New("zklock: no reply from ZooKeeper for almost the session timeout: the session may have expired")
+// errNoContact ends a session the ensemble may have expired: the leader
+// confirmed no contact for almost the session timeout.
+var errNoContact = errors.New("zklock: no contact confirmed by the ZooKeeper leader for almost the session timeout: the session may have expired")
 
 // errExpired ends a session the server reported expired.
 var errExpired = errors.New("zklock: ZooKeeper session expired")
@@ -54,6 +65,9 @@ var errExpired = errors.New("zklock: ZooKeeper session expired")
 // dial opens a new session. d.mu is held.
 func (d *Driver) dial() (*session, error) {
 	s := &session{d: d, start: time.Now(), established: make(chan struct{}), done: make(chan struct{})}
+	s.watchdog = time.AfterFunc(time.Hour, s.watch)
+	s.watchdog.Stop() // armed by monitor at the first handshake
+	s.checkFn = s.check
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	conn, _, err := zk.Connect(d.servers, d.timeout,
@@ -80,7 +94,7 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	s.mu.Lock()
 	s.tcp = c
 	s.mu.Unlock()
-	return &trackedConn{Conn: c, s: s}, nil
+	return &trackedConn{Conn: c, s: s, ready: -1, reported: -1}, nil
 }
 
 // event receives the zk.Conn's events; it must not block.
@@ -105,7 +119,9 @@ func (s *session) event(ev zk.Event) {
 func (s *session) clock() time.Duration { return time.Since(s.start) }
 
 // greeted records a connect response: the session's id and granted
-// timeout, and that the server heard from it when the request was sent.
+// timeout. The handshake itself is contact the leader confirmed: a
+// follower answers it only once the leader revalidated (and so touched)
+// the session, or created it, after the request was sent.
 func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 	if id == 0 {
 		s.end(errExpired) // the zk.Conn reports it too
@@ -118,54 +134,38 @@ func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 	s.id.Store(id)
 	s.granted.Store(int64(timeout))
 	s.heardAt(sent)
+	s.confirmedAt(sent)
 	s.estOnce.Do(func() { close(s.established) })
 }
 
-// heardAt records that the ensemble answered a request sent at sent.
-func (s *session) heardAt(sent time.Duration) {
-	for {
-		h := s.heard.Load()
-		if int64(sent) <= h || s.heard.CompareAndSwap(h, int64(sent)) {
-			return
-		}
-	}
-}
+// heardAt records that a server answered a request sent at sent.
+func (s *session) heardAt(sent time.Duration) { storeMax(&s.heard, int64(sent)) }
 
-// trust returns how much longer the session can be trusted to exist: until
-// shortly before the earliest instant at which the ensemble could expire
-// it. ok is false before the first handshake.
-func (s *session) trust() (left time.Duration, ok bool) {
-	g := time.Duration(s.granted.Load())
-	if g == 0 {
-		return 0, false
-	}
-	// The margin covers the clocks' rates and the time a reply takes to
-	// reach us after the ensemble decided to expire the session.
-	deadline := time.Duration(s.heard.Load()) + g - g/10
-	return deadline - s.clock(), true
-}
-
-// monitor ends the session when it can no longer be trusted.
+// monitor is the session's one goroutine. From the first handshake on, it
+// arms the watchdog and sends a sync through the connected server every
+// syncEvery, so that contact the leader confirms keeps coming while the
+// driver sends nothing else (the replies are counted by trackedConn, like
+// those to the driver's own writes).
 func (s *session) monitor() {
 	select {
 	case <-s.established:
 	case <-s.done:
 		return
 	}
-	t := time.NewTimer(time.Hour)
+	s.watch()
+	t := time.NewTimer(s.syncEvery())
 	defer t.Stop()
 	for {
-		left, _ := s.trust()
-		if left <= 0 {
-			s.end(errNoContact)
-			return
-		}
-		t.Reset(left)
 		select {
 		case <-t.C:
 		case <-s.done:
 			return
 		}
+		t.Reset(s.syncEvery())
+		// A sync can wait long (a server cut off from its leader never
+		// answers): the watchdog, not this loop, ends the session. The
+		// zk.Conn's close on the session's end returns it.
+		_, _ = s.conn.Sync("/")
 	}
 }
 
@@ -174,6 +174,9 @@ func (s *session) monitor() {
 func (s *session) end(cause error) {
 	s.endOnce.Do(func() {
 		s.cause = cause
+		s.endErr = fmt.Errorf("%w: %w", errSessionEnded, cause)
+		s.over.Store(true)
+		s.watchdog.Stop()
 		close(s.done)
 		s.d.loseSession(s)
 		if !errors.Is(cause, driver.ErrClosed) {
@@ -210,11 +213,6 @@ func (s *session) isEstablished() bool {
 	}
 }
 
-// endErr returns the error of an operation the session's end cut short.
-func (s *session) endErr() error {
-	return fmt.Errorf("%w: %w", errSessionEnded, s.cause)
-}
-
 // errSessionEnded wraps the cause of a session's end in operation errors.
 var errSessionEnded = errors.New("zklock: session ended")
 
@@ -245,13 +243,13 @@ func (s *session) do(op func() error) error {
 		}
 		if s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) {
 			<-s.waitEnd(err)
-			return s.endErr()
+			return s.endErr
 		}
 		if !transient(err) || !s.isEstablished() {
 			return err
 		}
 		if !s.sleep(pause) {
-			return s.endErr()
+			return s.endErr
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}

@@ -87,7 +87,7 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 		if err != nil {
 			t.Fatalf("ZooKeeper: %v", err)
 		}
-		c, err := launchZK(dir, n)
+		c, err := launchZK(dir, n, ZKOptions{})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			t.Fatalf("no ZooKeeper at %s (%s unset) and starting one failed: %v; install and start it with %s", def, env, err, ZooKeeperScript)
@@ -151,7 +151,31 @@ type ZKServer struct {
 // when ZooKeeper is not installed.
 func StartZK(t testing.TB, n int) *ZKCluster {
 	t.Helper()
-	c, err := launchZK(t.TempDir(), n)
+	return StartZKWith(t, n, ZKOptions{})
+}
+
+// ZKOptions configure the servers StartZKWith starts. The zero value
+// means the project's settings (ZKConfig).
+type ZKOptions struct {
+	// Tick is the servers' tickTime; default ZKTickTime.
+	Tick time.Duration
+	// SyncLimit is how many ticks a follower may lag behind its leader, or
+	// go without hearing from it, before it gives up; default 5.
+	SyncLimit int
+	// Peer, if set, returns the address server from dials to reach server
+	// to's quorum port (election false) or election port, whose real
+	// address is addr: a test puts a proxy there to cut the link. Each
+	// server listens on its own real addresses. (ZooKeeper opens some
+	// election links back to the address a peer advertises, its real one:
+	// those bypass Peer. The quorum links, a follower's connection to its
+	// leader, always use it.)
+	Peer func(from, to int, election bool, addr string) (string, error)
+}
+
+// StartZKWith is StartZK with options.
+func StartZKWith(t testing.TB, n int, o ZKOptions) *ZKCluster {
+	t.Helper()
+	c, err := launchZK(t.TempDir(), n, o)
 	if err != nil {
 		t.Fatalf("start ZooKeeper: %v; install it with %s", err, ZooKeeperScript)
 	}
@@ -177,7 +201,7 @@ func ZKClasspath() (string, error) {
 	return cp, nil
 }
 
-func launchZK(dir string, n int) (*ZKCluster, error) {
+func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	if n < 1 {
 		return nil, errors.New("need at least one server")
 	}
@@ -199,11 +223,24 @@ func launchZK(dir string, n int) (*ZKCluster, error) {
 		return nil, err
 	}
 	c := &ZKCluster{dir: dir}
-	var servers strings.Builder
-	if n > 1 {
-		for i := 1; i <= n; i++ {
-			fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i, ports[n+2*(i-1)], ports[n+2*(i-1)+1])
+	// servers returns the server.N lines of server self's configuration.
+	servers := func(self int) (string, error) {
+		var b strings.Builder
+		for i := 1; n > 1 && i <= n; i++ {
+			q := "127.0.0.1:" + strconv.Itoa(ports[n+2*(i-1)])
+			e := "127.0.0.1:" + strconv.Itoa(ports[n+2*(i-1)+1])
+			if i != self && o.Peer != nil {
+				var err error
+				if q, err = o.Peer(self, i, false, q); err != nil {
+					return "", err
+				}
+				if e, err = o.Peer(self, i, true, e); err != nil {
+					return "", err
+				}
+			}
+			fmt.Fprintf(&b, "server.%d=%s:%s\n", i, q, e[strings.LastIndexByte(e, ':')+1:])
 		}
+		return b.String(), nil
 	}
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
@@ -215,7 +252,11 @@ func launchZK(dir string, n int) (*ZKCluster, error) {
 			return nil, err
 		}
 		s.cfg = filepath.Join(s.dir, "zoo.cfg")
-		cfg := ZKConfig(filepath.Join(s.dir, "data"), port) + servers.String()
+		lines, err := servers(i)
+		if err != nil {
+			return nil, err
+		}
+		cfg := zkConfig(filepath.Join(s.dir, "data"), port, o) + lines
 		if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
@@ -238,9 +279,21 @@ func launchZK(dir string, n int) (*ZKCluster, error) {
 // server: small tickTime, loopback only, admin server off, every
 // four-letter word allowed, sessions of up to 60s.
 func ZKConfig(dataDir string, clientPort int) string {
+	return zkConfig(dataDir, clientPort, ZKOptions{})
+}
+
+// zkConfig is ZKConfig with the tick and syncLimit of o.
+func zkConfig(dataDir string, clientPort int, o ZKOptions) string {
+	tick, syncLimit := o.Tick, o.SyncLimit
+	if tick == 0 {
+		tick = ZKTickTime
+	}
+	if syncLimit == 0 {
+		syncLimit = 5
+	}
 	return fmt.Sprintf(`tickTime=%d
 initLimit=10
-syncLimit=5
+syncLimit=%d
 dataDir=%s
 clientPort=%d
 clientPortAddress=127.0.0.1
@@ -251,7 +304,7 @@ admin.enableServer=false
 4lw.commands.whitelist=*
 standaloneEnabled=true
 reconfigEnabled=false
-`, ZKTickTime.Milliseconds(), dataDir, clientPort, 2*ZKTickTime.Milliseconds())
+`, tick.Milliseconds(), syncLimit, dataDir, clientPort, 2*tick.Milliseconds())
 }
 
 func zkJava() string { return Getenv("JAVA", "java") }
