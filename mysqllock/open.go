@@ -187,7 +187,7 @@ func openError(ctx context.Context, addr string, wait time.Duration, err error) 
 	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
 		what := "refused the connection"
 		switch me.Number {
-		case erAccessDenied, erDBAccessDenied:
+		case erAccessDenied, erDBAccessDenied, erAccessDeniedNoPassword:
 			what = "refused the credentials"
 		case erBadDB:
 			what = "has no such database"
@@ -211,4 +211,7 @@ const (
 	erDBAccessDenied = 1044 // ER_DBACCESS_DENIED_ERROR
 	erAccessDenied   = 1045 // ER_ACCESS_DENIED_ERROR
 	erBadDB          = 1049 // ER_BAD_DB_ERROR
+	// ER_ACCESS_DENIED_NO_PASSWORD_ERROR: MariaDB's answer to some
+	// unknown users and to auth plugins that refuse (unix_socket).
+	erAccessDeniedNoPassword = 1698
 )
