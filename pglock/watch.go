@@ -222,7 +222,9 @@ func (w *sockWatch) pause() {
 			w.cond.Wait()
 		}
 	}
-	_ = w.raw.SetReadDeadline(time.Time{})
+	if w.rc != nil { // else nothing watched, nor set a deadline
+		_ = w.raw.SetReadDeadline(time.Time{})
+	}
 	w.mu.Unlock()
 }
 
