@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -12,8 +13,12 @@ import (
 // report every mistake as a *ParamError naming the parameter.
 type URL struct {
 	*url.URL
-	q    url.Values
-	used map[string]bool
+	// Logger is the logger given to dlock.Open with dlock.WithLogger, for
+	// the driver's own messages (session events, configuration warnings);
+	// nil when none was given.
+	Logger *slog.Logger
+	q      url.Values
+	used   map[string]bool
 }
 
 // NewURL wraps u. The query is parsed once.

@@ -193,8 +193,8 @@
 // noeviction on a Redis that holds locks (CONFIG SET and redis.conf; with
 // noeviction, a write at the limit fails with an error instead, which an
 // acquisition reports). dlock.Open reads it before it returns and logs on
-// slog.Default(); NewDriver in the background, on Options.Logger (default
-// slog.Default()). The policy is checked, not maxmemory: a server without
+// the logger of dlock.WithLogger (slog.Default() without one); NewDriver
+// in the background, on Options.Logger (default slog.Default()). The policy is checked, not maxmemory: a server without
 // a limit evicts nothing until one is set at run time. A server that
 // refuses CONFIG (renamed or disabled, as on some managed services, or an
 // ACL user without +config) is not checked; that is logged at Debug.

@@ -66,8 +66,8 @@ func checkOneWarning(t *testing.T, how string, buf *logBuffer, policy string, wa
 
 // TestEvictionWarning: a server whose maxmemory-policy may evict lock keys
 // gets one warning through the driver's logger, at NewDriver (in the
-// background) and at dlock.Open (on slog.Default, before
-// Open returns); noeviction gets none, and a server that refuses CONFIG
+// background) and at dlock.Open (before Open returns, on the logger of
+// dlock.WithLogger, or slog.Default without one); noeviction gets none, and a server that refuses CONFIG
 // GET only a debug line.
 func TestEvictionWarning(t *testing.T) {
 	srv := testenv.StartRedis(t, testenv.RedisOptions{})
@@ -102,6 +102,19 @@ func TestEvictionWarning(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkOneWarning(t, "dlock.Open", buf, c.policy, c.warn)
+			_ = l.Close()
+
+			// With dlock.WithLogger, the warning goes there, not to
+			// slog.Default.
+			buf, log = newLogBuffer()
+			_, other := newLogBuffer()
+			slog.SetDefault(other)
+			l, err = dlock.Open(ctx, "redis://"+srv.Addr, dlock.WithLogger(log))
+			slog.SetDefault(prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOneWarning(t, "dlock.Open with WithLogger", buf, c.policy, c.warn)
 			_ = l.Close()
 		})
 	}

@@ -111,7 +111,7 @@ func clientOptions(u driver.URL) (*redis.Options, error) {
 
 // driverOptions reads the parameters of the driver itself.
 func driverOptions(u driver.URL) (*Options, error) {
-	o := &Options{Prefix: u.String("prefix", DefaultPrefix)}
+	o := &Options{Prefix: u.String("prefix", DefaultPrefix), Logger: u.Logger}
 	if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {
 		return nil, u.Err("prefix", o.Prefix, errors.New("must be non-empty and hold no braces"))
 	}

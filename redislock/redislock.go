@@ -90,7 +90,8 @@ type Options struct {
 	// server's maxmemory-policy may evict lock keys (see Eviction in the
 	// package documentation), and at Debug why that could not be checked.
 	// Nil means slog.Default(), so that the warning reaches someone; a
-	// driver opened by dlock.Open uses slog.Default(). (go-redis logs
+	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
+	// slog.Default() without one. (go-redis logs
 	// through a logger of its own: see SlogLogger.)
 	Logger *slog.Logger
 }

@@ -112,8 +112,8 @@
 // vote without knowing, and once a quorum's keys are gone another client
 // can take the lock. NewDriver (and so dlock.Open) reads every node's
 // policy in the background, each within the node timeout, and logs one
-// warning on Options.Logger (default slog.Default(); dlock.Open uses
-// slog.Default()) naming the nodes that may evict and the fix,
+// warning on Options.Logger (default slog.Default(); dlock.Open passes
+// the logger of dlock.WithLogger) naming the nodes that may evict and the fix,
 // maxmemory-policy noeviction on every node. Nodes that are down or refuse
 // CONFIG GET are not checked; that is logged at Debug.
 //

@@ -33,7 +33,7 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	if u.Path != "" && u.Path != "/" {
 		return nil, u.Err("path", u.Path, errors.New("a redlock URL has no path"))
 	}
-	var o Options
+	o := Options{Logger: u.Logger}
 	if o.NodeTimeout, err = u.Duration("node_timeout", DefaultNodeTimeout); err != nil {
 		return nil, err
 	}

@@ -91,7 +91,8 @@ type Options struct {
 	// maxmemory-policy may evict lock keys (see Eviction in the package
 	// documentation), and at Debug the nodes that could not be checked.
 	// Nil means slog.Default(), so that the warning reaches someone; a
-	// driver opened by dlock.Open uses slog.Default(). (go-redis logs
+	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
+	// slog.Default() without one. (go-redis logs
 	// through a logger of its own: see the package documentation.)
 	Logger *slog.Logger
 }

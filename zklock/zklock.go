@@ -268,5 +268,5 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, u.Err("path", u.Path, err)
 	}
-	return NewDriver(servers, &Options{Prefix: prefix, SessionTimeout: timeout})
+	return NewDriver(servers, &Options{Prefix: prefix, SessionTimeout: timeout, Logger: u.Logger})
 }
