@@ -227,16 +227,19 @@ func TestResumedHolder(t *testing.T) {
 	wg.Wait()
 }
 
-// resumeLooks are the two ways a holder looks at its lease: lease.Err(),
-// asserted over scale(20, 100) runs per backend, and the Err of the
-// lease's Context (then context.Cause), which must answer the same way,
-// over fewer runs to keep the test's time in CI near a minute.
-var resumeLooks = []struct {
+// resumeLook is a way a holder looks at its lease, and how many runs do.
+type resumeLook struct {
 	look string // the holder's -look
 	runs int
-}{
-	{"err", scale(20, 100)},
-	{"ctx", scale(5, 20)},
+}
+
+// resumeLooks are the two ways: lease.Err(), asserted over scale(20, 100)
+// runs per backend, and the Err of the lease's Context (then
+// context.Cause), which must answer the same way, over fewer runs to keep
+// the test's time in CI near a minute. A function, not a variable: the
+// size is known only once the flags are parsed.
+func resumeLooks() []resumeLook {
+	return []resumeLook{{"err", scale(20, 100)}, {"ctx", scale(5, 20)}}
 }
 
 // resumeBackend runs one backend's runs and asserts and reports them.
@@ -252,7 +255,7 @@ func resumeBackend(t *testing.T, bin, backend string, c resumeCase) {
 	}
 	t.Cleanup(func() { _ = other.Close() })
 
-	for _, l := range resumeLooks {
+	for _, l := range resumeLooks() {
 		var rs []resumeResult
 		var unsafe []string
 		for i := range l.runs {
