@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // maxSessionTimeout is the largest wait_timeout MySQL and MariaDB accept.
@@ -42,7 +43,7 @@ type lock struct {
 	// w watches the socket while no statement runs; the watch goroutine
 	// asks the keep-alive loop for a check at once through closer when
 	// the socket shows bytes it cannot judge, and waits on checked.
-	w       *sockWatch
+	w       *sockwatch.Watch
 	closer  chan struct{}
 	checked chan struct{}
 	// loss is why the lock was lost (or errReleasedCheck), set once before
@@ -149,9 +150,9 @@ func (l *lock) keepAlive() {
 			}
 		}
 		sent := time.Now()
-		l.w.pause()
+		l.w.Pause()
 		err := l.verify(q, lastOK.Add(l.timeout-l.timeout/10))
-		l.w.resume()
+		l.w.Resume()
 		if reply != nil {
 			reply <- err
 		}
@@ -200,7 +201,7 @@ func (l *lock) lose(cause error) {
 	l.err = cause
 	l.mu.Unlock()
 	l.d.forget(l)
-	l.w.stop()
+	l.w.Stop()
 	close(l.lost)
 	discard(l.conn)
 }
@@ -226,8 +227,8 @@ func (l *lock) Check(time.Time) error {
 	if p := l.loss.Load(); p != nil {
 		return *p
 	}
-	v, errno := l.w.look()
-	if v != vGone {
+	v, errno := l.w.Look()
+	if v != sockwatch.VGone {
 		return nil
 	}
 	err := l.noteLoss(l.goneErr(errno))
@@ -248,14 +249,14 @@ func (l *lock) goneErr(errno syscall.Errno) error {
 // keep-alive loop check the lock at once (which reads what came).
 func (l *lock) watch() {
 	for {
-		ev, errno := l.w.wait(time.Time{})
+		ev, errno := l.w.Wait(time.Time{})
 		switch ev {
-		case evStopped:
+		case sockwatch.EvStopped:
 			return
-		case evGone:
+		case sockwatch.EvGone:
 			l.lose(l.goneErr(errno))
 			return
-		case evDeadline: // no deadline is set: not reached
+		case sockwatch.EvDeadline: // no deadline is set: not reached
 			continue
 		}
 		select {
@@ -355,8 +356,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	}
 	l.loss.CompareAndSwap(nil, &errReleasedCheck)
 	// The statements below, and the pool after them, have the socket.
-	l.w.pause()
-	l.w.stop()
+	l.w.Pause()
+	l.w.Stop()
 	var rel sql.NullInt64
 	err := l.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+literal(l.key)+")").Scan(&rel)
 	switch {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // How a cancelled wait is ended: KILL QUERY is given killTimeout to be
@@ -57,7 +58,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := d.take(ctx, l, wait); err != nil {
 		return driver.Grant{}, err
 	}
-	l.w = newSockWatch(d.socks.socket(l.id), d.socks != nil && d.socks.opaque)
+	l.w = sockwatch.New(d.socks.socket(l.id), d.socks != nil && d.socks.opaque, sessionEnded)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -66,9 +67,9 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	d.held[r.Owner] = l
 	d.mu.Unlock()
-	l.w.start()
+	l.w.Start()
 	go l.keepAlive()
-	if l.w.watched() && !d.noWatch.Load() {
+	if l.w.Watched() && !d.noWatch.Load() {
 		go l.watch()
 	}
 	return driver.Grant{Token: l.token, Lost: l.lost, Check: l.Check}, nil

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // cancelGrace bounds how long a cancelled wait waits for the server to
@@ -32,7 +34,7 @@ type conn struct {
 	pg *pgx.Conn
 	w  *watcher
 	// raw is the socket as dialled, under any TLS: what a held lock's
-	// sockWatch peeks at.
+	// watch (newSockWatch) peeks at.
 	raw net.Conn
 }
 
@@ -189,7 +191,7 @@ func (c *conn) begin(wait bool) {
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
 
 // newWatch returns a watch of c's socket for a lock just taken on it.
-func (c *conn) newWatch() *sockWatch { return newSockWatch(c.raw, c.pg.PgConn().Conn()) }
+func (c *conn) newWatch() *sockwatch.Watch { return newSockWatch(c.raw, c.pg.PgConn().Conn()) }
 
 // pid returns the server process id of c's session.
 func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }

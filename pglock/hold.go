@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // A hold is a lock the driver holds: the connection whose session took it,
@@ -29,7 +30,7 @@ type hold struct {
 	// timeout bounds one ping; a ping that takes longer counts as a lost
 	// connection.
 	timeout time.Duration
-	w       *sockWatch
+	w       *sockwatch.Watch
 	lost    chan struct{} // Grant.Lost: closed when the hold ends
 	stop    chan struct{} // closed when the hold ends: stops the keeper
 	// loss is why the lock was lost, set (once) before lost closes and
@@ -65,18 +66,18 @@ func newHold(d *Driver, c *conn, name, owner string, key int64, period time.Dura
 // watch; releaseUse gives both back.
 func (h *hold) acquire() {
 	h.use <- struct{}{}
-	h.w.pause()
+	h.w.Pause()
 }
 
 func (h *hold) releaseUse() {
-	h.w.resume()
+	h.w.Resume()
 	<-h.use
 }
 
 func (h *hold) acquireCtx(ctx context.Context) error {
 	select {
 	case h.use <- struct{}{}:
-		h.w.pause()
+		h.w.Pause()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -100,8 +101,8 @@ func (h *hold) Check(time.Time) error {
 	if p := h.loss.Load(); p != nil {
 		return *p
 	}
-	v, errno := h.w.look()
-	if v != vGone {
+	v, errno := h.w.Look()
+	if v != sockwatch.VGone {
 		return nil
 	}
 	err := h.noteLoss(h.goneErr(errno))
@@ -130,20 +131,20 @@ func (h *hold) goneErr(errno syscall.Errno) error {
 // socket at once; a server or network that went silent, as a ping that
 // times out.
 func (h *hold) keep() {
-	if !h.w.watched() {
+	if !h.w.Watched() {
 		h.keepByTimer()
 		return
 	}
 	next := time.Now().Add(h.period)
 	for {
-		ev, errno := h.w.wait(next)
+		ev, errno := h.w.Wait(next)
 		switch ev {
-		case evStopped:
+		case sockwatch.EvStopped:
 			return
-		case evGone:
+		case sockwatch.EvGone:
 			h.lose(h.goneErr(errno))
 			return
-		case evDeadline:
+		case sockwatch.EvDeadline:
 			next = time.Now().Add(h.period)
 		}
 		// A keep-alive ping, or a closer look at unsolicited bytes: pgx
@@ -155,7 +156,7 @@ func (h *hold) keep() {
 			}
 			return
 		}
-		if ev == evData && h.stillData() {
+		if ev == sockwatch.EvData && h.stillData() {
 			// Bytes pgx did not take (say, a background read of its own):
 			// watching would wake at once again; ping on the timer until
 			// the next deadline instead.
@@ -169,8 +170,8 @@ func (h *hold) keep() {
 // stillData reports whether the socket shows bytes again right after a
 // ping that should have read them.
 func (h *hold) stillData() bool {
-	v, _ := h.w.look()
-	return v == vData
+	v, _ := h.w.Look()
+	return v == sockwatch.VData
 }
 
 // keepByTimer is keep for a socket that cannot be watched: a ping every
@@ -252,7 +253,7 @@ func (h *hold) release(ctx context.Context) error {
 	}
 	h.ended = true
 	h.loss.CompareAndSwap(nil, &errReleasedCheck)
-	h.w.stop() // paused by acquireCtx: the watch never looks again
+	h.w.Stop() // paused by acquireCtx: the watch never looks again
 	close(h.stop)
 	c := h.c
 	c.begin(false)
@@ -294,7 +295,7 @@ func (h *hold) lose(cause error) {
 	}
 	h.ended = true
 	h.cause = cause
-	h.w.stop()
+	h.w.Stop()
 	close(h.stop)
 	<-h.use
 	h.d.forget(h)

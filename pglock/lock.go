@@ -210,7 +210,7 @@ func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.G
 	}
 	d.held[r.Owner] = h
 	d.mu.Unlock()
-	h.w.start()
+	h.w.Start()
 	if !d.noKeeper.Load() {
 		go h.keep()
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package pglock
+package sockwatch
 
 import (
 	"syscall"

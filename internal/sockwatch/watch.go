@@ -1,7 +1,6 @@
-package pglock
+package sockwatch
 
 import (
-	"crypto/tls"
 	"errors"
 	"net"
 	"os"
@@ -12,102 +11,82 @@ import (
 	"time"
 )
 
-// A sockWatch watches the socket of a held lock's connection while no
-// query runs on it, so that the hold learns of the server closing the
-// connection (pg_terminate_backend, a restart, an idle timeout) from the
-// socket itself, within about a round trip, rather than at its next
-// keep-alive ping.
-//
-// It never reads: every look is a recv with MSG_PEEK, so the bytes that
-// pgx needs stay in the socket for pgx. A look tells one of three things
-// (see verdict): nothing to read (the connection may be fine), the server
-// hung up (end of stream, a socket error, or, on a plain connection, an
-// ErrorResponse: a server sends that unprompted only when it ends the
-// session), or other bytes, which only pgx can read (a NoticeResponse, a
-// ParameterStatus, anything under TLS): the keeper then sends a ping, which
-// reads them and fails if the session has ended.
-//
-// The keeper goroutine waits in wait, through syscall.RawConn.Read, for
-// the socket to become readable; pause takes the socket away from it
-// before a query (and give it back with resume), since pgx and the
-// watcher must not read at once. Check's look (look) goes through
-// RawConn.Control, which does not wait for the watcher, and an atomic
-// state keeps it away from a running query, whose reply it would misread.
-type sockWatch struct {
+// A Watch watches the socket of a held lock's connection while no
+// statement runs on it (see the package documentation). Its methods are
+// safe for concurrent use in the pattern the backends follow: one
+// goroutine in Wait, statements bracketed by Pause and Resume one at a
+// time, and any number of Looks.
+type Watch struct {
 	raw    net.Conn        // the socket, under any TLS
 	rc     syscall.RawConn // nil: the socket cannot be watched
-	opaque bool            // TLS: the bytes are not the protocol's frames
+	opaque bool            // TLS or compression: the bytes are not the protocol's frames
+	ended  func(frame []byte) bool
 
 	// state is idle (a look may run), looking (one runs) or busy (a
-	// query runs, or the hold has ended: no look).
+	// statement runs, or the lock has ended: no look).
 	state atomic.Int32
 
 	mu      sync.Mutex
 	cond    sync.Cond // signals changes of paused, waiting, stopped
-	paused  bool      // a query has the socket
-	waiting bool      // the keeper is inside rc.Read
-	stopped bool      // the hold ended: wait returns at once
+	paused  bool      // a statement has the socket
+	waiting bool      // the waiting goroutine is inside rc.Read
+	stopped bool      // the lock ended: Wait returns at once
 
-	// The keeper's look (only the keeper touches these) and Check's (only
-	// the holder of state looking does). Their callbacks are made once, so
+	// Wait's look (only its goroutine touches these) and Look's (only the
+	// holder of state looking does). Their callbacks are made once, so
 	// that a look does not allocate.
 	wbuf, lbuf   [8]byte
-	wres, lres   verdict
+	wres, lres   Verdict
 	readFn       func(fd uintptr) bool
 	lookFn       func(fd uintptr)
 	wcause, lerr syscall.Errno
 }
 
-// States of sockWatch.state.
+// States of Watch.state.
 const (
 	stIdle int32 = iota
 	stLooking
 	stBusy
 )
 
-// A verdict is what a look at the socket found.
-type verdict uint8
+// A Verdict is what a look at the socket found.
+type Verdict uint8
 
 const (
-	vQuiet verdict = iota // nothing to read
-	vGone                 // the server hung up, or the socket failed
-	vData                 // bytes that only the protocol's reader can judge
+	VQuiet Verdict = iota // nothing to read
+	VGone                 // the server hung up, or the socket failed
+	VData                 // bytes that only the protocol's reader can judge
 )
 
-// An event is why wait returned.
-type event uint8
+// An Event is why Wait returned.
+type Event uint8
 
 const (
-	evStopped  event = iota // the hold ended
-	evDeadline              // the deadline passed: time for a keep-alive ping
-	evGone                  // the server hung up
-	evData                  // unsolicited bytes: look closer
+	EvStopped  Event = iota // the watch was stopped: the lock ended
+	EvDeadline              // the deadline passed
+	EvGone                  // the server hung up, or the socket failed
+	EvData                  // unsolicited bytes: look closer
 )
 
 // longAgo is a deadline in the past: it ends a wait at once.
 var longAgo = time.Unix(1, 0)
 
-// newSockWatch returns the watch of the socket raw, under the connection
-// pgx uses, top (raw itself, or a *tls.Conn over it). It watches nothing
-// (rc nil) on systems without a peek (see peek) or when the socket is not
-// raw's or offers no syscall.RawConn.
-func newSockWatch(raw, top net.Conn) *sockWatch {
-	w := &sockWatch{raw: raw}
+// New returns a watch of the socket raw (nil: none known), which starts
+// busy: no look runs until Start. opaque says that raw's bytes are not the
+// protocol's frames (TLS, compression). ended, for a connection that is
+// not opaque, judges the first bytes of unsolicited data (one to eight of
+// them, as many as have arrived): true when they are the start of a frame
+// that a server sends unprompted only as it ends the session, such as an
+// error (nil: none does). ended must not allocate, nor keep frame.
+//
+// The watch watches nothing (Watched is false) on systems without a peek,
+// or when raw offers no syscall.RawConn.
+func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
+	w := &Watch{raw: raw, opaque: opaque, ended: ended}
 	w.cond.L = &w.mu
-	w.state.Store(stBusy) // until the hold is granted: see start
+	w.state.Store(stBusy) // until the lock is held: see Start
 	if !canPeek || raw == nil {
 		return w
-	}
-	switch t := top.(type) {
-	case *tls.Conn:
-		if t.NetConn() != raw {
-			return w
-		}
-		w.opaque = true
-	default:
-		if top != raw {
-			return w
-		}
 	}
 	sc, ok := raw.(syscall.Conn)
 	if !ok {
@@ -119,58 +98,62 @@ func newSockWatch(raw, top net.Conn) *sockWatch {
 	}
 	w.rc = rc
 	w.readFn = func(fd uintptr) bool {
-		v, errno := lookAt(fd, w.wbuf[:], w.opaque)
-		if v == vQuiet {
+		v, errno := w.lookAt(fd, w.wbuf[:])
+		if v == VQuiet {
 			return false // wait for the socket to become readable
 		}
 		w.wres, w.wcause = v, errno
 		return true
 	}
-	w.lookFn = func(fd uintptr) { w.lres, w.lerr = lookAt(fd, w.lbuf[:], w.opaque) }
+	w.lookFn = func(fd uintptr) { w.lres, w.lerr = w.lookAt(fd, w.lbuf[:]) }
 	return w
 }
 
-// watched reports whether the socket is watched.
-func (w *sockWatch) watched() bool { return w.rc != nil }
+// Watched reports whether the socket is watched. When it is not, Look
+// always finds VQuiet, and Wait must not be called.
+func (w *Watch) Watched() bool { return w.rc != nil }
 
-// start lets looks begin: the lock is held and no query runs.
-func (w *sockWatch) start() { w.state.Store(stIdle) }
+// Start lets looks begin: the lock is held and no statement runs.
+func (w *Watch) Start() { w.state.Store(stIdle) }
 
 // lookAt peeks at fd and judges what is there.
-func lookAt(fd uintptr, buf []byte, opaque bool) (verdict, syscall.Errno) {
+func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 	n, errno := peek(fd, buf)
 	switch {
 	case errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK:
-		return vQuiet, 0
+		return VQuiet, 0
 	case errno != 0, n == 0: // a socket error, or the end of the stream
-		return vGone, errno
-	case !opaque && buf[0] == 'E':
-		// An ErrorResponse while no query runs: the server is ending the
-		// session (FATAL), and closes the connection next.
-		return vGone, 0
+		return VGone, errno
+	case !w.opaque && w.ended != nil && w.ended(buf[:n]):
+		// The server is ending the session, and closes the connection next.
+		return VGone, 0
 	}
-	return vData, 0
+	return VData, 0
 }
 
-// look makes one non-blocking look at the socket for Check: vQuiet when
-// the socket is not watched, a query runs on it (its reply would be
-// misread; the query finds out for itself) or another look runs.
-func (w *sockWatch) look() (verdict, syscall.Errno) {
+// Look makes one non-blocking look at the socket, for the lock's Check;
+// with VGone, the errno is the socket's error, if any. It finds VQuiet
+// when the socket is not watched, a statement runs on it (its reply would
+// be misread; the statement finds out for itself) or another look runs.
+// It does not allocate.
+func (w *Watch) Look() (Verdict, syscall.Errno) {
 	if w.rc == nil || !w.state.CompareAndSwap(stIdle, stLooking) {
-		return vQuiet, 0
+		return VQuiet, 0
 	}
-	w.lres, w.lerr = vQuiet, 0
+	w.lres, w.lerr = VQuiet, 0
 	if err := w.rc.Control(w.lookFn); err != nil {
-		w.lres = vQuiet // the socket is closed here: the hold is ending anyway
+		w.lres = VQuiet // the socket is closed here: the lock is ending anyway
 	}
 	v, errno := w.lres, w.lerr
 	w.state.Store(stIdle)
 	return v, errno
 }
 
-// wait blocks until the socket is readable, deadline passes or the watch
-// stops; it sits out pauses, and watches again after each.
-func (w *sockWatch) wait(deadline time.Time) (event, syscall.Errno) {
+// Wait blocks until the socket is readable, deadline (if not zero) passes
+// or the watch stops; it sits out pauses, and watches again after each.
+// With EvGone, the errno is the socket's error, if any. Only one goroutine
+// may wait, and only on a watched socket (see Watched).
+func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -179,9 +162,9 @@ func (w *sockWatch) wait(deadline time.Time) (event, syscall.Errno) {
 		}
 		switch {
 		case w.stopped:
-			return evStopped, 0
-		case !time.Now().Before(deadline):
-			return evDeadline, 0
+			return EvStopped, 0
+		case !deadline.IsZero() && !time.Now().Before(deadline):
+			return EvDeadline, 0
 		}
 		w.waiting = true
 		_ = w.raw.SetReadDeadline(deadline)
@@ -192,25 +175,25 @@ func (w *sockWatch) wait(deadline time.Time) (event, syscall.Errno) {
 		w.cond.Broadcast()
 		switch {
 		case w.stopped:
-			return evStopped, 0
+			return EvStopped, 0
 		case w.paused:
-			continue // a query took the socket: watch again after it
+			continue // a statement took the socket: watch again after it
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return evDeadline, 0
+			return EvDeadline, 0
 		case err != nil: // the socket was closed under the watch
-			return evGone, 0
-		case w.wres == vGone:
-			return evGone, w.wcause
+			return EvGone, 0
+		case w.wres == VGone:
+			return EvGone, w.wcause
 		}
-		return evData, 0
+		return EvData, 0
 	}
 }
 
-// pause takes the socket from the watch for a query: when it returns, no
-// look runs and the keeper is out of rc.Read, with no read deadline left
-// on the socket. Queries on a hold's connection run one at a time (the
-// hold's use slot), so pauses never overlap.
-func (w *sockWatch) pause() {
+// Pause takes the socket from the watch for a statement: when it returns,
+// no look runs and the waiting goroutine is out of rc.Read, with no read
+// deadline left on the socket. The caller runs statements on the
+// connection one at a time, so that pauses never overlap.
+func (w *Watch) Pause() {
 	for !w.state.CompareAndSwap(stIdle, stBusy) && w.state.Load() != stBusy {
 		runtime.Gosched() // a look is one system call
 	}
@@ -228,8 +211,8 @@ func (w *sockWatch) pause() {
 	w.mu.Unlock()
 }
 
-// resume gives the socket back to the watch after a query.
-func (w *sockWatch) resume() {
+// Resume gives the socket back to the watch after a statement.
+func (w *Watch) Resume() {
 	w.mu.Lock()
 	w.paused = false
 	stopped := w.stopped
@@ -240,9 +223,9 @@ func (w *sockWatch) resume() {
 	}
 }
 
-// stop ends the watch for good: wait returns evStopped and no look runs.
+// Stop ends the watch for good: Wait returns EvStopped and no look runs.
 // The caller has paused the watch, or is about to close the socket.
-func (w *sockWatch) stop() {
+func (w *Watch) Stop() {
 	for !w.state.CompareAndSwap(stIdle, stBusy) && w.state.Load() != stBusy {
 		runtime.Gosched()
 	}

@@ -1,4 +1,4 @@
-package pglock
+package sockwatch
 
 import (
 	"io"
@@ -33,80 +33,96 @@ func socketPair(t *testing.T) (ours, server net.Conn) {
 	return ours, server
 }
 
+// waiting starts a watch of a fresh socket pair's end ours, and a Wait on
+// it for up to timeout, whose event done receives; it returns once the
+// Wait has had time to begin.
+func waiting(t *testing.T, timeout time.Duration) (w *Watch, ours, server net.Conn, done <-chan Event) {
+	ours, server = socketPair(t)
+	w = New(ours, false, endsOnE)
+	w.Start()
+	ch := make(chan Event, 1)
+	go func() { ev, _ := w.Wait(time.Now().Add(timeout)); ch <- ev }()
+	time.Sleep(10 * time.Millisecond)
+	return w, ours, server, ch
+}
+
+// endsOnE is the ended function of the tests: PostgreSQL's, a frame whose
+// type is 'E' (an ErrorResponse).
+func endsOnE(frame []byte) bool { return frame[0] == 'E' }
+
 // TestSockWatch: what the watch makes of a quiet socket, unsolicited
-// bytes (left in the socket for the protocol's reader), an ErrorResponse,
-// and a close; and that a pause takes the socket from a wait at once.
+// bytes (left in the socket for the protocol's reader), a frame that ends
+// the session (an ErrorResponse, here; mere data under TLS), and a close;
+// and that a pause takes the socket from a wait at once.
 func TestSockWatch(t *testing.T) {
 	if !canPeek {
 		t.Skip("no peek on this system")
 	}
 	t.Run("quiet", func(t *testing.T) {
 		ours, _ := socketPair(t)
-		w := newSockWatch(ours, ours)
-		w.start()
-		if v, _ := w.look(); v != vQuiet {
+		w := New(ours, false, endsOnE)
+		w.Start()
+		if v, _ := w.Look(); v != VQuiet {
 			t.Errorf("look = %v, want quiet", v)
 		}
-		if ev, _ := w.wait(time.Now().Add(20 * time.Millisecond)); ev != evDeadline {
+		if ev, _ := w.Wait(time.Now().Add(20 * time.Millisecond)); ev != EvDeadline {
 			t.Errorf("wait = %v, want the deadline", ev)
 		}
 	})
 	t.Run("notice", func(t *testing.T) {
 		ours, server := socketPair(t)
-		w := newSockWatch(ours, ours)
-		w.start()
+		w := New(ours, false, endsOnE)
+		w.Start()
 		msg := []byte("N\x00\x00\x00\x04")
 		_, _ = server.Write(msg)
-		if ev, _ := w.wait(time.Now().Add(5 * time.Second)); ev != evData {
+		if ev, _ := w.Wait(time.Now().Add(5 * time.Second)); ev != EvData {
 			t.Errorf("wait = %v, want data", ev)
 		}
-		if v, _ := w.look(); v != vData {
+		if v, _ := w.Look(); v != VData {
 			t.Errorf("look = %v, want data", v)
 		}
-		w.pause()
+		w.Pause()
 		got := make([]byte, len(msg))
 		if _, err := io.ReadFull(ours, got); err != nil || string(got) != string(msg) {
 			t.Errorf("the protocol's read got %q, %v; want the bytes untouched", got, err)
 		}
-		w.resume()
+		w.Resume()
 	})
 	t.Run("error response", func(t *testing.T) {
-		ours, server := socketPair(t)
-		w := newSockWatch(ours, ours)
-		w.start()
-		_, _ = server.Write([]byte("E\x00\x00\x00\x10SFATAL\x00"))
-		if ev, _ := w.wait(time.Now().Add(5 * time.Second)); ev != evGone {
-			t.Errorf("wait = %v, want gone", ev)
+		// On a plain connection it ends the session; under TLS (opaque)
+		// only the protocol's reader can judge it.
+		for _, opaque := range []bool{false, true} {
+			ours, server := socketPair(t)
+			w := New(ours, opaque, endsOnE)
+			w.Start()
+			_, _ = server.Write([]byte("E\x00\x00\x00\x10SFATAL\x00"))
+			want := EvGone
+			if opaque {
+				want = EvData
+			}
+			if ev, _ := w.Wait(time.Now().Add(5 * time.Second)); ev != want {
+				t.Errorf("opaque %v: wait = %v, want %v", opaque, ev, want)
+			}
 		}
 	})
 	t.Run("close", func(t *testing.T) {
-		ours, server := socketPair(t)
-		w := newSockWatch(ours, ours)
-		w.start()
-		done := make(chan event, 1)
-		go func() { ev, _ := w.wait(time.Now().Add(5 * time.Second)); done <- ev }()
-		time.Sleep(10 * time.Millisecond)
+		w, _, server, done := waiting(t, 5*time.Second)
 		_ = server.Close()
-		if ev := <-done; ev != evGone {
+		if ev := <-done; ev != EvGone {
 			t.Errorf("wait = %v, want gone", ev)
 		}
-		if v, _ := w.look(); v != vGone {
+		if v, _ := w.Look(); v != VGone {
 			t.Errorf("look after the close = %v, want gone", v)
 		}
 	})
 	t.Run("pause", func(t *testing.T) {
-		ours, server := socketPair(t)
-		w := newSockWatch(ours, ours)
-		w.start()
-		done := make(chan event, 1)
-		go func() { ev, _ := w.wait(time.Now().Add(10 * time.Second)); done <- ev }()
-		time.Sleep(10 * time.Millisecond)
+		w, ours, server, done := waiting(t, 10*time.Second)
 		start := time.Now()
-		w.pause()
+		w.Pause()
 		if took := time.Since(start); took > 100*time.Millisecond {
 			t.Errorf("pause took %v", took)
 		}
-		if v, _ := w.look(); v != vQuiet {
+		if v, _ := w.Look(); v != VQuiet {
 			t.Errorf("look while paused = %v, want quiet (no look)", v)
 		}
 		// The query's traffic is the protocol's: the watch does not see it.
@@ -120,13 +136,13 @@ func TestSockWatch(t *testing.T) {
 			t.Fatalf("wait returned %v during the pause", ev)
 		case <-time.After(20 * time.Millisecond):
 		}
-		w.resume()
+		w.Resume()
 		_ = server.Close()
-		if ev := <-done; ev != evGone {
+		if ev := <-done; ev != EvGone {
 			t.Errorf("wait after the pause = %v, want gone", ev)
 		}
-		w.stop()
-		if ev, _ := w.wait(time.Now().Add(time.Second)); ev != evStopped {
+		w.Stop()
+		if ev, _ := w.Wait(time.Now().Add(time.Second)); ev != EvStopped {
 			t.Errorf("wait after stop = %v, want stopped", ev)
 		}
 	})

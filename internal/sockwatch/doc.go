@@ -1,0 +1,26 @@
+// Package sockwatch watches the socket of a held lock's database
+// connection while no statement runs on it, so that the backend learns of
+// the server closing the connection (the session killed or terminated, a
+// restart, an idle timeout) from the socket itself, within about a round
+// trip, rather than at its next keep-alive check.
+//
+// A Watch never reads: every look is a recv with MSG_PEEK, so the bytes the
+// driver needs stay in the socket for the driver. A look tells one of three
+// things (see Verdict): nothing to read (the connection may be fine), the
+// server hung up (end of stream, a socket error, or, on a connection whose
+// bytes are the protocol's own frames, a frame that the backend's Ended
+// function says a server sends unprompted only as it ends the session), or
+// other bytes, which only the driver can judge (anything under TLS or
+// compression, a notice): the backend then runs a statement, which reads
+// them and fails if the session has ended.
+//
+// One goroutine of the backend waits in Wait for the socket to become
+// readable; Pause takes the socket away from it before a statement (and
+// Resume gives it back), since the driver and the watch must not read at
+// once. Look, for the lock's Check, does not wait for that goroutine, and
+// an atomic state (idle, looking or busy) keeps it away from a running
+// statement, whose reply it would misread; it does not allocate.
+//
+// Sockets are watched on Linux only; elsewhere a Watch watches nothing
+// (Watched reports false) and the backends rely on their keep-alive checks.
+package sockwatch

@@ -1,0 +1,37 @@
+package pglock
+
+import (
+	"crypto/tls"
+	"net"
+
+	"github.com/dlockgo/dlock/internal/sockwatch"
+)
+
+// newSockWatch returns the watch (see sockwatch) of a held lock's socket
+// raw, under the connection pgx uses, top (raw itself, or a *tls.Conn over
+// it): the keeper waits on it, and Check looks through it, so that the
+// hold learns of the session's end (pg_terminate_backend, a restart, an
+// idle timeout) within about a round trip. Under TLS the bytes are opaque
+// (only pgx can judge them); when top is neither, the socket is not
+// watched.
+func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
+	opaque := false
+	switch t := top.(type) {
+	case *tls.Conn:
+		if t.NetConn() != raw {
+			raw = nil
+		}
+		opaque = true
+	default:
+		if top != raw {
+			raw = nil
+		}
+	}
+	return sockwatch.New(raw, opaque, sessionEnded)
+}
+
+// sessionEnded judges the first bytes of a frame that came while no query
+// ran: an ErrorResponse ('E') then means that the server is ending the
+// session (FATAL), and closes the connection next. Other frames (a
+// NoticeResponse, a ParameterStatus) pgx reads at the keeper's next ping.
+func sessionEnded(frame []byte) bool { return frame[0] == 'E' }
