@@ -77,6 +77,9 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 	if !waitDone(lease, s.h.TTL+2*time.Second) {
 		t.Fatalf("Done() not closed %v after the lock was taken away (TTL %v)", time.Since(taken), s.h.TTL)
 	}
+	// The window docs/GUARANTEES.md reports: the store freed the lock at
+	// taken; the holder's Done closed this much later.
+	t.Logf("Done closed %v after the lock was taken away on the store (TTL %v)", time.Since(taken), s.h.TTL)
 	if !errors.Is(lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() after the lock was taken away = %v, want ErrLost", lease.Err())
 	}
