@@ -38,11 +38,18 @@
 //
 // # Guarantees
 //
-// A lease is renewed about every TTL/3 (DefaultTTL is 30s) while held. When
-// no renewal can succeed before the lock's validity ends, the lease is
-// reported lost (Done closes, Err matches ErrLost) before the store can
-// give the lock to anyone else. Release and renewal are owner-checked: a
-// client never releases a lock it does not hold.
+// A lease is renewed about every TTL/3 (DefaultTTL is 30s) while held.
+// Lease.Err decides at the call: it returns nil only while the lock's
+// conservative validity has not ended (its TTL, or the session's) and the
+// backend does not already know the lock gone, so a holder whose lock
+// expired while it was paused gets ErrLost at its first look, before the
+// store can give the lock to anyone else. Done closes when the lease's
+// supervision notices the end: use it for waking, and Err, right before
+// each write, for checking. A store that takes a lock away on its own (a
+// deleted Redis key, a killed database session) can hand it on before the
+// holder's next look; docs/GUARANTEES.md gives that window per backend.
+// Release and renewal are owner-checked: a client never releases a lock
+// it does not hold.
 //
 // A lock with a TTL cannot stop a holder that was paused (GC, SIGSTOP) or
 // cut off from touching the resource after its lock expired. The remedy is
