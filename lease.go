@@ -191,8 +191,11 @@ func (s *Lease) Refresh(ctx context.Context) error {
 // another owner. If the store cannot be reached, the lease still ends and
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
+	if s.Err() != nil { // may end the lease, which takes s.mu: not under it
+		return s.heldErr()
+	}
 	s.mu.Lock()
-	if s.Err() != nil || s.releasing.Load() {
+	if s.fin.Load() != nil || s.releasing.Load() {
 		s.mu.Unlock()
 		return s.heldErr()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,5 +194,44 @@ func BenchmarkLeaseContextErr(b *testing.B) {
 		if work.Err() != nil {
 			b.Fatal("lost")
 		}
+	}
+}
+
+// Release of a lease whose validity ended before its timer ran reports
+// the loss (and returns: the look that ends the lease must not wait for
+// Release's own lock).
+func TestReleaseAfterUnnoticedExpiry(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	l, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const ttl = 20 * time.Millisecond
+	decided := 0
+	for i := 0; decided < 5 && i < 100; i++ {
+		lease, err := l.TryAcquire(ctx, "job-"+strconv.Itoa(i), dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spinUntil(lease.Expires().Add(-max(time.Millisecond, ttl/100)))
+		select {
+		case <-lease.Done():
+			continue // the timer got there first
+		default:
+		}
+		decided++
+		// Called right here, before the timer can run; a Release that
+		// deadlocks takes the test binary down.
+		watchdog := time.AfterFunc(5*time.Second, func() { panic("Release after the validity ended did not return") })
+		err = lease.Release(ctx)
+		watchdog.Stop()
+		if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("Release after the validity ended = %v, want ErrNotHeld and ErrLost", err)
+		}
+	}
+	if decided < 5 {
+		t.Fatalf("only %d runs reached Release before the lease's timer", decided)
 	}
 }
