@@ -10,18 +10,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/redisconf"
 )
 
 // evictionCheckTimeout bounds the driver's read of maxmemory-policy.
 const evictionCheckTimeout = 5 * time.Second
-
-// mayEvict reports whether Redis, under maxmemory-policy policy, may evict
-// a lock's keys: every policy but noeviction. The volatile-* policies
-// evict keys with a TTL, which every lock key has; the allkeys-* ones any
-// key. A Redis without a maxmemory limit evicts nothing yet, but a limit
-// can be set at run time (CONFIG SET maxmemory), so the policy alone is
-// what is checked.
-func mayEvict(policy string) bool { return policy != "noeviction" }
 
 // checkEviction reads the maxmemory-policy of c's server (of each master,
 // for a Redis Cluster) and logs one warning on log when it may evict lock
@@ -37,7 +31,7 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logge
 		policy string   // the last risky policy read, for the log's attribute
 	)
 	read := func(ctx context.Context, addr string, c redis.Cmdable) error {
-		p, err := readPolicy(ctx, c)
+		p, evicts, err := redisconf.EvictionPolicy(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -46,7 +40,7 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logge
 		case err != nil:
 			log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",
 				"addr", addr, "err", err)
-		case mayEvict(p):
+		case evicts:
 			risky = append(risky, p+" on "+addr)
 			policy = p
 		}
@@ -72,19 +66,6 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logge
 			strings.Join(risky, ", ")),
 			"maxmemory-policy", policy)
 	}
-}
-
-// readPolicy returns the server's maxmemory-policy.
-func readPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
-	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return "", err
-	}
-	p, ok := m["maxmemory-policy"]
-	if !ok {
-		return "", fmt.Errorf("CONFIG GET maxmemory-policy returned %v", m)
-	}
-	return p, nil
 }
 
 // startEvictionCheck runs checkEviction in the background, for a driver

@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,42 +14,11 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
-// logBuffer collects a slog text handler's lines; safe for the
-// background check's goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the lines logged at level ("WARN", "DEBUG").
-func (l *logBuffer) lines(level string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for s := range strings.Lines(l.b.String()) {
-		if strings.Contains(s, "level="+level+" ") {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func newLogBuffer() (*logBuffer, *slog.Logger) {
-	b := &logBuffer{}
-	return b, slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // checkOneWarning fails t unless buf holds exactly one warning, naming the
 // policy and the fix, when want; none otherwise.
-func checkOneWarning(t *testing.T, how string, buf *logBuffer, policy string, want bool) {
+func checkOneWarning(t *testing.T, how string, buf *testenv.Buffer, policy string, want bool) {
 	t.Helper()
-	warns := buf.lines("WARN")
+	warns := buf.Lines("WARN")
 	switch {
 	case !want && len(warns) > 0:
 		t.Errorf("%s, maxmemory-policy %s: warned %q, want no warning", how, policy, warns)
@@ -87,13 +55,13 @@ func TestEvictionWarning(t *testing.T) {
 			if err := admin.ConfigSet(ctx, "maxmemory-policy", c.policy).Err(); err != nil {
 				t.Fatal(err)
 			}
-			buf, log := newLogBuffer()
+			buf, log := testenv.NewLogger()
 			d := NewDriver(srv.Client(), &Options{Logger: log})
 			d.checking.Wait() // Close would cut the check short
 			_ = d.Close()
 			checkOneWarning(t, "NewDriver", buf, c.policy, c.warn)
 
-			buf, log = newLogBuffer()
+			buf, log = testenv.NewLogger()
 			prev := slog.Default()
 			slog.SetDefault(log)
 			l, err := dlock.Open(ctx, "redis://"+srv.Addr)
@@ -106,8 +74,8 @@ func TestEvictionWarning(t *testing.T) {
 
 			// With dlock.WithLogger, the warning goes there, not to
 			// slog.Default.
-			buf, log = newLogBuffer()
-			_, other := newLogBuffer()
+			buf, log = testenv.NewLogger()
+			_, other := testenv.NewLogger()
 			slog.SetDefault(other)
 			l, err = dlock.Open(ctx, "redis://"+srv.Addr, dlock.WithLogger(log))
 			slog.SetDefault(prev)
@@ -129,12 +97,12 @@ func TestEvictionWarning(t *testing.T) {
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noconfig", Password: "pw"})
 	defer c.Close()
-	buf, log := newLogBuffer()
+	buf, log := testenv.NewLogger()
 	d := NewDriver(c, &Options{Logger: log})
 	d.checking.Wait()
 	_ = d.Close()
 	checkOneWarning(t, "CONFIG denied", buf, "allkeys-lru", false)
-	if dbg := buf.lines("DEBUG"); len(dbg) != 1 || !strings.Contains(dbg[0], "maxmemory-policy") {
+	if dbg := buf.Lines("DEBUG"); len(dbg) != 1 || !strings.Contains(dbg[0], "maxmemory-policy") {
 		t.Errorf("CONFIG denied: debug lines %q, want one saying the policy could not be read", dbg)
 	}
 }
@@ -142,10 +110,10 @@ func TestEvictionWarning(t *testing.T) {
 // TestSlogLogger: go-redis's messages, passed through SlogLogger, reach
 // the slog.Logger at the level chosen, and not below the logger's level.
 func TestSlogLogger(t *testing.T) {
-	buf, log := newLogBuffer()
+	buf, log := testenv.NewLogger()
 	g := SlogLogger(log, slog.LevelDebug)
 	g.Printf(context.Background(), "failed to dial %s: %v", "127.0.0.1:1", "connection refused")
-	got := buf.lines("DEBUG")
+	got := buf.Lines("DEBUG")
 	if len(got) != 1 || !strings.Contains(got[0], "failed to dial 127.0.0.1:1: connection refused") || !strings.Contains(got[0], "logger=go-redis") {
 		t.Errorf("debug lines %q, want the formatted message with logger=go-redis", got)
 	}

@@ -9,13 +9,9 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// mayEvict reports whether a node under maxmemory-policy policy may evict
-// a lock's keys: every policy but noeviction (volatile-* evicts keys with
-// a TTL, which every lock key has; allkeys-* any key). The policy alone is
-// checked, as a maxmemory limit can be set at run time.
-func mayEvict(policy string) bool { return policy != "noeviction" }
+	"github.com/dlockgo/dlock/internal/redisconf"
+)
 
 // startEvictionCheck reads every node's maxmemory-policy in the
 // background and logs one warning on log naming the nodes that may evict
@@ -43,7 +39,7 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 			wg.Go(func() {
 				addr := nodeAddr(i, c)
 				nctx, ncancel := context.WithTimeout(ctx, d.nodeTimeout)
-				p, err := readPolicy(nctx, c)
+				p, evicts, err := redisconf.EvictionPolicy(nctx, c)
 				ncancel()
 				mu.Lock()
 				defer mu.Unlock()
@@ -53,7 +49,7 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 				case err != nil:
 					log.Debug("redlock: cannot read a node's maxmemory-policy; whether it may evict lock keys is not checked",
 						"node", addr, "err", err)
-				case mayEvict(p):
+				case evicts:
 					found[i] = p + " on " + addr
 				}
 			})
@@ -81,17 +77,4 @@ func nodeAddr(i int, c redis.UniversalClient) string {
 		return rc.Options().Addr
 	}
 	return fmt.Sprintf("node %d", i)
-}
-
-// readPolicy returns the node's maxmemory-policy.
-func readPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
-	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return "", err
-	}
-	p, ok := m["maxmemory-policy"]
-	if !ok {
-		return "", fmt.Errorf("CONFIG GET maxmemory-policy returned %v", m)
-	}
-	return p, nil
 }

@@ -1,40 +1,14 @@
 package redlock
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/internal/testenv"
 )
-
-// logBuffer collects a slog text handler's lines; safe for the check's
-// goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the lines logged at level ("WARN", "DEBUG").
-func (l *logBuffer) lines(level string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for s := range strings.Lines(l.b.String()) {
-		if strings.Contains(s, "level="+level+" ") {
-			out = append(out, s)
-		}
-	}
-	return out
-}
 
 // TestEvictionWarning: nodes whose maxmemory-policy may evict lock keys
 // get one warning naming each of them, the risk and the fix; a Redlock of
@@ -43,14 +17,14 @@ func TestEvictionWarning(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	check := func(policies ...string) *logBuffer {
+	check := func(policies ...string) *testenv.Buffer {
 		t.Helper()
 		for i, p := range policies {
 			if err := c.admin[i].ConfigSet(ctx, "maxmemory-policy", p).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		buf := &logBuffer{}
+		buf := &testenv.Buffer{}
 		d, err := NewDriver(c.clients(t), testOptions(&Options{Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +35,7 @@ func TestEvictionWarning(t *testing.T) {
 	}
 
 	buf := check("allkeys-lru", "volatile-ttl", "noeviction")
-	warns := buf.lines("WARN")
+	warns := buf.Lines("WARN")
 	if len(warns) != 1 {
 		t.Fatalf("warnings %q, want one", warns)
 	}
@@ -76,16 +50,16 @@ func TestEvictionWarning(t *testing.T) {
 	}
 	t.Log(w)
 
-	if warns := check("noeviction", "noeviction", "noeviction").lines("WARN"); len(warns) > 0 {
+	if warns := check("noeviction", "noeviction", "noeviction").Lines("WARN"); len(warns) > 0 {
 		t.Errorf("noeviction everywhere: warnings %q, want none", warns)
 	}
 
 	c.servers[2].Kill()
 	buf = check("noeviction", "noeviction")
-	if warns := buf.lines("WARN"); len(warns) > 0 {
+	if warns := buf.Lines("WARN"); len(warns) > 0 {
 		t.Errorf("a node down: warnings %q, want none", warns)
 	}
-	if dbg := buf.lines("DEBUG"); len(dbg) != 1 || !strings.Contains(dbg[0], c.servers[2].Addr) {
+	if dbg := buf.Lines("DEBUG"); len(dbg) != 1 || !strings.Contains(dbg[0], c.servers[2].Addr) {
 		t.Errorf("a node down: debug lines %q, want one naming %s", dbg, c.servers[2].Addr)
 	}
 }

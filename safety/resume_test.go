@@ -386,7 +386,7 @@ func writeResumeTable(b *strings.Builder) {
 func resumeRun(bin, look string, c resumeCase, pause time.Duration, other *dlock.Locker, name string) (resumeResult, error) {
 	var r resumeResult
 	cmd := exec.Command(bin, "-url", c.url, "-name", name, "-ttl", c.ttl.String(), "-look", look)
-	stderr := new(syncBuffer)
+	stderr := new(testenv.Buffer)
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -565,25 +565,6 @@ func waitStopped(pid int, limit time.Duration) error {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-}
-
-// syncBuffer is a strings.Builder safe for the writer goroutine of
-// exec.Cmd and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // buildHolder builds safety/internal/holder into t's temporary directory,

@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // binary is the dlock binary that TestMain builds for the end-to-end tests.
@@ -114,7 +114,7 @@ type started struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 }
 
 // start starts dlock with args; it is killed if still running when the
@@ -126,7 +126,7 @@ func (c *cli) start(args ...string) *started {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	s := &started{t: c.t, cmd: cmd, lines: make(chan string, 100), stderr: &syncBuffer{}}
+	s := &started{t: c.t, cmd: cmd, lines: make(chan string, 100), stderr: &testenv.Buffer{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start dlock %q: %v", args, err)
@@ -176,26 +176,6 @@ func (s *started) signal(sig syscall.Signal) {
 		s.t.Fatalf("signal dlock: %v", err)
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
 
 // checkOneLine fails t unless s is exactly one non-empty line with no
 // sign of a Go panic or stack trace.
