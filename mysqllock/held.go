@@ -150,9 +150,7 @@ func (l *lock) keepAlive() {
 			}
 		}
 		sent := time.Now()
-		l.w.Pause()
-		err := l.verify(q, lastOK.Add(l.timeout-l.timeout/10))
-		l.w.Resume()
+		err := l.takeAndVerify(q, lastOK.Add(l.timeout-l.timeout/10))
 		if reply != nil {
 			reply <- err
 		}
@@ -166,6 +164,24 @@ func (l *lock) keepAlive() {
 		lastOK = sent
 		t.Reset(l.period)
 	}
+}
+
+// takeAndVerify takes the socket from the watch, looking at it on the way
+// (sockwatch.Take), and runs the check (verify) only when the look did
+// not find the server gone. A Check skips the socket while a statement
+// has it, so a check sent to a server that had already hung up (a holder
+// resumed from a pause, its check due at once) would have every Check say
+// "held" until the statement failed; a look that finds the server gone
+// instead records the loss before returning it, so that Check reports it
+// from then on, and the connection gets no statement. The socket is the
+// watch's again when it returns, unless the lock is lost.
+func (l *lock) takeAndVerify(q string, lossAt time.Time) error {
+	if v, errno := l.w.Take(); v == sockwatch.VGone {
+		return l.noteLoss(l.goneErr(errno))
+	}
+	err := l.verify(q, lossAt)
+	l.w.Resume()
+	return err
 }
 
 // verify runs one check, which must be answered before lossAt.
@@ -355,9 +371,14 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 		return errNotHeld(r.Name, "the lock was lost", cause)
 	}
 	l.loss.CompareAndSwap(nil, &errReleasedCheck)
-	// The statements below, and the pool after them, have the socket.
-	l.w.Pause()
+	// The statements below, and the pool after them, have the socket; a
+	// connection the server has closed gets none (see takeAndVerify).
+	v, errno := l.w.Take()
 	l.w.Stop()
+	if v == sockwatch.VGone {
+		discard(l.conn)
+		return errNotHeld(r.Name, "the lock's connection had been closed by the server", l.goneErr(errno))
+	}
 	var rel sql.NullInt64
 	err := l.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+literal(l.key)+")").Scan(&rel)
 	switch {

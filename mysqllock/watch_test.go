@@ -216,3 +216,65 @@ func TestOpenErrorsNameTheCause(t *testing.T) {
 		}
 	}
 }
+
+// TestStatementsLookFirst: a statement on a held lock's connection (the
+// keep-alive check, Refresh's check, Unlock's RELEASE_LOCK) is only sent
+// after a look at the socket found the server still there. A Check skips
+// the socket while a statement runs on it, so a holder resumed after a
+// pause, whose keep-alive check falls due at once, would otherwise have
+// its Checks say "held" until a check on a connection already closed
+// failed. Here the connection is killed and gone before the statement
+// falls due, with no watch goroutine and no Check looking: the loss must
+// come from the look, with no statement sent ("the server closed
+// connection"), not from a failed statement ("invalid connection").
+func TestStatementsLookFirst(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	adm := newAdmin(t)
+	const byLook = "the server closed connection"
+	for _, path := range []string{"keep-alive", "refresh", "unlock"} {
+		t.Run(path, func(t *testing.T) {
+			keepalive := "1h"
+			if path == "keep-alive" {
+				// A check every 200ms: only the keep-alive loop can find the
+				// loss, and only on its way to a check.
+				keepalive = "200ms"
+			}
+			d := openDriver(t, "table="+testTable(t)+"&keepalive="+keepalive+"&ttl=1h")
+			mysqllock.NoWatch(d, true)
+			r := driver.Request{Name: "lookfirst/" + path, Owner: randomHex(16), TTL: time.Hour}
+			g, err := d.TryLock(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := adm.holder(d.LockName(r.Name))
+			adm.kill(id)
+			if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
+				t.Fatalf("connection %d still alive after KILL", id)
+			}
+			time.Sleep(10 * time.Millisecond) // the close's FIN has surely arrived
+			var got error
+			switch path {
+			case "keep-alive":
+				select {
+				case <-g.Lost:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Lost not closed 5s after the KILL")
+				}
+				got = g.Check(time.Now())
+			case "refresh":
+				_, got = d.Refresh(ctx, r)
+				if !errors.Is(got, driver.ErrNotHeld) {
+					t.Errorf("Refresh = %v, want ErrNotHeld", got)
+				}
+			case "unlock":
+				got = d.Unlock(ctx, r)
+				if !errors.Is(got, driver.ErrNotHeld) {
+					t.Errorf("Unlock = %v, want ErrNotHeld", got)
+				}
+			}
+			if got == nil || !strings.Contains(got.Error(), byLook) {
+				t.Errorf("the loss = %v; want it found by the look before the statement (%q)", got, byLook)
+			}
+		})
+	}
+}

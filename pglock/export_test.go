@@ -82,6 +82,12 @@ func Occupy(d *Driver, owner string) (free func()) {
 // of their loss: a holder whose goroutines have not run yet.
 func NoKeeper(d *Driver, on bool) { d.noKeeper.Store(on) }
 
+// TimerKeeper makes the keepers of the locks the driver grants from now
+// on ping on their timer alone (on is true), without waiting for the
+// socket to speak: a keeper whose keep-alive check falls due before it
+// has seen the server's close, as at a holder's resume after a pause.
+func TimerKeeper(d *Driver, on bool) { d.timerKeeper.Store(on) }
+
 // ConnectTimeout returns the connect timeout of the driver's connections.
 func ConnectTimeout(d *Driver) time.Duration { return d.cfg.ConnectTimeout }
 

@@ -31,6 +31,7 @@ type hold struct {
 	// connection.
 	timeout time.Duration
 	w       *sockwatch.Watch
+	byTimer bool          // keep pings on the timer alone (Driver.timerKeeper)
 	lost    chan struct{} // Grant.Lost: closed when the hold ends
 	stop    chan struct{} // closed when the hold ends: stops the keeper
 	// loss is why the lock was lost, set (once) before lost closes and
@@ -62,8 +63,9 @@ func newHold(d *Driver, c *conn, name, owner string, key int64, period time.Dura
 	}
 }
 
-// acquire and acquireCtx take the use slot, and the socket from the
-// watch; releaseUse gives both back.
+// acquire takes the use slot, and the socket from the watch, without a
+// look (export_test's Occupy: a check stuck on a silent server);
+// releaseUse gives both back.
 func (h *hold) acquire() {
 	h.use <- struct{}{}
 	h.w.Pause()
@@ -74,14 +76,35 @@ func (h *hold) releaseUse() {
 	<-h.use
 }
 
-func (h *hold) acquireCtx(ctx context.Context) error {
-	select {
-	case h.use <- struct{}{}:
-		h.w.Pause()
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// take takes the use slot, waiting for it at most until ctx ends (nil:
+// no bound), for a query on the held connection, and then the socket
+// from the watch with a look on the way (sockwatch.Take). A Check skips
+// the socket while a query has it, so no query may start on a connection
+// whose server has already hung up: a holder resumed from a pause, whose
+// keep-alive check is due at once, would otherwise have every Check say
+// "held" until that query failed. The error is ctx's, errEnded when the
+// hold had already ended, or the loss when the look found the server
+// gone, in which case take ended the hold as lost without a query. With
+// a nil error the caller has the use of h and the socket until
+// releaseUse.
+func (h *hold) take(ctx context.Context) error {
+	if ctx == nil {
+		h.use <- struct{}{}
+	} else {
+		select {
+		case h.use <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	if h.ended {
+		<-h.use
+		return errEnded
+	}
+	if v, errno := h.w.Take(); v == sockwatch.VGone {
+		return h.endLost(h.goneErr(errno))
+	}
+	return nil
 }
 
 // errEnded tells the keeper that the hold ended while it waited.
@@ -131,7 +154,7 @@ func (h *hold) goneErr(errno syscall.Errno) error {
 // socket at once; a server or network that went silent, as a ping that
 // times out.
 func (h *hold) keep() {
-	if !h.w.Watched() {
+	if !h.w.Watched() || h.byTimer {
 		h.keepByTimer()
 		return
 	}
@@ -175,7 +198,7 @@ func (h *hold) stillData() bool {
 }
 
 // keepByTimer is keep for a socket that cannot be watched: a ping every
-// period.
+// period (each after a look: see take).
 func (h *hold) keepByTimer() {
 	for h.sleepUntil(time.Now().Add(h.period)) {
 		if err := h.ping(); err != nil {
@@ -199,12 +222,14 @@ func (h *hold) sleepUntil(t time.Time) bool {
 	}
 }
 
+// ping sends a keep-alive ping on the held connection; errEnded when the
+// hold ended before it (take may have ended it, having found the server
+// gone: then there was nothing to ping).
 func (h *hold) ping() error {
-	h.acquire()
-	defer h.releaseUse()
-	if h.ended {
+	if err := h.take(nil); err != nil {
 		return errEnded
 	}
+	defer h.releaseUse()
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
 	h.c.begin(false)
@@ -213,13 +238,14 @@ func (h *hold) ping() error {
 
 // check verifies that the session still holds the lock.
 func (h *hold) check(ctx context.Context) error {
-	if err := h.acquireCtx(ctx); err != nil {
+	switch err := h.take(ctx); {
+	case err == nil:
+	case errors.Is(err, errEnded):
+		return h.endedErrOf()
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
-	}
-	if h.ended {
-		err := h.endedErr()
-		h.releaseUse()
-		return err
+	default: // take found the server gone, and ended the hold
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	}
 	h.c.begin(false)
 	var held bool
@@ -240,20 +266,22 @@ func (h *hold) check(ctx context.Context) error {
 // release unlocks and gives the connection back to the driver.
 func (h *hold) release(ctx context.Context) error {
 	h.d.forget(h)
-	if err := h.acquireCtx(ctx); err != nil {
+	switch err := h.take(ctx); {
+	case err == nil:
+	case errors.Is(err, errEnded):
+		return h.endedErrOf()
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// A keep-alive check holds the connection (a silent server). End
 		// the hold when it is done: closing the connection frees the lock.
 		go h.lose(errors.New("pglock: released"))
 		return fmt.Errorf("pglock: unlock %q: %w (the connection will be closed instead, which frees the lock once the server reads the close)", h.name, err)
-	}
-	if h.ended {
-		err := h.endedErr()
-		h.releaseUse()
-		return err
+	default:
+		// take found the server gone: the session, and its locks, ended.
+		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.name, err)
 	}
 	h.ended = true
 	h.loss.CompareAndSwap(nil, &errReleasedCheck)
-	h.w.Stop() // paused by acquireCtx: the watch never looks again
+	h.w.Stop() // paused by take: the watch never looks again
 	close(h.stop)
 	c := h.c
 	c.begin(false)
@@ -293,6 +321,13 @@ func (h *hold) lose(cause error) {
 		<-h.use
 		return
 	}
+	h.endLost(cause)
+}
+
+// endLost is lose for a caller that has the use of h, which has not
+// ended; it gives the use back, and returns the recorded loss.
+func (h *hold) endLost(cause error) error {
+	cause = h.noteLoss(cause)
 	h.ended = true
 	h.cause = cause
 	h.w.Stop()
@@ -301,6 +336,15 @@ func (h *hold) lose(cause error) {
 	h.d.forget(h)
 	close(h.lost)
 	h.c.close()
+	return cause
+}
+
+// endedErrOf takes the use of h to say why it ended (see endedErr): for
+// a caller that take told the hold had ended.
+func (h *hold) endedErrOf() error {
+	h.use <- struct{}{}
+	defer func() { <-h.use }()
+	return h.endedErr()
 }
 
 // endedErr says why the hold ended; the caller has the use of h.

@@ -202,6 +202,7 @@ func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.G
 	}
 	h := newHold(d, c, r.Name, r.Owner, p.key, period)
 	h.mode, h.unlock, h.channel = r.Mode, p.unlock, p.channel
+	h.byTimer = d.timerKeeper.Load()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

@@ -107,6 +107,10 @@ type Driver struct {
 	// noKeeper grants locks without their keeper goroutine (a test hook:
 	// a holder whose goroutines have not run).
 	noKeeper atomic.Bool
+	// timerKeeper makes the keepers of locks granted from now on ping on
+	// their timer without waiting on the socket (a test hook: a keeper
+	// whose keep-alive check falls due before it sees the socket speak).
+	timerKeeper atomic.Bool
 
 	// life ends when the driver closes (endLife); it bounds the
 	// listener's and the observers' own work.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,3 +190,75 @@ func TestWatchSurvivesQueries(t *testing.T) {
 
 // MinKeepaliveForTest is the keep-alive interval of TestWatchSurvivesQueries.
 const MinKeepaliveForTest = pglock.MinKeepalive
+
+// TestQueriesLookFirst: a query on a held connection (the keeper's
+// keep-alive ping, Refresh's check, Unlock's unlock) is only sent after a
+// look at the socket found the server still there. A Check skips the
+// socket while a query runs on it, so a holder resumed after a pause,
+// whose keep-alive ping falls due at once, would otherwise have its
+// Checks say "held" until a ping on a connection already closed failed.
+// Here the session is terminated and gone before the query falls due,
+// with nothing else looking (a keeper on its timer alone, or none): the
+// loss must come from the look, with no query sent ("the server closed
+// the connection"), not from a failed query.
+func TestQueriesLookFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := newAdmin(t)
+	const byLook = "the server closed the connection holding the lock"
+	for _, path := range []string{"keep-alive", "refresh", "unlock"} {
+		t.Run(path, func(t *testing.T) {
+			var d *pglock.Driver
+			if path == "keep-alive" {
+				// A ping every 200ms, on the timer alone: only the keeper
+				// can find the loss, and only on its way to a ping.
+				d = newDriver(t, pglock.Options{Keepalive: 200 * time.Millisecond})
+				pglock.TimerKeeper(d, true)
+			} else {
+				d = newDriver(t, pglock.Options{Keepalive: time.Hour})
+				pglock.NoKeeper(d, true)
+			}
+			for kind, r := range kindRequests("lookfirst/" + path + "/" + randomHex(4)) {
+				g, err := d.TryLock(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pid := pglock.HolderPID(d, r.Owner)
+				adm.terminateNow(t, pid)
+				if !waitUntil(5*time.Second, func() bool { return !adm.alive(t, pid) }) {
+					t.Fatalf("%s: backend %d still alive", kind, pid)
+				}
+				var got error
+				switch path {
+				case "keep-alive":
+					select {
+					case <-g.Lost:
+					case <-time.After(5 * time.Second):
+						t.Fatalf("%s: Lost not closed 5s after the termination", kind)
+					}
+					got = g.Check(time.Now())
+				case "refresh":
+					_, got = d.Refresh(ctx, r)
+					if !errors.Is(got, driver.ErrNotHeld) {
+						t.Errorf("%s: Refresh = %v, want ErrNotHeld", kind, got)
+					}
+				case "unlock":
+					got = d.Unlock(ctx, r)
+					if !errors.Is(got, driver.ErrNotHeld) {
+						t.Errorf("%s: Unlock = %v, want ErrNotHeld", kind, got)
+					}
+				}
+				if got == nil || !strings.Contains(got.Error(), byLook) {
+					t.Errorf("%s: the loss = %v; want it found by the look before the query (%q)", kind, got, byLook)
+				}
+				select {
+				case <-g.Lost:
+				case <-time.After(2 * time.Second):
+					if path != "unlock" {
+						t.Errorf("%s: Lost not closed", kind)
+					}
+				}
+			}
+		})
+	}
+}

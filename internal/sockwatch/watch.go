@@ -2,6 +2,7 @@ package sockwatch
 
 import (
 	"errors"
+	"math/bits"
 	"net"
 	"os"
 	"runtime"
@@ -14,17 +15,23 @@ import (
 // A Watch watches the socket of a held lock's connection while no
 // statement runs on it (see the package documentation). Its methods are
 // safe for concurrent use in the pattern the backends follow: one
-// goroutine in Wait, statements bracketed by Pause and Resume one at a
-// time, and any number of Looks.
+// goroutine in Wait, statements bracketed by Take (or Pause) and Resume
+// one at a time, and any number of Looks.
 type Watch struct {
 	raw    net.Conn        // the socket, under any TLS
 	rc     syscall.RawConn // nil: the socket cannot be watched
 	opaque bool            // TLS or compression: the bytes are not the protocol's frames
 	ended  func(frame []byte) bool
 
-	// state is idle (a look may run), looking (one runs) or busy (a
-	// statement runs, or the lock has ended: no look).
-	state atomic.Int32
+	// state is one word so that a look and a statement decide against
+	// each other with one atomic operation: stBusy (a statement has the
+	// socket, or the lock has ended: no look starts) and, in the low
+	// nSlots bits, the look slots in use. Several looks may run at once
+	// (each is a recv with MSG_PEEK, which the kernel serves concurrently
+	// on one socket); a statement sets stBusy and then waits until every
+	// look that began before has ended.
+	state atomic.Uint32
+	slots [nSlots]lookSlot
 
 	mu      sync.Mutex
 	cond    sync.Cond // signals changes of paused, waiting, stopped
@@ -32,21 +39,31 @@ type Watch struct {
 	waiting bool      // the waiting goroutine is inside rc.Read
 	stopped bool      // the lock ended: Wait returns at once
 
-	// Wait's look (only its goroutine touches these) and Look's (only the
-	// holder of state looking does). Their callbacks are made once, so
-	// that a look does not allocate.
-	wbuf, lbuf   [8]byte
-	wres, lres   Verdict
+	// Wait's look (only its goroutine touches these), and Take's (only
+	// the statement's side, which has the socket, does). Their callbacks
+	// are made once, so that a look does not allocate.
+	wbuf, tbuf   [8]byte
+	wres, tres   Verdict
 	readFn       func(fd uintptr) bool
-	lookFn       func(fd uintptr)
-	wcause, lerr syscall.Errno
+	takeFn       func(fd uintptr)
+	wcause, terr syscall.Errno
 }
 
-// States of Watch.state.
+// A lookSlot is what one Look needs of its own, so that looks that run at
+// once neither share a buffer nor allocate: the looker that set the
+// slot's bit in Watch.state owns it until it clears the bit.
+type lookSlot struct {
+	buf [8]byte
+	res Verdict
+	err syscall.Errno
+	fn  func(fd uintptr) // made at the slot's first use, then kept
+}
+
+// The parts of Watch.state.
 const (
-	stIdle int32 = iota
-	stLooking
-	stBusy
+	nSlots   = 16              // looks that may run at once
+	slotBits = 1<<nSlots - 1   // the slots in use
+	stBusy   = uint32(1) << 31 // a statement has the socket, or the watch stopped
 )
 
 // A Verdict is what a look at the socket found.
@@ -105,7 +122,7 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 		w.wres, w.wcause = v, errno
 		return true
 	}
-	w.lookFn = func(fd uintptr) { w.lres, w.lerr = w.lookAt(fd, w.lbuf[:]) }
+	w.takeFn = func(fd uintptr) { w.tres, w.terr = w.lookAt(fd, w.tbuf[:]) }
 	return w
 }
 
@@ -114,7 +131,7 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 func (w *Watch) Watched() bool { return w.rc != nil }
 
 // Start lets looks begin: the lock is held and no statement runs.
-func (w *Watch) Start() { w.state.Store(stIdle) }
+func (w *Watch) Start() { w.state.Store(0) }
 
 // lookAt peeks at fd and judges what is there.
 func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
@@ -133,20 +150,79 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 
 // Look makes one non-blocking look at the socket, for the lock's Check;
 // with VGone, the errno is the socket's error, if any. It finds VQuiet
-// when the socket is not watched, a statement runs on it (its reply would
-// be misread; the statement finds out for itself) or another look runs.
-// It does not allocate.
+// without looking when the socket is not watched, or a statement has it
+// (its reply would be misread; the statement finds out for itself, and
+// Take looked just before it was sent). Looks that run at once each look for
+// themselves: a Check never answers from another's look, nor waits for
+// it. It does not allocate, and does not block: only when all nSlots
+// slots are in use (as many Checks of one lock at once) does it yield
+// until one of those looks, a single system call, is done.
 func (w *Watch) Look() (Verdict, syscall.Errno) {
-	if w.rc == nil || !w.state.CompareAndSwap(stIdle, stLooking) {
+	if w.rc == nil {
 		return VQuiet, 0
 	}
-	w.lres, w.lerr = VQuiet, 0
-	if err := w.rc.Control(w.lookFn); err != nil {
-		w.lres = VQuiet // the socket is closed here: the lock is ending anyway
+	i := 0
+	for {
+		s := w.state.Load()
+		if s&stBusy != 0 {
+			return VQuiet, 0
+		}
+		free := ^s & slotBits
+		if free == 0 {
+			runtime.Gosched()
+			continue
+		}
+		i = bits.TrailingZeros32(free)
+		if w.state.CompareAndSwap(s, s|1<<i) {
+			break
+		}
 	}
-	v, errno := w.lres, w.lerr
-	w.state.Store(stIdle)
+	sl := &w.slots[i]
+	if sl.fn == nil { // this slot's first look: only its owner gets here
+		sl.fn = func(fd uintptr) { sl.res, sl.err = w.lookAt(fd, sl.buf[:]) }
+	}
+	sl.res, sl.err = VQuiet, 0
+	if err := w.rc.Control(sl.fn); err != nil {
+		sl.res = VQuiet // the socket is closed here: the lock is ending anyway
+	}
+	v, errno := sl.res, sl.err
+	w.state.And(^(uint32(1) << i))
 	return v, errno
+}
+
+// Take takes the socket for a statement, as Pause does, and looks at it
+// on the way, so that a statement only starts after a look found that
+// the server had not hung up: a statement has the socket to itself (Look
+// skips it), so without this a holder's Check would answer "held" for as
+// long as a statement sent to a server that had already gone took to
+// fail, as at a resume after a pause that outlasted the keep-alive
+// period. It looks twice. First as one more looker, before the socket is
+// busy: a Check running at the same time looks too, rather than skip a
+// socket busy with a look that may yet find the server gone. Then, the
+// socket taken (busy, the looks in flight done, the waiting goroutine
+// out), once more, so that no statement is sent after a close that came
+// in between. With VGone (and the socket's errno, if any) the caller must
+// not send the statement: it ends the lock as lost (the watch may or may
+// not be paused: Stop handles both). Otherwise (VQuiet, or VData: bytes
+// the statement will read) the socket is the caller's until Resume, as
+// after Pause. The caller runs statements one at a time, as for Pause.
+func (w *Watch) Take() (Verdict, syscall.Errno) {
+	if v, errno := w.Look(); v == VGone {
+		return v, errno
+	}
+	w.Pause()
+	if w.rc == nil {
+		return VQuiet, 0
+	}
+	w.tres, w.terr = VQuiet, 0
+	if err := w.rc.Control(w.takeFn); err != nil {
+		// Closed on this side (the driver, or a crash test): the
+		// statement fails, and says so better than a look could.
+		return VQuiet, 0
+	}
+	// VData too goes back as found: those bytes are the driver's to read,
+	// and the statement reads them.
+	return w.tres, w.terr
 }
 
 // Wait blocks until the socket is readable, deadline (if not zero) passes
@@ -192,11 +268,10 @@ func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 // Pause takes the socket from the watch for a statement: when it returns,
 // no look runs and the waiting goroutine is out of rc.Read, with no read
 // deadline left on the socket. The caller runs statements on the
-// connection one at a time, so that pauses never overlap.
+// connection one at a time, so that pauses never overlap. Before a
+// statement on a held lock's connection, use Take, which also looks.
 func (w *Watch) Pause() {
-	for !w.state.CompareAndSwap(stIdle, stBusy) && w.state.Load() != stBusy {
-		runtime.Gosched() // a look is one system call
-	}
+	w.busy()
 	w.mu.Lock()
 	w.paused = true
 	if w.waiting {
@@ -219,16 +294,14 @@ func (w *Watch) Resume() {
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	if !stopped {
-		w.state.Store(stIdle)
+		w.state.And(^stBusy)
 	}
 }
 
 // Stop ends the watch for good: Wait returns EvStopped and no look runs.
 // The caller has paused the watch, or is about to close the socket.
 func (w *Watch) Stop() {
-	for !w.state.CompareAndSwap(stIdle, stBusy) && w.state.Load() != stBusy {
-		runtime.Gosched()
-	}
+	w.busy()
 	w.mu.Lock()
 	w.stopped = true
 	if w.waiting {
@@ -236,4 +309,14 @@ func (w *Watch) Stop() {
 	}
 	w.cond.Broadcast()
 	w.mu.Unlock()
+}
+
+// busy keeps new looks from starting and waits for those that began
+// before to end: each is one system call, so it yields rather than
+// sleeps.
+func (w *Watch) busy() {
+	w.state.Or(stBusy)
+	for w.state.Load()&slotBits != 0 {
+		runtime.Gosched()
+	}
 }

@@ -3,6 +3,9 @@ package sockwatch
 import (
 	"io"
 	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -145,5 +148,134 @@ func TestSockWatch(t *testing.T) {
 		if ev, _ := w.Wait(time.Now().Add(time.Second)); ev != EvStopped {
 			t.Errorf("wait after stop = %v, want stopped", ev)
 		}
+	})
+}
+
+// TestConcurrentLooks: looks that run at once each look for themselves.
+// After the server's close, every one of many looks from several
+// goroutines at once finds the server gone; none answers "quiet" because
+// another look had the socket at that moment (as a single "looking" state
+// made them). Looks also never allocate, alone or side by side.
+func TestConcurrentLooks(t *testing.T) {
+	if !canPeek {
+		t.Skip("no peek on this system")
+	}
+	ours, server := socketPair(t)
+	w := New(ours, false, endsOnE)
+	w.Start()
+	if n := testing.AllocsPerRun(1000, func() { _, _ = w.Look() }); n != 0 {
+		t.Errorf("a look allocates %v times", n)
+	}
+	_ = server.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if v, _ := w.Look(); v == VGone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the close never showed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const goroutines, looks = 8, 2000
+	var wrong atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range looks {
+				if v, _ := w.Look(); v != VGone {
+					wrong.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := wrong.Load(); n != 0 {
+		t.Errorf("%d of %d looks at once found the closed socket other than gone", n, goroutines*looks)
+	}
+	if s := w.state.Load(); s != 0 {
+		t.Errorf("state after the looks = %#x, want 0 (idle, no slot in use)", s)
+	}
+}
+
+// TestTake: Take finds a closed socket gone before any statement, with the
+// watch either way stoppable; on a live socket it pauses the watch (Look
+// then skips the socket, Wait sits the statement out), leaves unsolicited
+// bytes for the driver, and waits for looks in flight: no look runs
+// between Take and Resume, whatever runs beside it.
+func TestTake(t *testing.T) {
+	if !canPeek {
+		t.Skip("no peek on this system")
+	}
+	t.Run("closed", func(t *testing.T) {
+		w, _, server, done := waiting(t, 5*time.Second)
+		_ = server.Close()
+		if v, _ := w.Take(); v != VGone {
+			t.Errorf("take of a closed socket = %v, want gone", v)
+		}
+		w.Stop()
+		if ev := <-done; ev != EvGone && ev != EvStopped {
+			t.Errorf("wait = %v, want gone or stopped", ev)
+		}
+	})
+	t.Run("error response", func(t *testing.T) {
+		// The session-ended frame counts as gone on a plain connection.
+		ours, server := socketPair(t)
+		w := New(ours, false, endsOnE)
+		w.Start()
+		_, _ = server.Write([]byte("E\x00\x00\x00\x10SFATAL\x00"))
+		time.Sleep(20 * time.Millisecond)
+		if v, _ := w.Take(); v != VGone {
+			t.Errorf("take = %v, want gone", v)
+		}
+	})
+	t.Run("live", func(t *testing.T) {
+		w, ours, server, done := waiting(t, 10*time.Second)
+		// Lookers beside the statements: while the socket is taken, the
+		// state must show it busy with no look in flight, every time.
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					_, _ = w.Look()
+					// Let the waiting goroutine have a CPU too: Take waits
+					// for it to leave its read.
+					runtime.Gosched()
+				}
+			}()
+		}
+		for range 200 {
+			if v, _ := w.Take(); v != VQuiet {
+				t.Fatalf("take of a live socket = %v, want quiet", v)
+			}
+			if s := w.state.Load(); s != stBusy {
+				t.Fatalf("state while taken = %#x, want busy with no look in flight", s)
+			}
+			w.Resume()
+		}
+		stop.Store(true)
+		wg.Wait()
+		msg := []byte("N\x00\x00\x00\x04")
+		_, _ = server.Write(msg)
+		if ev := <-done; ev != EvData {
+			t.Fatalf("wait = %v, want data", ev)
+		}
+		if v, _ := w.Take(); v != VData {
+			t.Errorf("take with a notice waiting = %v, want data (left for the driver)", v)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(ours, got); err != nil || string(got) != string(msg) {
+			t.Errorf("the driver's read got %q, %v; want the bytes untouched", got, err)
+		}
+		w.Resume()
+		w.Stop()
 	})
 }
