@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -175,7 +176,7 @@ func TestOpenErrorsNameTheCause(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	u := serverURL(t, "")
 	host := u[strings.LastIndex(u, "@")+1 : strings.LastIndex(u, "/")]
-	silent := silentServer(t)
+	silent := testenv.SilentServer(t)
 	for _, c := range []struct {
 		what, url string
 		want      []string

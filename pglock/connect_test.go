@@ -3,52 +3,21 @@ package pglock_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/pglock"
 )
-
-// silentServer listens on loopback, accepts every connection and never
-// writes a byte, as a hung server (or a port forwarded to nothing) would.
-// It returns its address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c) // held open, never answered
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // TestOpenSilentServer: Open against a server that accepts the connection
 // and never answers fails: at the context's deadline, at the URL's
 // connect_timeout with context.Background, and at the default connect
 // timeout (shortened here) when the URL sets none.
 func TestOpenSilentServer(t *testing.T) {
-	addr := silentServer(t)
+	addr := testenv.SilentServer(t)
 	base := "postgres://postgres@" + addr + "/test?sslmode=disable"
 	for _, c := range []struct {
 		what    string

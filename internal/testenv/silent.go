@@ -1,13 +1,15 @@
-package mysqllock_test
+package testenv
 
 import (
 	"net"
 	"testing"
 )
 
-// silentServer listens on loopback, accepts every connection and never
-// writes a byte, as a hung server would. It returns its address.
-func silentServer(t *testing.T) string {
+// SilentServer listens on loopback, accepts every connection and never
+// writes a byte, as a hung server (or a port forwarded to nothing) would.
+// It returns its address; the listener and its connections close when
+// the test ends.
+func SilentServer(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
