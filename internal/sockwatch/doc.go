@@ -11,21 +11,22 @@
 // bytes are the protocol's own frames, a frame that the backend's Ended
 // function says a server sends unprompted only as it ends the session), or
 // other bytes, which only the driver can judge (anything under TLS or
-// compression, a notice): the backend then runs a statement, which reads
-// them and fails if the session has ended.
+// compression, a notice), unless the connection's TCP state says the
+// server closed it: the backend then runs a statement, which reads them
+// and fails if the session has ended.
 //
 // One goroutine of the backend waits in Wait for the socket to become
 // readable; Take takes the socket away from it before a statement (and
 // Resume gives it back), since the driver and the watch must not read at
 // once. Look, for the lock's Check, does not wait for that goroutine; one
-// atomic word (a busy bit and the looks in flight) keeps it away from a
-// running statement, whose reply it would misread, and lets looks run
-// side by side; it does not allocate. Since a Check skips the socket
-// while a statement has it, Take looks before giving the socket to a
-// statement (as one more looker, then once more with the socket taken):
-// no statement starts on a connection that a look found the server had
-// closed, so that a holder resumed after a pause does not have its Checks
-// skip the socket for the time a doomed keep-alive check takes.
+// atomic word (a busy bit and the looks in flight) keeps its peek away
+// from a running statement, whose reply it would misread, and lets looks
+// run side by side; while a statement runs, Look reads only the
+// connection's TCP state (getsockopt TCP_INFO), which shows a server's
+// close (its FIN, or a reset) whatever bytes came before it. It does not
+// allocate. Take also looks before giving the socket to a statement (as
+// one more looker, then once more with the socket taken): no statement
+// starts on a connection that a look found the server had closed.
 //
 // Sockets are watched on Linux only; elsewhere a Watch watches nothing
 // (Watched reports false) and the backends rely on their keep-alive checks.

@@ -25,3 +25,21 @@ func peek(fd uintptr, buf []byte) (n int, errno syscall.Errno) {
 		}
 	}
 }
+
+// tcpEstablished is Linux's TCP_ESTABLISHED, the first byte of struct
+// tcp_info (tcpi_state) while neither side has closed the connection.
+const tcpEstablished = 1
+
+// peerClosed reports whether the TCP connection on fd has left the
+// ESTABLISHED state: the peer sent its FIN (CLOSE_WAIT) or reset the
+// connection. It reads the kernel's connection state (getsockopt TCP_INFO,
+// its first byte only), never the stream, so it may run while the driver
+// reads or writes the socket. Sockets that are not TCP (a Unix socket)
+// answer an error: false.
+func peerClosed(fd uintptr) bool {
+	var state [1]byte
+	n := uint32(len(state))
+	_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.IPPROTO_TCP, syscall.TCP_INFO,
+		uintptr(unsafe.Pointer(&state[0])), uintptr(unsafe.Pointer(&n)), 0)
+	return e == 0 && n >= 1 && state[0] != tcpEstablished
+}

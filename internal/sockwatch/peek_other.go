@@ -10,3 +10,6 @@ const canPeek = false
 
 // peek is never called where canPeek is false.
 func peek(fd uintptr, buf []byte) (int, syscall.Errno) { return 0, syscall.EAGAIN }
+
+// peerClosed is never called where canPeek is false.
+func peerClosed(fd uintptr) bool { return false }

@@ -47,6 +47,11 @@ type Watch struct {
 	readFn       func(fd uintptr) bool
 	takeFn       func(fd uintptr)
 	wcause, terr syscall.Errno
+
+	// closed is set, for good, once a look at the connection's TCP state
+	// found that the server closed it; closedFn makes that look.
+	closed   atomic.Bool
+	closedFn func(fd uintptr)
 }
 
 // A lookSlot is what one Look needs of its own, so that looks that run at
@@ -123,6 +128,11 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 		return true
 	}
 	w.takeFn = func(fd uintptr) { w.tres, w.terr = w.lookAt(fd, w.tbuf[:]) }
+	w.closedFn = func(fd uintptr) {
+		if peerClosed(fd) {
+			w.closed.Store(true)
+		}
+	}
 	return w
 }
 
@@ -144,15 +154,19 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 	case !w.opaque && w.ended != nil && w.ended(buf[:n]):
 		// The server is ending the session, and closes the connection next.
 		return VGone, 0
+	case peerClosed(fd):
+		// Bytes the driver must judge (TLS records, a notice), but the
+		// server has closed its side: the session is over.
+		return VGone, 0
 	}
 	return VData, 0
 }
 
 // Look makes one non-blocking look at the socket, for the lock's Check;
 // with VGone, the errno is the socket's error, if any. It finds VQuiet
-// without looking when the socket is not watched, or a statement has it
-// (its reply would be misread; the statement finds out for itself, and
-// Take looked just before it was sent). Looks that run at once each look for
+// without looking when the socket is not watched. While a statement has
+// the socket, it looks only at the connection's TCP state (lookState):
+// the bytes are the statement's reply, which a peek would misread. Looks that run at once each look for
 // themselves: a Check never answers from another's look, nor waits for
 // it. It does not allocate, and does not block: only when all nSlots
 // slots are in use (as many Checks of one lock at once) does it yield
@@ -165,7 +179,7 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 	for {
 		s := w.state.Load()
 		if s&stBusy != 0 {
-			return VQuiet, 0
+			return w.lookState()
 		}
 		free := ^s & slotBits
 		if free == 0 {
@@ -188,6 +202,24 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 	v, errno := sl.res, sl.err
 	w.state.And(^(uint32(1) << i))
 	return v, errno
+}
+
+// lookState is Look while a statement has the socket: the stream is the
+// statement's, but the connection's TCP state is not. A server that sent
+// its FIN (or a reset) has ended the session, whatever the statement will
+// read first: so a holder resumed after a pause that caught a keep-alive
+// check in flight finds the loss at its first Check, before the check's
+// goroutine runs. One getsockopt; it does not allocate.
+func (w *Watch) lookState() (Verdict, syscall.Errno) {
+	if !w.closed.Load() {
+		if err := w.rc.Control(w.closedFn); err != nil {
+			return VQuiet, 0 // closed on this side: the lock is ending anyway
+		}
+	}
+	if w.closed.Load() {
+		return VGone, 0
+	}
+	return VQuiet, 0
 }
 
 // Take takes the socket for a statement, as Pause does, and looks at it

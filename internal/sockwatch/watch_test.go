@@ -279,3 +279,62 @@ func TestTake(t *testing.T) {
 		w.Stop()
 	})
 }
+
+// TestLookWhileBusy: while a statement has the socket, a look does not
+// peek (the bytes are the statement's reply) but still finds a server
+// that closed the connection from its TCP state, whatever bytes came
+// before the close, and allocates nothing while the connection is up; and
+// under TLS, bytes followed by a close are a close.
+func TestLookWhileBusy(t *testing.T) {
+	if !canPeek {
+		t.Skip("no peek on this system")
+	}
+	for _, c := range []struct {
+		name   string
+		opaque bool
+		busy   bool
+		before string // what the server sends before it closes
+	}{
+		{"statement running, reply then close", false, true, "I\x00\x00\x00\x04Z\x00\x00\x00\x05I"},
+		{"statement running, close alone", false, true, ""},
+		{"idle, tls bytes then close", true, false, "\x17\x03\x03\x00\x10"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ours, server := socketPair(t)
+			w := New(ours, c.opaque, endsOnE)
+			w.Start()
+			if c.busy {
+				w.Pause() // a statement has the socket
+			}
+			if v, _ := w.Look(); v != VQuiet {
+				t.Fatalf("look before the close = %v, want quiet", v)
+			}
+			if n := testing.AllocsPerRun(100, func() { w.Look() }); n != 0 {
+				t.Errorf("a look allocates %v times, want 0", n)
+			}
+			if c.before != "" {
+				_, _ = server.Write([]byte(c.before))
+			}
+			_ = server.Close()
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				v, _ := w.Look()
+				if v == VGone {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("look 2s after the server closed = %v, want gone", v)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			// The stream is untouched: the statement still reads the reply.
+			if c.before != "" && !c.opaque {
+				buf := make([]byte, len(c.before))
+				_ = ours.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := io.ReadFull(ours, buf); err != nil || string(buf) != c.before {
+					t.Errorf("the statement read %q, %v; want %q", buf, err, c.before)
+				}
+			}
+		})
+	}
+}
