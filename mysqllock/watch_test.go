@@ -11,6 +11,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -278,4 +279,21 @@ func TestStatementsLookFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKillEndsLease: a lease, as a user holds it, ends within 5ms of a
+// KILL of its connection, in each of 20 runs (keep-alive interval an
+// hour: only the socket can tell).
+func TestKillEndsLease(t *testing.T) {
+	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	d := l.Driver().(*mysqllock.Driver)
+	adm := newAdmin(t)
+	locktest.ServerKill(t, l, "watch/lease", 20, 5*time.Millisecond,
+		func(t *testing.T, lease *dlock.Lease) time.Time {
+			return adm.killNow(adm.holder(d.LockName(lease.Name())))
+		})
 }

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -261,4 +263,20 @@ func TestQueriesLookFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTerminateEndsLease: a lease, as a user holds it, ends within 5ms of
+// pg_terminate_backend of its session, in each of 20 runs (keep-alive
+// interval an hour: only the socket can tell).
+func TestTerminateEndsLease(t *testing.T) {
+	adm := newAdmin(t)
+	d := newDriver(t, pglock.Options{Keepalive: time.Hour, MaxIdle: 1})
+	l, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locktest.ServerKill(t, l, "watch/lease-"+randomHex(4), 20, 5*time.Millisecond,
+		func(t *testing.T, lease *dlock.Lease) time.Time {
+			return adm.terminateNow(t, pglock.HolderPID(d, lease.Owner()))
+		})
 }
