@@ -11,21 +11,33 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// sockets records the sockets a driver's pool dials, by the connection id
-// the server announces in its handshake, so that a lock, which knows its
-// connection's CONNECTION_ID(), can find its socket and watch it.
-// go-sql-driver offers no way from a *sql.Conn to its net.Conn; its dial
-// hook (mysql.Config.DialFunc) is the one place to see the socket.
-type sockets struct {
+// Sockets records the sockets a pool dials, by the connection id the
+// server announces in its handshake, so that a lock, which knows its
+// connection's CONNECTION_ID(), can find its socket and watch it (see
+// Options.Sockets). go-sql-driver offers no way from a *sql.Conn to its
+// net.Conn; its dial hook (mysql.Config.DialFunc) is the one place to see
+// the socket. Make one with WatchSockets.
+type Sockets struct {
 	opaque bool // TLS or compression: what is read is not plain packets
 
 	mu   sync.Mutex
 	byID map[uint32]*sniffConn
 }
 
-// install makes cfg's connections dial through s, keeping cfg's own dial
-// function if it has one.
-func (s *sockets) install(cfg *mysql.Config) {
+// WatchSockets makes the connections of cfg dial through the Sockets it
+// returns, keeping cfg's own DialFunc if it has one; pass it as
+// Options.Sockets to a driver on a *sql.DB made from cfg afterwards (with
+// mysql.NewConnector and sql.OpenDB):
+//
+//	cfg, err := mysql.ParseDSN(dsn)
+//	...
+//	socks := mysqllock.WatchSockets(cfg)
+//	conn, err := mysql.NewConnector(cfg)
+//	...
+//	db := sql.OpenDB(conn)
+//	d, err := mysqllock.NewDriver(db, &mysqllock.Options{Sockets: socks})
+func WatchSockets(cfg *mysql.Config) *Sockets {
+	s := &Sockets{}
 	// The compression flag is unexported: its DSN form tells.
 	s.opaque = cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
 		strings.Contains(cfg.FormatDSN(), "compress=true")
@@ -47,10 +59,11 @@ func (s *sockets) install(cfg *mysql.Config) {
 		}
 		return &sniffConn{Conn: nc, s: s}, nil
 	}
+	return s
 }
 
 // socket returns the socket of connection id, or nil.
-func (s *sockets) socket(id int64) net.Conn {
+func (s *Sockets) socket(id int64) net.Conn {
 	if s == nil {
 		return nil
 	}
@@ -67,7 +80,7 @@ func (s *sockets) socket(id int64) net.Conn {
 // then records itself in s under that id until it is closed.
 type sniffConn struct {
 	net.Conn
-	s *sockets
+	s *Sockets
 	// head gathers the handshake's first bytes; done is set once the id
 	// is read or the handshake is not understood. Only the goroutine that
 	// dials and authenticates reads before done.

@@ -148,10 +148,13 @@
 // of the stream, a socket error or an error packet ends the lease within
 // about a round trip; other bytes (TLS, compression) trigger a check at
 // once. Grant.Check, which Lease.Err calls, makes one non-blocking peek at
-// the idle socket (none while a statement runs, and no statement starts
-// before a peek found the server still there), so a holder resumed after
-// a pause sees the close at its first Err. A driver on the caller's *sql.DB cannot see the sockets, and
-// learns of a kill at its next check. The peek is Linux only. Between the
+// the idle socket (while a statement runs, a look at the connection's TCP
+// state instead, and no statement starts before a peek found the server
+// still there), so a holder resumed after
+// a pause sees the close at its first Err. A driver on the caller's *sql.DB
+// sees the sockets only when the pool's mysql.Config went through
+// WatchSockets and its result is Options.Sockets; otherwise it learns of a
+// kill at its next check. The peek is Linux only. Between the
 // server freeing the lock and the holder's next look, nothing can make the
 // holder safe: check Err right before each write, and pass the fencing
 // token to the resource.

@@ -80,9 +80,12 @@ type Options struct {
 	// one. Default DefaultWaitStep.
 	WaitStep time.Duration
 
-	// socks are the sockets of the pool's connections, when the driver
-	// built the pool (a URL): its locks' sockets are watched.
-	socks *sockets
+	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
+	// was made from, lets the driver watch the sockets of held locks'
+	// connections, so that a server-side kill ends the lease within about
+	// a round trip instead of at the next keep-alive check. Nil: not
+	// watched. A driver opened from a URL always watches its own pool's.
+	Sockets *Sockets
 }
 
 // Driver is the MySQL/MariaDB driver: a dlock driver.Driver and
@@ -102,7 +105,7 @@ type Driver struct {
 	keepAlive time.Duration
 	waitStep  time.Duration
 	sql       statements
-	socks     *sockets // nil: the pool is the caller's; no socket is watched
+	socks     *Sockets // nil: no socket is watched
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -167,7 +170,7 @@ func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 		exclusive: opt.ExclusivePool,
 		waitStep:  opt.WaitStep.Truncate(time.Second),
 		sql:       newStatements(table),
-		socks:     opt.socks,
+		socks:     opt.Sockets,
 		held:      map[string]*lock{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())

@@ -106,8 +106,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	// The pool is the driver's: its sockets are recorded, so that held
 	// locks' connections can be watched.
-	o.socks = &sockets{}
-	o.socks.install(cfg)
+	o.Sockets = WatchSockets(cfg)
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysqllock: open: %w", err)

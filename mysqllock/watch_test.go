@@ -2,6 +2,7 @@ package mysqllock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
+	"github.com/go-sql-driver/mysql"
 )
 
 // openDriver opens a driver from a URL of the test server (its own pool,
@@ -293,6 +295,36 @@ func TestKillEndsLease(t *testing.T) {
 	d := l.Driver().(*mysqllock.Driver)
 	adm := newAdmin(t)
 	locktest.ServerKill(t, l, "watch/lease", 20, 5*time.Millisecond,
+		func(t *testing.T, lease *dlock.Lease) time.Time {
+			return adm.killNow(adm.holder(d.LockName(lease.Name())))
+		})
+}
+
+// TestKillEndsLeaseOnCallersPool: a driver on the caller's *sql.DB, made
+// from a mysql.Config given to WatchSockets, watches its locks' sockets
+// as a URL driver does: a lease ends within 5ms of a KILL of its
+// connection, in each of 20 runs.
+func TestKillEndsLeaseOnCallersPool(t *testing.T) {
+	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	socks := mysqllock.WatchSockets(cfg)
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { _ = db.Close() })
+	o := &mysqllock.Options{Table: testTable(t), KeepAlive: time.Hour, Sockets: socks}
+	l, err := mysqllock.New(db, o, dlock.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	d := l.Driver().(*mysqllock.Driver)
+	adm := newAdmin(t)
+	locktest.ServerKill(t, l, "watch/callers-pool", 20, 5*time.Millisecond,
 		func(t *testing.T, lease *dlock.Lease) time.Time {
 			return adm.killNow(adm.holder(d.LockName(lease.Name())))
 		})

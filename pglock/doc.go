@@ -87,8 +87,9 @@
 // pings every Options.Keepalive, or every third of the lock's TTL if that
 // is shorter, with a timeout of the interval (at least a second), for
 // networks that go silent. Grant.Check, which Lease.Err calls, makes one
-// non-blocking peek at the idle socket (none while a query runs, and no
-// query starts before a peek found the server still there), so a holder
+// non-blocking peek at the idle socket (while a query runs, a look at the
+// connection's TCP state instead, and no query starts before a peek found
+// the server still there), so a holder
 // resumed after a pause sees a closed connection at its first Err.
 // On a loss the lease's Done closes and its Err matches dlock.ErrLost; the
 // driver closes the connection, so that the server frees the lock if it
