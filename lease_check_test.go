@@ -235,3 +235,32 @@ func TestReleaseAfterUnnoticedExpiry(t *testing.T) {
 		t.Fatalf("only %d runs reached Release before the lease's timer", decided)
 	}
 }
+
+// A lease on a TTL backend costs no goroutine of its own while held: its
+// supervision is a timer.
+func TestTTLLeaseHasNoGoroutine(t *testing.T) {
+	ctx := context.Background()
+	l, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := runtime.NumGoroutine()
+	var leases []*dlock.Lease
+	for i := range 100 {
+		lease, err := l.TryAcquire(ctx, "held-"+strconv.Itoa(i), dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lease.Err()
+		leases = append(leases, lease)
+	}
+	if n := runtime.NumGoroutine() - before; n > 5 {
+		t.Errorf("100 held leases run %d more goroutines, want none of their own", n)
+	}
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
