@@ -125,3 +125,28 @@ func ExampleLocker_Campaign() {
 	// leader: "host-1:8080"
 	// leader: ""
 }
+
+// An instance that has other work to do tries once for leadership, and
+// goes on as a follower when someone else leads.
+func ExampleLocker_TryCampaign() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-try-campaign")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	lead, err := locker.TryCampaign(ctx, "scheduler", "host-1:8080")
+	if err != nil {
+		panic(err)
+	}
+	defer lead.Release(ctx)
+
+	_, err = locker.TryCampaign(ctx, "scheduler", "host-2:8080")
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		info, _ := locker.Leader(ctx, "scheduler")
+		fmt.Printf("host-2 follows %q\n", info.Value)
+	}
+	// Output:
+	// host-2 follows "host-1:8080"
+}

@@ -86,6 +86,15 @@ func (l *Locker) Campaign(ctx context.Context, name, value string, opts ...Optio
 	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Leader, Value: value}, opts, true)
 }
 
+// TryCampaign makes one attempt to become leader of the election called
+// name, with value as the candidate's identity for observers. It fails
+// with ErrNotAcquired while another candidate leads (and, where the
+// backend queues candidates, while others wait ahead of it); it never
+// joins the queue. On success the lease is the leadership, as Campaign's.
+func (l *Locker) TryCampaign(ctx context.Context, name, value string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Leader, Value: value}, opts, false)
+}
+
 // Leader returns the current leader of the election called name; the zero
 // LeaderInfo when nobody leads.
 func (l *Locker) Leader(ctx context.Context, name string) (LeaderInfo, error) {

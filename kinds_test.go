@@ -66,6 +66,7 @@ func TestUnsupportedKinds(t *testing.T) {
 		"AcquirePermit":    func() error { _, err := l.AcquirePermit(ctx, "x", 2); return err },
 		"TryAcquirePermit": func() error { _, err := l.TryAcquirePermit(ctx, "x", 2); return err },
 		"Campaign":         func() error { _, err := l.Campaign(ctx, "x", "me"); return err },
+		"TryCampaign":      func() error { _, err := l.TryCampaign(ctx, "x", "me"); return err },
 		"Leader":           func() error { _, err := l.Leader(ctx, "x"); return err },
 		"Observe":          func() error { _, err := l.Observe(ctx, "x"); return err },
 	}
@@ -89,6 +90,9 @@ func TestUnsupportedKinds(t *testing.T) {
 	}
 	if _, err := l2.Campaign(ctx, "x", "me"); !errors.Is(err, dlock.ErrUnsupported) {
 		t.Errorf("Campaign without an Elector = %v, want ErrUnsupported", err)
+	}
+	if _, err := l2.TryCampaign(ctx, "x", "me"); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("TryCampaign without an Elector = %v, want ErrUnsupported", err)
 	}
 }
 
@@ -163,5 +167,51 @@ func TestKindsOnMemlock(t *testing.T) {
 	}
 	if _, err := b.Observe(ctx, "x"); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("Observe after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TryCampaign takes a free election at once, fails with ErrNotAcquired
+// while another candidate leads (without queueing: the leader's
+// resignation leaves nobody leading), and checks names like Campaign.
+func TestTryCampaignOnMemlock(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	a, b := newMem(t, store), newMem(t, store)
+	if _, err := a.TryCampaign(ctx, "bad//name", "a"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("TryCampaign of a bad name = %v, want ErrInvalidName", err)
+	}
+	lead, err := a.TryCampaign(ctx, "e", "a")
+	if err != nil {
+		t.Fatalf("TryCampaign of a free election: %v", err)
+	}
+	if lead.Mode() != driver.Leader {
+		t.Errorf("Mode() = %v, want leader", lead.Mode())
+	}
+	if info, err := b.Leader(ctx, "e"); err != nil || info.Value != "a" || info.Token != lead.Token() {
+		t.Errorf("Leader() = %+v, %v; want a with token %d", info, err, lead.Token())
+	}
+	if l, err := b.TryCampaign(ctx, "e", "b"); !errors.Is(err, dlock.ErrNotAcquired) {
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		t.Errorf("TryCampaign while another leads = %v, want ErrNotAcquired", err)
+	}
+	if err := lead.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Leader(ctx, "e"); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Errorf("Leader() after the only leader resigned = %+v, %v; want nobody (a failed TryCampaign must not queue)", info, err)
+	}
+	next, err := b.TryCampaign(ctx, "e", "b")
+	if err != nil {
+		t.Fatalf("TryCampaign after the leader resigned: %v", err)
+	}
+	if next.Token() <= lead.Token() {
+		t.Errorf("token %d after %d: want it greater", next.Token(), lead.Token())
+	}
+	_ = next.Release(ctx)
+	_ = a.Close()
+	if _, err := a.TryCampaign(ctx, "e", "a"); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryCampaign after Close = %v, want ErrClosed", err)
 	}
 }

@@ -27,6 +27,13 @@ func (s *suite) noElection(t *testing.T, ctx context.Context, l *dlock.Locker, n
 		return err
 	})
 	unsupported(t, l, driver.Leader, func() error {
+		lease, err := l.TryCampaign(ctx, name, "candidate")
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err
+	})
+	unsupported(t, l, driver.Leader, func() error {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		lease, err := l.Campaign(cctx, name, "candidate")
@@ -107,6 +114,63 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	if info, err := reader.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
 		t.Errorf("Leader() after every candidate resigned = %+v, %v; want the zero LeaderInfo", info, err)
 	}
+}
+
+// electionTryCampaign: TryCampaign takes a free election at once, even
+// while the mutex of the same name is held; fails with ErrNotAcquired,
+// without queueing, while another candidate leads or waits in Campaign;
+// and succeeds again, with a greater token, once nobody leads.
+func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name string) {
+	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	if s.noElection(t, ctx, a, name) {
+		return
+	}
+	mutex := acquire(t, ctx, c, name)
+	lead := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryCampaign(ctx, name, "a") },
+		"TryCampaign of a free election while the mutex of the same name is held")
+	release(t, ctx, mutex)
+	if lead.Mode() != driver.Leader {
+		t.Errorf("Mode() of leadership = %v, want leader", lead.Mode())
+	}
+	if info, err := b.Leader(ctx, name); err != nil || info.Value != "a" || info.Token != lead.Token() {
+		t.Errorf("Leader() = %+v, %v; want %q with token %d", info, err, "a", lead.Token())
+	}
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign while another leads")
+
+	// A candidate waiting in Campaign is ahead of a later TryCampaign.
+	waiting := make(chan *dlock.Lease, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		lease, err := c.Campaign(wctx, name, "c")
+		if err != nil {
+			lease = nil
+		}
+		waiting <- lease
+	}()
+	time.Sleep(min(s.h.TTL/10, 200*time.Millisecond)) // let c queue where the backend queues
+	release(t, ctx, lead)
+	var cl *dlock.Lease
+	select {
+	case cl = <-waiting:
+	case <-time.After(s.h.TTL):
+		t.Fatalf("Campaign waiting while a leader resigned did not lead within %v", s.h.TTL)
+	}
+	if cl == nil {
+		t.Fatal("Campaign waiting while a leader resigned failed")
+	}
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign while the next leader leads")
+	release(t, ctx, cl)
+
+	// A failed TryCampaign left nothing queued: nobody leads now.
+	if info, err := b.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
+		t.Errorf("Leader() after the leaders resigned = %+v, %v; want nobody: a failed TryCampaign must not queue", info, err)
+	}
+	next := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign once nobody leads")
+	if next.Token() <= cl.Token() || cl.Token() <= lead.Token() {
+		t.Errorf("tokens %d, %d, %d in the order of leadership: want them increasing", lead.Token(), cl.Token(), next.Token())
+	}
+	release(t, ctx, next)
 }
 
 // electionObserve: an observer sees nobody, then the first leader, then

@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 		{"MultiAllOrNothing", 30 * time.Second, s.multiAllOrNothing},
 		{"MultiLostPart", 30 * time.Second, s.multiLostPart},
 		{"ElectionOneLeader", 60 * time.Second, s.electionOneLeader},
+		{"ElectionTryCampaign", 30 * time.Second, s.electionTryCampaign},
 		{"ElectionObserve", 60 * time.Second, s.electionObserve},
 	} {
 		t.Run(p.name, func(t *testing.T) {
