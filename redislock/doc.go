@@ -8,12 +8,15 @@
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, err := redislock.New(client, nil)
 //
-// ContextTimeoutEnabled is recommended (see Requests below), not required:
-// every call returns when its context ends either way.
+// Set ContextTimeoutEnabled on a client of your own: without it go-redis
+// does not bound a call's socket I/O by the context's deadline, and a
+// call to a server that stopped answering lasts until the client's
+// ReadTimeout (see Requests below).
 //
 // Any redis.UniversalClient will do: a *redis.ClusterClient for Redis
 // Cluster (every key of a lock is in one slot, see Keys), a failover
-// client for Sentinel. URLs open a single server.
+// client for Sentinel, or go-redis's *redis.AutoPipeliner (see Requests).
+// URLs open a single server.
 //
 // Or from a URL, with the package imported for its side effect:
 //
@@ -90,25 +93,32 @@
 //
 // # Requests
 //
-// A call made while none of the Driver's is on the wire goes out alone, at
-// once. Calls that arrive while one is on the wire are queued and sent by
-// a few long-lived goroutines of the Driver's (internal/redispipe), all
-// those queued together as one pipeline, so that many concurrent lock
-// operations cost Redis one read and one write system call instead of one
-// each.
+// Each call is one script, sent by the calling goroutine through the
+// client, with the caller's context, as go-redis's Script.Run sends it:
+// EVALSHA, then EVAL if the server lost its script cache (a restart, or
+// SCRIPT FLUSH). The Driver adds no layer of its own between a call and
+// go-redis, so a call is bounded by its context exactly as far as
+// go-redis bounds it: a context's deadline bounds the socket I/O when the
+// client has ContextTimeoutEnabled (clients opened from a URL have it),
+// and waiting for a pooled connection ends with the context; a
+// cancellation without a deadline does not interrupt a call already on
+// the wire, which then ends with its reply or the client's ReadTimeout.
+// The outcome of a call cut short is unknown: Acquire and TryLock then
+// leave nothing held or queued. A lease's loss is signalled on time
+// either way: the Locker's lease timer fires at the loss instant without
+// waiting for a hung renewal.
 //
-// Every call returns when its ctx ends, reply or not (the outcome of a
-// call cut short is unknown; Acquire then leaves nothing held or queued).
-// A lone call is sent by the calling goroutine itself, with no hand-over
-// to another goroutine, when go-redis cannot make it outlast ctx: ctx has
-// no Done channel (context.Background), or ctx has a deadline and the
-// client has ContextTimeoutEnabled (clients opened from a URL have it).
-// Otherwise it is sent by a goroutine of its own while the caller waits
-// for the reply or for ctx, which costs a hand-over (7–30 µs at the
-// median of an uncontended acquire+release on the 2-vCPU VM of
-// docs/BENCHMARKS.md): set ContextTimeoutEnabled on your client to avoid
-// it. A lease's loss is signalled on time either way: the Locker's
-// supervision does not wait for a hung renewal.
+// To coalesce the calls of concurrent goroutines into pipelines (one
+// read and one write system call for many calls), pass go-redis's
+// auto-pipelining client, which is a redis.UniversalClient:
+//
+//	ap, err := client.AutoPipeline()
+//	locker, err := redislock.New(ap, nil)
+//
+// Mind what go-redis documents of it: a queued command runs on the
+// AutoPipeliner's own context, not the caller's, and a batch that fails
+// on a network error is retried whole unless MaxRetries is -1 (a retried
+// release then reports the lock not held).
 //
 // # Waiting
 //

@@ -26,7 +26,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 // readLeader reads the leader of election name and how long its lease has
 // left (-1 when unknown or nobody leads).
 func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo, time.Duration, error) {
-	res, err := d.pipe.Do(ctx, leaderScript, []string{d.kindBase(electionKind, name)}).Slice()
+	res, err := d.run(ctx, leaderScript, []string{d.kindBase(electionKind, name)}).Slice()
 	if err != nil {
 		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: %w", name, err)
 	}

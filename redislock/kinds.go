@@ -8,7 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // The kinds of lock besides the mutex (see the package documentation,
@@ -133,24 +132,24 @@ func (d *Driver) electionChannel(name string) string {
 // kindDo runs op of r's kind script (see scripts/kinds.lua) on keys.
 func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL) *redis.Cmd {
 	script, args := d.kindCall(r, op, b)
-	return d.pipe.Do(ctx, script, keys, args...)
+	return d.run(ctx, script, keys, args...)
 }
 
 // kindCall returns the script of r's kind and its arguments for op.
-func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*redispipe.Script, []any) {
-	var script *redispipe.Script
+func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*script, []any) {
+	var s *script
 	tag, arg, notify := tagRead, noArg, noArg
 	switch r.Mode {
 	case driver.Read:
-		script = rwScript
+		s = rwScript
 	case driver.Write:
-		script, tag = rwScript, tagWrite
+		s, tag = rwScript, tagWrite
 	case driver.Permit:
-		script, tag, arg = semaphoreScript, tagPermit, r.Limit
+		s, tag, arg = semaphoreScript, tagPermit, r.Limit
 	default:
-		script, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
+		s, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
 	}
-	return script, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify}
+	return s, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify}
 }
 
 // acquireCall runs one acquisition attempt of r on keys (from keysFor):
@@ -166,10 +165,10 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 		}
 		return acquireReply(d.kindDo(ctx, r, keys, op, b))
 	case wait:
-		return acquireReply(d.pipe.Do(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, opWait,
+		return acquireReply(d.run(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, opWait,
 			d.entryChannel, b.life, r.Name))
 	default:
-		return acquireReply(d.pipe.Do(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, opTry))
+		return acquireReply(d.run(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, opTry))
 	}
 }
 

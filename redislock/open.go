@@ -65,8 +65,8 @@ func clientOptions(u driver.URL) (*redis.Options, error) {
 		return nil, u.Err("port", port, errors.New("not a port number (1 to 65535)"))
 	}
 	// ContextTimeoutEnabled: a context's deadline bounds the socket I/O
-	// of a call, so that a lone call with a deadline can be sent by its
-	// caller (see Requests in the package documentation).
+	// of a call, so that Acquire and TryLock return by it even when the
+	// server stops answering (see Requests in the package documentation).
 	opt := &redis.Options{Addr: net.JoinHostPort(host, port), ContextTimeoutEnabled: true}
 	if u.User != nil {
 		opt.Username = u.User.Username()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Defaults of Options.
@@ -28,14 +27,6 @@ const (
 	// it was seeded.
 	DefaultFenceTTL = 7 * 24 * time.Hour
 )
-
-// senders is how many batches of script calls a driver can have on the
-// wire at once. With 16 goroutines each locking a name of its own (S2 of
-// docs/BENCHMARKS.md, 2 vCPUs, Redis on loopback) 8 ran 1.02–1.07× the
-// raw SET NX loop's rate where 4 ran 0.94–1.01× and 16 or 2 about 0.8×:
-// fewer leave callers queued behind full pipelines, more give up the
-// batching that saves system calls.
-const senders = 8
 
 // minQueueTTL is the shortest entry lifetime used for a short-TTL lock, so
 // that a waiter's re-check arriving a little late does not drop it from
@@ -100,8 +91,8 @@ type Options struct {
 // driver.Moder (every mode) and driver.Elector over one Redis server (or
 // Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
-// It runs a few goroutines that send the scripts of concurrent calls,
-// batched into pipelines (see the package documentation), until Close.
+// Each call sends its script through the client, on the caller's
+// goroutine (see Requests in the package documentation).
 // From its first Lock or Observe until Close, a Driver holds one pub/sub
 // connection of its client's, shared by all its waiting calls and
 // observers.
@@ -127,9 +118,6 @@ type Driver struct {
 	active    sync.WaitGroup // Lock calls in progress
 
 	sub subscriber
-
-	// pipe sends the scripts, coalescing concurrent calls into pipelines.
-	pipe *redispipe.Sender
 
 	// waitReplicas and waitTimeout are Options.WaitReplicas and
 	// Options.WaitTimeout (in milliseconds).
@@ -206,7 +194,6 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	}
 	d.entryChannel = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)
-	d.pipe = redispipe.NewSender(client, senders, allScripts...)
 	d.sub.init(d)
 	return d
 }
@@ -309,7 +296,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	start := time.Now()
 	var n int64
 	if r.Mode == driver.Exclusive {
-		n, err = d.pipe.Do(ctx, refreshScript, d.keys(r.Name)[:1], r.Owner, b.ms).Int64()
+		n, err = d.run(ctx, refreshScript, d.keys(r.Name)[:1], r.Owner, b.ms).Int64()
 	} else {
 		n, err = d.kindDo(ctx, r, d.keysFor(r), opRefresh, b).Int64()
 	}
@@ -348,7 +335,7 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 	var n int64
 	var err error
 	if r.Mode == driver.Exclusive {
-		n, err = d.pipe.Do(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+		n, err = d.run(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
 	} else {
 		if err := checkMode(r); err != nil {
 			return false, err
@@ -378,7 +365,6 @@ func (d *Driver) Close() error {
 		d.checking.Wait() // before the client may be closed
 		d.active.Wait()
 		d.sub.close()
-		d.pipe.Close()
 		if d.ownClient {
 			err = d.client.Close()
 		}

@@ -1,16 +1,18 @@
 package redislock
 
 import (
+	"context"
 	_ "embed"
 	"strings"
 
-	"github.com/dlockgo/dlock/internal/redispipe"
+	"github.com/redis/go-redis/v9"
 )
 
 // The Lua scripts: one per hot operation of the mutex, one per other kind
 // of lock, so that each operation is one round trip.
-// They run by EVALSHA and fall back to EVAL when the server does not have
-// them cached (after a restart or SCRIPT FLUSH).
+// They run as go-redis's Script.Run does: EVALSHA, and EVAL (which caches
+// the script again) when the server answers NOSCRIPT, after a restart or
+// SCRIPT FLUSH.
 var (
 	//go:embed scripts/lib.lua
 	libLua string
@@ -31,19 +33,17 @@ var (
 	//go:embed scripts/leader.lua
 	leaderLua string
 
-	acquireScript = redispipe.NewScript(withLib(acquireLua))
-	releaseScript = redispipe.NewScript(withLib(releaseLua))
-	refreshScript = redispipe.NewScript(refreshLua)
+	acquireScript = newScript(withLib(acquireLua))
+	releaseScript = newScript(withLib(releaseLua))
+	refreshScript = newScript(refreshLua)
 
 	// The other kinds of lock: one script per kind, each operation of
 	// which (try, wait, refresh, release) is one call.
-	rwScript        = redispipe.NewScript(withKindsLib(rwLua))
-	semaphoreScript = redispipe.NewScript(withKindsLib(semaphoreLua))
-	electionScript  = redispipe.NewScript(withKindsLib(electionLua))
-	leaderScript    = redispipe.NewScript(leaderLua)
+	rwScript        = newScript(withKindsLib(rwLua))
+	semaphoreScript = newScript(withKindsLib(semaphoreLua))
+	electionScript  = newScript(withKindsLib(electionLua))
+	leaderScript    = newScript(leaderLua)
 
-	allScripts = []*redispipe.Script{acquireScript, releaseScript, refreshScript,
-		rwScript, semaphoreScript, electionScript, leaderScript}
 )
 
 // withLib returns script with lib.lua in place of its "-- @lib" line.
@@ -66,4 +66,26 @@ func splice(script, lib string) string {
 		panic("redislock: script without a -- @lib line")
 	}
 	return strings.Replace(script, mark, "\n"+lib+"\n", 1)
+}
+
+// script is a Lua script that keeps its source at hand, for the calls
+// that send it by EVAL in a pipeline (see waitAck).
+type script struct {
+	*redis.Script
+	src string
+}
+
+// newScript returns the script of Lua source src.
+func newScript(src string) *script { return &script{redis.NewScript(src), src} }
+
+// Source returns the script's Lua source.
+func (s *script) Source() string { return s.src }
+
+// run sends one call of s through the driver's client with the caller's
+// ctx, as Script.Run does. There is no layer of dlock's own between a
+// call and go-redis: a client that coalesces calls (go-redis's
+// AutoPipeliner) does so here, and ctx bounds the call as far as the
+// client honours it (see Requests in the package documentation).
+func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+	return s.Run(ctx, d.client, keys, args...)
 }
