@@ -1,10 +1,11 @@
 // Benchmarks of dlock against its peers on the same Redis servers.
 //
-//	cd bench && go test -run '^$' -bench . -benchmem -count 5 | tee results.txt
-//	benchstat -col /impl results.txt
+//	cd bench && go test -run '^$' -bench . -benchmem -count 5 > new.txt
+//	benchstat -col /impl new.txt
 //
-// Sub-benchmarks are named impl=<implementation> so that benchstat can put
-// the implementations side by side. See README.md.
+// Sub-benchmarks are named ctx=<context kind>/impl=<implementation> so
+// that benchstat can put the implementations side by side, a row per
+// context kind. See README.md.
 package bench_test
 
 import (
@@ -77,6 +78,12 @@ func impl(b *testing.B, s harness.Spec) harness.Impl {
 }
 
 func bench(b *testing.B, scenario string, report func(b *testing.B, r harness.Result)) {
+	for _, kind := range harness.CtxKinds {
+		b.Run("ctx="+kind, func(b *testing.B) { benchKind(b, scenario, kind, report) })
+	}
+}
+
+func benchKind(b *testing.B, scenario, kind string, report func(b *testing.B, r harness.Result)) {
 	for _, s := range harness.Specs() {
 		if s.OptIn {
 			continue // diagnostics: cmd/compare -impls runs them
@@ -89,15 +96,15 @@ func bench(b *testing.B, scenario string, report func(b *testing.B, r harness.Re
 				}
 			}
 			mu.Lock()
-			first := !warm[s.Name+scenario]
-			warm[s.Name+scenario] = true
+			first := !warm[s.Name+scenario+kind]
+			warm[s.Name+scenario+kind] = true
 			mu.Unlock()
 			if first {
-				harness.Run(scenario, im, env.Key(s.Name, scenario, "warm"), harness.Budget{D: 300 * time.Millisecond}, harness.Hooks{})
+				harness.Run(scenario, im, env.Key(s.Name, scenario, kind+"-warm"), kind, harness.Budget{D: 300 * time.Millisecond}, harness.Hooks{})
 			}
-			key := env.Key(s.Name, scenario, fmt.Sprintf("b%d", seq.Add(1)))
+			key := env.Key(s.Name, scenario, fmt.Sprintf("%s-b%d", kind, seq.Add(1)))
 			b.ReportAllocs()
-			r := harness.Run(scenario, im, key, harness.Budget{N: int64(b.N)}, harness.Hooks{Start: b.ResetTimer, Stop: b.StopTimer})
+			r := harness.Run(scenario, im, key, kind, harness.Budget{N: int64(b.N)}, harness.Hooks{Start: b.ResetTimer, Stop: b.StopTimer})
 			if r.ExclusionViolations > 0 {
 				b.Errorf("%d critical sections overlapped", r.ExclusionViolations)
 			}

@@ -1,13 +1,16 @@
 // Command compare runs dlock's benchmark scenarios (S1, S2, S3) for dlock
-// and its peers against the same Redis servers, each for a fixed duration,
-// and prints markdown tables and the target ratios with PASS/FAIL.
+// and its peers against the same Redis servers, under each kind of context
+// given to the lock calls (context.Background(), a cancellable context
+// without deadline, a 1 s timeout per call), and prints markdown tables and
+// the target ratios with PASS/FAIL, by context kind.
 //
 //	cd bench && go run ./cmd/compare -d 3s
 //
 // It starts 5 redis-server processes of its own (no persistence) on free
-// loopback ports for the multi-node implementations and kills them at the
-// end. On the shared Redis (-redis) it only uses keys holding the run's
-// unique id, and deletes them at the end; it never flushes it.
+// loopback ports for the multi-node implementations, and a sixth for the
+// CPU-cost pass, and kills them at the end. On the shared Redis (-redis) it
+// only uses keys holding the run's unique id, and deletes them at the end;
+// it never flushes it.
 package main
 
 import (
@@ -33,17 +36,21 @@ func main() {
 	}
 }
 
+// unit is one implementation under one context kind: what takes turns.
+type unit struct{ impl, ctx string }
+
 func run() error {
-	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation")
+	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation and context kind")
 	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before each measurement (same scenario, another name)")
 	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all): "+names(harness.Specs()))
+	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+names(harness.Specs()))
 	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
+	ctxList := flag.String("ctx", strings.Join(harness.CtxKinds, ","), "comma-separated context kinds of the lock calls: background (context.Background()), cancel (context.WithCancel, no deadline), timeout (context.WithTimeout 1s per call)")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "longest wait for a quiet machine before a measurement")
 	cost := flag.Duration("cost", 2*time.Second, "duration of the CPU-cost pass (S2 on private servers only, so that Redis's CPU per operation can be read); 0 skips it")
-	rounds := flag.Int("rounds", 1, "rounds; the order of implementations rotates each round and metrics are medians (max wait: the worst)")
-	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: the implementations take turns in slices of this length (the order rotating every slice) until each has run -d, so that a slower minute of the machine falls on all of them alike; 0 runs each for -d in one go, one after another")
+	rounds := flag.Int("rounds", 1, "rounds; the order rotates each round and metrics are medians (max wait: the worst)")
+	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: every implementation under every context kind takes turns in slices of this length (the order rotating every slice) until each has run -d; the quiet guard applies to each turn of slices; 0 runs each for -d in one go, one after another")
 	flag.Parse()
 
 	if err := harness.Loopback(*shared); err != nil {
@@ -57,6 +64,12 @@ func run() error {
 	for _, s := range scens {
 		if s != harness.S1 && s != harness.S2 && s != harness.S3 {
 			return fmt.Errorf("unknown scenario %q", s)
+		}
+	}
+	kinds := strings.Split(*ctxList, ",")
+	for _, k := range kinds {
+		if !harness.ValidCtx(k) {
+			return fmt.Errorf("unknown context kind %q; known: %s", k, strings.Join(harness.CtxKinds, ", "))
 		}
 	}
 
@@ -100,6 +113,12 @@ func run() error {
 			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
 		}
 	}()
+	var units []unit
+	for _, k := range kinds {
+		for _, n := range order {
+			units = append(units, unit{n, k})
+		}
+	}
 
 	private := map[string]bool{}
 	for _, s := range specs {
@@ -110,46 +129,47 @@ func run() error {
 		exclude[s.Pid()] = true
 	}
 	_, sharedPort, _ := net.SplitHostPort(*shared)
-	all := map[string][]harness.Result{}
+	all := map[harness.Key][]harness.Result{}
 	g := &quietGuard{exclude: exclude, port: sharedPort, limit: *maxForeignFlag, wait: *quietWait}
+	started := time.Now()
 	for r := range *rounds {
 		for _, sc := range scens {
 			if *slice > 0 && sc != harness.S3 {
-				// Sliced: every implementation runs in turns.
-				res, foreign, err := quietly(g, fmt.Sprintf("round %d %s (sliced)", r+1, sc), func(attempt int) (map[string]harness.Result, error) {
-					return sliced(ctx, env, impls, order, private, sc, fmt.Sprintf("r%d-a%d", r, attempt), r, *d, *slice, *warm)
-				})
+				// Sliced: every unit runs in turns.
+				res, err := sliced(ctx, env, g, impls, units, private, sc, fmt.Sprintf("r%d", r), r, *d, *slice, *warm)
 				if err != nil {
 					return err
 				}
-				for _, name := range order {
-					rs := res[name]
-					rs.Impl = name
-					all[name+" "+sc] = append(all[name+" "+sc], rs)
-					fmt.Fprintf(os.Stderr, "round %d %s %-15s %8.0f ops/s p50 %v p99 %v errors %d/%d (sliced); other processes %.2f CPU\n",
-						r+1, sc, name, rs.OpsPerSec(), rs.P50, rs.P99, rs.AcquireErrors, rs.ReleaseErrors, foreign)
+				for _, u := range units {
+					rs := res[u]
+					rs.Impl, rs.Ctx = u.impl, u.ctx
+					k := harness.Key{Ctx: u.ctx, Impl: u.impl, Scenario: sc}
+					all[k] = append(all[k], rs)
+					fmt.Fprintf(os.Stderr, "round %d %s %-10s %-15s %8.0f ops/s p50 %v p99 %v errors %d/%d (sliced)\n",
+						r+1, sc, u.ctx, u.impl, rs.OpsPerSec(), rs.P50, rs.P99, rs.AcquireErrors, rs.ReleaseErrors)
 				}
 				continue
 			}
-			for i := range order {
-				name := order[(i+r)%len(order)]
-				im := impls[name]
-				if private[name] {
+			for i := range units {
+				u := units[(i+r)%len(units)]
+				im := impls[u.impl]
+				if private[u.impl] {
 					if err := harness.FlushNodes(ctx, env); err != nil {
 						return err
 					}
 				}
-				purpose := fmt.Sprintf("r%d", r)
+				purpose := fmt.Sprintf("%s-r%d", u.ctx, r)
 				if *warm > 0 {
-					harness.Run(sc, im, env.Key(name, sc, purpose+"-warm"), harness.Budget{D: *warm}, harness.Hooks{})
+					harness.Run(sc, im, env.Key(u.impl, sc, purpose+"-warm"), u.ctx, harness.Budget{D: *warm}, harness.Hooks{})
 				}
-				res, foreign, _ := quietly(g, fmt.Sprintf("round %d %s %-15s", r+1, sc, name), func(attempt int) (harness.Result, error) {
-					return harness.Run(sc, im, env.Key(name, sc, fmt.Sprintf("%s-a%d", purpose, attempt)), harness.Budget{D: *d}, harness.Hooks{}), nil
+				res, foreign, _ := quietly(g, fmt.Sprintf("round %d %s %s %s", r+1, sc, u.ctx, u.impl), func(attempt int) (harness.Result, error) {
+					return harness.Run(sc, im, env.Key(u.impl, sc, fmt.Sprintf("%s-a%d", purpose, attempt)), u.ctx, harness.Budget{D: *d}, harness.Hooks{}), nil
 				})
-				res.Impl = name
-				all[name+" "+sc] = append(all[name+" "+sc], res)
-				fmt.Fprintf(os.Stderr, "round %d %s %-15s %8.0f ops/s p50 %v p99 %v maxwait %v other %.1f%% errors %d/%d overlaps %d; other processes %.2f CPU\n",
-					r+1, sc, name, res.OpsPerSec(), res.P50, res.P99, res.MaxWait, res.OtherPct,
+				res.Impl = u.impl
+				k := harness.Key{Ctx: u.ctx, Impl: u.impl, Scenario: sc}
+				all[k] = append(all[k], res)
+				fmt.Fprintf(os.Stderr, "round %d %s %-10s %-15s %8.0f ops/s p50 %v p99 %v maxwait %v other %.1f%% errors %d/%d overlaps %d; other processes %.2f CPU\n",
+					r+1, sc, u.ctx, u.impl, res.OpsPerSec(), res.P50, res.P99, res.MaxWait, res.OtherPct,
 					res.AcquireErrors, res.ReleaseErrors, res.ExclusionViolations, foreign)
 			}
 		}
@@ -157,17 +177,22 @@ func run() error {
 
 	var costs []harness.Cost
 	if *cost > 0 {
-		for _, s := range specs {
-			if g.limit > 0 {
-				waitQuiet(exclude, sharedPort, g.limit, g.wait)
+		for _, k := range kinds {
+			for _, s := range specs {
+				if _, ok := impls[s.Name]; !ok {
+					continue
+				}
+				if g.limit > 0 {
+					waitQuiet(exclude, sharedPort, g.limit, g.wait)
+				}
+				c, err := harness.MeasureCost(ctx, s, env, costAddr, k, *cost)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "cost of %s %s: %v\n", k, s.Name, err)
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op redis %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
+				costs = append(costs, c)
 			}
-			c, err := harness.MeasureCost(ctx, s, env, costAddr, *cost)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "cost of %s: %v\n", s.Name, err)
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "cost %-15s %8.0f ops/s client %v/op redis %v/op\n", s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
-			costs = append(costs, c)
 		}
 	}
 
@@ -177,28 +202,30 @@ func run() error {
 	}
 	w := os.Stdout
 	fmt.Fprintf(w, "## dlock benchmark comparison\n\n")
-	fmt.Fprintf(w, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(w, "- date: %s – %s\n", started.UTC().Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"))
+	fmt.Fprintf(w, "- command: `go run ./cmd/compare %s`\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), *shared)
-	fmt.Fprintf(w, "- each scenario: %v warm-up, then %v measured, per implementation; %d round(s)\n", *warm, *d, *rounds)
+	fmt.Fprintf(w, "- context kinds of the lock calls (a new context per call): %s\n", strings.Join(kinds, ", "))
+	fmt.Fprintf(w, "- each scenario: %v warm-up, then %v measured, per implementation and context kind; %d round(s)\n", *warm, *d, *rounds)
 	if *slice > 0 {
-		fmt.Fprintf(w, "- S1 and S2 sliced: the implementations take turns in %v slices (order rotating every slice) until each has run %v, so that the machine's slower and faster minutes fall on all alike; S3 runs each implementation for %v in one go\n", *slice, *d, *d)
+		fmt.Fprintf(w, "- S1 and S2 sliced: every implementation under every context kind takes turns in %v slices (order rotating every slice) until each has run %v; S3 runs each for %v in one go\n", *slice, *d, *d)
 	} else {
-		fmt.Fprintf(w, "- every scenario runs each implementation for %v in one go, one after another\n", *d)
+		fmt.Fprintf(w, "- every scenario runs each implementation under each context kind for %v in one go, one after another\n", *d)
 	}
-	fmt.Fprintf(w, "- TTL %v for every implementation; dlock with automatic renewal on (default)\n", harness.TTL)
+	fmt.Fprintf(w, "- TTL %v for every implementation; dlock opened from its URL, automatic renewal on (default); peers on go-redis clients with default options\n", harness.TTL)
 	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loop fixed %v\n",
 		harness.BSMMinBackoff, harness.BSMMaxBackoff, harness.RawRetry)
 	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.repeats)
 	fmt.Fprintln(w)
-	harness.WriteTables(w, results, order)
-	harness.WriteErrors(w, results, order)
+	harness.WriteTables(w, results, kinds, order)
+	harness.WriteErrors(w, results, kinds, order)
 	if len(costs) > 0 {
 		fmt.Fprintf(w, "\n")
 		harness.WriteCosts(w, costs, *cost)
 	}
 	fmt.Fprintf(w, "\n### Targets\n\n")
-	harness.WriteTargets(w, harness.Targets(results))
+	harness.WriteTargets(w, results, kinds)
 	return nil
 }
 
@@ -243,15 +270,16 @@ func quietly[T any](g *quietGuard, label string, measure func(attempt int) (T, e
 	return best, foreign, nil
 }
 
-// sliced runs scenario sc (S1 or S2) for every implementation in turns:
-// after a warm-up of each, slices of length slice, the order rotating
-// every slice, until each implementation has run about d. The private
-// nodes are flushed once, before the warm-ups. It returns each
-// implementation's slices merged.
-func sliced(ctx context.Context, env *harness.Env, impls map[string]harness.Impl, order []string, private map[string]bool,
-	sc, purpose string, round int, d, slice, warm time.Duration) (map[string]harness.Result, error) {
-	for _, name := range order {
-		if private[name] {
+// sliced runs scenario sc (S1 or S2) for every unit in turns: after a
+// warm-up of each, turns of one slice of every unit, the order rotating
+// every turn, until each unit has run about d. Each turn is guarded by g
+// (waiting for quiet, run again when other processes were busy). The
+// private nodes are flushed once, before the warm-ups. It returns each
+// unit's slices merged.
+func sliced(ctx context.Context, env *harness.Env, g *quietGuard, impls map[string]harness.Impl, units []unit, private map[string]bool,
+	sc, purpose string, round int, d, slice, warm time.Duration) (map[unit]harness.Result, error) {
+	for _, u := range units {
+		if private[u.impl] {
 			if err := harness.FlushNodes(ctx, env); err != nil {
 				return nil, err
 			}
@@ -259,21 +287,33 @@ func sliced(ctx context.Context, env *harness.Env, impls map[string]harness.Impl
 		}
 	}
 	if warm > 0 {
-		for _, name := range order {
-			harness.Run(sc, impls[name], env.Key(name, sc, purpose+"-warm"), harness.Budget{D: warm}, harness.Hooks{})
+		for _, u := range units {
+			harness.Run(sc, impls[u.impl], env.Key(u.impl, sc, u.ctx+"-"+purpose+"-warm"), u.ctx, harness.Budget{D: warm}, harness.Hooks{})
 		}
 	}
 	n := max(int((d+slice-1)/slice), 1)
-	parts := map[string][]harness.Result{}
+	parts := map[unit][]harness.Result{}
 	for k := range n {
-		for i := range order {
-			name := order[(i+k+round)%len(order)]
-			parts[name] = append(parts[name], harness.Run(sc, impls[name], env.Key(name, sc, fmt.Sprintf("%s-s%d", purpose, k)), harness.Budget{D: slice}, harness.Hooks{}))
+		turn, foreign, err := quietly(g, fmt.Sprintf("round %d %s turn %d/%d", round+1, sc, k+1, n), func(attempt int) (map[unit]harness.Result, error) {
+			out := map[unit]harness.Result{}
+			for i := range units {
+				u := units[(i+k+round)%len(units)]
+				key := env.Key(u.impl, sc, fmt.Sprintf("%s-%s-s%d-a%d", u.ctx, purpose, k, attempt))
+				out[u] = harness.Run(sc, impls[u.impl], key, u.ctx, harness.Budget{D: slice}, harness.Hooks{})
+			}
+			return out, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "round %d %s turn %d/%d done; other processes %.2f CPU\n", round+1, sc, k+1, n, foreign)
+		for u, r := range turn {
+			parts[u] = append(parts[u], r)
 		}
 	}
-	out := map[string]harness.Result{}
-	for name, p := range parts {
-		out[name] = harness.Merge(p)
+	out := map[unit]harness.Result{}
+	for u, p := range parts {
+		out[u] = harness.Merge(p)
 	}
 	return out, nil
 }

@@ -3,68 +3,64 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/dlockgo/dlock"
 	dlockredis "github.com/dlockgo/dlock/redislock"
-	dlockredlock "github.com/dlockgo/dlock/redlock"
+	_ "github.com/dlockgo/dlock/redlock" // the redlock:// scheme
 	"github.com/redis/go-redis/v9"
 )
 
 func init() {
 	specs = append([]Spec{
 		{Name: DlockRedis, New: newDlockRedis},
-		{Name: DlockRedisPlain, OptIn: true, New: newDlockRedisPlain},
+		{Name: DlockRedisClient, OptIn: true, New: newDlockRedisClient},
 		{Name: DlockRedlock, Private: true, New: newDlockRedlock},
 	}, specs...)
 }
 
-// dlockImpl is a dlock Locker over go-redis clients the benchmark owns.
+// dlockImpl is a dlock Locker.
 type dlockImpl struct {
-	l       *dlock.Locker
-	clients []*redis.Client
+	l      *dlock.Locker
+	client *redis.Client // closed by Close, when the Locker does not own it
 }
 
-// newDlockRedis is dlock's redis backend (the redis:// scheme) over
-// NewClient's client, TTL 10 s, automatic renewal on (the default).
-func newDlockRedis(e *Env) (Impl, error) { return dlockRedis(NewClient(e.Shared)) }
+// newDlockRedis is dlock's redis backend as a new user opens it:
+// dlock.Open("redis://host:port", dlock.WithTTL(10s)), so with the go-redis
+// client that URL builds (see redislock's package documentation), automatic
+// renewal on (the default).
+func newDlockRedis(e *Env) (Impl, error) {
+	return open("redis://" + e.Shared)
+}
 
-// newDlockRedisPlain is dlock-redis over a client that does not bound
-// socket I/O by contexts: a lone call with a deadline is then sent by a
-// goroutine of its own, so that Acquire still returns when its context
-// ends (see redislock's package documentation, Requests).
-func newDlockRedisPlain(e *Env) (Impl, error) { return dlockRedis(NewPlainClient(e.Shared)) }
+// newDlockRedlock is dlock's redlock backend over the 5 private nodes as a
+// new user opens it: dlock.Open("redlock://n1,…,n5", dlock.WithTTL(10s)),
+// fencing tokens on (the default), automatic renewal on.
+func newDlockRedlock(e *Env) (Impl, error) {
+	if len(e.Nodes) < 5 {
+		return nil, fmt.Errorf("%s needs 5 nodes, have %d", DlockRedlock, len(e.Nodes))
+	}
+	return open("redlock://" + strings.Join(e.Nodes[:5], ","))
+}
 
-func dlockRedis(c *redis.Client) (Impl, error) {
+func open(url string) (Impl, error) {
+	l, err := dlock.Open(context.Background(), url, dlock.WithTTL(TTL))
+	if err != nil {
+		return nil, err
+	}
+	return &dlockImpl{l: l}, nil
+}
+
+// newDlockRedisClient is dlock's redis backend over a go-redis client with
+// default options (NewClient), as a user who already has one passes it.
+func newDlockRedisClient(e *Env) (Impl, error) {
+	c := NewClient(e.Shared)
 	l, err := dlockredis.New(c, nil, dlock.WithTTL(TTL))
 	if err != nil {
 		_ = c.Close()
 		return nil, err
 	}
-	return &dlockImpl{l: l, clients: []*redis.Client{c}}, nil
-}
-
-// newDlockRedlock is dlock's redlock backend (the redlock:// scheme) over
-// the 5 private nodes, with default go-redis clients (as redsync-5 has),
-// fencing tokens on (the default), TTL 10 s, automatic renewal on.
-func newDlockRedlock(e *Env) (Impl, error) {
-	if len(e.Nodes) < 5 {
-		return nil, fmt.Errorf("%s needs 5 nodes, have %d", DlockRedlock, len(e.Nodes))
-	}
-	var clients []*redis.Client
-	var ucs []redis.UniversalClient
-	for _, a := range e.Nodes[:5] {
-		c := NewClient(a)
-		clients = append(clients, c)
-		ucs = append(ucs, c)
-	}
-	l, err := dlockredlock.New(ucs, nil, dlock.WithTTL(TTL))
-	if err != nil {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-		return nil, err
-	}
-	return &dlockImpl{l: l, clients: clients}, nil
+	return &dlockImpl{l: l, client: c}, nil
 }
 
 func (d *dlockImpl) Acquire(ctx context.Context, key string) (Held, error) {
@@ -77,8 +73,8 @@ func (d *dlockImpl) Acquire(ctx context.Context, key string) (Held, error) {
 
 func (d *dlockImpl) Close() error {
 	err := d.l.Close()
-	for _, c := range d.clients {
-		_ = c.Close()
+	if d.client != nil {
+		_ = d.client.Close()
 	}
 	return err
 }

@@ -81,12 +81,11 @@ const (
 	BSM          = "bsm-redislock"
 	Redsync1     = "redsync-1"
 	Redsync5     = "redsync-5"
-	// RawSpawn is the raw loop with every call on a goroutine of its own
-	// (a diagnostic, run only when named).
-	RawSpawn = "raw-goredis-spawn"
-	// DlockRedisPlain is dlock-redis over a client without
-	// ContextTimeoutEnabled (a diagnostic, run only when named).
-	DlockRedisPlain = "dlock-redis-plain"
+	// DlockRedisClient is dlock's redis backend given a go-redis client
+	// with default options, redislock.New(redis.NewClient(&redis.Options{Addr: …})),
+	// as a user who already has a client would build it (a diagnostic, run
+	// only when named).
+	DlockRedisClient = "dlock-redis-client"
 )
 
 // specs lists every implementation in the order they are run and shown.
@@ -96,7 +95,6 @@ var specs = []Spec{
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},
-	{Name: RawSpawn, OptIn: true, New: newRawSpawn},
 }
 
 // Specs returns the implementations, dlock's first.
@@ -135,16 +133,11 @@ func Select(list string) ([]Spec, error) {
 	return out, nil
 }
 
-// NewClient returns the go-redis client every implementation uses: default
-// options but ContextTimeoutEnabled, so that a context's deadline bounds
-// each call's socket I/O (the setting dlock's redis:// URLs use and its
-// documentation recommends; it changes no peer's commands).
+// NewClient returns a go-redis client with default options, as a new user
+// builds one: the peers' clients, and the harness's own (flush, cleanup,
+// INFO). dlock's backends are opened from their URLs instead (dlock.go),
+// which build the clients they document.
 func NewClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-}
-
-// NewPlainClient returns a go-redis client with default options only.
-func NewPlainClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr})
 }
 

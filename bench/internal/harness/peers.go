@@ -82,56 +82,6 @@ func (h *rawHeld) Release(ctx context.Context) error {
 
 func (r *raw) Close() error { return r.c.Close() }
 
-// ---- the raw loop, each call on a goroutine of its own ----
-
-// spawned runs every Acquire and Release of inner on a new goroutine, with
-// a timer armed meanwhile, as redsync runs each node's request (a
-// goroutine per node and a context timeout per try) even for one node.
-// It is a diagnostic, not a peer: the same commands as the raw loop, so
-// that a difference between the two is the cost or benefit of that
-// pattern alone on the machine (see docs/BENCHMARKS.md).
-type spawned struct{ inner Impl }
-
-type spawnedHeld struct{ inner Held }
-
-func newRawSpawn(e *Env) (Impl, error) {
-	r, err := newRaw(e)
-	if err != nil {
-		return nil, err
-	}
-	return spawned{r}, nil
-}
-
-// onGoroutine runs f on a new goroutine with a timer armed, and waits.
-func onGoroutine(f func()) {
-	t := time.AfterFunc(time.Hour, func() {})
-	done := make(chan struct{})
-	go func() {
-		f()
-		close(done)
-	}()
-	<-done
-	t.Stop()
-}
-
-func (s spawned) Acquire(ctx context.Context, key string) (Held, error) {
-	var h Held
-	var err error
-	onGoroutine(func() { h, err = s.inner.Acquire(ctx, key) })
-	if err != nil {
-		return nil, err
-	}
-	return spawnedHeld{h}, nil
-}
-
-func (h spawnedHeld) Release(ctx context.Context) error {
-	var err error
-	onGoroutine(func() { err = h.inner.Release(ctx) })
-	return err
-}
-
-func (s spawned) Close() error { return s.inner.Close() }
-
 // ---- github.com/bsm/redislock ----
 
 // BSMMinBackoff and BSMMaxBackoff are the bounds given to bsm/redislock's

@@ -39,6 +39,7 @@ type Hooks struct {
 // Result is one scenario's measurement for one implementation.
 type Result struct {
 	Impl, Scenario string
+	Ctx            string // the context kind of the lock calls
 	Workers        int
 	Ops            int64         // completed acquire+release pairs
 	Elapsed        time.Duration // wall time of the measured run
@@ -87,13 +88,51 @@ func (r Result) OpsPerSec() float64 {
 	return float64(r.Ops) / r.Elapsed.Seconds()
 }
 
-// tickets decide when a scenario's workers stop. By duration: when the
-// time is up (waiters still queued are cancelled). By count, for
-// independent workers: each operation takes one of N tickets. By count,
-// for contending workers (untilDone): they go on until N operations
-// completed in all, and then the waiters still queued are cancelled, as
-// at the end of a timed run; otherwise the last tickets would be served
-// by waiters polling an idle lock, a tail that timed runs do not have.
+// Context kinds: what every lock call (Acquire and Release) of a
+// measurement is given. Each call gets a context of its own.
+const (
+	// CtxBackground is context.Background().
+	CtxBackground = "background"
+	// CtxCancel is context.WithCancel(context.Background()), cancelled when
+	// the call returns: cancellable, without a deadline, as an HTTP
+	// handler's request context.
+	CtxCancel = "cancel"
+	// CtxTimeout is context.WithTimeout(context.Background(), CallTimeout).
+	CtxTimeout = "timeout"
+)
+
+// CtxKinds lists the context kinds in order.
+var CtxKinds = []string{CtxBackground, CtxCancel, CtxTimeout}
+
+// CallTimeout is the deadline of each call under CtxTimeout.
+const CallTimeout = time.Second
+
+func noCancel() {}
+
+// CallContext returns a context of the kind for one lock call, and the
+// function to call when the call has returned.
+func CallContext(kind string) (context.Context, context.CancelFunc) {
+	switch kind {
+	case CtxCancel:
+		return context.WithCancel(context.Background())
+	case CtxTimeout:
+		return context.WithTimeout(context.Background(), CallTimeout)
+	case CtxBackground:
+		return context.Background(), noCancel
+	}
+	panic("unknown context kind " + kind)
+}
+
+// ValidCtx reports whether kind is a context kind.
+func ValidCtx(kind string) bool {
+	for _, k := range CtxKinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
 // firstErr keeps the first error recorded.
 type firstErr struct {
 	once sync.Once
@@ -102,6 +141,17 @@ type firstErr struct {
 
 func (f *firstErr) set(err error) { f.once.Do(func() { f.msg = err.Error() }) }
 
+// tickets decide when a scenario's workers stop. By duration: when the
+// time is up. By count, for independent workers: each operation takes one
+// of N tickets. By count, for contending workers (untilDone): they go on
+// until N operations completed in all; otherwise the last tickets would be
+// served by waiters polling an idle lock, a tail that timed runs do not
+// have.
+//
+// A contended run ends (finish) when the time is up or the N-th operation
+// completed: acquires still waiting then are cut off (their contexts are
+// cancelled; under CtxBackground they cannot be, and the acquisitions they
+// make after the end are not counted), and their wait so far counts.
 type tickets struct {
 	byCount   bool
 	untilDone bool
@@ -109,11 +159,25 @@ type tickets struct {
 	left      atomic.Int64
 	completed atomic.Int64
 	deadline  time.Time
-	cancel    context.CancelFunc
+
+	once  sync.Once
+	over  atomic.Bool
+	end   time.Time // when the run ended; set by finish
+	stop  func()    // Hooks.Stop
+	slots []slot    // the waiting acquires' cancel functions, by worker
+}
+
+// slot holds the cancel function of a worker's acquire in progress, so
+// that finish can cut it off.
+type slot struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
 }
 
 func (t *tickets) take() bool {
 	switch {
+	case t.over.Load():
+		return false
 	case !t.byCount:
 		return time.Now().Before(t.deadline)
 	case t.untilDone:
@@ -125,66 +189,103 @@ func (t *tickets) take() bool {
 // done records a completed operation.
 func (t *tickets) done() {
 	if t.untilDone && t.completed.Add(1) >= t.n {
-		t.cancel()
+		t.finish()
 	}
 }
 
-// run starts workers goroutines running body and measures the whole.
-func run(impl Impl, scenario string, workers int, contended bool, b Budget, h Hooks,
-	body func(ctx context.Context, w int, t *tickets)) Result {
+// finish ends the run (once): it records the time, stops the benchmark
+// timer and cancels the acquires still waiting.
+func (t *tickets) finish() {
+	t.once.Do(func() {
+		t.end = time.Now()
+		t.over.Store(true)
+		if t.stop != nil {
+			t.stop()
+		}
+		for i := range t.slots {
+			s := &t.slots[i]
+			s.mu.Lock()
+			if s.cancel != nil {
+				s.cancel()
+			}
+			s.mu.Unlock()
+		}
+	})
+}
+
+// arm records worker w's acquire cancel function; false when the run is
+// already over (the acquire must not start).
+func (t *tickets) arm(w int, cancel context.CancelFunc) bool {
+	s := &t.slots[w]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.over.Load() {
+		return false
+	}
+	s.cancel = cancel
+	return true
+}
+
+func (t *tickets) disarm(w int) {
+	s := &t.slots[w]
+	s.mu.Lock()
+	s.cancel = nil
+	s.mu.Unlock()
+}
+
+// run starts workers goroutines running body and measures the whole. A
+// contended run ends when finish is called (by the budget); an
+// independent one when its last worker returned.
+func run(scenario, kind string, workers int, contended bool, b Budget, h Hooks,
+	body func(w int, t *tickets)) (Result, *tickets) {
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpu0 := processCPU()
-	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N}
+	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N, stop: h.Stop,
+		slots: make([]slot, workers)}
 	t.left.Store(b.N)
-	var ctx context.Context
-	var cancel context.CancelFunc
 	if h.Start != nil {
 		h.Start()
 	}
 	start := time.Now()
-	if t.byCount {
-		// A safety bound only: N operations end the run.
-		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Minute)
-	} else {
+	if !t.byCount {
 		t.deadline = start.Add(b.D)
-		// Waiters still queued when the time is up are cancelled.
-		ctx, cancel = context.WithDeadline(context.Background(), t.deadline)
+		if contended {
+			timer := time.AfterFunc(b.D, t.finish)
+			defer timer.Stop()
+		}
 	}
-	t.cancel = cancel
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() { body(ctx, w, t) })
+		wg.Go(func() { body(w, t) })
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if h.Stop != nil {
-		h.Stop()
-	}
+	t.finish()
+	elapsed := t.end.Sub(start)
 	cpu := processCPU() - cpu0
-	cancel()
 	runtime.ReadMemStats(&ms1)
-	return Result{Scenario: scenario, Workers: workers, Elapsed: elapsed, ClientCPU: cpu,
-		AllocsPerOp: float64(ms1.Mallocs - ms0.Mallocs)}
+	return Result{Scenario: scenario, Ctx: kind, Workers: workers, Elapsed: elapsed, ClientCPU: cpu,
+		AllocsPerOp: float64(ms1.Mallocs - ms0.Mallocs)}, t
 }
 
-// RunS1: one goroutine acquires and releases key in a loop.
-func RunS1(impl Impl, key string, b Budget, h Hooks) Result {
-	return runIndependent(impl, S1, 1, func(int) string { return key }, b, h)
+// RunS1: one goroutine acquires and releases key in a loop, each call
+// with a context of the kind.
+func RunS1(impl Impl, key, kind string, b Budget, h Hooks) Result {
+	return runIndependent(impl, S1, kind, 1, func(int) string { return key }, b, h)
 }
 
 // RunS2: S2Workers goroutines, each acquiring and releasing a name of its
 // own in a loop.
-func RunS2(impl Impl, key string, b Budget, h Hooks) Result {
+func RunS2(impl Impl, key, kind string, b Budget, h Hooks) Result {
 	keys := make([]string, S2Workers)
 	for i := range keys {
 		keys[i] = key + "/w" + string(rune('a'+i))
 	}
-	return runIndependent(impl, S2, S2Workers, func(w int) string { return keys[w] }, b, h)
+	return runIndependent(impl, S2, kind, S2Workers, func(w int) string { return keys[w] }, b, h)
 }
 
-func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) string, b Budget, h Hooks) Result {
+func runIndependent(impl Impl, scenario, kind string, workers int, keyOf func(int) string, b Budget, h Hooks) Result {
 	lats := make([][]time.Duration, workers)
 	capEach := 1 << 16
 	if b.N > 0 {
@@ -195,23 +296,24 @@ func runIndependent(impl Impl, scenario string, workers int, keyOf func(int) str
 	}
 	var acqErr, relErr atomic.Int64
 	var acqFirst, relFirst firstErr
-	bg := context.Background()
-	res := run(impl, scenario, workers, false, b, h, func(ctx context.Context, w int, t *tickets) {
+	res, _ := run(scenario, kind, workers, false, b, h, func(w int, t *tickets) {
 		key := keyOf(w)
 		lat := lats[w]
 		for t.take() {
 			t0 := time.Now()
+			ctx, cancel := CallContext(kind)
 			held, err := impl.Acquire(ctx, key)
+			cancel()
 			if err != nil {
-				if ctx.Err() != nil {
-					break
-				}
 				acqErr.Add(1)
 				acqFirst.set(err)
 				time.Sleep(time.Millisecond)
 				continue
 			}
-			if err := held.Release(bg); err != nil {
+			ctx, cancel = CallContext(kind)
+			err = held.Release(ctx)
+			cancel()
+			if err != nil {
 				relErr.Add(1)
 				relFirst.set(err)
 			}
@@ -238,8 +340,9 @@ type s3rec struct {
 }
 
 // RunS3: S3Workers goroutines contend for key; the critical section
-// increments a counter. It measures waits, handoffs and fairness.
-func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
+// increments a counter. It measures waits, handoffs and fairness. Every
+// call has a context of the kind.
+func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 	recs := make([][]s3rec, S3Workers)
 	capEach := 1 << 14
 	if b.N > 0 {
@@ -248,24 +351,31 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 	for i := range recs {
 		recs[i] = make([]s3rec, 0, capEach)
 	}
-	pending := make([]time.Duration, S3Workers) // waits cut off by the end of the run
+	pending := make([]time.Time, S3Workers) // starts of the waits cut off by the end of the run
 	var counter, holders, violations, acqErr, relErr atomic.Int64
 	var acqFirst, relFirst firstErr
-	bg := context.Background()
-	res := run(impl, S3, S3Workers, true, b, h, func(ctx context.Context, w int, t *tickets) {
+	res, t := run(S3, kind, S3Workers, true, b, h, func(w int, t *tickets) {
 		rs := recs[w]
 		defer func() { recs[w] = rs }()
 		for t.take() {
 			t0 := time.Now()
 			var held Held
 			for {
+				ctx, cancel := CallContext(kind)
+				if !t.arm(w, cancel) {
+					cancel()
+					pending[w] = t0
+					return
+				}
 				var err error
 				held, err = impl.Acquire(ctx, key)
+				t.disarm(w)
+				cancel()
 				if err == nil {
 					break
 				}
-				if ctx.Err() != nil {
-					pending[w] = time.Since(t0)
+				if t.over.Load() {
+					pending[w] = t0
 					return
 				}
 				// Gave up (redsync after its 32 tries) or failed: the
@@ -285,7 +395,10 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 			counter.Store(seq + 1)
 			holders.Add(-1)
 			relStart := time.Now()
-			if err := held.Release(bg); err != nil {
+			ctx, cancel := CallContext(kind)
+			err := held.Release(ctx)
+			cancel()
+			if err != nil {
 				relErr.Add(1)
 				relFirst.set(err)
 			}
@@ -293,7 +406,19 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 			t.done()
 		}
 	})
-	all := slices.Concat(recs...)
+	// Acquisitions after the end (an acquire under CtxBackground cannot be
+	// cut off) are not counted; their wait counts up to the end.
+	var all []s3rec
+	var late []time.Time
+	for _, w := range recs {
+		for _, r := range w {
+			if r.got.After(t.end) {
+				late = append(late, r.start)
+			} else {
+				all = append(all, r)
+			}
+		}
+	}
 	res.Ops = int64(len(all))
 	if res.Ops > 0 {
 		res.AllocsPerOp /= float64(res.Ops)
@@ -308,8 +433,10 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 		waits = append(waits, d)
 		res.MaxWait = max(res.MaxWait, d)
 	}
-	for _, d := range pending {
-		res.MaxWait = max(res.MaxWait, d)
+	for _, p := range append(late, pending...) {
+		if !p.IsZero() {
+			res.MaxWait = max(res.MaxWait, max(0, t.end.Sub(p)))
+		}
 	}
 	res.P50, res.P99 = percentile(waits, 0.50), percentile(waits, 0.99)
 
@@ -333,9 +460,12 @@ func RunS3(impl Impl, key string, b Budget, h Hooks) Result {
 	res.HandoffP50, res.HandoffP99 = percentile(hand, 0.50), percentile(hand, 0.99)
 	res.HandoffCallP50, res.HandoffCallP99 = percentile(handCall, 0.50), percentile(handCall, 0.99)
 
+	perWorker := make([]int64, S3Workers)
+	for _, r := range all {
+		perWorker[r.worker]++
+	}
 	res.MinPerWorker = -1
-	for w := range recs {
-		n := int64(len(recs[w]))
+	for _, n := range perWorker {
 		if res.MinPerWorker < 0 || n < res.MinPerWorker {
 			res.MinPerWorker = n
 		}
@@ -401,15 +531,15 @@ func Merge(parts []Result) Result {
 	return out
 }
 
-// Run runs the named scenario.
-func Run(scenario string, impl Impl, key string, b Budget, h Hooks) Result {
+// Run runs the named scenario with lock calls of the context kind.
+func Run(scenario string, impl Impl, key, kind string, b Budget, h Hooks) Result {
 	switch scenario {
 	case S1:
-		return RunS1(impl, key, b, h)
+		return RunS1(impl, key, kind, b, h)
 	case S2:
-		return RunS2(impl, key, b, h)
+		return RunS2(impl, key, kind, b, h)
 	case S3:
-		return RunS3(impl, key, b, h)
+		return RunS3(impl, key, kind, b, h)
 	}
 	panic("unknown scenario " + scenario)
 }
