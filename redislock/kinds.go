@@ -173,11 +173,5 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 }
 
 // acquireReply reads the reply of an acquisition (acquire.lua's, or try
-// and wait of a kind's script): a bare token from a script's fast path
-// (taken at once), else a table.
-func acquireReply(cmd *redis.Cmd) ([]int64, error) {
-	if token, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
-		return []int64{1, token}, nil
-	}
-	return cmd.Int64Slice()
-}
+// and wait of a kind's script).
+func acquireReply(cmd *redis.Cmd) ([]int64, error) { return cmd.Int64Slice() }

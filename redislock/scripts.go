@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	_ "embed"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,27 +45,13 @@ var (
 
 )
 
-// withLib returns script with lib.lua in place of its "-- @lib" line.
-// What comes before that line runs without the shared functions, which
-// Lua would otherwise create (a closure each) on every call.
-func withLib(script string) string {
-	return splice(script, libLua)
-}
+// withLib returns script after lib.lua, the functions the mutex's scripts
+// share.
+func withLib(script string) string { return libLua + "\n" + script }
 
-// withKindsLib returns the script of a kind of lock with lib.lua and
-// kinds.lua in place of its "-- @lib" line, after its fast paths.
-func withKindsLib(script string) string {
-	return splice(script, libLua+"\n"+kindsLua)
-}
-
-// splice returns script with lib in place of its "-- @lib" line.
-func splice(script, lib string) string {
-	const mark = "\n-- @lib\n"
-	if !strings.Contains(script, mark) {
-		panic("redislock: script without a -- @lib line")
-	}
-	return strings.Replace(script, mark, "\n"+lib+"\n", 1)
-}
+// withKindsLib returns the script of a kind of lock after lib.lua and
+// kinds.lua.
+func withKindsLib(script string) string { return libLua + "\n" + kindsLua + "\n" + script }
 
 // script is a Lua script that keeps its source at hand, for the calls
 // that send it by EVAL in a pipeline (see waitAck).

@@ -5,44 +5,7 @@
 -- ARGV[10] the channel on which every change of leader is announced (a
 -- grant, a resignation; not a renewal), so that observers read it again.
 --
--- The common cases come first, written out as in rw.lua (see there why):
--- taking the lead when nobody leads or is queued, refreshing, and
--- resigning with nobody queued. Each leaves the keys, and announces, as
--- the full path would; a case they do not cover falls through to it
--- having changed nothing. A grant replies with the bare token.
-local op, owner = ARGV[1], ARGV[2]
-if op == 'refresh' then
-  -- The full path has nothing to clean up first: the leader's key
-  -- expires by itself.
-  if redis.call('HGET', KEYS[1], 'o') ~= owner then
-    return 0
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return 1
-elseif op == 'release' then
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    if redis.call('HGET', KEYS[1], 'o') ~= owner then
-      return 0
-    end
-    redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[10], 'changed')
-    return 1
-  end
-elseif redis.call('EXISTS', KEYS[3], KEYS[1]) == 0 then
-  local token = redis.call('INCR', KEYS[2])
-  if token == 1 then
-    -- A new counter: seed it (see next_token in lib.lua).
-    local t = redis.call('TIME')
-    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[4])
-    token = redis.call('INCR', KEYS[2])
-  end
-  redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', token), 'v', ARGV[9])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('PUBLISH', ARGV[10], 'changed')
-  return token
-end
-
--- @lib
+-- Runs after lib.lua and kinds.lua.
 
 local leader = hash_holder(KEYS[1])
 local changed = false

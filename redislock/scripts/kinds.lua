@@ -1,6 +1,5 @@
 -- Shared by the readers-writer lock, the semaphore and the election: put,
--- after lib.lua, in place of the "-- @lib" line of rw.lua, semaphore.lua
--- and election.lua, after their fast paths.
+-- after lib.lua, before rw.lua, semaphore.lua and election.lua.
 --
 -- Keys, all tagged "{name}" (KEYS[1] to KEYS[4] play the roles they play
 -- for the mutex, so lib.lua's next_token and dequeue serve here too):
@@ -19,8 +18,7 @@
 -- ARGV[9] the kind's argument: the semaphore's limit, the candidate's value
 -- ARGV[10] the election's notification channel (elections only)
 --
--- try and wait return {1, token} (or, from a script's fast path, the bare
--- token) when the caller holds the lock, otherwise
+-- try and wait return {1, token} when the caller holds the lock, otherwise
 -- {0, ms until the earliest expiry of a holder in the way (-1: none
 -- known), the fencing counter now}; refresh and release return 1 when the
 -- caller held the lock, 0 otherwise.

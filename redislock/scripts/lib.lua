@@ -1,6 +1,6 @@
--- Shared functions, put in place of the "-- @lib" line of every script
--- that has one (acquire.lua, release.lua, and with kinds.lua the kinds'
--- scripts), after their fast paths.
+-- Shared functions, put before acquire.lua, release.lua and (with
+-- kinds.lua) the kinds' scripts: the one copy of the fencing counter's
+-- seeding and of the queue's handling.
 --
 -- Keys of one lock (one hash slot: they share the "{name}" tag):
 --   KEYS[1] the lock: owner value, with the lease's expiry
