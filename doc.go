@@ -31,7 +31,9 @@
 //	AcquireAll(names)            multi-lock over any backend: a set of mutexes,
 //	                             all or nothing, in one order (no deadlock)
 //
-// Each has a Try form that makes one attempt. Every kind returns a *Lease
+// Each has a Try form that makes one attempt and fails with ErrNotAcquired
+// instead of waiting (TryAcquireRead, TryAcquireWrite, TryAcquirePermit,
+// TryCampaign, TryAcquireAll). Every kind returns a *Lease
 // (a *MultiLease for AcquireAll) with the same renewal, loss signal and
 // fencing token as a mutex's. Each kind has names of its own: the mutex
 // "x" and the readers-writer lock "x" are unrelated locks.
@@ -74,7 +76,7 @@
 // attribute "backend" (lock names are never attributes: they are
 // unbounded):
 //
-//	dlock.acquire.duration  histogram, s       Acquire/TryAcquire time, by "result"
+//	dlock.acquire.duration  histogram, s       time to acquire (any kind, Try or not), by "result"
 //	dlock.acquisitions      counter            attempts, by "result" (acquired, not_acquired, canceled, error)
 //	dlock.hold.duration     histogram, s       how long leases were held, by "end" (released, lost)
 //	dlock.renewals          counter            renewals, by "result" (ok, error)

@@ -29,7 +29,8 @@ Plays the overselling story in three acts, in a few seconds:
     token is lower than one it has already seen.
 
 By default it runs on lock files in a temporary directory, removed at the
-end: no server needed. --backend runs it on any backend.
+end: no server needed. --backend (or $DLOCK_BACKEND) runs it on any
+backend.
 `
 
 const demoExamples = `  dlock demo
@@ -43,7 +44,8 @@ const demoStep = 2 * time.Millisecond
 
 func cmdDemo(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("demo", demoHelp, demoExamples)
-	workers := f.Int("workers", 5, "number of concurrent `workers`")
+	f.Lookup("backend").Usage = "backend `URL` (default $" + envBackend + ", else lock files in a temporary directory, removed at the end)"
+	workers := f.Int("workers", 5, "number of concurrent workers")
 	stock := f.Int("stock", 10, "items in stock")
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
