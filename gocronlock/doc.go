@@ -17,7 +17,7 @@
 // instance can then end before another instance's timer fires for the
 // same run (timers and clocks differ by milliseconds or more), and the
 // second instance would run it again. Locker therefore keeps the lock
-// for at least MinHold (DefaultMinHold unless WithMinHold says otherwise)
+// for a minimum hold (DefaultMinHold unless WithMinHold says otherwise)
 // from the start of the run: set it longer than the spread between the
 // instances' timers and shorter than the job's interval, or runs are
 // skipped. Give every job a name (gocron.WithName) that is the same on
@@ -25,10 +25,11 @@
 //
 // # Lock names
 //
-// A job's lock is called Prefix + the job's name (Prefix is DefaultPrefix
-// unless WithPrefix). A job name that is not a valid dlock name (gocron's
-// default names are Go function names, such as "main.(*T).run") is
-// replaced by a digest: Prefix + "sha256/" + 32 hex digits.
+// A job's lock is called the prefix + the job's name (the prefix is
+// DefaultPrefix unless WithPrefix; Locker.LockName tells). A job name
+// that is not a valid dlock name (gocron's default names are Go function
+// names, such as "main.(*T).run") is replaced by a digest: the prefix +
+// "sha256/" + 32 hex digits.
 //
 // # Loss
 //
