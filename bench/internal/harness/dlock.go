@@ -15,6 +15,7 @@ func init() {
 	specs = append([]Spec{
 		{Name: DlockRedis, New: newDlockRedis},
 		{Name: DlockRedisClient, OptIn: true, New: newDlockRedisClient},
+		{Name: DlockRedisAutoPipe, OptIn: true, New: newDlockRedisAutoPipe},
 		{Name: DlockRedlock, Private: true, New: newDlockRedlock},
 	}, specs...)
 }
@@ -56,6 +57,23 @@ func open(url string) (Impl, error) {
 func newDlockRedisClient(e *Env) (Impl, error) {
 	c := NewClient(e.Shared)
 	l, err := dlockredis.New(c, nil, dlock.WithTTL(TTL))
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &dlockImpl{l: l, client: c}, nil
+}
+
+// newDlockRedisAutoPipe is dlock's redis backend over the auto-pipelining
+// client of a go-redis client with default options.
+func newDlockRedisAutoPipe(e *Env) (Impl, error) {
+	c := NewClient(e.Shared)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	l, err := dlockredis.New(ap, nil, dlock.WithTTL(TTL))
 	if err != nil {
 		_ = c.Close()
 		return nil, err

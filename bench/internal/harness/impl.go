@@ -86,6 +86,11 @@ const (
 	// as a user who already has a client would build it (a diagnostic, run
 	// only when named).
 	DlockRedisClient = "dlock-redis-client"
+	// DlockRedisAutoPipe is dlock's redis backend over go-redis's
+	// auto-pipelining client (Client.AutoPipeline() of a default client),
+	// the documented way to coalesce calls (a diagnostic, run only when
+	// named).
+	DlockRedisAutoPipe = "dlock-redis-autopipe"
 )
 
 // specs lists every implementation in the order they are run and shown.
