@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -87,6 +89,40 @@ func TestVersion(t *testing.T) {
 		r := c.run(args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, " go1.") {
 			t.Errorf("dlock %q: exit %d, %q; want dlock <version> ... go1.N", args, r.code, r.stdout)
+		}
+	}
+}
+
+// TestCLIDocFlags: docs/CLI.md names every command and every flag that
+// `dlock <command> --help` shows, and no flag that no command has.
+func TestCLIDocFlags(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t)
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z-]*)`)
+	// --help and --version are answered before any FlagSet; --flag is the
+	// doc's generic example.
+	have := map[string]bool{"help": true, "version": true, "flag": true}
+	for _, cmd := range commands() {
+		if !strings.Contains(string(doc), "`dlock "+cmd.name) {
+			t.Errorf("docs/CLI.md does not show dlock %s", cmd.name)
+		}
+		r := c.run(cmd.name, "--help")
+		for _, m := range flagLine.FindAllStringSubmatch(r.stdout, -1) {
+			have[m[1]] = true
+			if !strings.Contains(string(doc), "--"+m[1]) {
+				t.Errorf("dlock %s --%s is not in docs/CLI.md", cmd.name, m[1])
+			}
+		}
+	}
+	if len(have) == 3 {
+		t.Fatal("no flags found in the commands' --help")
+	}
+	for _, m := range regexp.MustCompile("`[^`]*?--([a-z][a-z-]*)").FindAllStringSubmatch(string(doc), -1) {
+		if !have[m[1]] {
+			t.Errorf("docs/CLI.md names --%s, which no command has", m[1])
 		}
 	}
 }
