@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,5 +215,30 @@ func TestTryCampaignOnMemlock(t *testing.T) {
 	_ = a.Close()
 	if _, err := a.TryCampaign(ctx, "e", "a"); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("TryCampaign after Close = %v, want ErrClosed", err)
+	}
+}
+
+// Every way to wait for a lock has a one-attempt Try form with the same
+// signature, as the package documentation and README promise.
+func TestEveryAcquireHasTryForm(t *testing.T) {
+	typ := reflect.TypeFor[*dlock.Locker]()
+	waits := 0
+	for i := range typ.NumMethod() {
+		m := typ.Method(i)
+		if !strings.HasPrefix(m.Name, "Acquire") && m.Name != "Campaign" {
+			continue
+		}
+		waits++
+		try, ok := typ.MethodByName("Try" + m.Name)
+		if !ok {
+			t.Errorf("Locker.%s has no Try%s", m.Name, m.Name)
+			continue
+		}
+		if try.Type != m.Type {
+			t.Errorf("Locker.Try%s is %v, want the signature of %s, %v", m.Name, try.Type, m.Name, m.Type)
+		}
+	}
+	if waits < 6 {
+		t.Errorf("found %d waiting methods on Locker, want at least Acquire, AcquireRead, AcquireWrite, AcquirePermit, Campaign, AcquireAll", waits)
 	}
 }
