@@ -48,6 +48,7 @@ func run() error {
 	ctxList := flag.String("ctx", strings.Join(harness.CtxKinds, ","), "comma-separated context kinds of the lock calls: background (context.Background()), cancel (context.WithCancel, no deadline), timeout (context.WithTimeout 1s per call)")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "longest wait for a quiet machine before a measurement")
+	quietTries := flag.Int("quiet-tries", 3, "most times a measurement is made while other processes were busy during it (the quietest is kept)")
 	cost := flag.Duration("cost", 2*time.Second, "duration of the CPU-cost pass (S2 on private servers only, so that Redis's CPU per operation can be read); 0 skips it")
 	rounds := flag.Int("rounds", 1, "rounds; the order rotates each round and metrics are medians (max wait: the worst)")
 	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: every implementation under every context kind takes turns in slices of this length (the order rotating every slice) until each has run -d; the quiet guard applies to each turn of slices; 0 runs each for -d in one go, one after another")
@@ -130,7 +131,7 @@ func run() error {
 	}
 	_, sharedPort, _ := net.SplitHostPort(*shared)
 	all := map[harness.Key][]harness.Result{}
-	g := &quietGuard{exclude: exclude, port: sharedPort, limit: *maxForeignFlag, wait: *quietWait}
+	g := &quietGuard{exclude: exclude, port: sharedPort, limit: *maxForeignFlag, wait: *quietWait, tries: max(*quietTries, 1)}
 	started := time.Now()
 	for r := range *rounds {
 		for _, sc := range scens {
@@ -216,7 +217,7 @@ func run() error {
 	fmt.Fprintf(w, "- TTL %v for every implementation; dlock opened from its URL, automatic renewal on (default); peers on go-redis clients with default options\n", harness.TTL)
 	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loop fixed %v\n",
 		harness.BSMMinBackoff, harness.BSMMaxBackoff, harness.RawRetry)
-	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.repeats)
+	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f, at most %d tries; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.tries, g.repeats)
 	fmt.Fprintln(w)
 	harness.WriteTables(w, results, kinds, order)
 	harness.WriteErrors(w, results, kinds, order)
@@ -235,12 +236,13 @@ type quietGuard struct {
 	port    string       // the shared Redis's port
 	limit   float64      // most CPU other processes may use during a kept measurement; 0: no guard
 	wait    time.Duration
+	tries   int // most measurements of one thing
 
 	repeats    int     // measurements repeated because of other processes
 	maxForeign float64 // most CPU other processes used during a kept measurement
 }
 
-// quietly waits for a quiet machine and runs measure, up to 3 times while
+// quietly waits for a quiet machine and runs measure, up to g.tries times while
 // other processes used more than g.limit of a CPU during it, and returns
 // the run during which they used the least, with that use. label names
 // the measurement in the progress output.
@@ -260,7 +262,7 @@ func quietly[T any](g *quietGuard, label string, measure func(attempt int) (T, e
 		if foreign < 0 || f < foreign {
 			best, foreign = res, f
 		}
-		if g.limit <= 0 || f <= g.limit || attempt == 3 {
+		if g.limit <= 0 || f <= g.limit || attempt >= g.tries {
 			break
 		}
 		g.repeats++

@@ -76,13 +76,13 @@ func foreignCPU(a, b cpuSnapshot) float64 {
 	return float64(sum) / clockTicks / sec
 }
 
-// waitQuiet waits until other processes used at most limit CPU over one
-// second, or until max has passed.
+// waitQuiet waits until other processes used at most limit CPU over half
+// a second, or until max has passed.
 func waitQuiet(exclude map[int]bool, sharedPort string, limit float64, max time.Duration) {
 	deadline := time.Now().Add(max)
 	for {
 		a := snapshotForeign(exclude, sharedPort)
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 		f := foreignCPU(a, snapshotForeign(exclude, sharedPort))
 		if f <= limit {
 			return
