@@ -47,9 +47,9 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 	if err != nil {
 		return driver.Grant{}, o, err
 	}
-	keys := d.keys(r.Name)
+	t := d.target(r)
 	start := time.Now()
-	replies := d.fanout(ctx, d.nodeTimeout, quorumSame, acquireScript, d.all(), keys, r.Owner, ms, d.fenceTTL)
+	replies := d.fanout(ctx, d.nodeTimeout, quorumSame, acquireScript, d.all(), &t, ms, d.fenceTTL)
 
 	var (
 		got, held uint64 // masks of nodes
@@ -95,15 +95,15 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 	if o.got >= d.quorum {
 		if d.fencing && !same && !d.skipWriteBack {
 			d.writeBacks.Add(1)
-			t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, fenceScript, got, keys, r.Owner, int64(token), d.fenceTTL))
-			if t.yes < d.quorum {
-				d.undo(ctx, r, keys, d.all()&^held, true)
-				return driver.Grant{}, o, d.noQuorum("lock", r.Name, t.yes, "confirmed the fencing token", t.firstErr)
+			n := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, fenceScript, got, &t, int64(token), d.fenceTTL))
+			if n.yes < d.quorum {
+				d.undo(ctx, &t, r.Name, d.all()&^held, true)
+				return driver.Grant{}, o, d.noQuorum("lock", r.Name, n.yes, "confirmed the fencing token", n.firstErr)
 			}
 		}
 		expires := start.Add(ttl - d.allowance(ttl))
 		if took := time.Since(start); !time.Now().Before(expires) {
-			d.undo(ctx, r, keys, d.all()&^held, true)
+			d.undo(ctx, &t, r.Name, d.all()&^held, true)
 			return driver.Grant{}, o, fmt.Errorf("redlock: lock %q: %w: a quorum took %v to answer, more than the TTL %v less the drift allowance %v",
 				r.Name, driver.ErrNoQuorum, took, ttl, d.allowance(ttl))
 		}
@@ -115,7 +115,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 	// waiters unless another owner holds a quorum: they may be waiting on
 	// the keys we are about to delete.
 	if o.got > 0 || o.failed > 0 {
-		d.undo(ctx, r, keys, d.all()&^held, o.got > 0 && o.rival < d.quorum)
+		d.undo(ctx, &t, r.Name, d.all()&^held, o.got > 0 && o.rival < d.quorum)
 	}
 	if answered := o.got + bits.OnesCount64(held); answered < d.quorum {
 		return driver.Grant{}, o, d.noQuorum("lock", r.Name, answered, "answered", first)
@@ -127,12 +127,12 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 // waits for the answers (for up to releaseTimeoutFactor node timeouts). It
 // runs even when ctx was cancelled: an attempt given up must leave nothing
 // behind. With notify, each node that deleted the key publishes the name.
-func (d *Driver) undo(ctx context.Context, r driver.Request, keys []string, mask uint64, notify bool) {
-	channel := ""
+func (d *Driver) undo(ctx context.Context, t *target, name string, mask uint64, notify bool) {
+	channel := any("")
 	if notify {
-		channel = d.channel
+		channel = d.channelArg
 	}
-	d.fanout(context.WithoutCancel(ctx), d.nodeTimeout*releaseTimeoutFactor, allAnswer, releaseScript, mask, keys, r.Owner, channel, r.Name)
+	d.fanout(context.WithoutCancel(ctx), d.nodeTimeout*releaseTimeoutFactor, allAnswer, releaseScript, mask, t, channel, name)
 }
 
 // mostCommon returns how often the most frequent value occurs in s.
@@ -166,13 +166,14 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 		return time.Time{}, err
 	}
 	start := time.Now()
-	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), d.keys(r.Name), r.Owner, ms, d.fenceTTL))
+	tg := d.target(r)
+	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), &tg, ms, d.fenceTTL))
 	switch {
 	case t.yes >= d.quorum:
 		return start.Add(ttl - d.allowance(ttl)), nil
 	case t.yes+t.failed < d.quorum:
 		return time.Time{}, fmt.Errorf("redlock: refresh %q: %w: held on %d of %d nodes, %d needed",
-			r.Name, driver.ErrNotHeld, t.yes, len(d.nodes), d.quorum)
+			r.Name, driver.ErrNotHeld, t.yes, len(d.clients), d.quorum)
 	}
 	return time.Time{}, d.noQuorum("refresh", r.Name, t.yes, "confirmed", t.firstErr)
 }
@@ -191,7 +192,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
 	}
-	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), d.keys(r.Name), r.Owner, d.channel, r.Name))
+	tg := d.target(r)
+	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), &tg, d.channelArg, r.Name))
 	switch answered := t.yes + t.no; {
 	case answered < d.quorum:
 		return d.noQuorum("unlock", r.Name, answered, "answered", t.firstErr)

@@ -22,6 +22,17 @@ var benchClients = []struct {
 	make func(b *testing.B, c *cluster) []redis.UniversalClient
 }{
 	{"clients=opener", func(b *testing.B, c *cluster) []redis.UniversalClient { return c.clients(b) }},
+	{"clients=autopipeline", func(b *testing.B, c *cluster) []redis.UniversalClient {
+		cs := c.clients(b)
+		for i, rc := range cs {
+			ap, err := rc.(*redis.Client).AutoPipeline()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cs[i] = ap
+		}
+		return cs
+	}},
 	{"clients=default", func(b *testing.B, c *cluster) []redis.UniversalClient {
 		cs := make([]redis.UniversalClient, len(c.servers))
 		for i, s := range c.servers {

@@ -51,8 +51,8 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			ttls := make([]*redis.DurationCmd, len(names))
 			pipe := c.Pipeline()
 			for k, name := range names {
-				keys := d.keys(name)
-				owners[k], ttls[k], tokens[k] = pipe.Get(ctx, keys[0]), pipe.PTTL(ctx, keys[0]), pipe.Get(ctx, keys[1])
+				lock, fence := d.keys(name)
+				owners[k], ttls[k], tokens[k] = pipe.Get(ctx, lock), pipe.PTTL(ctx, lock), pipe.Get(ctx, fence)
 			}
 			if len(names) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

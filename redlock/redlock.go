@@ -14,7 +14,6 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/redispipe"
 )
 
 // Defaults and limits of Options.
@@ -106,7 +105,7 @@ type Options struct {
 // be copied.
 type Driver struct {
 	clients     []redis.UniversalClient
-	nodes       []*redispipe.Sender // one per client
+	nodes       []*node // one per client
 	ownClients  bool                // opened from a URL: Close closes them
 	quorum      int
 	nodeTimeout time.Duration
@@ -115,6 +114,7 @@ type Driver struct {
 	fencing     bool
 	fenceTTL    any // counter ttl in ms as the scripts take it, boxed once; "0" without fencing
 	channel     string
+	channelArg  any // channel, boxed once
 
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close
@@ -201,11 +201,12 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		channel:     opt.Prefix + "released",
 		done:        make(chan struct{}),
 	}
+	d.channelArg = d.channel
+	for i, c := range d.clients {
+		d.nodes = append(d.nodes, newNode(i, c))
+	}
 	if d.fencing {
 		d.fenceTTL = max(opt.FenceTTL.Milliseconds(), 1)
-	}
-	for _, c := range d.clients {
-		d.nodes = append(d.nodes, redispipe.NewSender(c, 1, allScripts...))
 	}
 	d.sub.init(d)
 	log := opt.Logger
@@ -250,7 +251,7 @@ func (d *Driver) Close() error {
 		d.checking.Wait() // before the clients may be closed
 		d.sub.close()
 		for _, n := range d.nodes {
-			n.Close()
+			n.close()
 		}
 		if d.ownClients {
 			errs := make([]error, 0, len(d.clients))
@@ -261,13 +262,6 @@ func (d *Driver) Close() error {
 		}
 	})
 	return err
-}
-
-// keys returns the lock's key and its fencing counter's, which share the
-// hash tag {name}, cut from one string.
-func (d *Driver) keys(name string) []string {
-	s := d.prefix + "{" + name + "}:fence"
-	return []string{s[:len(s)-len(":fence")], s}
 }
 
 // allowance is the clock-drift allowance for a lock of the given TTL.
