@@ -82,7 +82,8 @@ func (d *Driver) keysFor(r driver.Request) []string {
 	var kind string
 	switch r.Mode {
 	case driver.Exclusive:
-		return d.keys(r.Name)
+		k := d.keys(r.Name)
+		return k[:]
 	case driver.Read, driver.Write:
 		kind, suffixes = rwKind, rwSuffixes
 	case driver.Permit:

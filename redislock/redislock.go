@@ -212,14 +212,24 @@ func (d *Driver) Client() redis.UniversalClient { return d.client }
 
 // keys returns the lock's four keys, which share the hash tag {name}: the
 // lock, its fencing counter, its wait queue and the queue's entries. They
-// are cut from one string, so building them costs one allocation (and one
-// for the slice).
-func (d *Driver) keys(name string) []string {
+// are cut from one string, and returned in an array, so that building
+// them costs one allocation.
+func (d *Driver) keys(name string) [4]string {
 	p := d.prefix
 	s := p + "{" + name + "}:fence" + p + "{" + name + "}:qe"
 	n := len(p) + len(name) + 2 // len("<prefix>{<name>}")
 	m := n + len(":fence")
-	return []string{s[:n], s[:m], s[m : m+n+2], s[m:]}
+	return [4]string{s[:n], s[:m], s[m : m+n+2], s[m:]}
+}
+
+// keysOn returns keysFor(r), with a mutex's keys held in buf, so that
+// the caller's array holds them and no slice is allocated.
+func (d *Driver) keysOn(buf *[4]string, r driver.Request) []string {
+	if r.Mode == driver.Exclusive {
+		*buf = d.keys(r.Name)
+		return buf[:]
+	}
+	return d.keysFor(r)
 }
 
 // ttlArg returns the lock TTL in whole milliseconds, as the scripts take
@@ -251,8 +261,9 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err := checkMode(r); err != nil {
 		return driver.Grant{}, err
 	}
+	var buf [4]string
 	start := time.Now()
-	res, err := d.acquireCall(ctx, r, d.keysFor(r), d.ttlArgs(ttl), false)
+	res, err := d.acquireCall(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), false)
 	if err != nil {
 		// The script may have run before the error: leave nothing held.
 		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
@@ -296,7 +307,8 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	start := time.Now()
 	var n int64
 	if r.Mode == driver.Exclusive {
-		n, err = d.run(ctx, refreshScript, d.keys(r.Name)[:1], r.Owner, b.ms).Int64()
+		k := d.keys(r.Name)
+		n, err = d.run(ctx, refreshScript, k[:1], r.Owner, b.ms).Int64()
 	} else {
 		n, err = d.kindDo(ctx, r, d.keysFor(r), opRefresh, b).Int64()
 	}
@@ -335,7 +347,8 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 	var n int64
 	var err error
 	if r.Mode == driver.Exclusive {
-		n, err = d.run(ctx, releaseScript, d.keys(r.Name), r.Owner, d.fenceTTL, r.Name).Int64()
+		k := d.keys(r.Name)
+		n, err = d.run(ctx, releaseScript, k[:], r.Owner, d.fenceTTL, r.Name).Int64()
 	} else {
 		if err := checkMode(r); err != nil {
 			return false, err

@@ -85,7 +85,7 @@ func (d *Driver) waitAck(ctx context.Context, r driver.Request) (int64, error) {
 	pipe := d.client.Pipeline()
 	var refresh *redis.Cmd
 	if r.Mode == driver.Exclusive {
-		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keys(r.Name)[:1], r.Owner, b.ms)
+		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keysFor(r)[:1], r.Owner, b.ms)
 	} else {
 		script, args := d.kindCall(r, opRefresh, b)
 		refresh = pipe.Eval(ctx, script.Source(), d.keysFor(r), args...)

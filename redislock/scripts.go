@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	_ "embed"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -42,7 +43,6 @@ var (
 	semaphoreScript = newScript(withKindsLib(semaphoreLua))
 	electionScript  = newScript(withKindsLib(electionLua))
 	leaderScript    = newScript(leaderLua)
-
 )
 
 // withLib returns script after lib.lua, the functions the mutex's scripts
@@ -54,23 +54,52 @@ func withLib(script string) string { return libLua + "\n" + script }
 func withKindsLib(script string) string { return libLua + "\n" + kindsLua + "\n" + script }
 
 // script is a Lua script that keeps its source at hand, for the calls
-// that send it by EVAL in a pipeline (see waitAck).
+// that send it by EVAL in a pipeline (see waitAck), and its hash and
+// source boxed once as command arguments.
 type script struct {
 	*redis.Script
-	src string
+	src       string
+	boxedHash any
+	boxedSrc  any
 }
 
 // newScript returns the script of Lua source src.
-func newScript(src string) *script { return &script{redis.NewScript(src), src} }
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{Script: s, src: src, boxedHash: s.Hash(), boxedSrc: src}
+}
 
 // Source returns the script's Lua source.
 func (s *script) Source() string { return s.src }
 
 // run sends one call of s through the driver's client with the caller's
-// ctx, as Script.Run does. There is no layer of dlock's own between a
-// call and go-redis: a client that coalesces calls (go-redis's
-// AutoPipeliner) does so here, and ctx bounds the call as far as the
-// client honours it (see Requests in the package documentation).
+// ctx, as go-redis's Script.Run does: EVALSHA, then EVAL if the server
+// answers NOSCRIPT. There is no layer of dlock's own between a call and
+// go-redis: a client that coalesces calls (go-redis's AutoPipeliner) does
+// so here, and ctx bounds the call as far as the client honours it (see
+// Requests in the package documentation). The command is built here,
+// rather than by EvalSha, so that its arguments are put in one slice
+// once, not gathered into a variadic slice and then copied into another.
 func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
-	return s.Run(ctx, d.client, keys, args...)
+	cmdArgs := make([]any, 3+len(keys)+len(args))
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.boxedHash, len(keys)
+	for i, k := range keys {
+		cmdArgs[3+i] = k
+	}
+	copy(cmdArgs[3+len(keys):], args)
+	cmd := d.process(ctx, cmdArgs)
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		cmdArgs[0], cmdArgs[1] = "eval", s.boxedSrc
+		cmd = d.process(ctx, cmdArgs)
+	}
+	return cmd
+}
+
+// process sends the EVAL or EVALSHA command of args, whose keys start at
+// args[3] (which routes it on a Redis Cluster).
+func (d *Driver) process(ctx context.Context, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = d.client.Process(ctx, cmd)
+	return cmd
 }

@@ -84,7 +84,8 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if err := checkMode(r); err != nil {
 		return driver.Grant{}, err
 	}
-	keys := d.keysFor(r)
+	var buf [4]string
+	keys := d.keysOn(&buf, r)
 	args := d.ttlArgs(ttl)
 	life := d.entryLifetime(ttl)
 	recheck := min(life, ttl) / 3
