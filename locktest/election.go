@@ -118,8 +118,9 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 
 // electionTryCampaign: TryCampaign takes a free election at once, even
 // while the mutex of the same name is held; fails with ErrNotAcquired,
-// without queueing, while another candidate leads or waits in Campaign;
-// and succeeds again, with a greater token, once nobody leads.
+// without queueing, while another candidate leads (one that took it with
+// TryCampaign, or one that waited in Campaign); and succeeds again, with a
+// greater token, once nobody leads.
 func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name string) {
 	a, b, c := s.locker(t), s.locker(t), s.locker(t)
 	if s.noElection(t, ctx, a, name) {
@@ -137,7 +138,8 @@ func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name stri
 	}
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign while another leads")
 
-	// A candidate waiting in Campaign is ahead of a later TryCampaign.
+	// A candidate waiting in Campaign leads once the leader resigns, and a
+	// TryCampaign fails while it leads.
 	waiting := make(chan *dlock.Lease, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
