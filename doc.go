@@ -84,5 +84,7 @@
 //	dlock.held              up-down counter    leases held now
 //
 // With WithLogger, it logs acquisitions and releases at Debug, failed
-// renewals at Warn and lost leases at Error, with the lock's name and token.
+// acquisitions (a backend error, not a held lock) and failed renewals at
+// Warn, and lost leases at Error, with the lock's name and token (see
+// docs/OBSERVABILITY.md).
 package dlock
