@@ -96,16 +96,31 @@ func (s *subscriber) register(owner string) (chan grantMsg, error) {
 	if _, dup := s.waiters[owner]; dup {
 		return nil, errOwnerWaiting
 	}
-	ch := make(chan grantMsg, 1)
+	ch := grantChans.Get().(chan grantMsg)
 	s.waiters[owner] = ch
 	return ch, nil
 }
 
+// unregister ends owner's wait. Its channel is emptied and reused: route
+// sends under wmu, so once owner is unregistered nothing more arrives on
+// it, and a grant meant for one call never reaches another.
 func (s *subscriber) unregister(owner string) {
 	s.wmu.Lock()
+	ch := s.waiters[owner]
 	delete(s.waiters, owner)
 	s.wmu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		default:
+		}
+		grantChans.Put(ch)
+	}
 }
+
+// grantChans holds the channels of finished waits, for register, which
+// every Lock call makes.
+var grantChans = sync.Pool{New: func() any { return make(chan grantMsg, 1) }}
 
 // route delivers a grant message "<token> <owner> <name>" to its waiter,
 // if it still waits. Names hold no spaces; owners are split off from both
@@ -121,9 +136,8 @@ func (s *subscriber) route(payload string, at time.Time) {
 		return
 	}
 	s.wmu.Lock()
-	ch := s.waiters[payload[i+1:j]]
-	s.wmu.Unlock()
-	if ch != nil {
+	defer s.wmu.Unlock()
+	if ch := s.waiters[payload[i+1:j]]; ch != nil {
 		select {
 		case ch <- grantMsg{token: token, at: at}:
 		default: // an older grant is unread; the waiter re-checks anyway
