@@ -167,7 +167,7 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 		return acquireReply(d.kindDo(ctx, r, keys, op, b))
 	case wait:
 		return acquireReply(d.run(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, opWait,
-			d.entryChannel, b.life, r.Name))
+			d.entryChannel, b.life))
 	default:
 		return acquireReply(d.run(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, opTry))
 	}

@@ -348,7 +348,7 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 	var err error
 	if r.Mode == driver.Exclusive {
 		k := d.keys(r.Name)
-		n, err = d.run(ctx, releaseScript, k[:], r.Owner, d.fenceTTL, r.Name).Int64()
+		n, err = d.run(ctx, releaseScript, k[:], r.Owner, d.fenceTTL).Int64()
 	} else {
 		if err := checkMode(r); err != nil {
 			return false, err

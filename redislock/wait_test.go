@@ -320,7 +320,7 @@ func TestDeadWaiterSkipped(t *testing.T) {
 	dead := request(name, ttl)
 	k := d.keys(name)
 	if err := acquireScript.Run(ctx, d.client, k[:], dead.Owner, ttl.Milliseconds(), d.fenceTTL, opWait,
-		d.prefix+"w:dead", d.entryLifetime(ttl).Milliseconds(), name).Err(); err != nil {
+		d.prefix+"w:dead", d.entryLifetime(ttl).Milliseconds()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	live := request(name, ttl)

@@ -5,7 +5,7 @@
 -- ARGV[1] owner        ARGV[2] ttl ms        ARGV[3] fence counter ttl ms
 -- ARGV[4] mode: "try" (never queue) or "wait"
 -- wait mode only:
--- ARGV[5] channel      ARGV[6] entry lifetime ms        ARGV[7] lock name
+-- ARGV[5] channel      ARGV[6] entry lifetime ms
 --
 -- Returns {1, token} when the caller holds the lock; otherwise {0, pttl,
 -- counter}: the holder's remaining time and the fencing counter now, which
@@ -56,7 +56,7 @@ end
 -- Free but with others waiting (the holder expired): the queue's head
 -- gets it, which may be the caller.
 if not cur then
-  local w, token = hand_off(ARGV[7], fence_ttl, owner)
+  local w, token = hand_off(fence_ttl, owner)
   if w == owner then
     return {1, token}
   end

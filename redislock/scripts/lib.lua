@@ -48,12 +48,19 @@ local function dequeue(owner)
   end
 end
 
+-- The lock's name, for grant messages: KEYS[1] is "<prefix>{<name>}" and
+-- neither a prefix nor a name holds a brace. Taken from the key rather
+-- than passed, so that no call pays for an argument only a handoff uses.
+local function lock_name()
+  return string.sub(KEYS[1], string.find(KEYS[1], '{', 1, true) + 1, -2)
+end
+
 -- Gives the free lock to the first live waiter in the queue, dropping the
 -- entries whose deadline has passed (their waiters stopped refreshing
 -- them). The new holder is told on its channel, unless it is self (the
 -- caller, who learns from the reply). Returns the new holder and its
 -- token, or false when no live waiter is left.
-local function hand_off(name, fence_ttl, self)
+local function hand_off(fence_ttl, self)
   local now = nil
   while true do
     local w = redis.call('LPOP', KEYS[3])
@@ -69,7 +76,7 @@ local function hand_off(name, fence_ttl, self)
         redis.call('SET', KEYS[1], w, 'PX', ttl)
         local token = next_token(fence_ttl)
         if w ~= self then
-          redis.call('PUBLISH', channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. name)
+          redis.call('PUBLISH', channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. lock_name())
         end
         return w, token
       end

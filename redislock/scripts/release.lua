@@ -2,7 +2,7 @@
 -- waiter; also removes the caller's queue entry (a waiter giving up).
 -- Runs after lib.lua.
 --
--- ARGV[1] owner        ARGV[2] fence counter ttl ms        ARGV[3] lock name
+-- ARGV[1] owner        ARGV[2] fence counter ttl ms
 --
 -- Returns 1 when the caller held the lock, 0 otherwise.
 local owner = ARGV[1]
@@ -17,6 +17,6 @@ if redis.call('GET', KEYS[1]) ~= owner then
 end
 redis.call('DEL', KEYS[1])
 if queued then
-  hand_off(ARGV[3], ARGV[2], false)
+  hand_off(ARGV[2], false)
 end
 return 1
