@@ -44,6 +44,34 @@ var benchClients = []struct {
 	}},
 }
 
+// benchContexts are the three kinds of context a caller passes: none, a
+// request's (cancellable, no deadline), and one with a deadline.
+var benchContexts = []struct {
+	name string
+	make func(b *testing.B) context.Context
+}{
+	{"ctx=background", func(b *testing.B) context.Context { return context.Background() }},
+	{"ctx=cancel", func(b *testing.B) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		return ctx
+	}},
+	{"ctx=timeout", func(b *testing.B) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		b.Cleanup(cancel)
+		return ctx
+	}},
+}
+
+// eachSetup runs f under every client set-up and context kind.
+func eachSetup(b *testing.B, c *cluster, f func(b *testing.B, cs []redis.UniversalClient, ctx context.Context)) {
+	for _, bc := range benchClients {
+		for _, bx := range benchContexts {
+			b.Run(bc.name+"/"+bx.name, func(b *testing.B) { f(b, bc.make(b, c), bx.make(b)) })
+		}
+	}
+}
+
 func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
 	l, err := New(cs, nil, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -57,57 +85,49 @@ func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
 // BenchmarkAcquireRelease: one goroutine takes and releases one name in a
 // loop over 5 nodes, fencing on (the default).
 func BenchmarkAcquireRelease(b *testing.B) {
-	c := newCluster(b, 5)
-	for _, bc := range benchClients {
-		b.Run(bc.name, func(b *testing.B) {
-			l := benchLocker(b, bc.make(b, c))
-			ctx := context.Background()
-			name := uniqueName("bench/s1")
-			b.ReportAllocs()
-			for b.Loop() {
-				lease, err := l.Acquire(ctx, name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
+	eachSetup(b, newCluster(b, 5), func(b *testing.B, cs []redis.UniversalClient, ctx context.Context) {
+		l := benchLocker(b, cs)
+		name := uniqueName("bench/s1")
+		b.ReportAllocs()
+		for b.Loop() {
+			lease, err := l.Acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-		})
-	}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
 }
 
 // BenchmarkParallelDistinct: 16 goroutines (8 per CPU on this 2-core
 // machine: SetParallelism(16/GOMAXPROCS)) each take and release a name
 // of their own, over 5 nodes.
 func BenchmarkParallelDistinct(b *testing.B) {
-	c := newCluster(b, 5)
-	for _, bc := range benchClients {
-		b.Run(bc.name, func(b *testing.B) {
-			l := benchLocker(b, bc.make(b, c))
-			ctx := context.Background()
-			prefix := uniqueName("bench/s2")
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(max(1, 16/runtimeProcs()))
-			b.RunParallel(func(pb *testing.PB) {
-				name := prefix + "/" + strconv.FormatInt(seq.Add(1), 10)
-				for pb.Next() {
-					lease, err := l.Acquire(ctx, name)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := lease.Release(ctx); err != nil {
-						b.Error(err)
-						return
-					}
+	eachSetup(b, newCluster(b, 5), func(b *testing.B, cs []redis.UniversalClient, ctx context.Context) {
+		l := benchLocker(b, cs)
+		prefix := uniqueName("bench/s2")
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(max(1, 16/runtimeProcs()))
+		b.RunParallel(func(pb *testing.PB) {
+			name := prefix + "/" + strconv.FormatInt(seq.Add(1), 10)
+			for pb.Next() {
+				lease, err := l.Acquire(ctx, name)
+				if err != nil {
+					b.Error(err)
+					return
 				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+				if err := lease.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
 		})
-	}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
 }
 
 // BenchmarkDriver: TryLock and Unlock on the driver alone (no Locker, no

@@ -138,8 +138,8 @@ func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, 
 // answer takes node i's reply, and tells the caller once it has enough.
 // The last node to answer releases the call's context.
 func (c *call) answer(i int, val any, err error) {
-	if err != nil && c.rctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		err = errNodeTimeout
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		err = errNodeTimeout // a pipeline's deadline may pass before c.rctx's timer fires
 		if e := c.ctx.Err(); e != nil {
 			err = e
 		}

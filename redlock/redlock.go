@@ -106,7 +106,7 @@ type Options struct {
 type Driver struct {
 	clients     []redis.UniversalClient
 	nodes       []*node // one per client
-	ownClients  bool                // opened from a URL: Close closes them
+	ownClients  bool    // opened from a URL: Close closes them
 	quorum      int
 	nodeTimeout time.Duration
 	drift       time.Duration
