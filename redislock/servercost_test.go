@@ -1,0 +1,99 @@
+package redislock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// rawDelete is the delete script of the raw SET NX PX loop, the
+// baseline of BenchmarkServerCost.
+var rawDelete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// BenchmarkServerCost: the server's time per uncontended acquire+release
+// (server-us/op, from INFO commandstats on a private redis-server: the
+// usec of the commands the client sent, which include those a script
+// runs), for a Locker and for the raw loop of SET NX PX and a delete
+// script. Rerun with
+//
+//	go test -run '^$' -bench ServerCost -count 5 ./redislock/
+func BenchmarkServerCost(b *testing.B) {
+	srv := testenv.StartRedis(b, testenv.RedisOptions{})
+	c := srv.Client()
+	ctx := context.Background()
+	b.Run("dlock", func(b *testing.B) {
+		d := newDriverOn(b, c, nil)
+		l := newLocker(b, d)
+		lease, err := l.Acquire(ctx, "cost") // loads the scripts
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = lease.Release(ctx)
+		serverCost(b, c, func() {
+			lease, err := l.Acquire(ctx, "cost")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}, "evalsha", "eval")
+	})
+	b.Run("raw", func(b *testing.B) {
+		_ = rawDelete.Load(ctx, c).Err()
+		serverCost(b, c, func() {
+			if ok, err := c.SetNX(ctx, "cost", "me", 10e9).Result(); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			if err := rawDelete.Run(ctx, c, []string{"cost"}, "me").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, "set", "evalsha", "eval")
+	})
+}
+
+// serverCost runs op b.N times and reports the server's usec per op
+// spent in the commands named (those op sends).
+func serverCost(b *testing.B, c *redis.Client, op func(), commands ...string) {
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		op()
+	}
+	b.StopTimer()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec float64
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_")), ":")
+		if !ok || !contains(commands, name) {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				usec += n
+			}
+		}
+	}
+	b.ReportMetric(usec/float64(b.N), "server-us/op")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
