@@ -46,11 +46,17 @@
 // Acquisitions, refreshes and releases return as soon as a quorum has
 // answered alike; the slower nodes' requests still run, in order.
 //
-// Each node has one sender goroutine in the Driver; requests that arrive
-// while a batch is on the wire go out together in one pipeline. Call
-// Driver.Prepare at start-up to dial every node and load the scripts
-// before the first lock, whose requests would otherwise pay for both
-// within the node timeout.
+// Every request is one script call, EVALSHA through the node's go-redis
+// client (EVAL when the node has lost its script cache), under the
+// caller's context bounded by the node timeout; all nodes get the same
+// command line, built once per call. Each node has one sender goroutine
+// in the Driver, which sends that node's requests in order; requests that
+// arrive while a batch is on the wire go out together in one pipeline,
+// which is what keeps many concurrent locks cheap. A go-redis
+// AutoPipeliner (Client.AutoPipeline) works as a node's client too, but
+// the Driver batches already. Call Driver.Prepare at start-up to dial
+// every node and load the scripts before the first lock, whose requests
+// would otherwise pay for both within the node timeout.
 //
 // Waiting (Acquire) subscribes once per Driver, on every node, to the
 // release channel ("<prefix>released"); a release wakes the local waiters
