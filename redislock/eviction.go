@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockgo/dlock/internal/redisconf"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // evictionCheckTimeout bounds the driver's read of maxmemory-policy.
@@ -31,7 +31,7 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logge
 		policy string   // the last risky policy read, for the log's attribute
 	)
 	read := func(ctx context.Context, addr string, c redis.Cmdable) error {
-		p, evicts, err := redisconf.EvictionPolicy(ctx, c)
+		p, evicts, err := redisutil.EvictionPolicy(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Inspect lists the locks held now whose names start with prefix (all of
@@ -38,7 +39,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		for _, s := range scans {
-			names, err := scanNames(ctx, c, d.prefix+s.kind+"{", s.tail, prefix)
+			names, err := redisutil.ScanNames(ctx, c, d.prefix+s.kind+"{", s.tail, prefix)
 			if err != nil {
 				return err
 			}
@@ -176,32 +177,3 @@ func expiry(now time.Time, pttl time.Duration) time.Time {
 }
 
 var _ driver.Inspector = (*Driver)(nil)
-
-// scanNames returns the lock names of the keys "<head><name>}<tail>" on
-// the server c reaches (one node: SCAN is per node) whose name starts with
-// prefix,, as Inspect lists them: head is the backend's
-// key prefix (and kind) followed by "{", tail "" for a lock's main key or
-// the suffix of another of its keys (":r"). Other keys of a lock
-// ("…}:fence") and names holding a brace are skipped. Lock names never
-// hold Redis's glob characters (see dlock.ValidateName); a prefix that
-// does is rejected with driver.ErrInvalidName.
-func scanNames(ctx context.Context, c redis.UniversalClient, head, tail, prefix string) ([]string, error) {
-	if strings.ContainsAny(prefix, `*?[]\{}`) {
-		return nil, fmt.Errorf("prefix %q: %w", prefix, driver.ErrInvalidName)
-	}
-	it := c.Scan(ctx, 0, head+prefix+"*}"+tail, 1000).Iterator()
-	var names []string
-	for it.Next(ctx) {
-		rest, ok := strings.CutPrefix(it.Val(), head)
-		if ok {
-			rest, ok = strings.CutSuffix(rest, tail)
-		}
-		if !ok || !strings.HasSuffix(rest, "}") {
-			continue
-		}
-		if name := rest[:len(rest)-1]; name != "" && !strings.ContainsAny(name, "{}") {
-			names = append(names, name)
-		}
-	}
-	return names, it.Err()
-}

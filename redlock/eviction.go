@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockgo/dlock/internal/redisconf"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // startEvictionCheck reads every node's maxmemory-policy in the
@@ -39,7 +39,7 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 			wg.Go(func() {
 				addr := nodeAddr(i, c)
 				nctx, ncancel := context.WithTimeout(ctx, d.nodeTimeout)
-				p, evicts, err := redisconf.EvictionPolicy(nctx, c)
+				p, evicts, err := redisutil.EvictionPolicy(nctx, c)
 				ncancel()
 				mu.Lock()
 				defer mu.Unlock()

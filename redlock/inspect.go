@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/redispipe"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Inspect lists the locks held now whose names start with prefix (all of
@@ -41,7 +41,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
-			names, err := redispipe.ScanNames(ctx, c, d.prefix+"{", "", prefix)
+			names, err := redisutil.ScanNames(ctx, c, d.prefix+"{", "", prefix)
 			if err != nil {
 				errs[i] = err
 				return

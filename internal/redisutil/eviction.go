@@ -1,6 +1,4 @@
-// Package redisconf reads the Redis server settings that bear on a lock's
-// safety, for the Redis backends (redislock, redlock).
-package redisconf
+package redisutil
 
 import (
 	"context"

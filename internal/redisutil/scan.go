@@ -1,10 +1,4 @@
-// Package redispipe holds ScanNames, the key scan behind redlock's
-// Inspect. Its sender, which coalesced script calls into pipelines, is
-// gone: both Redis backends send each call through their go-redis client
-// (a user who wants coalescing passes go-redis's AutoPipeliner).
-// redislock has its own copy of the scan, so that this package can go
-// once redlock has one too.
-package redispipe
+package redisutil
 
 import (
 	"context"
