@@ -27,7 +27,9 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 			raw = nil
 		}
 	}
-	return sockwatch.New(raw, opaque, sessionEnded)
+	w := sockwatch.New(raw, opaque, sessionEnded)
+	w.JudgeBusy(fatalFrame)
+	return w
 }
 
 // sessionEnded judges the first bytes of a frame that came while no query
@@ -35,3 +37,11 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 // session (FATAL), and closes the connection next. Other frames (a
 // NoticeResponse, a ParameterStatus) pgx reads at the keeper's next ping.
 func sessionEnded(frame []byte) bool { return frame[0] == 'E' }
+
+// fatalFrame judges the first bytes of the stream while a query runs: an
+// ErrorResponse ('E', its length, then the severity field 'S') of
+// severity FATAL or PANIC ends the session whatever the query was, while
+// an ERROR may be the query's own reply.
+func fatalFrame(f []byte) bool {
+	return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && (f[6] == 'F' || f[6] == 'P')
+}

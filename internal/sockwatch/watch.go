@@ -52,6 +52,14 @@ type Watch struct {
 	// found that the server closed it; closedFn makes that look.
 	closed   atomic.Bool
 	closedFn func(fd uintptr)
+
+	// busyEnded (see JudgeBusy) judges the first bytes while a statement
+	// has the socket; judgeFn is closedFn with that peek too, into bbuf,
+	// which one look at a time owns (bbusy).
+	busyEnded func(frame []byte) bool
+	judgeFn   func(fd uintptr)
+	bbuf      [8]byte
+	bbusy     atomic.Bool
 }
 
 // A lookSlot is what one Look needs of its own, so that looks that run at
@@ -133,7 +141,29 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 			w.closed.Store(true)
 		}
 	}
+	w.judgeFn = func(fd uintptr) {
+		w.closedFn(fd)
+		if n, errno := peek(fd, w.bbuf[:]); errno == 0 && n > 0 && w.busyEnded(w.bbuf[:n]) {
+			w.closed.Store(true)
+		}
+	}
 	return w
+}
+
+// JudgeBusy sets a test of the first bytes in the socket that holds even
+// while a statement has it: true only for a frame that ends the session
+// whatever statement is running, such as PostgreSQL's ErrorResponse of
+// severity FATAL, which a server sends before it lets the session's locks
+// go and, a moment later, closes the connection. A look made while a
+// statement runs then peeks as well as reading the TCP state, so that a
+// holder resumed with a statement in flight sees such a frame at once. It
+// must not allocate, nor keep frame, and must be set before Start; a
+// connection whose bytes are not the protocol's frames (opaque) ignores
+// it.
+func (w *Watch) JudgeBusy(ended func(frame []byte) bool) {
+	if !w.opaque {
+		w.busyEnded = ended
+	}
 }
 
 // Watched reports whether the socket is watched. When it is not, Look
@@ -212,7 +242,12 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 // goroutine runs. One getsockopt; it does not allocate.
 func (w *Watch) lookState() (Verdict, syscall.Errno) {
 	if !w.closed.Load() {
-		if err := w.rc.Control(w.closedFn); err != nil {
+		fn := w.closedFn
+		if w.busyEnded != nil && w.bbusy.CompareAndSwap(false, true) {
+			fn = w.judgeFn
+			defer w.bbusy.Store(false)
+		}
+		if err := w.rc.Control(fn); err != nil {
 			return VQuiet, 0 // closed on this side: the lock is ending anyway
 		}
 	}

@@ -338,3 +338,35 @@ func TestLookWhileBusy(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeBusy: with JudgeBusy, a look while a statement has the socket
+// finds a session-ending frame before the server's close, and leaves a
+// frame the test does not judge (the statement's own error) to the
+// statement.
+func TestJudgeBusy(t *testing.T) {
+	if !canPeek {
+		t.Skip("no peek on this system")
+	}
+	fatal := func(f []byte) bool { return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && f[6] == 'F' }
+	for _, c := range []struct {
+		frame string
+		want  Verdict
+	}{
+		{"E\x00\x00\x00\x20SFATAL\x00", VGone},
+		{"E\x00\x00\x00\x20SERROR\x00", VQuiet},
+	} {
+		ours, server := socketPair(t)
+		w := New(ours, false, endsOnE)
+		w.JudgeBusy(fatal)
+		w.Start()
+		w.Pause()
+		_, _ = server.Write([]byte(c.frame))
+		time.Sleep(20 * time.Millisecond)
+		if v, _ := w.Look(); v != c.want {
+			t.Errorf("look while busy at %q = %v, want %v", c.frame, v, c.want)
+		}
+		if n := testing.AllocsPerRun(100, func() { w.Look() }); n != 0 {
+			t.Errorf("a busy look allocates %v times, want 0", n)
+		}
+	}
+}
