@@ -28,11 +28,7 @@ func spinUntil(t time.Time) {
 func TestErrChecksValidityAtTheCall(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ctx := context.Background()
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(t, memlock.NewStore())
 	const ttl = 20 * time.Millisecond
 	margin := max(time.Millisecond, ttl/100)
 	var decided, raced int
@@ -203,11 +199,7 @@ func BenchmarkLeaseContextErr(b *testing.B) {
 func TestReleaseAfterUnnoticedExpiry(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ctx := context.Background()
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(t, memlock.NewStore())
 	const ttl = 20 * time.Millisecond
 	decided := 0
 	for i := 0; decided < 5 && i < 500; i++ {
@@ -240,11 +232,7 @@ func TestReleaseAfterUnnoticedExpiry(t *testing.T) {
 // supervision is a timer.
 func TestTTLLeaseHasNoGoroutine(t *testing.T) {
 	ctx := context.Background()
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(t, memlock.NewStore())
 	before := runtime.NumGoroutine()
 	var leases []*dlock.Lease
 	for i := range 100 {
