@@ -47,8 +47,12 @@
 // answered alike; the slower nodes' requests still run, in order.
 //
 // Every request is one script call, EVALSHA through the node's go-redis
-// client (EVAL when the node has lost its script cache), under the
-// caller's context bounded by the node timeout; all nodes get the same
+// client (EVAL when the node has lost its script cache), bounded by the
+// node timeout. The caller's context ends the caller's wait, not the
+// requests: once a call is made, every node is asked and its request
+// runs to its answer or the node timeout, so a caller that cancels as soon
+// as a call returns (or a release under a cancelled context) still leaves
+// no key behind on the slower nodes. All nodes get the same
 // command line, built once per call. Each node has one sender goroutine
 // in the Driver, which sends that node's requests in order; requests that
 // arrive while a batch is on the wire go out together in one pipeline,

@@ -67,14 +67,14 @@ func (d *Driver) keys(name string) (lock, fence string) {
 
 // call is one script call fanned out to the nodes in mask. Every node
 // gets the same command line, built once: EVALSHA sha 2 lock fence owner
-// arg arg. The requests run under the caller's context bounded by the
-// call's timeout (which, with ContextTimeoutEnabled, bounds their socket
-// I/O too).
+// arg arg. The requests run under the call's timeout (which, with
+// ContextTimeoutEnabled, bounds their socket I/O too) and the caller's
+// context values, but not its cancellation: see fanout.
 type call struct {
 	quorum int
 	stop   until
 	ctx    context.Context // the caller's
-	rctx   context.Context // the requests': ctx bounded by the timeout
+	rctx   context.Context // the requests': the timeout, without ctx's cancellation
 	cancel context.CancelFunc
 	src    any // the script's source, for EVAL after NOSCRIPT
 	argv   [8]any
@@ -95,7 +95,9 @@ type call struct {
 // node's reply in node order. It returns when all have answered, when
 // enough have (see until), or when timeout (or ctx) ends: nodes that have
 // not answered by then get errNodeTimeout (or ctx's error). Their
-// requests go on in the background, bounded by the timeout; each node
+// requests go on in the background, bounded by the timeout: a request
+// cancelled with ctx would leave a node without the acquire or the
+// release its quorum got, a key that stays until its TTL. Each node
 // runs its requests in order, so a later request of this Driver to the
 // same node (such as an undo) comes after them.
 func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *script, mask uint64, t *target, a1, a2 any) []reply {
@@ -112,7 +114,7 @@ func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, 
 	if c.left == 0 {
 		return c.out
 	}
-	c.rctx, c.cancel = context.WithTimeout(ctx, timeout)
+	c.rctx, c.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	for i, n := range d.nodes {
 		if mask&(1<<i) != 0 {
 			n.submit(c)
@@ -121,6 +123,7 @@ func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, 
 	select {
 	case <-c.done:
 	case <-c.rctx.Done():
+	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	c.returned = true

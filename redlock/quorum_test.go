@@ -335,3 +335,48 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Errorf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// A caller that cancels its context as soon as each call returns (as an
+// HTTP handler's request context ends) still has every node asked: the
+// nodes that had not answered when a quorum did get the acquire and the
+// release all the same, so no node keeps a key the owner released, and
+// the next acquisition finds every node free.
+func TestCancelAfterReturn(t *testing.T) {
+	c := newCluster(t, 5)
+	l := c.locker(t, nil)
+	name := uniqueName("cancel-after")
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		lease, err := l.Acquire(ctx, name)
+		cancel()
+		if err != nil {
+			t.Fatalf("Acquire %d: %v", i, err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		err = lease.Release(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Release %d: %v", i, err)
+		}
+		if got := c.ownersSettled(name, lease.Owner()); countOf(got, "") != 5 {
+			t.Fatalf("after release %d the nodes hold %q, want the key gone from all 5", i, got)
+		}
+	}
+}
+
+// An Unlock whose context is already cancelled still sends the delete to
+// every node: it returns the context's error at once, and the key goes.
+func TestUnlockCancelledStillDeletes(t *testing.T) {
+	c := newCluster(t, 5)
+	d := c.driver(t, nil)
+	r := driver.Request{Name: uniqueName("unlock-cancelled"), Owner: newOwner(), TTL: 10 * time.Second}
+	if _, err := d.TryLock(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = d.Unlock(ctx, r) // nil if a quorum answered first, else the context's error
+	if got := c.ownersSettled(r.Name, r.Owner); countOf(got, "") != 5 {
+		t.Errorf("after an Unlock with a cancelled context the nodes hold %q, want the key gone from all 5", got)
+	}
+}
