@@ -79,12 +79,14 @@ func (s *script) Source() string { return s.src }
 // so here, and ctx bounds the call as far as the client honours it (see
 // Requests in the package documentation). The command is built here,
 // rather than by EvalSha, so that its arguments are put in one slice
-// once, not gathered into a variadic slice and then copied into another.
+// once, and each key goes in as a pointer to it (which go-redis writes,
+// and routes by, as the string): boxing a string costs an allocation, a
+// pointer none.
 func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys)+len(args))
 	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.boxedHash, len(keys)
-	for i, k := range keys {
-		cmdArgs[3+i] = k
+	for i := range keys {
+		cmdArgs[3+i] = &keys[i]
 	}
 	copy(cmdArgs[3+len(keys):], args)
 	cmd := d.process(ctx, cmdArgs)
