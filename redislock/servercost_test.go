@@ -15,11 +15,16 @@ import (
 // baseline of BenchmarkServerCost.
 var rawDelete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
+// rawFencedAcquire is SET NX PX and INCR of a fencing counter in one
+// script: the least a lock with fencing tokens asks of the server.
+var rawFencedAcquire = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0`)
+
 // BenchmarkServerCost: the server's time per uncontended acquire+release
 // (server-us/op, from INFO commandstats on a private redis-server: the
 // usec of the commands the client sent, which include those a script
-// runs), for a Locker and for the raw loop of SET NX PX and a delete
-// script. Rerun with
+// runs), for a Locker, for the raw loop of SET NX PX and a delete script,
+// and for that loop with a fencing token (raw-fenced: SET NX PX and INCR
+// in one script, then the delete script). Rerun with
 //
 //	go test -run '^$' -bench ServerCost -count 5 ./redislock/
 func BenchmarkServerCost(b *testing.B) {
@@ -54,6 +59,19 @@ func BenchmarkServerCost(b *testing.B) {
 				b.Fatal(err)
 			}
 		}, "set", "evalsha", "eval")
+	})
+	b.Run("raw-fenced", func(b *testing.B) {
+		_ = rawDelete.Load(ctx, c).Err()
+		_ = rawFencedAcquire.Load(ctx, c).Err()
+		keys := []string{"{cost}", "{cost}:fence"}
+		serverCost(b, c, func() {
+			if n, err := rawFencedAcquire.Run(ctx, c, keys, "me", 10000).Int64(); err != nil || n == 0 {
+				b.Fatal(n, err)
+			}
+			if err := rawDelete.Run(ctx, c, keys[:1], "me").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, "evalsha", "eval")
 	})
 }
 

@@ -91,12 +91,18 @@ const (
 	// the documented way to coalesce calls (a diagnostic, run only when
 	// named).
 	DlockRedisAutoPipe = "dlock-redis-autopipe"
+	// RawHop is the raw loop with each call made from a new goroutine
+	// while the caller waits for its result on a channel, as redsync
+	// makes its per-node calls (a diagnostic, run only when named): it
+	// shows what that hand-off alone does to latency.
+	RawHop = "raw-goredis-hop"
 )
 
 // specs lists every implementation in the order they are run and shown.
 // dlock's are added by dlock.go.
 var specs = []Spec{
 	{Name: Raw, New: newRaw},
+	{Name: RawHop, OptIn: true, New: newRawHop},
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},

@@ -35,6 +35,43 @@ func newRaw(e *Env) (Impl, error) {
 	return &raw{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10)}, nil
 }
 
+func newRawHop(e *Env) (Impl, error) {
+	im, err := newRaw(e)
+	if err != nil {
+		return nil, err
+	}
+	return hop{im}, nil
+}
+
+// hop makes each call of an Impl from a goroutine of its own.
+type hop struct{ Impl }
+
+type hopResult struct {
+	h   Held
+	err error
+}
+
+func (p hop) Acquire(ctx context.Context, key string) (Held, error) {
+	ch := make(chan hopResult, 1)
+	go func() {
+		h, err := p.Impl.Acquire(ctx, key)
+		ch <- hopResult{h, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, r.err
+	}
+	return hopHeld{r.h}, nil
+}
+
+type hopHeld struct{ Held }
+
+func (h hopHeld) Release(ctx context.Context) error {
+	ch := make(chan error, 1)
+	go func() { ch <- h.Held.Release(ctx) }()
+	return <-ch
+}
+
 type rawHeld struct {
 	c   *redis.Client
 	key string
