@@ -157,7 +157,7 @@ func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*script, []any
 // try (never queue) or wait (queue, or refresh the queue entry). The
 // reply is acquire.lua's, or the same shape from the kinds' scripts, as
 // read by acquireReply.
-func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool) ([]int64, error) {
+func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool) (attempt, error) {
 	switch {
 	case r.Mode != driver.Exclusive:
 		op := opTry
@@ -173,6 +173,35 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 	}
 }
 
-// acquireReply reads the reply of an acquisition (acquire.lua's, or try
-// and wait of a kind's script).
-func acquireReply(cmd *redis.Cmd) ([]int64, error) { return cmd.Int64Slice() }
+// attempt is the outcome of one acquisition script call.
+type attempt struct {
+	got   bool   // the caller holds the lock, with token
+	token uint64 // when got
+	pttl  int64  // when !got: the holder's remaining time (PTTL)
+	seen  uint64 // when !got: the fencing counter at the call
+}
+
+// acquireReply reads the reply of an acquisition: the token (acquire.lua
+// when the caller holds the lock), {1, token} (the kinds' scripts), or
+// {0, pttl, counter}.
+func acquireReply(cmd *redis.Cmd) (attempt, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return attempt{}, err
+	}
+	if tok, ok := v.(int64); ok {
+		return attempt{got: true, token: uint64(tok)}, nil
+	}
+	res, err := cmd.Int64Slice()
+	if err != nil || len(res) < 2 {
+		return attempt{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	if res[0] == 1 {
+		return attempt{got: true, token: uint64(res[1])}, nil
+	}
+	a := attempt{pttl: res[1]}
+	if len(res) > 2 {
+		a.seen = uint64(res[2])
+	}
+	return a, nil
+}

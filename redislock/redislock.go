@@ -272,15 +272,12 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return d.replicated(ctx, r, g, err)
 }
 
-// grant turns an acquire.lua reply into a Grant or a *HeldError.
-func (d *Driver) grant(r driver.Request, res []int64, expires time.Time) (driver.Grant, error) {
-	if len(res) < 2 {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: unexpected reply %v", r.Name, res)
+// grant turns an acquisition's outcome into a Grant or a *HeldError.
+func (d *Driver) grant(r driver.Request, a attempt, expires time.Time) (driver.Grant, error) {
+	if a.got {
+		return driver.Grant{Token: a.token, Expires: expires}, nil
 	}
-	if res[0] == 1 {
-		return driver.Grant{Token: uint64(res[1]), Expires: expires}, nil
-	}
-	return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: remaining(res[1])}
+	return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: remaining(a.pttl)}
 }
 
 // remaining converts a PTTL reply; -1 (no expiry) and -2 (gone) give 0.

@@ -127,10 +127,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 
 		// Queued: the holder has pttl left and the counter stood at seen.
-		pttl, seen := res[1], uint64(0)
-		if len(res) > 2 {
-			seen = uint64(res[2])
-		}
+		pttl, seen := res.pttl, res.seen
 		next := recheck
 		if pttl >= 0 {
 			next = min(next, time.Duration(pttl+1)*time.Millisecond)

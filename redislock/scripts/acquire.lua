@@ -7,7 +7,8 @@
 -- wait mode only:
 -- ARGV[5] channel      ARGV[6] entry lifetime ms
 --
--- Returns {1, token} when the caller holds the lock; otherwise {0, pttl,
+-- Returns the token, an integer, when the caller holds the lock (a plain
+-- integer reply costs the server less than an array); otherwise {0, pttl,
 -- counter}: the holder's remaining time and the fencing counter now, which
 -- lets a waiter tell a grant message sent before this call (stale: the
 -- lock it granted has expired since) from one sent after.
@@ -19,7 +20,7 @@ local wait = ARGV[4] == 'wait'
 -- it. Tried first, as the common case, so that it costs one SET.
 if (not wait or redis.call('EXISTS', KEYS[3]) == 0) and
     redis.call('SET', KEYS[1], owner, 'NX', 'PX', ttl) then
-  return {1, next_token(fence_ttl)}
+  return next_token(fence_ttl)
 end
 
 local cur = redis.call('GET', KEYS[1])
@@ -30,7 +31,7 @@ if cur == owner then
   if wait then
     dequeue(owner)
   end
-  return {1, current_token(fence_ttl)}
+  return current_token(fence_ttl)
 end
 
 local function held()
@@ -58,7 +59,7 @@ end
 if not cur then
   local w, token = hand_off(fence_ttl, owner)
   if w == owner then
-    return {1, token}
+    return token
   end
 end
 return held()
