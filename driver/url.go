@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -101,5 +102,49 @@ func (u URL) Unknown() error {
 
 // Err returns a *ParamError for the named parameter or URL part.
 func (u URL) Err(param, value string, err error) error {
+	if secretParam(param) {
+		value = "xxxxx"
+	}
 	return &ParamError{Scheme: u.Scheme, Param: param, Value: value, Err: err}
+}
+
+// Redacted returns the URL with its secrets hidden, for messages: the
+// password of the user information and the value of every query
+// parameter whose name holds "password", "secret" or "token" become
+// "xxxxx".
+func (u URL) Redacted() string { return Redact(u.URL) }
+
+// Redact returns u as text with its secrets hidden, as URL.Redacted does.
+func Redact(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	if c.User != nil {
+		if _, has := c.User.Password(); has {
+			c.User = url.UserPassword(c.User.Username(), "xxxxx")
+		}
+	}
+	if c.RawQuery != "" {
+		q := c.Query()
+		changed := false
+		for k, vs := range q {
+			if secretParam(k) {
+				for i := range vs {
+					vs[i] = "xxxxx"
+				}
+				changed = true
+			}
+		}
+		if changed {
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.String()
+}
+
+// secretParam reports whether a query parameter's value is a secret.
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	return strings.Contains(n, "password") || strings.Contains(n, "secret") || strings.Contains(n, "token")
 }

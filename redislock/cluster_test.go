@@ -2,9 +2,6 @@ package redislock
 
 import (
 	"context"
-	"net"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,58 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
-// startCluster starts a one-node Redis Cluster on a free loopback port,
-// owning every slot, and returns a cluster client of it. In cluster mode
-// the server rejects scripts whose keys span slots, so this checks the
-// key tagging for real.
+// startCluster starts a Redis Cluster of three primaries with a replica
+// each on free loopback ports and returns a cluster client of it. In
+// cluster mode the server rejects scripts whose keys span slots, so this
+// checks the key tagging for real, and Inspect must scan every primary.
 func startCluster(t *testing.T) *redis.ClusterClient {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	node := redis.NewClient(&redis.Options{Addr: addr})
-	defer node.Close()
-	for node.Ping(ctx).Err() != nil {
-		if ctx.Err() != nil {
-			t.Fatal("cluster node did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		info, err := node.ClusterInfo(ctx).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("cluster not ok: %v %v", info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -28,10 +28,30 @@
 //
 //	redis://[user:password@]host[:port][/db][?param=value&...]
 //	rediss://...   the same over TLS (server name checked against host)
+//	redis+sentinel://[user:password@]sentinel[:port][,sentinel...][/db]?master_name=name[&addr=sentinel...]
+//	redis+cluster://[user:password@]node[:port][,node...][?addr=node...]
+//	rediss+sentinel://..., rediss+cluster://...   the same over TLS
+//
+// redis:// names one server. redis+sentinel:// names the sentinels of a
+// Sentinel-managed primary (go-redis's FailoverClient, which asks them for
+// the primary and follows a failover): the host list and every addr
+// parameter are sentinels (port 26379 by default), master_name (required)
+// is the name they monitor the primary by, the user information is the
+// primary's credentials, and sentinel_username and sentinel_password those
+// of the sentinels, when they require them. redis+cluster:// names seed
+// nodes of a Redis Cluster (go-redis's ClusterClient, which finds the
+// others and follows slot moves and failovers); its database is 0 only.
+// A URL with several hosts and the plain redis:// scheme is refused, so
+// that a topology is never mistaken for one server:
+//
+//	redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/0?master_name=locks
+//	redis+cluster://10.0.1.1:6379,10.0.1.2:6379,10.0.1.3:6379?prefix=billing:
 //
 // The port defaults to 6379 and the database to 0. Opening pings the
-// server, so that a wrong address is reported at once. Parameters, besides
-// dlock's own ttl and renew (see dlock.Open):
+// server (the primary, through the sentinels; a cluster node), so that a
+// wrong address is reported at once. Messages show a URL with its
+// passwords hidden. Parameters, besides dlock's own ttl and renew (see
+// dlock.Open), the same for every form but where they say:
 //
 //	prefix=dlock:       start of every key and channel name (Options.Prefix)
 //	                    redis://127.0.0.1:6379?prefix=billing:
@@ -55,6 +75,13 @@
 //	                    redis://127.0.0.1:6379?max_retries=-1
 //	client_name=        CLIENT SETNAME for every connection
 //	                    redis://127.0.0.1:6379?client_name=billing-worker
+//	master_name=        redis+sentinel:// only, required: the primary's name at the sentinels
+//	                    redis+sentinel://127.0.0.1:26379?master_name=locks
+//	addr=               redis+sentinel:// and redis+cluster:// only: one more sentinel or seed node
+//	                    redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002
+//	sentinel_username=  redis+sentinel:// only: the sentinels' ACL user
+//	sentinel_password=  redis+sentinel:// only: the sentinels' password
+//	                    redis+sentinel://127.0.0.1:26379?master_name=locks&sentinel_password=secret
 //
 // The client has ContextTimeoutEnabled set, so that a context's deadline
 // bounds the socket I/O of every call. A missing host, a bad port or

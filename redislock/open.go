@@ -19,29 +19,32 @@ import (
 const DefaultPort = "6379"
 
 func init() {
-	dlock.Register("redis", open)
-	dlock.Register("rediss", open)
+	for _, scheme := range []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"} {
+		dlock.Register(scheme, open)
+	}
 }
 
-// open is the Opener of redis:// and rediss:// URLs (see the package
-// documentation for their form and parameters). It pings the server, so
-// that a wrong address fails here rather than at the first lock.
+// open is the Opener of redis://, rediss://, redis+sentinel://,
+// rediss+sentinel://, redis+cluster:// and rediss+cluster:// URLs (see the
+// package documentation for their form and parameters). It pings the
+// server (the primary, through the sentinels; a cluster node), so that a
+// wrong address fails here rather than at the first lock.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
-	opt, err := clientOptions(u)
+	c, addr, err := newClient(u)
 	if err != nil {
 		return nil, err
 	}
 	o, err := driverOptions(u)
+	if err == nil {
+		err = u.Unknown()
+	}
 	if err != nil {
+		_ = c.Close()
 		return nil, err
 	}
-	if err := u.Unknown(); err != nil {
-		return nil, err
-	}
-	c := redis.NewClient(opt)
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("redislock: open %s: ping %s: %w", u.Redacted(), opt.Addr, err)
+		return nil, fmt.Errorf("redislock: open %s: ping %s: %w", u.Redacted(), addr, err)
 	}
 	// The policy is read here, with the caller's context, so that the
 	// warning comes before the first lock is taken.
@@ -51,62 +54,183 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// clientOptions reads the URL's address, credentials, database and
-// connection parameters.
-func clientOptions(u driver.URL) (*redis.Options, error) {
+// newClient builds the client of the URL's topology, and says what it
+// pings, for errors.
+func newClient(u driver.URL) (redis.UniversalClient, string, error) {
+	o, err := connOptions(u)
+	if err != nil {
+		return nil, "", err
+	}
+	switch strings.TrimPrefix(strings.TrimPrefix(u.Scheme, "redis"), "s") {
+	case "+sentinel":
+		if err := sentinelOptions(u, o); err != nil {
+			return nil, "", err
+		}
+		return redis.NewFailoverClient(o.Failover()), "the primary " + o.MasterName + " via " + strings.Join(o.Addrs, ","), nil
+	case "+cluster":
+		if err := clusterOptions(u, o); err != nil {
+			return nil, "", err
+		}
+		return redis.NewClusterClient(o.Cluster()), strings.Join(o.Addrs, ","), nil
+	}
+	if err := serverOptions(u, o); err != nil {
+		return nil, "", err
+	}
+	return redis.NewClient(o.Simple()), o.Addrs[0], nil
+}
+
+// connOptions reads what every topology's URL sets alike: the data nodes'
+// credentials, TLS (the scheme's "rediss") and the connection parameters.
+// ContextTimeoutEnabled: a context's deadline bounds the socket I/O of a
+// call, so that Acquire and TryLock return by it even when the server
+// stops answering (see Requests in the package documentation).
+func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
+	o := &redis.UniversalOptions{ContextTimeoutEnabled: true}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	if strings.HasPrefix(u.Scheme, "rediss") {
+		// ServerName is left to the dialer (crypto/tls takes it from the
+		// address of each node) when the URL names several.
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if !strings.Contains(u.Host, ",") && !u.Has("addr") {
+			o.TLSConfig.ServerName = u.Hostname()
+		}
+	}
+	var err error
+	if o.DialTimeout, err = u.Duration("dial_timeout", 0); err != nil {
+		return nil, err
+	}
+	if o.ReadTimeout, err = u.Duration("read_timeout", 0); err != nil {
+		return nil, err
+	}
+	if o.WriteTimeout, err = u.Duration("write_timeout", 0); err != nil {
+		return nil, err
+	}
+	if o.PoolSize, err = u.Int("pool_size", 0); err != nil {
+		return nil, err
+	}
+	if o.PoolSize < 0 {
+		return nil, u.Err("pool_size", strconv.Itoa(o.PoolSize), errors.New("must not be negative"))
+	}
+	if o.MaxRetries, err = u.Int("max_retries", 0); err != nil {
+		return nil, err
+	}
+	if o.MaxRetries < -1 {
+		return nil, u.Err("max_retries", strconv.Itoa(o.MaxRetries), errors.New("must be -1 (no retries) or more"))
+	}
+	o.ClientName = u.String("client_name", "")
+	return o, nil
+}
+
+// serverOptions reads the rest of a redis:// or rediss:// URL: one
+// server and its database.
+func serverOptions(u driver.URL, o *redis.UniversalOptions) error {
 	host := u.Hostname()
 	if host == "" {
-		return nil, u.Err("host", u.Host, errors.New("missing: the URL must name the server, as in redis://127.0.0.1:6379"))
+		return u.Err("host", u.Host, errors.New("missing: the URL must name the server, as in redis://127.0.0.1:6379"))
+	}
+	if strings.Contains(u.Host, ",") {
+		return u.Err("host", u.Host, errors.New("one server only: name several with redis+sentinel:// or redis+cluster://, or use redlock:// for independent masters"))
 	}
 	port := u.Port()
 	if port == "" {
 		port = DefaultPort
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return nil, u.Err("port", port, errors.New("not a port number (1 to 65535)"))
+		return u.Err("port", port, errors.New("not a port number (1 to 65535)"))
 	}
-	// ContextTimeoutEnabled: a context's deadline bounds the socket I/O
-	// of a call, so that Acquire and TryLock return by it even when the
-	// server stops answering (see Requests in the package documentation).
-	opt := &redis.Options{Addr: net.JoinHostPort(host, port), ContextTimeoutEnabled: true}
-	if u.User != nil {
-		opt.Username = u.User.Username()
-		opt.Password, _ = u.User.Password()
-	}
-	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
-		n, err := strconv.Atoi(db)
-		if err != nil || n < 0 {
-			return nil, u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
-		}
-		opt.DB = n
-	}
-	if u.Scheme == "rediss" {
-		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
-	}
-
+	o.Addrs = []string{net.JoinHostPort(host, port)}
 	var err error
-	if opt.DialTimeout, err = u.Duration("dial_timeout", 0); err != nil {
-		return nil, err
+	o.DB, err = database(u)
+	return err
+}
+
+// sentinelOptions reads the rest of a redis+sentinel:// or
+// rediss+sentinel:// URL: the sentinels (the host list and every addr
+// parameter), master_name, the sentinels' own credentials
+// (sentinel_username, sentinel_password) and the database.
+func sentinelOptions(u driver.URL, o *redis.UniversalOptions) error {
+	var err error
+	if o.Addrs, err = hostList(u, DefaultSentinelPort, "redis+sentinel://127.0.0.1:26379?master_name=mymaster"); err != nil {
+		return err
 	}
-	if opt.ReadTimeout, err = u.Duration("read_timeout", 0); err != nil {
-		return nil, err
+	if o.MasterName = u.String("master_name", ""); o.MasterName == "" {
+		return u.Err("master_name", "", errors.New("missing: the name the sentinels monitor the primary by, as in ?master_name=mymaster"))
 	}
-	if opt.WriteTimeout, err = u.Duration("write_timeout", 0); err != nil {
-		return nil, err
+	o.SentinelUsername = u.String("sentinel_username", "")
+	o.SentinelPassword = u.String("sentinel_password", "")
+	o.DB, err = database(u)
+	return err
+}
+
+// clusterOptions reads the rest of a redis+cluster:// or rediss+cluster://
+// URL: the seed nodes (the host list and every addr parameter); the
+// cluster finds the others itself. A cluster has database 0 only.
+func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
+	var err error
+	if o.Addrs, err = hostList(u, DefaultPort, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"); err != nil {
+		return err
 	}
-	if opt.PoolSize, err = u.Int("pool_size", 0); err != nil {
-		return nil, err
+	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		return u.Err("db", db, errors.New("a Redis Cluster has database 0 only: leave the path empty"))
 	}
-	if opt.PoolSize < 0 {
-		return nil, u.Err("pool_size", strconv.Itoa(opt.PoolSize), errors.New("must not be negative"))
+	return nil
+}
+
+// DefaultSentinelPort is the Sentinel port used when a redis+sentinel://
+// URL names none for a sentinel.
+const DefaultSentinelPort = "26379"
+
+// hostList returns the addresses of the URL's comma-separated host list
+// followed by those of its addr parameters (go-redis's form), each with
+// defPort when it names no port.
+func hostList(u driver.URL, defPort, example string) ([]string, error) {
+	var list []string
+	if u.Host != "" {
+		list = strings.Split(u.Host, ",")
 	}
-	if opt.MaxRetries, err = u.Int("max_retries", 0); err != nil {
-		return nil, err
+	if u.Has("addr") {
+		list = append(list, u.Query()["addr"]...)
 	}
-	if opt.MaxRetries < -1 {
-		return nil, u.Err("max_retries", strconv.Itoa(opt.MaxRetries), errors.New("must be -1 (no retries) or more"))
+	u.String("addr", "") // read: not unknown
+	if len(list) == 0 {
+		return nil, u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
 	}
-	opt.ClientName = u.String("client_name", "")
-	return opt, nil
+	seen := map[string]bool{}
+	addrs := make([]string, 0, len(list))
+	for _, h := range list {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil && !strings.Contains(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), ":") {
+			host, port, err = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), defPort, nil
+		}
+		if err != nil || host == "" {
+			return nil, u.Err("host", h, errors.New("not host:port"))
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, u.Err("host", h, errors.New("not a port number (1 to 65535)"))
+		}
+		a := net.JoinHostPort(host, port)
+		if seen[a] {
+			return nil, u.Err("host", h, errors.New("listed twice"))
+		}
+		seen[a] = true
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+// database reads the URL's path, the database number.
+func database(u driver.URL) (int, error) {
+	db := strings.Trim(u.Path, "/")
+	if db == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(db)
+	if err != nil || n < 0 {
+		return 0, u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
+	}
+	return n, nil
 }
 
 // driverOptions reads the parameters of the driver itself.

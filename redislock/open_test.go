@@ -87,6 +87,18 @@ func TestOpenURLErrors(t *testing.T) {
 		{"redis://" + addr + "?prefix=", "prefix"},
 		{"redis://" + addr + "?queue_ttl=0s", "queue_ttl"},
 		{"redis://" + addr + "?fence_ttl=1", "fence_ttl"},
+		{"redis://127.0.0.1:1,127.0.0.1:2", "host"},
+		{"redis+sentinel://127.0.0.1:1", "master_name"},
+		{"redis+sentinel://?master_name=m", "host"},
+		{"redis+sentinel://127.0.0.1:1/x?master_name=m", "db"},
+		{"redis+sentinel://127.0.0.1:1?master_name=m&addr=127.0.0.1:99999", "host"},
+		{"redis+sentinel://127.0.0.1:1?master_name=m&bogus=1", "bogus"},
+		{"rediss+sentinel://127.0.0.1:1,127.0.0.1:1?master_name=m", "host"},
+		{"redis+cluster://127.0.0.1:1/3", "db"},
+		{"redis+cluster://", "host"},
+		{"redis+cluster://127.0.0.1:1?addr=127.0.0.1:1", "host"},
+		{"redis+cluster://127.0.0.1:1?pool_size=-1", "pool_size"},
+		{"rediss+cluster://127.0.0.1:1?prefix=a}", "prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
@@ -115,10 +127,13 @@ func TestOpenUnreachable(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	for _, scheme := range []string{"redis", "rediss"} {
+	for _, scheme := range []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
 		raw := scheme + "://user:s3cret@" + closed + "?dial_timeout=1s"
+		if strings.Contains(scheme, "sentinel") {
+			raw += "&master_name=m&sentinel_password=s3cret"
+		}
 		l, err := dlock.Open(ctx, raw)
 		cancel()
 		if err == nil {

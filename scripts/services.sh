@@ -10,13 +10,16 @@
 #   MariaDB    127.0.0.1:3306, root with an empty password, database test
 #              (DLOCK_MYSQL_DSN)
 #   Redis      127.0.0.1:6379 (DLOCK_REDIS_ADDR), no persistence. Tests that
-#              need servers of their own (Redlock's 5 masters, restarts)
-#              start redis-server processes themselves on free ports.
+#              need servers of their own (Redlock's 5 masters, restarts, a
+#              Sentinel-managed primary with replicas and sentinels, a
+#              Redis Cluster) start redis-server, redis-sentinel and
+#              redis-cli --cluster themselves on free loopback ports.
 set -euo pipefail
 
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v mariadbd >/dev/null || need_apt+=(mariadb-server)
 command -v flock >/dev/null || need_apt+=(util-linux)

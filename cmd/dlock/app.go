@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/redislock"
 )
 
@@ -253,16 +254,16 @@ func (f *flags) logger(w io.Writer) (*slog.Logger, error) {
 // logOff is a level above every message's.
 const logOff = slog.Level(100)
 
-// redact returns rawURL with any password hidden, for messages.
+// redact returns rawURL with its secrets hidden, for messages.
 func redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil {
+	if err != nil {
 		return rawURL
 	}
-	if _, has := u.User.Password(); !has {
-		return rawURL
+	if r := driver.Redact(u); r != u.String() {
+		return r
 	}
-	return u.Redacted()
+	return rawURL // nothing hidden: as the user wrote it
 }
 
 // openLocker opens the backend rawURL. On failure it prints one line and

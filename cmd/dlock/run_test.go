@@ -25,9 +25,16 @@ func backendsUnderTest(t *testing.T) map[string][]string {
 // TestRunOneOfThree starts three `dlock run --no-wait` of one name at
 // once: exactly one runs its command, the others exit with the busy code
 // and one line on stderr. The winner's command holds until the losers are
-// done, so the outcome does not depend on how fast processes start.
+// done, so the outcome does not depend on how fast processes start. Also
+// on a Sentinel-managed Redis and a Redis Cluster, opened by their URLs.
 func TestRunOneOfThree(t *testing.T) {
-	for label, backend := range backendsUnderTest(t) {
+	backends := backendsUnderTest(t)
+	ps := testenv.StartSentinel(t, testenv.SentinelOptions{})
+	backends["redis-sentinel"] = []string{"--backend", "redis+sentinel://" + strings.Join(ps.SentinelAddrs(), ",") + "?master_name=" + testenv.SentinelMaster}
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	a := cs.Addrs()
+	backends["redis-cluster"] = []string{"--backend", "redis+cluster://" + a[0] + "?addr=" + a[1] + "&addr=" + a[2]}
+	for label, backend := range backends {
 		t.Run(label, func(t *testing.T) {
 			c := newCLI(t)
 			dir := t.TempDir()

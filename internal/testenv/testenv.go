@@ -67,6 +67,7 @@ type RedisServer struct {
 	port    int
 	dir     string
 	persist bool
+	args    []string
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 }
@@ -76,6 +77,9 @@ type RedisOptions struct {
 	// Persist turns on the append-only file, so that a restart keeps data.
 	// By default the server keeps nothing on disk, like the machine's Redis.
 	Persist bool
+	// Args are more redis-server arguments, given on every start (as
+	// "--replicaof", "127.0.0.1", "6380").
+	Args []string
 }
 
 // StartRedis starts a redis-server of the test's own on a free loopback
@@ -85,7 +89,7 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist}
+	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args}
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.Start()
 	t.Cleanup(s.Kill)
@@ -107,32 +111,51 @@ func (s *RedisServer) Start() {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	cmd := exec.Command("redis-server", args...)
-	cmd.Stdout, cmd.Stderr = nil, nil
+	args = append(args, s.args...)
+	s.cmd = startAndPing(s.t, "redis-server", args, s.Addr)
+}
+
+// startAndPing starts bin with args and waits until a Redis PING to addr
+// is answered; it fails t if that takes more than 10 seconds.
+func startAndPing(t testing.TB, bin string, args []string, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
-	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := pingRedis(s.Addr); err == nil {
-			return
+		if err := pingRedis(addr); err == nil {
+			return cmd
 		} else if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr, err)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("%s on %s did not answer: %v", bin, addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// kill stops the process at once (SIGKILL) and waits for it.
+func kill(cmd *exec.Cmd) {
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Running reports whether the server was started and not killed since.
+func (s *RedisServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }
 
 // Kill stops the server at once (SIGKILL), as a crash would.
 func (s *RedisServer) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	kill(s.cmd)
 	s.cmd = nil
 }
 

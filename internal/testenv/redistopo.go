@@ -1,0 +1,266 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SentinelMaster is the master name the sentinels of StartSentinel monitor.
+const SentinelMaster = "dlock"
+
+// SentinelSetup is a Sentinel-managed Redis on loopback ports of the
+// test's own: a primary, its replicas and the sentinels that watch them.
+// The sentinels declare the primary down after DownAfter without an
+// answer and then fail over to a replica. Everything is stopped when the
+// test ends.
+type SentinelSetup struct {
+	// Servers are the data nodes: Servers[0] is the primary at the start,
+	// the others its replicas. A failover may change that: Primary tells.
+	Servers   []*RedisServer
+	Sentinels []*SentinelServer
+	DownAfter time.Duration
+}
+
+// SentinelServer is one redis-sentinel process.
+type SentinelServer struct {
+	t    testing.TB
+	Addr string
+	conf string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// SentinelOptions configure StartSentinel. Zero values mean the defaults.
+type SentinelOptions struct {
+	Replicas  int           // default 2
+	Sentinels int           // default 3 (quorum: a majority of them)
+	DownAfter time.Duration // default 1s
+}
+
+// StartSentinel starts a primary, o.Replicas replicas in sync with it and
+// o.Sentinels sentinels monitoring it as SentinelMaster, and waits until
+// every sentinel knows every replica and the other sentinels. It fails t
+// when redis-server or redis-sentinel is missing.
+func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
+	t.Helper()
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		t.Fatalf("redis-sentinel not found (%v); install it with %s", err, ServicesScript)
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 2
+	}
+	if o.Sentinels == 0 {
+		o.Sentinels = 3
+	}
+	if o.DownAfter == 0 {
+		o.DownAfter = time.Second
+	}
+	primary := StartRedis(t, RedisOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	ps := &SentinelSetup{Servers: []*RedisServer{primary}, DownAfter: o.DownAfter}
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	for range o.Replicas {
+		// Replicas of the primary at start; after a failover the sentinels
+		// reconfigure them (and a restarted old primary) themselves.
+		r := StartRedis(t, RedisOptions{Args: []string{"--replicaof", host, port, "--repl-diskless-sync-delay", "0"}})
+		ps.Servers = append(ps.Servers, r)
+	}
+	for _, r := range ps.Servers[1:] {
+		waitSynced(t, r)
+	}
+	quorum := o.Sentinels/2 + 1
+	for range o.Sentinels {
+		s := &SentinelServer{t: t}
+		p := freePort(t)
+		s.Addr = "127.0.0.1:" + strconv.Itoa(p)
+		dir := t.TempDir()
+		s.conf = filepath.Join(dir, "sentinel.conf")
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel resolve-hostnames no\n"+
+			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
+			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
+			p, dir, SentinelMaster, host, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
+			SentinelMaster, max(3*o.DownAfter.Milliseconds(), 3000), SentinelMaster)
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(s.Kill)
+		ps.Sentinels = append(ps.Sentinels, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range ps.Sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		for {
+			reps, err1 := c.Replicas(ctx, SentinelMaster).Result()
+			sens, err2 := c.Sentinels(ctx, SentinelMaster).Result()
+			if err1 == nil && err2 == nil && len(reps) == o.Replicas && len(sens) == o.Sentinels-1 {
+				break
+			}
+			if ctx.Err() != nil {
+				_ = c.Close()
+				t.Fatalf("sentinel %s did not learn the topology: %d replicas (%v), %d other sentinels (%v)", s.Addr, len(reps), err1, len(sens), err2)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return ps
+}
+
+// SentinelAddrs returns the sentinels' addresses.
+func (ps *SentinelSetup) SentinelAddrs() []string {
+	a := make([]string, len(ps.Sentinels))
+	for i, s := range ps.Sentinels {
+		a[i] = s.Addr
+	}
+	return a
+}
+
+// Primary asks the sentinels which server is the primary now, and returns
+// it (nil if the sentinels name none of Servers).
+func (ps *SentinelSetup) Primary(ctx context.Context) (*RedisServer, error) {
+	var lastErr error
+	for _, s := range ps.Sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		a, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		_ = c.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		addr := a[0] + ":" + a[1]
+		for _, r := range ps.Servers {
+			if r.Addr == addr {
+				return r, nil
+			}
+		}
+		return nil, fmt.Errorf("the sentinels name %s, not one of the servers", addr)
+	}
+	return nil, lastErr
+}
+
+// Start starts the sentinel (again) and waits until it answers.
+func (s *SentinelServer) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return
+	}
+	s.cmd = startAndPing(s.t, "redis-sentinel", []string{s.conf, "--loglevel", "warning"}, s.Addr)
+}
+
+// Kill stops the sentinel at once (SIGKILL).
+func (s *SentinelServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kill(s.cmd)
+	s.cmd = nil
+}
+
+// waitSynced waits until replica r's link to its primary is up.
+func waitSynced(t testing.TB, r *RedisServer) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("replica %s did not sync: %v\n%s", r.Addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ClusterSetup is a Redis Cluster on loopback ports of the test's own:
+// Servers[0:Primaries] start as the primaries (the slots split evenly
+// among them), each followed by its replicas. Nodes time out after
+// NodeTimeout, after which a replica of a failed primary takes over.
+type ClusterSetup struct {
+	Servers     []*RedisServer
+	NodeTimeout time.Duration
+}
+
+// ClusterOptions configure StartRedisCluster. Zero values mean the
+// defaults.
+type ClusterOptions struct {
+	Primaries   int           // default 3
+	Replicas    int           // per primary; default 1
+	NodeTimeout time.Duration // default 1s
+}
+
+// StartRedisCluster starts a Redis Cluster (redis-server in cluster mode,
+// joined by redis-cli --cluster create) and waits until every node sees
+// the cluster state ok. It fails t when redis-server or redis-cli is
+// missing.
+func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli not found (%v); install it with %s", err, ServicesScript)
+	}
+	if o.Primaries == 0 {
+		o.Primaries = 3
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.NodeTimeout == 0 {
+		o.NodeTimeout = time.Second
+	}
+	cs := &ClusterSetup{NodeTimeout: o.NodeTimeout}
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
+		"--repl-diskless-sync-delay", "0"}
+	create := []string{"--cluster", "create"}
+	for range o.Primaries * (1 + o.Replicas) {
+		s := StartRedis(t, RedisOptions{Args: args})
+		cs.Servers = append(cs.Servers, s)
+		create = append(create, s.Addr)
+	}
+	create = append(create, "--cluster-replicas", strconv.Itoa(o.Replicas), "--cluster-yes")
+	if out, err := exec.Command("redis-cli", create...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range cs.Servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(cs.Servers))) {
+				break
+			}
+			if ctx.Err() != nil {
+				_ = c.Close()
+				t.Fatalf("cluster node %s not ready: %v\n%s", s.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return cs
+}
+
+// Addrs returns every node's address.
+func (cs *ClusterSetup) Addrs() []string {
+	a := make([]string, len(cs.Servers))
+	for i, s := range cs.Servers {
+		a[i] = s.Addr
+	}
+	return a
+}
