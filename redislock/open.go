@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,7 +72,9 @@ func newClient(u driver.URL) (redis.UniversalClient, string, error) {
 		if err := clusterOptions(u, o); err != nil {
 			return nil, "", err
 		}
-		return redis.NewClusterClient(o.Cluster()), strings.Join(o.Addrs, ","), nil
+		co := o.Cluster()
+		co.ClusterStateReloadInterval = ClusterReloadInterval
+		return redis.NewClusterClient(co), strings.Join(o.Addrs, ","), nil
 	}
 	if err := serverOptions(u, o); err != nil {
 		return nil, "", err
@@ -177,6 +180,15 @@ func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
 	}
 	return nil
 }
+
+// ClusterReloadInterval is how old the slot map of a redis+cluster://
+// URL's client may grow before go-redis reads it again (its
+// ClusterStateReloadInterval). go-redis rereads the map at once on a MOVED
+// or ASK reply, but a primary that died sends neither: with go-redis's
+// default of 60s every call for that primary's slots fails for up to a
+// minute after its replica took over. A reread is one CLUSTER SLOTS,
+// made only while calls are being sent.
+const ClusterReloadInterval = time.Second
 
 // DefaultSentinelPort is the Sentinel port used when a redis+sentinel://
 // URL names none for a sentinel.

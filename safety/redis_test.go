@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/safety/internal/faultproxy"
 )
@@ -147,4 +150,168 @@ func failoverRound(t *testing.T, waitReplicas int) Result {
 		t.Error("the run ended before the failover")
 	}
 	return r
+}
+
+// resumedAfter returns how long after at the first critical section of w
+// began, or -1 when none did.
+func resumedAfter(w *workers, at time.Time) time.Duration {
+	best := time.Duration(-1)
+	for _, a := range w.acqs {
+		if d := time.Duration(a.Enter - at.UnixNano()); d >= 0 && (best < 0 || d < best) {
+			best = d
+		}
+	}
+	return best
+}
+
+// TestSentinelFailover is a real Sentinel failover: a primary, two
+// replicas and three sentinels (down-after 1s), the clients on a
+// redis+sentinel:// URL, and the primary SIGKILLed right after a grant;
+// the sentinels promote a replica and the clients follow. It counts what
+// the safety table counts, with WaitReplicas off and on and the fence
+// guard off and on, and logs how long after the kill the next grant came.
+func TestSentinelFailover(t *testing.T) {
+	for _, waitReplicas := range []int{0, 1} {
+		for _, guard := range []bool{false, true} {
+			fault := "Sentinel failover: primary SIGKILLed after a grant"
+			if waitReplicas > 0 {
+				fault += fmt.Sprintf(", WaitReplicas %d", waitReplicas)
+			}
+			t.Run(fmt.Sprintf("wait_replicas=%d/guard=%v", waitReplicas, guard), func(t *testing.T) {
+				rounds := scale(1, 6)
+				var total Result
+				var resumed []time.Duration
+				for range rounds {
+					r, d := sentinelRound(t, waitReplicas, guard)
+					total = total.Add(r)
+					resumed = append(resumed, d)
+				}
+				t.Logf("grants resumed after the kill: %v", resumed)
+				report(t, "redis+sentinel (primary, 2 replicas, 3 sentinels)", fault, guard, rounds, total)
+			})
+		}
+	}
+}
+
+func sentinelRound(t *testing.T, waitReplicas int, guard bool) (Result, time.Duration) {
+	t.Helper()
+	ps := testenv.StartSentinel(t, testenv.SentinelOptions{})
+	const ttl, hold = 500 * time.Millisecond, 750 * time.Millisecond
+	url := "redis+sentinel://" + strings.Join(ps.SentinelAddrs(), ",") + "?master_name=" + testenv.SentinelMaster + "&" + redisClientParams
+	if waitReplicas > 0 {
+		url += fmt.Sprintf("&wait_replicas=%d&wait_timeout=500ms", waitReplicas)
+	}
+	wl := workload{url: url, clients: 3, dur: scale(5*time.Second, 8*time.Second), ttl: ttl, hold: hold, guard: guard}
+	return killAfterGrant(t, wl, func(ctx context.Context) bool {
+		primary, err := ps.Primary(ctx)
+		if err != nil || primary == nil {
+			t.Errorf("the primary before the kill: %v", err)
+			return false
+		}
+		primary.Kill()
+		return true
+	})
+}
+
+// killAfterGrant runs wl and, a fifth of the way in, right after a grant,
+// calls kill. It returns the run's result and how long after the kill the
+// next critical section began, and fails t when none did.
+func killAfterGrant(t *testing.T, wl workload, kill func(ctx context.Context) bool) (Result, time.Duration) {
+	t.Helper()
+	var killedAt time.Time
+	r, w := run(t, wl, func(ctx context.Context, w *workers) {
+		if !sleepCtx(ctx, wl.dur/5) {
+			return
+		}
+		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
+			return
+		}
+		if kill(ctx) {
+			killedAt = time.Now()
+		}
+	})
+	if killedAt.IsZero() {
+		t.Fatal("the run ended before the kill")
+	}
+	d := resumedAfter(w, killedAt)
+	if d < 0 {
+		t.Errorf("no grant after the kill (%d acquire errors, first: %v)", len(w.errs), first(w.errs))
+	}
+	return r, d
+}
+
+// TestClusterFailover is a real Redis Cluster failover: three primaries
+// with a replica each (node timeout 1s), the clients on a redis+cluster://
+// URL, and the primary of the lock's slot SIGKILLed right after a grant;
+// its replica takes over. It also checks that a lock on another primary's
+// slot, held across the failover, is not disturbed.
+func TestClusterFailover(t *testing.T) {
+	rounds := scale(1, 6)
+	var total Result
+	var resumed []time.Duration
+	for range rounds {
+		r, d := clusterRound(t)
+		total = total.Add(r)
+		resumed = append(resumed, d)
+	}
+	t.Logf("grants resumed after the kill: %v", resumed)
+	report(t, "redis+cluster (3 primaries, 1 replica each)", "Cluster failover: the lock's primary SIGKILLed after a grant", true, rounds, total)
+}
+
+func clusterRound(t *testing.T) (Result, time.Duration) {
+	t.Helper()
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	defer admin.Close()
+	ctx := t.Context()
+	url := "redis+cluster://" + strings.Join(cs.Addrs()[:3], ",") + "?" + redisClientParams
+	const ttl, hold = 500 * time.Millisecond, 750 * time.Millisecond
+	name := fmt.Sprintf("safety-%d", time.Now().UnixNano())
+	primaryOf := func(name string) string {
+		c, err := admin.MasterForKey(ctx, "dlock:{"+name+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	lockPrimary := primaryOf(name)
+
+	// A lock on a name of another primary, held across the failover.
+	other := ""
+	for i := 0; other == ""; i++ {
+		if n := fmt.Sprintf("%s-other-%d", name, i); primaryOf(n) != lockPrimary {
+			other = n
+		}
+	}
+	bystander, err := dlock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bystander.Close()
+	held, err := bystander.Acquire(ctx, other, dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wl := workload{url: url, clients: 3, dur: scale(8*time.Second, 10*time.Second), ttl: ttl, hold: hold, guard: true, name: name}
+	r, d := killAfterGrant(t, wl, func(context.Context) bool {
+		for _, s := range cs.Servers {
+			if s.Addr == lockPrimary {
+				s.Kill()
+				return true
+			}
+		}
+		t.Errorf("no server at %s, the lock's primary", lockPrimary)
+		return false
+	})
+	if err := held.Err(); err != nil {
+		t.Errorf("the lock on %s (another primary's slot) was disturbed by the failover: %v", other, err)
+	}
+	if v, err := admin.Get(ctx, "dlock:{"+other+"}").Result(); err != nil || v != held.Owner() {
+		t.Errorf("the key of %s after the failover: %q, %v; want its owner", other, v, err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("release %s: %v", other, err)
+	}
+	return r, d
 }
