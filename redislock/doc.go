@@ -252,10 +252,50 @@
 //
 // # Safety
 //
-// This is a single-server lock. Replication is asynchronous: if Redis
+// This is a single-primary lock. Replication is asynchronous: if Redis
 // fails over to a replica that had not yet received the latest writes, two
 // clients can hold the lock at once, and the replica's fencing counter can
 // be behind, so tokens can repeat. Use package redlock or a consensus
 // store (ZooKeeper, etcd) where that matters. A restart without
 // persistence is safe for tokens (see above) but drops every lock held.
+//
+// # Sentinel
+//
+// A redis+sentinel:// Driver follows the primary the sentinels name.
+// When the primary dies, no lock is granted until the sentinels promote a
+// replica (down-after-milliseconds plus their election); a holder whose
+// grant the promoted replica lacks loses its lock at its next renewal,
+// which may come after another client was granted it. Measured by
+// TestSentinelFailover (docs/SAFETY.md has the table and the command):
+// with a primary, two replicas and three sentinels (down-after 1s) and the
+// primary SIGKILLed right after a grant, grants resumed 2.1–2.4 s after
+// the kill and no token went back, with WaitReplicas 0 or 1 (the
+// table's overlaps in those runs are not failover double grants; see
+// docs/SAFETY.md).
+// Recommended: wait_replicas=1 (or every replica, which also closes the
+// case where the sentinels promote the replica that did not acknowledge),
+// min-replicas-to-write on the primary so that an isolated primary stops
+// granting, and fencing tokens checked by the resource. With
+// wait_replicas equal to every replica, a failover leaves the new primary
+// one replica short until the old primary rejoins as a replica: in that
+// interval every acquisition fails, within wait_timeout, with an error
+// matching ErrNotReplicated (TestSentinelWaitEveryReplica: the old primary
+// rejoined and grants came again about 10 s after it was restarted).
+//
+// # Cluster
+//
+// A redis+cluster:// Driver keeps each lock's keys in one slot (the name
+// in braces is the hash tag), so every script runs on the slot's primary,
+// and Inspect scans every primary. A primary's failure stops grants for
+// the names of its slots only, until its replica takes over
+// (cluster-node-timeout plus the replica's election): with three primaries
+// with a replica each (node timeout 1s) and the lock's primary SIGKILLed
+// right after a grant, grants resumed about 3 s after the kill and a lock
+// held on another primary's slot across the failover kept its key and its
+// lease (TestClusterFailover). go-redis rereads the slot map on MOVED and
+// ASK replies; a dead primary sends neither, so the URL's client also
+// rereads it every ClusterReloadInterval. WAIT (WaitReplicas) is not
+// offered on a Cluster client. Waiters are woken by PUBLISH, which a
+// cluster forwards to every node, with the timer at the holder's expiry as
+// the backstop.
 package redislock

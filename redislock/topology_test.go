@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -97,4 +98,82 @@ func TestSentinelConformance(t *testing.T) {
 		},
 		TTL: 500 * time.Millisecond,
 	})
+}
+
+// With WaitReplicas equal to every replica, a failover leaves the promoted
+// primary one replica short until the old primary comes back: in that
+// interval each acquisition fails with ErrNotReplicated within the
+// WAIT timeout (it never hangs), and once the restarted old primary has
+// rejoined as a replica, acquisitions succeed again.
+func TestSentinelWaitEveryReplica(t *testing.T) {
+	ps := testenv.StartSentinel(t, testenv.SentinelOptions{})
+	l := openURL(t, sentinelURL(ps, "dlocktest:"+randomHex(6)+":", "wait_replicas", "2", "wait_timeout", "300ms",
+		"dial_timeout", "200ms", "read_timeout", "1s"))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	lease, err := l.TryAcquire(ctx, "every-replica")
+	if err != nil {
+		t.Fatalf("TryAcquire with both replicas up: %v", err)
+	}
+	_ = lease.Release(ctx)
+
+	old, err := ps.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Kill()
+	killed := time.Now()
+	for {
+		p, err := ps.Primary(ctx)
+		if err == nil && p != nil && p != old {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the sentinels did not fail over")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	promoted := time.Since(killed)
+
+	// Until the old primary is back, every attempt fails, and promptly.
+	var lastErr error
+	for range 3 {
+		start := time.Now()
+		lease, err := l.TryAcquire(ctx, "every-replica")
+		took := time.Since(start)
+		if err == nil {
+			_ = lease.Release(ctx)
+			t.Fatal("TryAcquire succeeded with one of two replicas")
+		}
+		lastErr = err
+		if took > 2*time.Second {
+			t.Errorf("a failing TryAcquire took %v (WAIT timeout 300ms, read timeout 1s)", took)
+		}
+		if errors.Is(err, ErrNotReplicated) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the client is still finding the new primary
+	}
+	if !errors.Is(lastErr, ErrNotReplicated) {
+		t.Fatalf("TryAcquire after the failover: %v, want ErrNotReplicated", lastErr)
+	}
+
+	old.Start()
+	restarted := time.Now()
+	for {
+		lease, err := l.TryAcquire(ctx, "every-replica")
+		if err == nil {
+			_ = lease.Release(ctx)
+			break
+		}
+		if !errors.Is(err, ErrNotReplicated) && ctx.Err() == nil {
+			t.Logf("while the old primary rejoins: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no grant after the old primary restarted: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("promoted %v after the kill; ErrNotReplicated until the old primary rejoined; grants again %v after its restart (%v after the kill)",
+		promoted.Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }
