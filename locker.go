@@ -130,17 +130,36 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	req.Owner, req.TTL = newOwner(), cfg.ttl
+	req.TTL = cfg.ttl
 	start := time.Now()
 	var g driver.Grant
 	var err error
-	switch {
-	case !wait:
-		g, err = l.drv.TryLock(ctx, req)
-	case l.waiter != nil:
-		g, err = l.waiter.Lock(ctx, req)
-	default:
-		g, err = l.retry(ctx, req, cfg.backoff)
+	for {
+		req.Owner = newOwner()
+		switch {
+		case !wait:
+			g, err = l.drv.TryLock(ctx, req)
+		case l.waiter != nil:
+			g, err = l.waiter.Lock(ctx, req)
+		default:
+			g, err = l.retry(ctx, req, cfg.backoff)
+		}
+		if err != nil || !spent(g, req.TTL) {
+			break
+		}
+		// The grant arrived with its validity already over (the request
+		// outlasted the TTL, as while a store fails over): the lock may be
+		// another's by now, so it is not the caller's. Release it, so that
+		// it passes on, and try again when waiting.
+		l.releaseSpent(ctx, req)
+		if !wait {
+			err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, time.Since(start).Round(time.Millisecond), req.TTL)
+			break
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+			break
+		}
 	}
 	waited := time.Since(start)
 	if err != nil {
@@ -170,6 +189,30 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 	}
 	return lease, nil
 }
+
+// spent reports whether grant g, for a lock of TTL ttl, has no validity
+// left as it arrives: past its Expires less the lease's loss margin, or
+// refused by its driver's Check.
+func spent(g driver.Grant, ttl time.Duration) bool {
+	now := time.Now()
+	if !g.Expires.IsZero() && !now.Before(g.Expires.Add(-lossMargin(ttl))) {
+		return true
+	}
+	return g.Check != nil && g.Check(now) != nil
+}
+
+// releaseSpent unlocks a grant that arrived spent, even when ctx has ended,
+// within spentReleaseTimeout; a failure leaves the lock to its TTL.
+func (l *Locker) releaseSpent(ctx context.Context, req driver.Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spentReleaseTimeout)
+	defer cancel()
+	if err := l.drv.Unlock(ctx, req); err != nil && !errors.Is(err, ErrNotHeld) {
+		l.log.WarnContext(ctx, "dlock: releasing a grant that arrived after its TTL", "name", req.Name, "error", err)
+	}
+}
+
+// spentReleaseTimeout bounds releaseSpent.
+const spentReleaseTimeout = 5 * time.Second
 
 // retry is the waiting policy for drivers that cannot be notified: TryLock,
 // then sleep for the backoff, never past the holder's known expiry.
