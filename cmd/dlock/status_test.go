@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // TestStatusFileBackend holds a lock with dlock run and reads it back
@@ -113,5 +116,57 @@ func TestInspectInProcess(t *testing.T) {
 	}
 	if len(all) != 2 || all[0].Name != "orders/1" || all[1].Name != "other" || all[1].Token != b.Token() {
 		t.Fatalf("Inspect(\"\") = %+v; want orders/1 and other, sorted", all)
+	}
+}
+
+// TestStatusRedisCluster: dlock status on a redis+cluster:// URL lists
+// the locks of every primary, with their tokens.
+func TestStatusRedisCluster(t *testing.T) {
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	rawURL := "redis+cluster://" + strings.Join(cs.Addrs()[:3], ",")
+	ctx := t.Context()
+	l, err := dlock.Open(ctx, rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	defer admin.Close()
+	want := map[string]uint64{}
+	primaries := map[string]bool{}
+	for i := 0; len(primaries) < 3 || len(want) < 6; i++ {
+		if i == 100 {
+			t.Fatalf("100 names on %d primaries only", len(primaries))
+		}
+		name := fmt.Sprintf("status/cluster-%d", i)
+		lease, err := l.Acquire(ctx, name, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		want[name] = lease.Token()
+		if m, err := admin.MasterForKey(ctx, "dlock:{"+name+"}"); err == nil {
+			primaries[m.Options().Addr] = true
+		}
+	}
+	r := newCLI(t).run("status", "--json", "--backend", rawURL, "status/")
+	if r.code != 0 {
+		t.Fatalf("dlock status --json: exit %d: %s", r.code, r.stderr)
+	}
+	var got []statusEntry
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("status --json output %q: %v", r.stdout, err)
+	}
+	seen := map[string]uint64{}
+	for _, e := range got {
+		seen[e.Name] = e.Token
+	}
+	if len(seen) != len(want) {
+		t.Errorf("status lists %d locks, want %d (held on %d primaries): %+v", len(seen), len(want), len(primaries), got)
+	}
+	for name, tok := range want {
+		if seen[name] != tok {
+			t.Errorf("status: %s token %d, want %d", name, seen[name], tok)
+		}
 	}
 }
