@@ -268,10 +268,10 @@
 // which may come after another client was granted it. Measured by
 // TestSentinelFailover (docs/SAFETY.md has the table and the command):
 // with a primary, two replicas and three sentinels (down-after 1s) and the
-// primary SIGKILLed right after a grant, grants resumed 2.1–2.4 s after
-// the kill and no token went back, with WaitReplicas 0 or 1 (the
-// table's overlaps in those runs are not failover double grants; see
-// docs/SAFETY.md).
+// primary SIGKILLed right after a grant, grants resumed 2.2–2.5 s after
+// the kill and no two clients held the lock at once; without WaitReplicas
+// one token went back in 12 runs (the promoted replica lacked the
+// counter's last increment), with WaitReplicas 1 none did.
 // Recommended: wait_replicas=1 (or every replica, which also closes the
 // case where the sentinels promote the replica that did not acknowledge),
 // min-replicas-to-write on the primary so that an isolated primary stops
@@ -290,7 +290,7 @@
 // the names of its slots only, until its replica takes over
 // (cluster-node-timeout plus the replica's election): with three primaries
 // with a replica each (node timeout 1s) and the lock's primary SIGKILLed
-// right after a grant, grants resumed about 3 s after the kill and a lock
+// right after a grant, grants resumed 2.7–3.1 s after the kill and a lock
 // held on another primary's slot across the failover kept its key and its
 // lease (TestClusterFailover). go-redis rereads the slot map on MOVED and
 // ASK replies; a dead primary sends neither, so the URL's client also
