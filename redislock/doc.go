@@ -294,7 +294,14 @@
 // held on another primary's slot across the failover kept its key and its
 // lease (TestClusterFailover). go-redis rereads the slot map on MOVED and
 // ASK replies; a dead primary sends neither, so the URL's client also
-// rereads it every ClusterReloadInterval. WAIT (WaitReplicas) is not
+// rereads it every ClusterReloadInterval. While a slot migrates (a
+// reshard), a script whose keys are split between the two primaries is
+// refused (TRYAGAIN) and the primaries may redirect it back and forth
+// (MOVED, ASK) until they agree on the new owner; none of these runs the
+// script, so each call tries again every 20 ms for up to 10 s instead of
+// failing: a lock held through the move keeps its lease, and its waiter
+// gets it on release (TestClusterReshard, the slot held split over two
+// primaries for 1.5 s). WAIT (WaitReplicas) is not
 // offered on a Cluster client. Waiters are woken by PUBLISH, which a
 // cluster forwards to every node, with the timer at the holder's expiry as
 // the backstop.

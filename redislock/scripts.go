@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -89,13 +90,48 @@ func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any)
 		cmdArgs[3+i] = &keys[i]
 	}
 	copy(cmdArgs[3+len(keys):], args)
-	cmd := d.process(ctx, cmdArgs)
-	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-		cmdArgs[0], cmdArgs[1] = "eval", s.boxedSrc
-		cmd = d.process(ctx, cmdArgs)
+	var tryAgainUntil time.Time
+	for {
+		cmd := d.process(ctx, cmdArgs)
+		err := cmd.Err()
+		switch {
+		case err == nil:
+			return cmd
+		case cmdArgs[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")):
+			cmdArgs[0], cmdArgs[1] = "eval", s.boxedSrc
+		case movingSlot(err):
+			// A Cluster slot in migration refuses a script whose keys are
+			// split between the two primaries for now (TRYAGAIN), or
+			// redirects it more often than go-redis follows while the
+			// primaries take up the slot's new owner (MOVED, ASK), or the
+			// cluster is failing over (CLUSTERDOWN); the script did not
+			// run. Wait for the move (go-redis's own retries give up within
+			// a second) rather than fail the call, for at most tryAgainFor.
+			if tryAgainUntil.IsZero() {
+				tryAgainUntil = time.Now().Add(tryAgainFor)
+			}
+			if !time.Now().Before(tryAgainUntil) || !sleep(ctx, tryAgainPause) {
+				return cmd
+			}
+		default:
+			return cmd
+		}
 	}
-	return cmd
 }
+
+// movingSlot reports whether err is a Cluster's refusal to run a command
+// while a slot moves: TRYAGAIN, MOVED, ASK or CLUSTERDOWN.
+func movingSlot(err error) bool {
+	return redis.IsTryAgainError(err) || redis.HasErrorPrefix(err, "MOVED") ||
+		redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CLUSTERDOWN")
+}
+
+// tryAgainFor bounds how long a script call waits out TRYAGAIN replies,
+// and tryAgainPause is the pause between its attempts.
+const (
+	tryAgainFor   = 10 * time.Second
+	tryAgainPause = 20 * time.Millisecond
+)
 
 // process sends the EVAL or EVALSHA command of args, whose keys start at
 // args[3] (which routes it on a Redis Cluster).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,4 +177,98 @@ func TestSentinelWaitEveryReplica(t *testing.T) {
 	}
 	t.Logf("promoted %v after the kill; ErrNotReplicated until the old primary rejoined; grants again %v after its restart (%v after the kill)",
 		promoted.Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// A slot migrated between two primaries while its lock is held and
+// waited for: the holder keeps its lock through the move (its renewals
+// follow the ASK and MOVED redirections), the waiter is not stranded and
+// gets the lock when the holder releases it, with a greater token, and the
+// two never hold it at once.
+func TestClusterReshard(t *testing.T) {
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rawURL := clusterURL(cs, DefaultPrefix)
+	holder, waiter := openURL(t, rawURL), openURL(t, rawURL)
+	name := "reshard/" + randomHex(4)
+	key := DefaultPrefix + "{" + name + "}"
+	slot, err := admin.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := admin.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := src.Options().Addr, ""
+	var mu sync.Mutex
+	_ = admin.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock() // ForEachMaster calls in parallel
+		defer mu.Unlock()
+		if a := c.Options().Addr; a != from && to == "" {
+			to = a
+		}
+		return nil
+	})
+
+	lease, err := holder.Acquire(ctx, name, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *dlock.Lease
+		err   error
+		at    time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, dlock.WithTTL(time.Second))
+		got <- result{l, err, time.Now()}
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter queues
+
+	// Move the slot one key at a time, pausing mid-way for longer than
+	// the TTL, so that renewals and the waiter's re-checks meet a slot
+	// whose keys are split over two primaries.
+	err = cs.MoveSlot(ctx, int(slot), from, to, func(moved int) {
+		if moved == 1 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+	})
+	if err != nil {
+		t.Fatalf("move slot %d from %s to %s: %v", slot, from, to, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // renewals on the new primary
+	select {
+	case r := <-got:
+		t.Fatalf("the waiter returned while the lock was held: %v, %v", r.lease, r.err)
+	default:
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("the holder lost its lock in the move: %v", err)
+	}
+	dst := redis.NewClient(&redis.Options{Addr: to})
+	defer dst.Close()
+	if v, err := dst.Get(ctx, key).Result(); err != nil || v != lease.Owner() {
+		t.Fatalf("GET %s on %s, the slot's new primary: %q, %v; want the holder", key, to, v, err)
+	}
+	released := time.Now()
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("release after the move: %v", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("the waiter failed: %v", r.err)
+		}
+		t.Logf("slot %d moved %s -> %s while held; the waiter got the lock %v after the release", slot, from, to, r.at.Sub(released))
+		if r.lease.Token() <= lease.Token() {
+			t.Errorf("token %d after %d: not greater", r.lease.Token(), lease.Token())
+		}
+		_ = r.lease.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock within 10s of the release")
+	}
 }
