@@ -41,8 +41,10 @@
 // of the sentinels, when they require them. redis+cluster:// names seed
 // nodes of a Redis Cluster (go-redis's ClusterClient, which finds the
 // others and follows slot moves and failovers); its database is 0 only.
-// A URL with several hosts and the plain redis:// scheme is refused, so
-// that a topology is never mistaken for one server:
+// Credentials reach every node the client finds, not only those named
+// (TestSentinelAuth, TestClusterAuth run with requirepass on every node
+// and sentinel). A URL with several hosts and the plain redis:// scheme is
+// refused, so that a topology is never mistaken for one server:
 //
 //	redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/0?master_name=locks
 //	redis+cluster://10.0.1.1:6379,10.0.1.2:6379,10.0.1.3:6379?prefix=billing:

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 )
@@ -270,5 +272,78 @@ func TestClusterReshard(t *testing.T) {
 		_ = r.lease.Release(ctx)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not get the lock within 10s of the release")
+	}
+}
+
+// Credentials pass through a redis+sentinel:// URL: the user information
+// to the data nodes, sentinel_password to the sentinels; a wrong password
+// fails Open with an error that does not show it.
+func TestSentinelAuth(t *testing.T) {
+	const pw = "s3cret-sentinel-pw"
+	ps := testenv.StartSentinel(t, testenv.SentinelOptions{Password: pw})
+	hosts := strings.Join(ps.SentinelAddrs(), ",")
+	good := "redis+sentinel://:" + pw + "@" + hosts + "?master_name=" + testenv.SentinelMaster + "&sentinel_password=" + pw
+	l := openURL(t, good)
+	ctx := t.Context()
+	lease, err := l.TryAcquire(ctx, "auth/"+randomHex(4))
+	if err != nil {
+		t.Fatalf("TryAcquire through authenticated sentinels: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		"redis+sentinel://:wrong-" + pw + "@" + hosts + "?master_name=" + testenv.SentinelMaster + "&sentinel_password=" + pw + "&dial_timeout=500ms",
+		"redis+sentinel://:" + pw + "@" + hosts + "?master_name=" + testenv.SentinelMaster + "&sentinel_password=wrong-" + pw + "&dial_timeout=500ms",
+		"redis+sentinel://" + hosts + "?master_name=" + testenv.SentinelMaster + "&dial_timeout=500ms",
+	} {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := dlock.Open(octx, bad)
+		cancel()
+		if err == nil {
+			l.Close()
+			t.Errorf("Open with wrong credentials succeeded: %s", driverRedact(bad))
+			continue
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+// driverRedact hides the test's passwords in its own messages.
+func driverRedact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "?"
+	}
+	return driver.Redact(u)
+}
+
+// The user information of a redis+cluster:// URL authenticates to every
+// node, the seeds and those the client finds; a wrong password fails Open
+// with an error that does not show it.
+func TestClusterAuth(t *testing.T) {
+	const pw = "s3cret-cluster-pw"
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{Password: pw})
+	a := cs.Addrs()
+	l := openURL(t, "redis+cluster://:"+pw+"@"+a[0])
+	ctx := t.Context()
+	for i := range 8 { // names on every primary
+		lease, err := l.TryAcquire(ctx, fmt.Sprintf("auth/%s/%d", randomHex(4), i))
+		if err != nil {
+			t.Fatalf("TryAcquire on an authenticated cluster: %v", err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if l, err := dlock.Open(octx, "redis+cluster://:wrong-"+pw+"@"+a[0]); err == nil {
+		l.Close()
+		t.Error("Open with a wrong password succeeded")
+	} else if strings.Contains(err.Error(), pw) {
+		t.Errorf("the error shows the password: %v", err)
 	}
 }

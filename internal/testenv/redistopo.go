@@ -33,11 +33,12 @@ type SentinelSetup struct {
 
 // SentinelServer is one redis-sentinel process.
 type SentinelServer struct {
-	t    testing.TB
-	Addr string
-	conf string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	t        testing.TB
+	Addr     string
+	conf     string
+	password string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
 }
 
 // SentinelOptions configure StartSentinel. Zero values mean the defaults.
@@ -45,6 +46,10 @@ type SentinelOptions struct {
 	Replicas  int           // default 2
 	Sentinels int           // default 3 (quorum: a majority of them)
 	DownAfter time.Duration // default 1s
+	// Password, when set, is required by the data nodes (requirepass,
+	// masterauth) and by the sentinels themselves (requirepass, and
+	// auth-pass towards the nodes).
+	Password string
 }
 
 // StartSentinel starts a primary, o.Replicas replicas in sync with it and
@@ -65,13 +70,17 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	if o.DownAfter == 0 {
 		o.DownAfter = time.Second
 	}
-	primary := StartRedis(t, RedisOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	auth := []string{"--repl-diskless-sync-delay", "0"}
+	if o.Password != "" {
+		auth = append(auth, "--requirepass", o.Password, "--masterauth", o.Password)
+	}
+	primary := StartRedis(t, RedisOptions{Args: auth, Password: o.Password})
 	ps := &SentinelSetup{Servers: []*RedisServer{primary}, DownAfter: o.DownAfter}
 	host, port, _ := strings.Cut(primary.Addr, ":")
 	for range o.Replicas {
 		// Replicas of the primary at start; after a failover the sentinels
 		// reconfigure them (and a restarted old primary) themselves.
-		r := StartRedis(t, RedisOptions{Args: []string{"--replicaof", host, port, "--repl-diskless-sync-delay", "0"}})
+		r := StartRedis(t, RedisOptions{Args: append([]string{"--replicaof", host, port}, auth...), Password: o.Password})
 		ps.Servers = append(ps.Servers, r)
 	}
 	for _, r := range ps.Servers[1:] {
@@ -79,7 +88,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	}
 	quorum := o.Sentinels/2 + 1
 	for range o.Sentinels {
-		s := &SentinelServer{t: t}
+		s := &SentinelServer{t: t, password: o.Password}
 		p := freePort(t)
 		s.Addr = "127.0.0.1:" + strconv.Itoa(p)
 		dir := t.TempDir()
@@ -89,6 +98,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
 			p, dir, SentinelMaster, host, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
 			SentinelMaster, max(3*o.DownAfter.Milliseconds(), 3000), SentinelMaster)
+		if o.Password != "" {
+			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
+		}
 		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +111,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, s := range ps.Sentinels {
-		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: o.Password})
 		for {
 			reps, err1 := c.Replicas(ctx, SentinelMaster).Result()
 			sens, err2 := c.Sentinels(ctx, SentinelMaster).Result()
@@ -131,7 +143,7 @@ func (ps *SentinelSetup) SentinelAddrs() []string {
 func (ps *SentinelSetup) Primary(ctx context.Context) (*RedisServer, error) {
 	var lastErr error
 	for _, s := range ps.Sentinels {
-		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password})
 		a, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
 		_ = c.Close()
 		if err != nil {
@@ -157,7 +169,7 @@ func (s *SentinelServer) Start() {
 	if s.cmd != nil {
 		return
 	}
-	s.cmd = startAndPing(s.t, "redis-sentinel", []string{s.conf, "--loglevel", "warning"}, s.Addr)
+	s.cmd = startAndPing(s.t, "redis-sentinel", []string{s.conf, "--loglevel", "warning"}, s.Addr, s.password)
 }
 
 // Kill stops the sentinel at once (SIGKILL).
@@ -171,7 +183,7 @@ func (s *SentinelServer) Kill() {
 // waitSynced waits until replica r's link to its primary is up.
 func waitSynced(t testing.TB, r *RedisServer) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.password})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -202,6 +214,9 @@ type ClusterOptions struct {
 	Primaries   int           // default 3
 	Replicas    int           // per primary; default 1
 	NodeTimeout time.Duration // default 1s
+	// Password, when set, is required by every node (requirepass,
+	// masterauth).
+	Password string
 }
 
 // StartRedisCluster starts a Redis Cluster (redis-server in cluster mode,
@@ -227,8 +242,12 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 		"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
 		"--repl-diskless-sync-delay", "0"}
 	create := []string{"--cluster", "create"}
+	if o.Password != "" {
+		args = append(args, "--requirepass", o.Password, "--masterauth", o.Password)
+		create = append([]string{"--no-auth-warning", "-a", o.Password}, create...)
+	}
 	for range o.Primaries * (1 + o.Replicas) {
-		s := StartRedis(t, RedisOptions{Args: args})
+		s := StartRedis(t, RedisOptions{Args: args, Password: o.Password})
 		cs.Servers = append(cs.Servers, s)
 		create = append(create, s.Addr)
 	}
@@ -239,7 +258,7 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, s := range cs.Servers {
-		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: o.Password})
 		for {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(cs.Servers))) {

@@ -51,8 +51,11 @@ func Getenv(key, def string) string {
 	return def
 }
 
-func pingRedis(addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+func pingRedis(addr string) error { return pingRedisAuth(addr, "") }
+
+// pingRedisAuth pings the server at addr with password (none if empty).
+func pingRedisAuth(addr, password string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -62,14 +65,15 @@ func pingRedis(addr string) error {
 // RedisServer is a redis-server process a test started on a free loopback
 // port. It is stopped when the test ends.
 type RedisServer struct {
-	t       testing.TB
-	Addr    string
-	port    int
-	dir     string
-	persist bool
-	args    []string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
+	t        testing.TB
+	Addr     string
+	port     int
+	dir      string
+	persist  bool
+	args     []string
+	password string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
 }
 
 // RedisOptions configure StartRedis.
@@ -80,6 +84,9 @@ type RedisOptions struct {
 	// Args are more redis-server arguments, given on every start (as
 	// "--replicaof", "127.0.0.1", "6380").
 	Args []string
+	// Password is what the server requires (when Args set requirepass),
+	// for the readiness check and Client.
+	Password string
 }
 
 // StartRedis starts a redis-server of the test's own on a free loopback
@@ -89,7 +96,7 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args}
+	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password}
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.Start()
 	t.Cleanup(s.Kill)
@@ -112,12 +119,12 @@ func (s *RedisServer) Start() {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.args...)
-	s.cmd = startAndPing(s.t, "redis-server", args, s.Addr)
+	s.cmd = startAndPing(s.t, "redis-server", args, s.Addr, s.password)
 }
 
 // startAndPing starts bin with args and waits until a Redis PING to addr
 // is answered; it fails t if that takes more than 10 seconds.
-func startAndPing(t testing.TB, bin string, args []string, addr string) *exec.Cmd {
+func startAndPing(t testing.TB, bin string, args []string, addr, password string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
@@ -125,7 +132,7 @@ func startAndPing(t testing.TB, bin string, args []string, addr string) *exec.Cm
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := pingRedis(addr); err == nil {
+		if err := pingRedisAuth(addr, password); err == nil {
 			return cmd
 		} else if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
@@ -167,7 +174,7 @@ func (s *RedisServer) Restart() {
 
 // Client returns a client of this server, closed when the test ends.
 func (s *RedisServer) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
