@@ -315,3 +315,67 @@ func clusterRound(t *testing.T) (Result, time.Duration) {
 	}
 	return r, d
 }
+
+// TestClusterReshard moves the lock's slot between two primaries of a
+// Redis Cluster while the workers take and release the lock, with the
+// slot's keys held split over the two for 1.5 s mid-move: holders must
+// keep or cleanly lose the lock, waiters must not be stranded.
+func TestClusterReshard(t *testing.T) {
+	rounds := scale(1, 6)
+	var total Result
+	for range rounds {
+		total = total.Add(reshardRound(t))
+	}
+	report(t, "redis+cluster (3 primaries, 1 replica each)", "the lock's slot migrated to another primary (keys split for 1.5s)", true, rounds, total)
+}
+
+func reshardRound(t *testing.T) Result {
+	t.Helper()
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	defer admin.Close()
+	ctx := t.Context()
+	name := fmt.Sprintf("safety-%d", time.Now().UnixNano())
+	key := "dlock:{" + name + "}"
+	slot, err := admin.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := admin.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := src.Options().Addr, ""
+	for _, s := range cs.Servers[:3] { // the primaries at the start
+		if s.Addr != from {
+			to = s.Addr
+			break
+		}
+	}
+	url := "redis+cluster://" + strings.Join(cs.Addrs()[:3], ",") + "?" + redisClientParams
+	wl := workload{url: url, clients: 3, dur: scale(5*time.Second, 8*time.Second),
+		ttl: 500 * time.Millisecond, hold: 750 * time.Millisecond, guard: true, name: name}
+	moved := false
+	r, _ := run(t, wl, func(ctx context.Context, w *workers) {
+		if !sleepCtx(ctx, wl.dur/5) {
+			return
+		}
+		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
+			return
+		}
+		err := cs.MoveSlot(ctx, int(slot), from, to, func(n int) {
+			if n == 1 {
+				sleepCtx(ctx, 1500*time.Millisecond)
+			}
+		})
+		if err != nil {
+			t.Errorf("move slot %d: %v", slot, err)
+			return
+		}
+		moved = true
+	})
+	if !moved {
+		t.Error("the run ended before the slot was moved")
+	}
+	return r
+}
