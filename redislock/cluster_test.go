@@ -2,7 +2,9 @@ package redislock
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +66,21 @@ func TestCluster(t *testing.T) {
 	if lat := got.at.Sub(released); lat > w.entryLifetime(r.TTL)/6 {
 		t.Errorf("handoff took %v: the grant did not come by message", lat)
 	}
+	// On Redis 7 the grant went by SPUBLISH to the lock's slot, not by
+	// PUBLISH to every node.
+	if n := commandCalls(t, c, "spublish"); n == 0 {
+		t.Errorf("no SPUBLISH on any primary after a handoff")
+	}
+	if n := commandCalls(t, c, "publish"); n != 0 {
+		t.Errorf("%d PUBLISH on the primaries: grants should go by SPUBLISH", n)
+	}
+	// The waiter's shard subscription ended with its wait.
+	w.shards.mu.Lock()
+	subs := len(w.shards.subs)
+	w.shards.mu.Unlock()
+	if subs != 0 {
+		t.Errorf("%d shard subscriptions left after the wait", subs)
+	}
 	// Inspect scans every master and reads keys of several slots: the
 	// mutex w holds and a reader of another name.
 	rr := request("cluster/rw", 10*time.Second)
@@ -86,4 +103,33 @@ func TestCluster(t *testing.T) {
 	if err := w.Unlock(ctx, r); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// commandCalls sums the calls of command (as INFO commandstats names it)
+// over the cluster's primaries.
+func commandCalls(t *testing.T, c *redis.ClusterClient, command string) int {
+	t.Helper()
+	var mu sync.Mutex
+	total := 0
+	err := c.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest+",", ',')])
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
 }

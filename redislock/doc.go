@@ -154,8 +154,9 @@
 // Waiters queue in Redis, and a release hands the lock straight to the
 // first live waiter in the same script (it never falls free for the
 // releaser to take again), then publishes the grant on the waiter's
-// driver channel. Each Driver holds one pub/sub subscription, opened by
-// its first Lock and shared by all its waiting calls. A waiter also
+// driver channel (on a Redis 7 Cluster, on the lock's shard channel: see
+// Cluster). Each Driver holds one pub/sub subscription, opened by its
+// first Lock and shared by all its waiting calls. A waiter also
 // re-checks when the holder's TTL runs out, so a crashed holder is taken
 // over right then, and at least every third of its queue entry's lifetime
 // (once a second by default), which keeps the entry alive and recovers a
@@ -304,7 +305,13 @@
 // failing: a lock held through the move keeps its lease, and its waiter
 // gets it on release (TestClusterReshard, the slot held split over two
 // primaries for 1.5 s). WAIT (WaitReplicas) is not
-// offered on a Cluster client. Waiters are woken by PUBLISH, which a
-// cluster forwards to every node, with the timer at the holder's expiry as
-// the backstop.
+// offered on a Cluster client. On Redis 7 a waiter of every kind is
+// woken by SPUBLISH on its lock's shard channel ("<prefix>{<name>}:g",
+// in the lock's slot), which only that slot's primary and replicas carry,
+// not by PUBLISH, which a cluster forwards to every node: the Driver
+// subscribes (SSUBSCRIBE) to a name's channel while it waits for that
+// name, and again where the slot went after a move or failover
+// (TestCluster counts the SPUBLISH and the absent PUBLISH; the re-check
+// timer stays the backstop). Election observers still follow their
+// election's change channel by PUBLISH.
 package redislock

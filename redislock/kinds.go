@@ -132,12 +132,17 @@ func (d *Driver) electionChannel(name string) string {
 
 // kindDo runs op of r's kind script (see scripts/kinds.lua) on keys.
 func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL) *redis.Cmd {
-	script, args := d.kindCall(r, op, b)
+	return d.kindDoOn(ctx, r, keys, op, b, d.entryChannel)
+}
+
+// kindDoOn is kindDo with the channel written into a queue entry.
+func (d *Driver) kindDoOn(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL, channel any) *redis.Cmd {
+	script, args := d.kindCall(r, op, b, channel)
 	return d.run(ctx, script, keys, args...)
 }
 
 // kindCall returns the script of r's kind and its arguments for op.
-func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*script, []any) {
+func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL, channel any) (*script, []any) {
 	var s *script
 	tag, arg, notify := tagRead, noArg, noArg
 	switch r.Mode {
@@ -150,24 +155,24 @@ func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL) (*script, []any
 	default:
 		s, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
 	}
-	return s, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, d.entryChannel, b.life, tag, arg, notify}
+	return s, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, channel, b.life, tag, arg, notify}
 }
 
 // acquireCall runs one acquisition attempt of r on keys (from keysFor):
-// try (never queue) or wait (queue, or refresh the queue entry). The
-// reply is acquire.lua's, or the same shape from the kinds' scripts, as
-// read by acquireReply.
-func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool) (attempt, error) {
+// try (never queue) or wait (queue, or refresh the queue entry, whose
+// grant message goes to channel). The reply is acquire.lua's, or the same
+// shape from the kinds' scripts, as read by acquireReply.
+func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, wait bool, channel any) (attempt, error) {
 	switch {
 	case r.Mode != driver.Exclusive:
 		op := opTry
 		if wait {
 			op = opWait
 		}
-		return acquireReply(d.kindDo(ctx, r, keys, op, b))
+		return acquireReply(d.kindDoOn(ctx, r, keys, op, b, channel))
 	case wait:
 		return acquireReply(d.run(ctx, acquireScript, keys, r.Owner, b.ms, d.fenceTTL, opWait,
-			d.entryChannel, b.life))
+			channel, b.life))
 	default:
 		return acquireReply(d.run(ctx, acquireScript, keys[:2], r.Owner, b.ms, d.fenceTTL, opTry))
 	}

@@ -119,6 +119,11 @@ type Driver struct {
 
 	sub subscriber
 
+	// shardState is shardUnknown, shardOn or shardOff (see shard.go), and
+	// shards are the shard channel subscriptions of sharded waiting.
+	shardState atomic.Int32
+	shards     shardSubs
+
 	// waitReplicas and waitTimeout are Options.WaitReplicas and
 	// Options.WaitTimeout (in milliseconds).
 	waitReplicas int
@@ -263,7 +268,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	}
 	var buf [4]string
 	start := time.Now()
-	res, err := d.acquireCall(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), false)
+	res, err := d.acquireCall(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), false, nil)
 	if err != nil {
 		// The script may have run before the error: leave nothing held.
 		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
@@ -374,6 +379,7 @@ func (d *Driver) Close() error {
 		}
 		d.checking.Wait() // before the client may be closed
 		d.active.Wait()
+		d.shards.close()
 		d.sub.close()
 		if d.ownClient {
 			err = d.client.Close()

@@ -87,7 +87,7 @@ func (d *Driver) waitAck(ctx context.Context, r driver.Request) (int64, error) {
 	if r.Mode == driver.Exclusive {
 		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keysFor(r)[:1], r.Owner, b.ms)
 	} else {
-		script, args := d.kindCall(r, opRefresh, b)
+		script, args := d.kindCall(r, opRefresh, b, d.entryChannel)
 		refresh = pipe.Eval(ctx, script.Source(), d.keysFor(r), args...)
 	}
 	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)

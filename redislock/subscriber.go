@@ -199,6 +199,34 @@ func (s *subscriber) listen(ctx context.Context) {
 
 // receive reads ps until ctx ends or the connection stops answering pings.
 func (s *subscriber) receive(ctx context.Context, ps *redis.PubSub) {
+	receive(ctx, ps, func(msg any) bool {
+		switch m := msg.(type) {
+		case *redis.Message:
+			if m.Channel == s.d.channel {
+				s.route(m.Payload, time.Now())
+			} else {
+				s.notify(m.Channel)
+			}
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				break
+			}
+			if m.Channel == s.d.channel {
+				s.readyOnce.Do(func() { close(s.ready) })
+			} else {
+				// Subscribed, or subscribed again after a reconnection:
+				// what changed meanwhile was not announced to us.
+				s.notify(m.Channel)
+			}
+		}
+		return true
+	})
+}
+
+// receive passes what ps receives to handle until ctx ends, handle
+// returns false, or the connection stops answering pings (go-redis
+// reconnects after other errors by itself).
+func receive(ctx context.Context, ps *redis.PubSub, handle func(msg any) bool) {
 	pinged := false
 	failures := 0
 	for ctx.Err() == nil {
@@ -223,24 +251,8 @@ func (s *subscriber) receive(ctx context.Context, ps *redis.PubSub) {
 			continue
 		}
 		failures, pinged = 0, false
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Channel == s.d.channel {
-				s.route(m.Payload, time.Now())
-			} else {
-				s.notify(m.Channel)
-			}
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				break
-			}
-			if m.Channel == s.d.channel {
-				s.readyOnce.Do(func() { close(s.ready) })
-			} else {
-				// Subscribed, or subscribed again after a reconnection:
-				// what changed meanwhile was not announced to us.
-				s.notify(m.Channel)
-			}
+		if !handle(msg) {
+			return
 		}
 	}
 }

@@ -102,14 +102,24 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		return driver.Grant{}, err
 	}
 	defer d.sub.unregister(r.Owner)
+	channel, ready := d.entryChannel, (<-chan struct{})(d.sub.ready)
+	if d.useShards(ctx) {
+		ch := d.shardChannel(r.Name)
+		shardReady, leave, ok := d.shards.follow(d, ch)
+		if !ok {
+			return driver.Grant{}, driver.ErrClosed
+		}
+		defer leave()
+		channel, ready = ch, shardReady
+	}
 	for {
-		// A grant is missed only if it was published before the driver's
-		// subscription was confirmed (on its first Lock); then the caller
-		// checks again as soon as it is. What counts is whether it was
-		// confirmed before this script was sent.
-		subscribed := d.sub.isReady()
+		// A grant is missed only if it was published before the
+		// subscription it comes by was confirmed; then the caller checks
+		// again as soon as it is. What counts is whether it was confirmed
+		// before this script was sent.
+		subscribed := isClosed(ready)
 		start := time.Now()
-		res, err := d.acquireCall(ctx, r, keys, args, true)
+		res, err := d.acquireCall(ctx, r, keys, args, true, channel)
 		if err != nil {
 			// The script may have run before the error: leave nothing
 			// held or queued.
@@ -120,7 +130,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			return d.replicated(ctx, r, g, err)
 		}
 		if !subscribed {
-			if err := d.awaitSubscription(ctx, r, wait(recheck)); err != nil {
+			if err := d.awaitSubscription(ctx, r, ready, wait(recheck)); err != nil {
 				return driver.Grant{}, err
 			}
 			continue
@@ -169,13 +179,14 @@ func (d *Driver) await(ctx context.Context, r driver.Request, grants <-chan gran
 	}
 }
 
-// awaitSubscription waits for the driver's subscription to be confirmed
-// (it may be already), or for timeout: waiting then goes on without it, by
+// awaitSubscription waits for the subscription the grant comes by (the
+// driver's, or the name's shard channel's) to be confirmed (it may be
+// already), or for timeout: waiting then goes on without it, by
 // re-checks. When ctx ends or the driver closes first, it leaves the
 // queue.
-func (d *Driver) awaitSubscription(ctx context.Context, r driver.Request, timeout <-chan time.Time) error {
+func (d *Driver) awaitSubscription(ctx context.Context, r driver.Request, ready <-chan struct{}, timeout <-chan time.Time) error {
 	select {
-	case <-d.sub.ready:
+	case <-ready:
 	case <-timeout:
 	case <-ctx.Done():
 		return d.abandon(ctx, r, ctx.Err())
@@ -196,6 +207,16 @@ func (d *Driver) abandon(ctx context.Context, r driver.Request, cause error) err
 		return errors.Join(cause, fmt.Errorf("redislock: leaving the queue of %q (the entry expires by itself): %w", r.Name, err))
 	}
 	return cause
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // enter counts a Lock call in, unless the driver is closed.

@@ -83,7 +83,7 @@ local function serve(k, name, fence_ttl, self)
       if w == self then
         mine = token
       else
-        redis.call('PUBLISH', channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. name)
+        notify(channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. name)
       end
     end
     redis.call('LPOP', KEYS[3])

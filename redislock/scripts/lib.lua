@@ -55,6 +55,19 @@ local function lock_name()
   return string.sub(KEYS[1], string.find(KEYS[1], '{', 1, true) + 1, -2)
 end
 
+-- Sends a waiter its grant message on channel: by SPUBLISH when the
+-- channel is a shard channel (its name holds the lock's hash tag, so it
+-- lives in the lock's slot: on a Redis 7 Cluster only the slot's primary
+-- and replicas carry it), by PUBLISH when it is a driver's own channel
+-- (which holds no brace), which a cluster forwards to every node.
+local function notify(channel, msg)
+  if string.find(channel, '{', 1, true) then
+    redis.call('SPUBLISH', channel, msg)
+  else
+    redis.call('PUBLISH', channel, msg)
+  end
+end
+
 -- Gives the free lock to the first live waiter in the queue, dropping the
 -- entries whose deadline has passed (their waiters stopped refreshing
 -- them). The new holder is told on its channel, unless it is self (the
@@ -76,7 +89,7 @@ local function hand_off(fence_ttl, self)
         redis.call('SET', KEYS[1], w, 'PX', ttl)
         local token = next_token(fence_ttl)
         if w ~= self then
-          redis.call('PUBLISH', channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. lock_name())
+          notify(channel, string.format('%.0f', token) .. ' ' .. w .. ' ' .. lock_name())
         end
         return w, token
       end
