@@ -293,7 +293,7 @@
 // the names of its slots only, until its replica takes over
 // (cluster-node-timeout plus the replica's election): with three primaries
 // with a replica each (node timeout 1s) and the lock's primary SIGKILLed
-// right after a grant, grants resumed 2.7–3.1 s after the kill and a lock
+// right after a grant, grants resumed 2.4–3.3 s after the kill and a lock
 // held on another primary's slot across the failover kept its key and its
 // lease (TestClusterFailover). go-redis rereads the slot map on MOVED and
 // ASK replies; a dead primary sends neither, so the URL's client also
