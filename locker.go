@@ -134,6 +134,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 	start := time.Now()
 	var g driver.Grant
 	var err error
+	var end time.Time // when the last attempt returned
 	for {
 		req.Owner = newOwner()
 		switch {
@@ -144,7 +145,8 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		default:
 			g, err = l.retry(ctx, req, cfg.backoff)
 		}
-		if err != nil || !spent(g, req.TTL) {
+		end = time.Now()
+		if err != nil || !spent(g, req.TTL, end) {
 			break
 		}
 		// The grant arrived with its validity already over (the request
@@ -153,7 +155,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		// it passes on, and try again when waiting.
 		l.releaseSpent(ctx, req)
 		if !wait {
-			err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, time.Since(start).Round(time.Millisecond), req.TTL)
+			err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
 			break
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -161,7 +163,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 			break
 		}
 	}
-	waited := time.Since(start)
+	waited := end.Sub(start)
 	if err != nil {
 		result := resultError
 		switch {
@@ -191,10 +193,9 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 }
 
 // spent reports whether grant g, for a lock of TTL ttl, has no validity
-// left as it arrives: past its Expires less the lease's loss margin, or
-// refused by its driver's Check.
-func spent(g driver.Grant, ttl time.Duration) bool {
-	now := time.Now()
+// left at now, as it arrives: past its Expires less the lease's loss
+// margin, or refused by its driver's Check.
+func spent(g driver.Grant, ttl time.Duration, now time.Time) bool {
 	if !g.Expires.IsZero() && !now.Before(g.Expires.Add(-lossMargin(ttl))) {
 		return true
 	}
@@ -202,17 +203,14 @@ func spent(g driver.Grant, ttl time.Duration) bool {
 }
 
 // releaseSpent unlocks a grant that arrived spent, even when ctx has ended,
-// within spentReleaseTimeout; a failure leaves the lock to its TTL.
+// within closeReleaseTimeout; a failure leaves the lock to its TTL.
 func (l *Locker) releaseSpent(ctx context.Context, req driver.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spentReleaseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
 	defer cancel()
 	if err := l.drv.Unlock(ctx, req); err != nil && !errors.Is(err, ErrNotHeld) {
 		l.log.WarnContext(ctx, "dlock: releasing a grant that arrived after its TTL", "name", req.Name, "error", err)
 	}
 }
-
-// spentReleaseTimeout bounds releaseSpent.
-const spentReleaseTimeout = 5 * time.Second
 
 // retry is the waiting policy for drivers that cannot be notified: TryLock,
 // then sleep for the backoff, never past the holder's known expiry.

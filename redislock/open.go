@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // DefaultPort is the Redis port used when a URL names none.
@@ -202,34 +203,12 @@ func hostList(u driver.URL, defPort, example string) ([]string, error) {
 	if u.Host != "" {
 		list = strings.Split(u.Host, ",")
 	}
-	if u.Has("addr") {
-		list = append(list, u.Query()["addr"]...)
-	}
+	list = append(list, u.Query()["addr"]...)
 	u.String("addr", "") // read: not unknown
 	if len(list) == 0 {
 		return nil, u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
 	}
-	seen := map[string]bool{}
-	addrs := make([]string, 0, len(list))
-	for _, h := range list {
-		host, port, err := net.SplitHostPort(h)
-		if err != nil && !strings.Contains(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), ":") {
-			host, port, err = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), defPort, nil
-		}
-		if err != nil || host == "" {
-			return nil, u.Err("host", h, errors.New("not host:port"))
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, u.Err("host", h, errors.New("not a port number (1 to 65535)"))
-		}
-		a := net.JoinHostPort(host, port)
-		if seen[a] {
-			return nil, u.Err("host", h, errors.New("listed twice"))
-		}
-		seen[a] = true
-		addrs = append(addrs, a)
-	}
-	return addrs, nil
+	return redisutil.HostList(u, list, defPort, "listed twice")
 }
 
 // database reads the URL's path, the database number.

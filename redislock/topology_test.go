@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -196,24 +195,7 @@ func TestClusterReshard(t *testing.T) {
 	holder, waiter := openURL(t, rawURL), openURL(t, rawURL)
 	name := "reshard/" + randomHex(4)
 	key := DefaultPrefix + "{" + name + "}"
-	slot, err := admin.ClusterKeySlot(ctx, key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := admin.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, to := src.Options().Addr, ""
-	var mu sync.Mutex
-	_ = admin.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock() // ForEachMaster calls in parallel
-		defer mu.Unlock()
-		if a := c.Options().Addr; a != from && to == "" {
-			to = a
-		}
-		return nil
-	})
+	slot, from, to := cs.SlotOf(t, key)
 
 	lease, err := holder.Acquire(ctx, name, dlock.WithTTL(time.Second))
 	if err != nil {
@@ -234,7 +216,7 @@ func TestClusterReshard(t *testing.T) {
 	// Move the slot one key at a time, pausing mid-way for longer than
 	// the TTL, so that renewals and the waiter's re-checks meet a slot
 	// whose keys are split over two primaries.
-	err = cs.MoveSlot(ctx, int(slot), from, to, func(moved int) {
+	err = cs.MoveSlot(ctx, slot, from, to, func(moved int) {
 		if moved == 1 {
 			time.Sleep(1500 * time.Millisecond)
 		}

@@ -93,15 +93,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	defer timer.stop()
 	wait := timer.after
 
-	// Register before the first script: a grant may follow it at once.
-	if !d.sub.start() {
-		return driver.Grant{}, driver.ErrClosed
-	}
-	grants, err := d.sub.register(r.Owner)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	defer d.sub.unregister(r.Owner)
+	// Subscribe and register before the first script: a grant may follow
+	// it at once. It comes on the driver's channel, or on a Redis 7
+	// Cluster on the name's shard channel.
 	channel, ready := d.entryChannel, (<-chan struct{})(d.sub.ready)
 	if d.useShards(ctx) {
 		ch := d.shardChannel(r.Name)
@@ -111,7 +105,14 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		defer leave()
 		channel, ready = ch, shardReady
+	} else if !d.sub.start() {
+		return driver.Grant{}, driver.ErrClosed
 	}
+	grants, err := d.sub.register(r.Owner)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer d.sub.unregister(r.Owner)
 	for {
 		// A grant is missed only if it was published before the
 		// subscription it comes by was confirmed; then the caller checks

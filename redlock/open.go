@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // DefaultPort is the port of a node given without one.
@@ -101,35 +100,9 @@ func nodeAddrs(u driver.URL) ([]string, error) {
 	if u.Host == "" {
 		return nil, u.Err("host", "", errors.New("no nodes; want redlock://host1:port1,host2:port2,..."))
 	}
-	var addrs []string
-	seen := map[string]bool{}
-	for h := range strings.SplitSeq(u.Host, ",") {
-		if h == "" {
-			return nil, u.Err("host", u.Host, errors.New("empty entry in the node list"))
-		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			switch {
-			case strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]"):
-				host, port = h[1:len(h)-1], DefaultPort // [::1]
-			case strings.Contains(h, ":"):
-				return nil, u.Err("host", h, err)
-			default:
-				host, port = h, DefaultPort
-			}
-		}
-		if host == "" {
-			return nil, u.Err("host", h, errors.New("no host name"))
-		}
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return nil, u.Err("host", h, fmt.Errorf("bad port %q", port))
-		}
-		addr := net.JoinHostPort(host, port)
-		if seen[addr] {
-			return nil, u.Err("host", h, errors.New("node listed twice (it would vote twice)"))
-		}
-		seen[addr] = true
-		addrs = append(addrs, addr)
+	addrs, err := redisutil.HostList(u, strings.Split(u.Host, ","), DefaultPort, "node listed twice (it would vote twice)")
+	if err != nil {
+		return nil, err
 	}
 	if len(addrs) > MaxNodes {
 		return nil, u.Err("host", u.Host, fmt.Errorf("%d nodes, more than %d", len(addrs), MaxNodes))

@@ -332,26 +332,8 @@ func TestClusterReshard(t *testing.T) {
 func reshardRound(t *testing.T) Result {
 	t.Helper()
 	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
-	defer admin.Close()
-	ctx := t.Context()
 	name := fmt.Sprintf("safety-%d", time.Now().UnixNano())
-	key := "dlock:{" + name + "}"
-	slot, err := admin.ClusterKeySlot(ctx, key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := admin.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, to := src.Options().Addr, ""
-	for _, s := range cs.Servers[:3] { // the primaries at the start
-		if s.Addr != from {
-			to = s.Addr
-			break
-		}
-	}
+	slot, from, to := cs.SlotOf(t, "dlock:{"+name+"}")
 	url := "redis+cluster://" + strings.Join(cs.Addrs()[:3], ",") + "?" + redisClientParams
 	wl := workload{url: url, clients: 3, dur: scale(5*time.Second, 8*time.Second),
 		ttl: 500 * time.Millisecond, hold: 750 * time.Millisecond, guard: true, name: name}
@@ -363,7 +345,7 @@ func reshardRound(t *testing.T) Result {
 		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
 			return
 		}
-		err := cs.MoveSlot(ctx, int(slot), from, to, func(n int) {
+		err := cs.MoveSlot(ctx, slot, from, to, func(n int) {
 			if n == 1 {
 				sleepCtx(ctx, 1500*time.Millisecond)
 			}

@@ -356,3 +356,35 @@ func (cs *ClusterSetup) MoveSlot(ctx context.Context, slot int, from, to string,
 	}
 	return nil
 }
+
+// SlotOf returns key's hash slot, the address of the primary that holds
+// it and of another primary: the two ends of a MoveSlot of that key.
+func (cs *ClusterSetup) SlotOf(t testing.TB, key string) (slot int, from, to string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	defer c.Close()
+	n, err := c.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from = src.Options().Addr
+	var mu sync.Mutex
+	err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		mu.Lock() // ForEachMaster calls in parallel
+		defer mu.Unlock()
+		if a := m.Options().Addr; a != from && to == "" {
+			to = a
+		}
+		return nil
+	})
+	if err != nil || to == "" {
+		t.Fatalf("no primary but %s (%v)", from, err)
+	}
+	return int(n), from, to
+}
