@@ -66,20 +66,48 @@ func TestCluster(t *testing.T) {
 	if lat := got.at.Sub(released); lat > w.entryLifetime(r.TTL)/6 {
 		t.Errorf("handoff took %v: the grant did not come by message", lat)
 	}
-	// On Redis 7 the grant went by SPUBLISH to the lock's slot, not by
-	// PUBLISH to every node.
-	if n := commandCalls(t, c, "spublish"); n == 0 {
-		t.Errorf("no SPUBLISH on any primary after a handoff")
+	// The waiter's shard subscription ended with its wait.
+	w.subs.mu.Lock()
+	subs := len(w.subs.subs)
+	w.subs.mu.Unlock()
+	if subs != 0 {
+		t.Errorf("%d shard subscriptions left after the wait", subs)
+	}
+	// An observer of an election on w learns of a leader elected through
+	// d by message, long before any timer of its own would read again.
+	ch, err := w.Observe(ctx, "cluster/leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := next(t, ch, time.Second); info != (driver.LeaderInfo{}) {
+		t.Fatalf("first value %+v, want no leader", info)
+	}
+	time.Sleep(100 * time.Millisecond) // the subscription's confirmation is read
+	lr := request("cluster/leader", 10*time.Second)
+	lr.Mode, lr.Value = driver.Leader, "node-a"
+	lg, err := d.TryLock(ctx, lr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elected := time.Now()
+	if info, at := next(t, ch, time.Second); info.Value != "node-a" || info.Token != lg.Token {
+		t.Errorf("observed %+v, want node-a with token %d", info, lg.Token)
+	} else {
+		t.Logf("observer saw the new leader %v after its election", at.Sub(elected))
+	}
+	if err := d.Unlock(ctx, lr); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := next(t, ch, time.Second); info != (driver.LeaderInfo{}) {
+		t.Errorf("observed %+v after the resignation, want no leader", info)
+	}
+	// On Redis 7 the grant and the election's changes went by SPUBLISH to
+	// the name's slot, not by PUBLISH to every node.
+	if n := commandCalls(t, c, "spublish"); n < 3 {
+		t.Errorf("%d SPUBLISH on the primaries after a handoff and two changes of leader, want 3", n)
 	}
 	if n := commandCalls(t, c, "publish"); n != 0 {
 		t.Errorf("%d PUBLISH on the primaries: grants should go by SPUBLISH", n)
-	}
-	// The waiter's shard subscription ended with its wait.
-	w.shards.mu.Lock()
-	subs := len(w.shards.subs)
-	w.shards.mu.Unlock()
-	if subs != 0 {
-		t.Errorf("%d shard subscriptions left after the wait", subs)
 	}
 	// Inspect scans every master and reads keys of several slots: the
 	// mutex w holds and a reader of another name.

@@ -155,8 +155,8 @@
 // first live waiter in the same script (it never falls free for the
 // releaser to take again), then publishes the grant on the waiter's
 // driver channel (on a Redis 7 Cluster, on the lock's shard channel: see
-// Cluster). Each Driver holds one pub/sub subscription, opened by its
-// first Lock and shared by all its waiting calls. A waiter also
+// Cluster). Each Driver subscribes to its own channel once, at its first
+// Lock, for all its waiting calls. A waiter also
 // re-checks when the holder's TTL runs out, so a crashed holder is taken
 // over right then, and at least every third of its queue entry's lifetime
 // (once a second by default), which keeps the entry alive and recovers a
@@ -185,10 +185,7 @@
 // kind (try, wait, refresh, release) is one script, so one round trip.
 // A holder kept in a sorted set that stops renewing (it crashed) drops
 // out when its expiry passes: every script removes the expired members
-// first. As for the mutex, the common cases (taking a lock nobody is
-// queued for or in the way of, refreshing, releasing with nobody queued,
-// each while no holder's lease has expired) are written out at the head
-// of each script and return before the rest is run. Each grant, of any kind, takes the next value of the kind's
+// first. Each grant, of any kind, takes the next value of the kind's
 // counter, so readers or permit holders holding together have distinct
 // tokens.
 //
@@ -210,10 +207,10 @@
 // An election is a mutex whose stored holder also carries the
 // candidate's value: Leader reads value and token in one script. Every
 // change of leader (a grant, a resignation, a handoff; not a renewal) is
-// published on <prefix>le:{<name>}:changed. Observe follows that channel
-// on the Driver's one pub/sub connection, the one its waiters use (it
-// subscribes while anyone on the Driver observes the election, and go-redis
-// subscribes again after a reconnection), and reads the leader again on
+// published on <prefix>le:{<name>}:changed (a shard channel on a Redis 7
+// Cluster). Observe follows that channel (the Driver subscribes while
+// anyone on it observes the election, and go-redis subscribes again after
+// a reconnection), and reads the leader again on
 // each message, on each confirmation of the subscription (so a change
 // made while the connection was down is caught) and right after the known
 // expiry of the leader it last saw, which is how the end of a leader that
@@ -312,6 +309,7 @@
 // subscribes (SSUBSCRIBE) to a name's channel while it waits for that
 // name, and again where the slot went after a move or failover
 // (TestCluster counts the SPUBLISH and the absent PUBLISH; the re-check
-// timer stays the backstop). Election observers still follow their
-// election's change channel by PUBLISH.
+// timer stays the backstop). An election's changes go the same way, by
+// SPUBLISH on its change channel, to which a Driver subscribes (SSUBSCRIBE)
+// while anyone on it observes the election.
 package redislock

@@ -55,10 +55,10 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 //
 // Every change of leader (a grant, a resignation, a handoff; not a
 // renewal) is published by the script that makes it on the election's
-// channel, <prefix>le:{<name>}:changed. Observers follow it on the
-// Driver's one pub/sub connection, the one its waiting Lock calls use
-// (subscribing to the election's channel while anyone on this Driver
-// observes it), and read the leader again on each message. A leader that
+// channel, <prefix>le:{<name>}:changed (on a Redis 7 Cluster a shard
+// channel, published and subscribed in the election's slot). A Driver
+// subscribes to it while anyone on the Driver observes the election, and
+// its observers read the leader again on each message. A leader that
 // crashed announces nothing: its lease just expires, so an observer also
 // reads again right after the known expiry of the leader it last saw. A
 // confirmation of the subscription, the first and each after a
@@ -73,15 +73,19 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if !d.enter() {
 		return nil, driver.ErrClosed
 	}
-	topic := d.electionChannel(name)
-	signal, ok := d.sub.follow(topic)
+	shard, err := d.useShards(ctx)
+	if err != nil {
+		d.active.Done()
+		return nil, fmt.Errorf("redislock: observe %q: %w", name, err)
+	}
+	f, ok := d.subs.follow(d, d.electionChannel(name), shard, nil)
 	if !ok {
 		d.active.Done()
 		return nil, driver.ErrClosed
 	}
 	info, left, err := d.readLeader(ctx, name)
 	if err != nil {
-		d.sub.unfollow(topic, signal)
+		f.leave()
 		d.active.Done()
 		return nil, err
 	}
@@ -89,8 +93,8 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	go func() {
 		defer d.active.Done()
 		defer close(out)
-		defer d.sub.unfollow(topic, signal)
-		d.observe(ctx, name, out, signal, info, left)
+		defer f.leave()
+		d.observe(ctx, name, out, f.signal, info, left)
 	}()
 	return out, nil
 }

@@ -37,6 +37,10 @@ var (
 
 	noArg any = ""
 
+	// byShard tells the election's script to announce a change by
+	// SPUBLISH (see useShards).
+	byShard any = "s"
+
 	// releaseTTL stands for the TTL arguments of a release, which uses
 	// none.
 	releaseTTL = &boxedTTL{ms: any(int64(0)), life: any(int64(0))}
@@ -137,14 +141,19 @@ func (d *Driver) kindDo(ctx context.Context, r driver.Request, keys []string, op
 
 // kindDoOn is kindDo with the channel written into a queue entry.
 func (d *Driver) kindDoOn(ctx context.Context, r driver.Request, keys []string, op any, b *boxedTTL, channel any) *redis.Cmd {
-	script, args := d.kindCall(r, op, b, channel)
+	script, args, err := d.kindCall(ctx, r, op, b, channel)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	return d.run(ctx, script, keys, args...)
 }
 
 // kindCall returns the script of r's kind and its arguments for op.
-func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL, channel any) (*script, []any) {
+func (d *Driver) kindCall(ctx context.Context, r driver.Request, op any, b *boxedTTL, channel any) (*script, []any, error) {
 	var s *script
-	tag, arg, notify := tagRead, noArg, noArg
+	tag, arg, changed, publish := tagRead, noArg, noArg, noArg
 	switch r.Mode {
 	case driver.Read:
 		s = rwScript
@@ -153,9 +162,16 @@ func (d *Driver) kindCall(r driver.Request, op any, b *boxedTTL, channel any) (*
 	case driver.Permit:
 		s, tag, arg = semaphoreScript, tagPermit, r.Limit
 	default:
-		s, tag, arg, notify = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
+		s, tag, arg, changed = electionScript, tagLeader, r.Value, d.electionChannel(r.Name)
+		shard, err := d.useShards(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if shard {
+			publish = byShard
+		}
 	}
-	return s, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, channel, b.life, tag, arg, notify}
+	return s, []any{op, r.Owner, b.ms, d.fenceTTL, r.Name, channel, b.life, tag, arg, changed, publish}, nil
 }
 
 // acquireCall runs one acquisition attempt of r on keys (from keysFor):

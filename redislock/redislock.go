@@ -93,9 +93,11 @@ type Options struct {
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
 // Each call sends its script through the client, on the caller's
 // goroutine (see Requests in the package documentation).
-// From its first Lock or Observe until Close, a Driver holds one pub/sub
-// connection of its client's, shared by all its waiting calls and
-// observers.
+// A Driver holds a pub/sub connection of its client's for its own
+// channel, from its first Lock until Close, shared by all its waiting
+// calls; one for each election it observes, while it does; and on a Redis
+// 7 Cluster one for each name it waits for, while it does (see the package
+// documentation, Waiting and Cluster).
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -117,12 +119,17 @@ type Driver struct {
 	closeOnce sync.Once
 	active    sync.WaitGroup // Lock calls in progress
 
-	sub subscriber
+	// subs are the Driver's subscriptions, and waiters its waiting calls,
+	// to which grant messages are routed (see subscriber.go). ownOnce
+	// subscribes to the Driver's own channel, and ownReady is closed once
+	// that is confirmed.
+	subs     subscriptions
+	waiters  waiters
+	ownOnce  sync.Once
+	ownReady <-chan struct{}
 
-	// shardState is shardUnknown, shardOn or shardOff (see shard.go), and
-	// shards are the shard channel subscriptions of sharded waiting.
+	// shardState is shardUnknown, shardOn or shardOff (see useShards).
 	shardState atomic.Int32
-	shards     shardSubs
 
 	// waitReplicas and waitTimeout are Options.WaitReplicas and
 	// Options.WaitTimeout (in milliseconds).
@@ -199,7 +206,6 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	}
 	d.entryChannel = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)
-	d.sub.init(d)
 	return d
 }
 
@@ -364,7 +370,7 @@ func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 }
 
 // Close ends the driver: calls to Lock still waiting give up (leaving
-// nothing queued) and return driver.ErrClosed, the pub/sub subscription is
+// nothing queued) and return driver.ErrClosed, the pub/sub subscriptions are
 // closed, and so is the client if the driver opened it from a URL. A
 // client passed to NewDriver or New is left open. Close is idempotent.
 func (d *Driver) Close() error {
@@ -379,8 +385,7 @@ func (d *Driver) Close() error {
 		}
 		d.checking.Wait() // before the client may be closed
 		d.active.Wait()
-		d.shards.close()
-		d.sub.close()
+		d.subs.close()
 		if d.ownClient {
 			err = d.client.Close()
 		}

@@ -87,7 +87,10 @@ func (d *Driver) waitAck(ctx context.Context, r driver.Request) (int64, error) {
 	if r.Mode == driver.Exclusive {
 		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keysFor(r)[:1], r.Owner, b.ms)
 	} else {
-		script, args := d.kindCall(r, opRefresh, b, d.entryChannel)
+		script, args, err := d.kindCall(ctx, r, opRefresh, b, d.entryChannel)
+		if err != nil {
+			return 0, err
+		}
 		refresh = pipe.Eval(ctx, script.Source(), d.keysFor(r), args...)
 	}
 	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +12,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pingInterval is how long the subscription may stay silent before the
+// Subscriptions. A Driver subscribes to each channel it listens on once,
+// for all its callers of that channel, with one goroutine that reads it:
+//
+//   - its own channel, <prefix>w:<id>, which carries the grants of its
+//     waiting calls, from its first Lock until Close;
+//   - on a Redis 7 Cluster instead, the shard channel of each name it
+//     waits for, <prefix>{<name>}:g, while any of its calls waits for it;
+//   - the channel of each election it observes, while anyone observes it.
+//
+// On a Redis 7 Cluster the last two are shard channels (SSUBSCRIBE,
+// SPUBLISH), which only the primary and replicas of the name's slot carry,
+// rather than channels that every node forwards to every other. A grant
+// that never arrives (subscription down, message lost) is not fatal:
+// waiters re-check on a timer.
+
+// pingInterval is how long a subscription may stay silent before its
 // listener pings the server; a ping left unanswered for as long again
 // means the connection is dead, and the listener subscribes afresh.
 const pingInterval = 5 * time.Second
@@ -26,89 +40,36 @@ type grantMsg struct {
 	at    time.Time // when the message arrived
 }
 
-// subscriber is a Driver's one pub/sub subscription, shared by all its
-// waiting Lock calls. It is started by the first Lock. Its listener
-// goroutine reads the driver's channel and routes each grant message to
-// the waiting call whose owner it names. A grant that never arrives
-// (subscription down, message lost) is not fatal: waiters re-check on a
-// timer.
-type subscriber struct {
-	d *Driver
-
-	ready     chan struct{} // closed once the first SUBSCRIBE is confirmed
-	readyOnce sync.Once
-
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	ps      *redis.PubSub // the current subscription, if any
-	cancel  context.CancelFunc
-	stopped chan struct{} // closed when the listener returns
-
-	wmu     sync.Mutex
-	waiters map[string]chan grantMsg // by owner
-
-	// topics are the channels besides the driver's that observers of
-	// elections follow, with their observers; guarded by mu, which also
-	// orders the SUBSCRIBE and UNSUBSCRIBE commands sent for them.
-	topics map[string]map[chan struct{}]struct{}
-}
-
-func (s *subscriber) init(d *Driver) {
-	s.d = d
-	s.ready = make(chan struct{})
-	s.stopped = make(chan struct{})
-	s.waiters = map[string]chan grantMsg{}
-	s.topics = map[string]map[chan struct{}]struct{}{}
-}
-
-// isReady reports whether the subscription has been confirmed.
-func (s *subscriber) isReady() bool {
-	select {
-	case <-s.ready:
-		return true
-	default:
-		return false
-	}
-}
-
-// start starts the listener unless it runs already; it reports false once
-// the subscriber is closed.
-func (s *subscriber) start() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	if !s.started {
-		s.started = true
-		var ctx context.Context
-		ctx, s.cancel = context.WithCancel(context.Background())
-		go s.listen(ctx)
-	}
-	return true
+// waiters routes grant messages to a Driver's waiting Lock calls, by
+// owner.
+type waiters struct {
+	mu sync.Mutex
+	by map[string]chan grantMsg
 }
 
 // register returns the channel on which the grant for owner will arrive.
-func (s *subscriber) register(owner string) (chan grantMsg, error) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if _, dup := s.waiters[owner]; dup {
+func (w *waiters) register(owner string) (chan grantMsg, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.by[owner]; dup {
 		return nil, errOwnerWaiting
 	}
+	if w.by == nil {
+		w.by = map[string]chan grantMsg{}
+	}
 	ch := grantChans.Get().(chan grantMsg)
-	s.waiters[owner] = ch
+	w.by[owner] = ch
 	return ch, nil
 }
 
 // unregister ends owner's wait. Its channel is emptied and reused: route
-// sends under wmu, so once owner is unregistered nothing more arrives on
+// sends under mu, so once owner is unregistered nothing more arrives on
 // it, and a grant meant for one call never reaches another.
-func (s *subscriber) unregister(owner string) {
-	s.wmu.Lock()
-	ch := s.waiters[owner]
-	delete(s.waiters, owner)
-	s.wmu.Unlock()
+func (w *waiters) unregister(owner string) {
+	w.mu.Lock()
+	ch := w.by[owner]
+	delete(w.by, owner)
+	w.mu.Unlock()
 	if ch != nil {
 		select {
 		case <-ch:
@@ -125,7 +86,7 @@ var grantChans = sync.Pool{New: func() any { return make(chan grantMsg, 1) }}
 // route delivers a grant message "<token> <owner> <name>" to its waiter,
 // if it still waits. Names hold no spaces; owners are split off from both
 // ends so that any owner value routes.
-func (s *subscriber) route(payload string, at time.Time) {
+func (w *waiters) route(payload string, at time.Time) {
 	i := strings.IndexByte(payload, ' ')
 	j := strings.LastIndexByte(payload, ' ')
 	if i < 0 || j <= i {
@@ -135,9 +96,9 @@ func (s *subscriber) route(payload string, at time.Time) {
 	if err != nil {
 		return
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if ch := s.waiters[payload[i+1:j]]; ch != nil {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch := w.by[payload[i+1:j]]; ch != nil {
 		select {
 		case ch <- grantMsg{token: token, at: at}:
 		default: // an older grant is unread; the waiter re-checks anyway
@@ -145,82 +106,135 @@ func (s *subscriber) route(payload string, at time.Time) {
 	}
 }
 
-// listen keeps the subscription up until the subscriber closes. go-redis
-// reconnects and re-subscribes a PubSub after network errors by itself; a
-// connection that silently stopped answering is replaced here.
-func (s *subscriber) listen(ctx context.Context) {
-	defer close(s.stopped)
-	for ctx.Err() == nil {
+// subscriptions are a Driver's subscriptions, by channel.
+type subscriptions struct {
+	mu     sync.Mutex
+	subs   map[string]*subscription
+	closed bool
+	wg     sync.WaitGroup // listeners
+}
+
+// subscription is one channel's, shared by the Driver's callers of it.
+type subscription struct {
+	refs    int
+	ready   chan struct{} // closed once the subscription is first confirmed
+	once    sync.Once
+	cancel  context.CancelFunc
+	signals map[chan struct{}]struct{} // the followers'; guarded by subscriptions.mu
+}
+
+// follower is one caller's share of a subscription.
+type follower struct {
+	// ready is closed once the subscription is first confirmed.
+	ready <-chan struct{}
+	// signal gets a signal at each message, and each time the
+	// subscription is confirmed (first, and after a reconnection, when
+	// what was published meanwhile was lost).
+	signal <-chan struct{}
+	// leave ends the share; the last to leave ends the subscription.
+	leave func()
+}
+
+// follow subscribes d to ch (by SSUBSCRIBE when shard), or joins its
+// subscription; each message on it goes to onMessage, if not nil. It
+// reports false once d is closed.
+func (s *subscriptions) follow(d *Driver, ch string, shard bool, onMessage func(string, time.Time)) (follower, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return follower{}, false
+	}
+	if s.subs == nil {
+		s.subs = map[string]*subscription{}
+	}
+	sub := s.subs[ch]
+	if sub == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		sub = &subscription{ready: make(chan struct{}), cancel: cancel, signals: map[chan struct{}]struct{}{}}
+		s.subs[ch] = sub
+		s.wg.Go(func() { s.listen(ctx, d, sub, ch, shard, onMessage) })
+	}
+	sub.refs++
+	signal := make(chan struct{}, 1)
+	sub.signals[signal] = struct{}{}
+	leave := func() {
 		s.mu.Lock()
-		channels := make([]string, 0, 1+len(s.topics))
-		channels = append(channels, s.d.channel)
-		for c := range s.topics {
-			channels = append(channels, c)
-		}
-		s.mu.Unlock()
-		ps := s.d.client.Subscribe(ctx, channels...)
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = ps.Close()
-			return
-		}
-		s.ps = ps
-		// Topics followed, or left, since the snapshot above.
-		var missing, stale []string
-		for c := range s.topics {
-			if !slices.Contains(channels, c) {
-				missing = append(missing, c)
+		defer s.mu.Unlock()
+		delete(sub.signals, signal)
+		if sub.refs--; sub.refs == 0 {
+			sub.cancel()
+			if s.subs[ch] == sub {
+				delete(s.subs, ch)
 			}
 		}
-		for _, c := range channels[1:] {
-			if _, ok := s.topics[c]; !ok {
-				stale = append(stale, c)
-			}
-		}
-		// go-redis remembers these and resends them on reconnection, even
-		// if sending them fails now.
-		if len(missing) > 0 {
-			_ = ps.Subscribe(ctx, missing...)
-		}
-		if len(stale) > 0 {
-			_ = ps.Unsubscribe(ctx, stale...)
-		}
-		s.mu.Unlock()
+	}
+	return follower{ready: sub.ready, signal: signal, leave: leave}, true
+}
 
-		s.receive(ctx, ps)
-
-		s.mu.Lock()
-		s.ps = nil
-		s.mu.Unlock()
-		_ = ps.Close()
+// signal signals every follower of sub, without blocking: a signal
+// already pending covers this one.
+func (s *subscriptions) signal(sub *subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range sub.signals {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// receive reads ps until ctx ends or the connection stops answering pings.
-func (s *subscriber) receive(ctx context.Context, ps *redis.PubSub) {
-	receive(ctx, ps, func(msg any) bool {
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Channel == s.d.channel {
-				s.route(m.Payload, time.Now())
-			} else {
-				s.notify(m.Channel)
-			}
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				break
-			}
-			if m.Channel == s.d.channel {
-				s.readyOnce.Do(func() { close(s.ready) })
-			} else {
-				// Subscribed, or subscribed again after a reconnection:
-				// what changed meanwhile was not announced to us.
-				s.notify(m.Channel)
-			}
+// close ends every subscription and waits for their listeners.
+func (s *subscriptions) close() {
+	s.mu.Lock()
+	s.closed = true
+	for _, sub := range s.subs {
+		sub.cancel()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// listen keeps the subscription to ch up until ctx ends. go-redis
+// reconnects and subscribes again after network errors by itself; the
+// listener subscribes afresh after a connection stopped answering, and
+// after a Cluster unsubscribed it from a shard channel (the slot moved
+// to another primary).
+func (s *subscriptions) listen(ctx context.Context, d *Driver, sub *subscription, ch string, shard bool,
+	onMessage func(string, time.Time)) {
+	for ctx.Err() == nil {
+		var ps *redis.PubSub
+		if shard {
+			ps = d.client.SSubscribe(ctx, ch)
+		} else {
+			ps = d.client.Subscribe(ctx, ch)
 		}
-		return true
-	})
+		stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // unblocks the read
+		receive(ctx, ps, func(msg any) bool {
+			switch m := msg.(type) {
+			case *redis.Message:
+				if onMessage != nil {
+					onMessage(m.Payload, time.Now())
+				}
+			case *redis.Subscription:
+				switch m.Kind {
+				case "subscribe", "ssubscribe":
+					sub.once.Do(func() { close(sub.ready) })
+				case "sunsubscribe":
+					return false
+				default:
+					return true
+				}
+			}
+			s.signal(sub)
+			return true
+		})
+		stop()
+		_ = ps.Close()
+		if !sleep(ctx, 20*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // receive passes what ps receives to handle until ctx ends, handle
@@ -257,78 +271,54 @@ func receive(ctx context.Context, ps *redis.PubSub, handle func(msg any) bool) {
 	}
 }
 
-// follow subscribes to topic (unless it is followed already) and returns
-// a channel that gets a signal at each message on it, and each time the
-// subscription to it is confirmed (first, and after reconnections). It
-// starts the listener if need be; it reports false once the subscriber
-// is closed. unfollow undoes it.
-func (s *subscriber) follow(topic string) (chan struct{}, bool) {
-	if !s.start() {
-		return nil, false
+// shardState says whether a Driver uses shard channels.
+const (
+	shardUnknown int32 = iota
+	shardOn
+	shardOff
+)
+
+// useShards reports whether the Driver's grants and election changes go
+// by shard channels: on a Cluster client whose servers know SPUBLISH
+// (Redis 7). Every Driver on one cluster answers alike. The server is
+// asked once; a failure to ask is returned, and asked again next time.
+func (d *Driver) useShards(ctx context.Context) (bool, error) {
+	switch d.shardState.Load() {
+	case shardOn:
+		return true, nil
+	case shardOff:
+		return false, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, false
+	if _, ok := d.client.(*redis.ClusterClient); !ok {
+		d.shardState.Store(shardOff)
+		return false, nil
 	}
-	ch := make(chan struct{}, 1)
-	obs := s.topics[topic]
-	if obs == nil {
-		obs = map[chan struct{}]struct{}{}
-		s.topics[topic] = obs
-		if s.ps != nil {
-			// The listener subscribes to every topic when it (re)creates
-			// its subscription; until then this one waits in topics.
-			_ = s.ps.Subscribe(context.Background(), topic)
-		}
+	info, err := d.client.Do(ctx, "COMMAND", "INFO", "SPUBLISH").Slice()
+	if err != nil {
+		return false, err
 	}
-	obs[ch] = struct{}{}
-	return ch, true
+	state := shardOff
+	if len(info) > 0 && info[0] != nil {
+		state = shardOn
+	}
+	d.shardState.Store(state)
+	return state == shardOn, nil
 }
 
-// unfollow drops a channel returned by follow, and unsubscribes from
-// topic when nobody follows it any more.
-func (s *subscriber) unfollow(topic string, ch chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	obs := s.topics[topic]
-	delete(obs, ch)
-	if len(obs) == 0 && obs != nil {
-		delete(s.topics, topic)
-		if s.ps != nil && !s.closed {
-			_ = s.ps.Unsubscribe(context.Background(), topic)
-		}
-	}
-}
+// shardChannel is the shard channel of the grants of lock name: its hash
+// tag is the lock's.
+func (d *Driver) shardChannel(name string) string { return d.prefix + "{" + name + "}:g" }
 
-// notify signals every follower of topic, without blocking: a signal
-// already pending covers this one.
-func (s *subscriber) notify(topic string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.topics[topic] {
-		select {
-		case ch <- struct{}{}:
-		default:
+// subscribeOwn subscribes d to its own channel, once, and returns the
+// channel closed once the subscription is confirmed; it reports false
+// once d is closed.
+func (d *Driver) subscribeOwn() (<-chan struct{}, bool) {
+	d.ownOnce.Do(func() {
+		if f, ok := d.subs.follow(d, d.channel, false, d.waiters.route); ok {
+			d.ownReady = f.ready
 		}
-	}
-}
-
-// close stops the listener and waits for it.
-func (s *subscriber) close() {
-	s.mu.Lock()
-	s.closed = true
-	started := s.started
-	if s.cancel != nil {
-		s.cancel()
-	}
-	if s.ps != nil {
-		_ = s.ps.Close() // unblocks the listener's read
-	}
-	s.mu.Unlock()
-	if started {
-		<-s.stopped
-	}
+	})
+	return d.ownReady, d.ownReady != nil
 }
 
 func isTimeout(err error) bool {

@@ -96,23 +96,27 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	// Subscribe and register before the first script: a grant may follow
 	// it at once. It comes on the driver's channel, or on a Redis 7
 	// Cluster on the name's shard channel.
-	channel, ready := d.entryChannel, (<-chan struct{})(d.sub.ready)
-	if d.useShards(ctx) {
+	channel := d.entryChannel
+	var ready <-chan struct{}
+	ok := false
+	if shard, _ := d.useShards(ctx); shard { // unknown: the own channel serves too
 		ch := d.shardChannel(r.Name)
-		shardReady, leave, ok := d.shards.follow(d, ch)
-		if !ok {
-			return driver.Grant{}, driver.ErrClosed
+		var f follower
+		if f, ok = d.subs.follow(d, ch, true, d.waiters.route); ok {
+			defer f.leave()
+			channel, ready = ch, f.ready
 		}
-		defer leave()
-		channel, ready = ch, shardReady
-	} else if !d.sub.start() {
+	} else {
+		ready, ok = d.subscribeOwn()
+	}
+	if !ok {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	grants, err := d.sub.register(r.Owner)
+	grants, err := d.waiters.register(r.Owner)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	defer d.sub.unregister(r.Owner)
+	defer d.waiters.unregister(r.Owner)
 	for {
 		// A grant is missed only if it was published before the
 		// subscription it comes by was confirmed; then the caller checks

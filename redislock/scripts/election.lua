@@ -1,9 +1,10 @@
 -- The election: a mutex whose holder's value observers can read.
 --   KEYS[1] the leader: a hash (see hash_holder) with its value, expiring
 --           with its lease
--- ARGV as in kinds.lua; the tag is l, ARGV[9] the candidate's value and
+-- ARGV as in kinds.lua; the tag is l, ARGV[9] the candidate's value,
 -- ARGV[10] the channel on which every change of leader is announced (a
--- grant, a resignation; not a renewal), so that observers read it again.
+-- grant, a resignation; not a renewal), so that observers read it again,
+-- and ARGV[11] "s" when that is a shard channel (a Redis 7 Cluster).
 --
 -- Runs after lib.lua and kinds.lua.
 
@@ -32,7 +33,7 @@ return run({
   pttl = leader.pttl,
   finish = function()
     if changed then
-      redis.call('PUBLISH', ARGV[10], 'changed')
+      redis.call(ARGV[11] == 's' and 'SPUBLISH' or 'PUBLISH', ARGV[10], 'changed')
     end
   end,
 })

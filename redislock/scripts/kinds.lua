@@ -16,7 +16,8 @@
 -- ARGV[5] lock name    ARGV[6] the caller's channel
 -- ARGV[7] queue entry lifetime ms            ARGV[8] tag
 -- ARGV[9] the kind's argument: the semaphore's limit, the candidate's value
--- ARGV[10] the election's notification channel (elections only)
+-- ARGV[10], ARGV[11] the election's notification channel and how to
+-- publish on it (elections only: see election.lua)
 --
 -- try and wait return {1, token} when the caller holds the lock, otherwise
 -- {0, ms until the earliest expiry of a holder in the way (-1: none
