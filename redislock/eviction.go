@@ -2,11 +2,9 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,46 +23,16 @@ const evictionCheckTimeout = 5 * time.Second
 // do, or an ACL without +config) is not checked: that is logged at Debug,
 // as the check is advice, not a condition of use.
 func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logger) {
-	var (
-		mu     sync.Mutex
-		risky  []string // "<policy> on <addr>"
-		policy string   // the last risky policy read, for the log's attribute
-	)
-	read := func(ctx context.Context, addr string, c redis.Cmdable) error {
-		p, evicts, err := redisutil.EvictionPolicy(ctx, c)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil && errors.Is(ctx.Err(), context.Canceled):
-			// Close ended the check: nothing to report.
-		case err != nil:
-			log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",
-				"addr", addr, "err", err)
-		case evicts:
-			risky = append(risky, p+" on "+addr)
-			policy = p
-		}
-		return nil
-	}
-	switch cc := c.(type) {
-	case *redis.ClusterClient:
-		if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return read(ctx, n.Options().Addr, n)
-		}); err != nil {
-			log.DebugContext(ctx, "redislock: cannot list the cluster's masters; whether Redis may evict lock keys is not checked",
-				"err", err)
-		}
-	case *redis.Client:
-		_ = read(ctx, cc.Options().Addr, cc)
-	default:
-		_ = read(ctx, "the server", c)
-	}
+	risky := redisutil.Evicting(ctx, []redis.UniversalClient{c}, evictionCheckTimeout, func(addr string, err error) {
+		log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",
+			"addr", addr, "err", err)
+	})
 	if len(risky) > 0 {
 		log.WarnContext(ctx, fmt.Sprintf("redislock: Redis may evict lock keys: maxmemory-policy is %s; "+
 			"an evicted lock key frees the lock while its holder still believes it holds it, and another client can take it at once; "+
 			"set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf) on a Redis that holds locks",
 			strings.Join(risky, ", ")),
-			"maxmemory-policy", policy)
+			"maxmemory-policy", risky[0][:strings.IndexByte(risky[0], ' ')])
 	}
 }
 

@@ -2,13 +2,9 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
@@ -30,37 +26,10 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 	go func() {
 		defer d.checking.Done()
 		defer cancel()
-		var (
-			mu    sync.Mutex
-			found = make([]string, len(d.clients)) // "<policy> on <addr>", by node, for a stable order
-			wg    sync.WaitGroup
-		)
-		for i, c := range d.clients {
-			wg.Go(func() {
-				addr := nodeAddr(i, c)
-				nctx, ncancel := context.WithTimeout(ctx, d.nodeTimeout)
-				p, evicts, err := redisutil.EvictionPolicy(nctx, c)
-				ncancel()
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil && errors.Is(ctx.Err(), context.Canceled):
-					// Close ended the check: nothing to report.
-				case err != nil:
-					log.Debug("redlock: cannot read a node's maxmemory-policy; whether it may evict lock keys is not checked",
-						"node", addr, "err", err)
-				case evicts:
-					found[i] = p + " on " + addr
-				}
-			})
-		}
-		wg.Wait()
-		var risky []string
-		for _, f := range found {
-			if f != "" {
-				risky = append(risky, f)
-			}
-		}
+		risky := redisutil.Evicting(ctx, d.clients, d.nodeTimeout, func(addr string, err error) {
+			log.Debug("redlock: cannot read a node's maxmemory-policy; whether it may evict lock keys is not checked",
+				"node", addr, "err", err)
+		})
 		if len(risky) > 0 {
 			log.Warn(fmt.Sprintf("redlock: %d of %d nodes may evict lock keys: maxmemory-policy is %s; "+
 				"an evicted lock key takes that node's vote from its holder unnoticed, and on a quorum frees the lock while the holder still believes it holds it; "+
@@ -68,13 +37,4 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 				len(risky), len(d.clients), strings.Join(risky, ", ")))
 		}
 	}()
-}
-
-// nodeAddr names node i for the log: its address when the client is a
-// *redis.Client.
-func nodeAddr(i int, c redis.UniversalClient) string {
-	if rc, ok := c.(*redis.Client); ok {
-		return rc.Options().Addr
-	}
-	return fmt.Sprintf("node %d", i)
 }

@@ -2,7 +2,11 @@ package redisutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,4 +29,58 @@ func EvictionPolicy(ctx context.Context, c redis.Cmdable) (policy string, mayEvi
 		return "", false, fmt.Errorf("CONFIG GET maxmemory-policy returned %v", m)
 	}
 	return p, p != "noeviction", nil
+}
+
+// Evicting reads the policy of every server of clients at once, each
+// within timeout (a Cluster client stands for its primaries), and
+// returns "<policy> on <address>" for each that may evict lock keys, in
+// the clients' order. unread is told of each server (or cluster) whose
+// policy could not be read, unless ctx was cancelled; calls to it are
+// not concurrent.
+func Evicting(ctx context.Context, clients []redis.UniversalClient, timeout time.Duration,
+	unread func(addr string, err error)) []string {
+	var mu sync.Mutex
+	found := make([][]string, len(clients))
+	read := func(ctx context.Context, i int, addr string, c redis.Cmdable) error {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		p, evicts, err := EvictionPolicy(rctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && errors.Is(ctx.Err(), context.Canceled):
+		case err != nil:
+			unread(addr, err)
+		case evicts:
+			found[i] = append(found[i], p+" on "+addr)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			cc, isCluster := c.(*redis.ClusterClient)
+			rc, isClient := c.(*redis.Client)
+			switch {
+			case isCluster:
+				err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+					return read(ctx, i, n.Options().Addr, n)
+				})
+				if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+					mu.Lock()
+					unread("the cluster's primaries", err)
+					mu.Unlock()
+				}
+				slices.Sort(found[i])
+			case isClient:
+				_ = read(ctx, i, rc.Options().Addr, rc)
+			case len(clients) == 1:
+				_ = read(ctx, i, "the server", c)
+			default:
+				_ = read(ctx, i, fmt.Sprintf("node %d", i), c)
+			}
+		})
+	}
+	wg.Wait()
+	return slices.Concat(found...)
 }
