@@ -2,9 +2,11 @@ package etcdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/tlsprobe"
 )
 
 // Defaults of Options and of etcd:// URLs.
@@ -33,6 +36,7 @@ const (
 
 func init() {
 	dlock.Register("etcd", open)
+	dlock.Register("etcds", open)
 }
 
 // Options configure a Driver. The zero value, like a nil *Options, means
@@ -240,12 +244,20 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if reqTimeout == 0 {
 		return nil, u.Err("request_timeout", "0s", errors.New("must be positive"))
 	}
+	tlsConfig, err := u.TLS(u.Scheme == "etcds")
+	if err != nil {
+		return nil, err
+	}
 	if err := u.Unknown(); err != nil {
 		return nil, err
 	}
+	var user, password string
 	if u.User != nil {
-		return nil, u.Err("userinfo", u.User.Username(),
-			errors.New("credentials are not taken from URLs: pass a client configured with them to etcdlock.New"))
+		user = u.User.Username()
+		password, _ = u.User.Password()
+		if user == "" {
+			return nil, u.Err("userinfo", "", errors.New("a password needs its user name, as in etcd://user:password@host"))
+		}
 	}
 	eps, err := endpoints(u)
 	if err != nil {
@@ -257,13 +269,16 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            eps,
+		TLS:                  tlsConfig,
+		Username:             user,
+		Password:             password,
 		DialTimeout:          dial,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %v: %w", eps, err)
+		return nil, fmt.Errorf("etcdlock: open %v: %w%s", eps, err, tlsCause(eps, tlsConfig))
 	}
 	// One serializable read shows that a member answers, so that a wrong
 	// address fails Open rather than the first Acquire.
@@ -274,14 +289,38 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	cancel()
 	if err != nil {
 		_ = c.Close()
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			who := "the client certificate's common name (the URL names no user)"
+			if user != "" {
+				who = "user " + strconv.Quote(user)
+			}
+			return nil, fmt.Errorf("etcdlock: open: read from etcd at %v: %w: %s may not read the prefix %q", eps, err, who, prefix)
+		}
 		if !timedOut {
 			return nil, fmt.Errorf("etcdlock: open: read from etcd at %v: %w", eps, err)
 		}
-		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered %s: %w", eps, openBound(ctx, dial, start), err)
+		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered %s: %w%s", eps, openBound(ctx, dial, start), err,
+			tlsCause(eps, tlsConfig))
 	}
 	d := NewDriver(c, &Options{Prefix: prefix, RequestTimeout: reqTimeout})
 	d.own = true
 	return d, nil
+}
+
+// tlsCause returns, for an Open that failed, why the TLS connection to
+// the first endpoint fails, or that a plain URL reached a TLS server (the
+// etcd client reports only a timeout); "" when TLS is not the cause.
+func tlsCause(eps []string, cfg *tls.Config) string {
+	if cfg == nil {
+		if tlsprobe.SpeaksTLS(eps[0], time.Second) {
+			return fmt.Sprintf("; %s speaks TLS: use etcds:// (or tls=true)", eps[0])
+		}
+		return ""
+	}
+	if err := tlsprobe.Why(eps[0], cfg, time.Second); err != nil {
+		return "; " + err.Error()
+	}
+	return ""
 }
 
 // openBound says which bound cut Open's first read short, the caller's

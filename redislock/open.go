@@ -2,9 +2,9 @@ package redislock
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -46,6 +46,11 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
+		if errors.Is(err, io.EOF) && !strings.HasPrefix(u.Scheme, "rediss") {
+			// A TLS-only server drops a plain client's first command.
+			return nil, fmt.Errorf("redislock: open %s: ping %s: %w (the server closed the connection: if it speaks TLS only, use rediss://)",
+				u.Redacted(), addr, err)
+		}
 		return nil, fmt.Errorf("redislock: open %s: ping %s: %w", u.Redacted(), addr, err)
 	}
 	// The policy is read here, with the caller's context, so that the
@@ -84,7 +89,9 @@ func newClient(u driver.URL) (redis.UniversalClient, string, error) {
 }
 
 // connOptions reads what every topology's URL sets alike: the data nodes'
-// credentials, TLS (the scheme's "rediss") and the connection parameters.
+// credentials, TLS (the scheme's "rediss", with driver.URL.TLS's
+// parameters) and the connection parameters. Without server_name,
+// crypto/tls checks each node's certificate against the address dialled.
 // ContextTimeoutEnabled: a context's deadline bounds the socket I/O of a
 // call, so that Acquire and TryLock return by it even when the server
 // stops answering (see Requests in the package documentation).
@@ -94,15 +101,10 @@ func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()
 	}
-	if strings.HasPrefix(u.Scheme, "rediss") {
-		// ServerName is left to the dialer (crypto/tls takes it from the
-		// address of each node) when the URL names several.
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if !strings.Contains(u.Host, ",") && !u.Has("addr") {
-			o.TLSConfig.ServerName = u.Hostname()
-		}
-	}
 	var err error
+	if o.TLSConfig, err = u.TLS(strings.HasPrefix(u.Scheme, "rediss")); err != nil {
+		return nil, err
+	}
 	if o.DialTimeout, err = u.Duration("dial_timeout", 0); err != nil {
 		return nil, err
 	}

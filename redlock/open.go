@@ -61,6 +61,10 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	if o.FenceTTL < time.Millisecond {
 		return nil, u.Err("fence_ttl", u.String("fence_ttl", ""), errors.New("must be at least 1ms"))
 	}
+	tlsConfig, err := u.TLS(false)
+	if err != nil {
+		return nil, err
+	}
 	if err := u.Unknown(); err != nil {
 		return nil, err
 	}
@@ -73,9 +77,10 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{
-			Addr:     a,
-			Username: user,
-			Password: pass,
+			Addr:      a,
+			Username:  user,
+			Password:  pass,
+			TLSConfig: tlsConfig,
 			// The node timeout must bound socket reads too.
 			ContextTimeoutEnabled: true,
 			// A retry rarely fits in the node timeout; a dead node should

@@ -29,7 +29,7 @@ import (
 // returns is at least as recent as every change made before it was
 // called, by any client. Three round trips when someone leads.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
-	s, err := d.session()
+	s, err := d.ready(ctx)
 	if err != nil {
 		return driver.LeaderInfo{}, err
 	}
@@ -148,7 +148,7 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 // observer goes on with the next one; it stops, and closes the channel,
 // when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
-	s, err := d.session()
+	s, err := d.ready(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 			}
 			if s.ended() {
 				var err error
-				if s, err = d.session(); err != nil {
+				if s, err = d.ready(ctx); err != nil {
 					if errors.Is(err, driver.ErrClosed) {
 						return
 					}

@@ -29,7 +29,7 @@ import (
 // holder's session, so Expires is zero. The walk is a snapshot: locks
 // taken or released meanwhile may be missed or reported gone.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	s, err := d.session()
+	s, err := d.ready(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 // acquire creates the request's node and, if it is not alone, checks its
 // place in the queue and, when wait is set, waits for its turn.
 func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
-	s, err := d.session()
+	s, err := d.ready(ctx)
 	if err != nil {
 		return driver.Grant{}, err
 	}

@@ -41,6 +41,7 @@ type session struct {
 	id        atomic.Int64
 
 	established chan struct{} // closed at the first handshake
+	authed      chan struct{} // closed once every Auth was accepted
 	estOnce     sync.Once
 	watchdog    *time.Timer           // ends the session when valid passes (watch)
 	checkFn     func(time.Time) error // s.check, made once: Grant.Check of every lock
@@ -64,7 +65,8 @@ var errExpired = errors.New("zklock: ZooKeeper session expired")
 
 // dial opens a new session. d.mu is held.
 func (d *Driver) dial() (*session, error) {
-	s := &session{d: d, start: time.Now(), established: make(chan struct{}), done: make(chan struct{})}
+	s := &session{d: d, start: time.Now(), established: make(chan struct{}), authed: make(chan struct{}),
+		done: make(chan struct{})}
 	s.watchdog = time.AfterFunc(time.Hour, s.watch)
 	s.watchdog.Stop() // armed by monitor at the first handshake
 	s.checkFn = s.check
@@ -78,7 +80,24 @@ func (d *Driver) dial() (*session, error) {
 	}
 	s.conn = conn
 	go s.monitor()
+	go s.authenticate()
 	return s, nil
+}
+
+// authenticate sends the driver's Auth on the session, before anything
+// else is (requests wait for authed: see Driver.ready), and closes authed;
+// the zk.Conn sends them again after each reconnection. A refusal ends
+// the session with an error naming the identity.
+func (s *session) authenticate() {
+	for _, a := range s.d.auth {
+		if err := s.conn.AddAuth(a.Scheme, []byte(a.Credential)); err != nil {
+			if !s.ended() {
+				s.end(fmt.Errorf("zklock: authentication as %v refused: %w", a, err))
+			}
+			return
+		}
+	}
+	close(s.authed)
 }
 
 // dialTCP is the zk.Conn's dialer: it wraps every connection in a

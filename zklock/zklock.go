@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +52,17 @@ type Options struct {
 	// uses the value the server granted. Default DefaultSessionTimeout.
 	SessionTimeout time.Duration
 
+	// Auth are the identities every session of the driver authenticates
+	// with (ZooKeeper's addauth), before any other request: for example
+	// {Scheme: "digest", Credential: "user:password"}. Default none.
+	Auth []Auth
+
 	// ACL is the access control list of the nodes the driver creates.
-	// Default zk.WorldACL(zk.PermAll).
+	// Default: zk.AuthACL(zk.PermAll) with Auth, which gives every right
+	// to the identities the creating session authenticated with and to
+	// no one else (only clients of the same user can take, release or
+	// delete those locks); zk.WorldACL(zk.PermAll) without Auth. Nodes
+	// that exist already keep their ACL.
 	ACL []zk.ACL
 
 	// Logger receives session events (connection lost, session ended) and,
@@ -76,6 +86,7 @@ type Driver struct {
 	servers []string
 	prefix  string
 	timeout time.Duration
+	auth    []Auth
 	acl     []zk.ACL
 	log     *slog.Logger
 
@@ -127,8 +138,16 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 	if opt.SessionTimeout < MinSessionTimeout {
 		return nil, fmt.Errorf("zklock: session timeout %v is below the minimum %v", opt.SessionTimeout, MinSessionTimeout)
 	}
+	for _, a := range opt.Auth {
+		if a.Scheme == "" {
+			return nil, errors.New("zklock: an Auth without a scheme")
+		}
+	}
 	if opt.ACL == nil {
 		opt.ACL = zk.WorldACL(zk.PermAll)
+		if len(opt.Auth) > 0 {
+			opt.ACL = zk.AuthACL(zk.PermAll)
+		}
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
@@ -137,6 +156,7 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 		servers: addrs,
 		prefix:  opt.Prefix,
 		timeout: opt.SessionTimeout,
+		auth:    slices.Clone(opt.Auth),
 		acl:     opt.ACL,
 		log:     opt.Logger,
 		held:    map[string]*node{},
@@ -202,6 +222,42 @@ func (d *Driver) session() (*session, error) {
 	return s, nil
 }
 
+// ready returns the driver's session once it has authenticated (at once
+// without Auth), or the error that ended it; it waits as long as ctx
+// allows.
+func (d *Driver) ready(ctx context.Context) (*session, error) {
+	s, err := d.session()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.authed:
+		return s, nil
+	case <-s.done:
+		return nil, s.endErr
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Auth is an identity a session authenticates with: ZooKeeper's addauth
+// with Scheme (such as "digest") and Credential ("user:password" for
+// digest).
+type Auth struct {
+	Scheme     string
+	Credential string
+}
+
+// String names the identity without its secret: the scheme, and the user
+// of a digest.
+func (a Auth) String() string {
+	if a.Scheme == "digest" {
+		user, _, _ := strings.Cut(a.Credential, ":")
+		return "digest:" + user
+	}
+	return a.Scheme
+}
+
 // serverAddr checks a server address and adds the default port.
 func serverAddr(s string) (string, error) {
 	if s == "" {
@@ -236,7 +292,7 @@ func init() {
 }
 
 // open is the Opener of zk:// URLs (see the package documentation).
-func open(_ context.Context, u driver.URL) (driver.Driver, error) {
+func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	timeout, err := u.Duration("session_timeout", DefaultSessionTimeout)
 	if err != nil {
 		return nil, err
@@ -244,11 +300,21 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	if timeout < MinSessionTimeout {
 		return nil, u.Err("session_timeout", u.String("session_timeout", ""), fmt.Errorf("below the minimum %v", MinSessionTimeout))
 	}
+	var o Options
+	if u.User != nil {
+		pw, ok := u.User.Password()
+		if u.User.Username() == "" || !ok {
+			return nil, u.Err("userinfo", u.User.Username(), errors.New("digest authentication needs user and password, as in zk://user:password@host/prefix"))
+		}
+		o.Auth = []Auth{{Scheme: "digest", Credential: u.User.Username() + ":" + pw}}
+	}
+	if u.Has("acl") {
+		if o.ACL, err = parseACL(u.String("acl", "")); err != nil {
+			return nil, u.Err("acl", u.String("acl", ""), err)
+		}
+	}
 	if err := u.Unknown(); err != nil {
 		return nil, err
-	}
-	if u.User != nil {
-		return nil, u.Err("user", u.User.Username(), errors.New("zk URLs take no user information"))
 	}
 	if u.Host == "" {
 		return nil, u.Err("host", "", errors.New("no server: want zk://host:port[,host:port...]/prefix"))
@@ -268,5 +334,104 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return nil, u.Err("path", u.Path, err)
 	}
-	return NewDriver(servers, &Options{Prefix: prefix, SessionTimeout: timeout, Logger: u.Logger})
+	o.Prefix, o.SessionTimeout, o.Logger = prefix, timeout, u.Logger
+	d, err := NewDriver(servers, &o)
+	if err != nil || len(o.Auth) == 0 {
+		return d, err
+	}
+	// With credentials, Open checks them: a wrong password is accepted by
+	// ZooKeeper's addauth, and shows only where the ACL refuses it.
+	if err := d.checkAccess(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("zklock: open %s: %w", u.Redacted(), err)
+	}
+	return d, nil
+}
+
+// checkAccess lists the prefix node's children (READ on it), which the
+// prefix's ACL refuses to an identity it does not name. A missing prefix
+// is fine: the first lock creates it.
+func (d *Driver) checkAccess(ctx context.Context) error {
+	s, err := d.ready(ctx)
+	if err != nil {
+		return err
+	}
+	return call(ctx, func() error {
+		_, _, err := s.conn.Children(d.prefix)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			return nil
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.auth[0], d.prefix, err)
+		}
+		return err
+	})
+}
+
+// parseACL reads the acl parameter: a comma-separated list of entries,
+// each "creator" (the creating session's identities, ZooKeeper's auth
+// scheme), "world" (anyone) or "<scheme>:<id>", each optionally followed
+// by ":" and its rights among c, d, r, w and a (every right without).
+func parseACL(v string) ([]zk.ACL, error) {
+	var acl []zk.ACL
+	for e := range strings.SplitSeq(v, ",") {
+		var scheme, id, perms string
+		parts := strings.Split(e, ":")
+		switch {
+		case parts[0] == "creator" && len(parts) <= 2:
+			scheme, id = "auth", ""
+			if len(parts) == 2 {
+				perms = parts[1]
+			}
+		case parts[0] == "world" && len(parts) <= 2:
+			scheme, id = "world", "anyone"
+			if len(parts) == 2 {
+				perms = parts[1]
+			}
+		case len(parts) >= 2 && parts[0] != "" && parts[1] != "":
+			rest := parts[1:]
+			if len(rest) >= 2 && isPerms(rest[len(rest)-1]) {
+				perms, rest = rest[len(rest)-1], rest[:len(rest)-1]
+			}
+			scheme, id = parts[0], strings.Join(rest, ":")
+		default:
+			return nil, fmt.Errorf("entry %q: want creator, world or scheme:id, each with an optional :rights (of cdrwa)", e)
+		}
+		p, err := permMask(perms)
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: %w", e, err)
+		}
+		acl = append(acl, zk.ACL{Perms: p, Scheme: scheme, ID: id})
+	}
+	return acl, nil
+}
+
+// isPerms reports whether s is a non-empty set of rights letters.
+func isPerms(s string) bool {
+	return s != "" && strings.Trim(s, "cdrwa") == ""
+}
+
+// permMask turns rights letters into ZooKeeper's mask; empty means all.
+func permMask(s string) (int32, error) {
+	if s == "" {
+		return zk.PermAll, nil
+	}
+	var m int32
+	for _, c := range s {
+		switch c {
+		case 'c':
+			m |= zk.PermCreate
+		case 'd':
+			m |= zk.PermDelete
+		case 'r':
+			m |= zk.PermRead
+		case 'w':
+			m |= zk.PermWrite
+		case 'a':
+			m |= zk.PermAdmin
+		default:
+			return 0, fmt.Errorf("right %q: want letters of cdrwa", c)
+		}
+	}
+	return m, nil
 }

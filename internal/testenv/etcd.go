@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -30,6 +31,11 @@ type EtcdOptions struct {
 	// a busy 2-core machine without spurious elections. etcd's smallest
 	// lease TTL is 1.5 × Election, rounded up to whole seconds.
 	Heartbeat, Election time.Duration
+	// TLS, when set, makes the members serve clients over TLS only, with
+	// the PKI's server certificate, and require a client certificate its
+	// CA signed (--client-cert-auth); Client and the health checks use
+	// the PKI's client certificate.
+	TLS *PKI
 }
 
 // EtcdCluster is a set of etcd processes a test started on free loopback
@@ -94,7 +100,7 @@ func EtcdEndpoints(t testing.TB) []string {
 		if err != nil || !etcdLoopbackHost(host) {
 			t.Fatalf("DLOCK_ETCD_ENDPOINTS: %q is not a loopback host:port", ep)
 		}
-		if err := etcdHealthy(ep, 2*time.Second); err != nil {
+		if err := etcdHealthy("http://"+ep, nil, 2*time.Second); err != nil {
 			t.Fatalf("etcd at %s (DLOCK_ETCD_ENDPOINTS) does not answer: %v; start it with %s start", ep, err, EtcdScript)
 		}
 	}
@@ -173,7 +179,68 @@ func (c *EtcdCluster) Endpoints() []string {
 // Client returns a client of every member, closed when the test ends.
 func (c *EtcdCluster) Client() *clientv3.Client {
 	c.t.Helper()
-	return EtcdClient(c.t, c.Endpoints())
+	if c.o.TLS == nil {
+		return EtcdClient(c.t, c.Endpoints())
+	}
+	return c.ClientAs("", "")
+}
+
+// ClientAs returns a client of every member that authenticates as user
+// with password (none when user is empty), over TLS with the PKI's client
+// certificate if the cluster has one; closed when the test ends.
+func (c *EtcdCluster) ClientAs(user, password string) *clientv3.Client {
+	c.t.Helper()
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: user, Password: password}
+	if c.o.TLS != nil {
+		cfg.TLS = c.o.TLS.ClientTLS(c.t)
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		c.t.Fatalf("etcd client of %v as %q: %v", cfg.Endpoints, user, err)
+	}
+	c.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// EnableAuth turns on etcd's authentication: the user root (role root)
+// with rootPassword, and a user of each of users allowed to read and
+// write the keys under its prefix only. It returns a client of root.
+func (c *EtcdCluster) EnableAuth(rootPassword string, users ...EtcdUser) *clientv3.Client {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cli := c.Client()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", rootPassword); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+	}
+	for _, u := range users {
+		steps = append(steps,
+			func() error { _, err := cli.RoleAdd(ctx, u.Name); return err },
+			func() error {
+				_, err := cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
+					clientv3.PermissionType(clientv3.PermReadWrite))
+				return err
+			},
+			func() error { _, err := cli.UserAdd(ctx, u.Name, u.Password); return err },
+			func() error { _, err := cli.UserGrantRole(ctx, u.Name, u.Name); return err },
+		)
+	}
+	steps = append(steps, func() error { _, err := cli.AuthEnable(ctx); return err })
+	for _, step := range steps {
+		if err := step(); err != nil {
+			c.t.Fatalf("etcd auth set-up: %v", err)
+		}
+	}
+	return c.ClientAs("root", rootPassword)
+}
+
+// EtcdUser is a user EnableAuth creates.
+type EtcdUser struct {
+	Name, Password string
+	// Prefix is the only key range the user may read and write.
+	Prefix string
 }
 
 // EtcdClient returns a client of endpoints that logs nothing, closed when
@@ -239,11 +306,11 @@ func (c *EtcdCluster) killAll() {
 }
 
 func (m *EtcdMember) args() []string {
-	return []string{
+	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.dataDir,
-		"--listen-client-urls", "http://" + m.Endpoint,
-		"--advertise-client-urls", "http://" + m.Endpoint,
+		"--listen-client-urls", m.c.scheme() + "://" + m.Endpoint,
+		"--advertise-client-urls", m.c.scheme() + "://" + m.Endpoint,
 		"--listen-peer-urls", m.peerURL,
 		"--initial-advertise-peer-urls", m.peerURL,
 		"--initial-cluster", m.c.initial,
@@ -253,6 +320,19 @@ func (m *EtcdMember) args() []string {
 		"--election-timeout", strconv.FormatInt(m.c.o.Election.Milliseconds(), 10),
 		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
 	}
+	if p := m.c.o.TLS; p != nil {
+		args = append(args, "--cert-file", p.ServerCert, "--key-file", p.ServerKey,
+			"--trusted-ca-file", p.CA, "--client-cert-auth")
+	}
+	return args
+}
+
+// scheme is the client URLs' scheme: https with TLS.
+func (c *EtcdCluster) scheme() string {
+	if c.o.TLS != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // start runs the member's process (again, keeping its data).
@@ -322,7 +402,7 @@ func (m *EtcdMember) waitHealthy(timeout time.Duration) {
 	m.c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		err := etcdHealthy(m.Endpoint, time.Second)
+		err := m.c.healthy(m.Endpoint, time.Second)
 		if err == nil {
 			return
 		}
@@ -341,11 +421,14 @@ func (m *EtcdMember) waitHealthy(timeout time.Duration) {
 	}
 }
 
-// etcdHealthy asks the member's /health endpoint, which reports true once
-// the member has a leader.
-func etcdHealthy(endpoint string, timeout time.Duration) error {
+// etcdHealthy asks the /health endpoint at base (http://host:port),
+// which reports true once the member has a leader; tlsConf is for https.
+func etcdHealthy(base string, tlsConf *tls.Config, timeout time.Duration) error {
 	hc := http.Client{Timeout: timeout}
-	resp, err := hc.Get("http://" + endpoint + "/health")
+	if tlsConf != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: tlsConf}
+	}
+	resp, err := hc.Get(base + "/health")
 	if err != nil {
 		return err
 	}
@@ -356,6 +439,15 @@ func etcdHealthy(endpoint string, timeout time.Duration) error {
 		return fmt.Errorf("health: %s %s", resp.Status, b[:n])
 	}
 	return nil
+}
+
+// healthy asks the member at endpoint whether it has a leader.
+func (c *EtcdCluster) healthy(endpoint string, timeout time.Duration) error {
+	var tlsConf *tls.Config
+	if c.o.TLS != nil {
+		tlsConf = c.o.TLS.ClientTLS(c.t)
+	}
+	return etcdHealthy(c.scheme()+"://"+endpoint, tlsConf, timeout)
 }
 
 func etcdLogTail(path string) string {

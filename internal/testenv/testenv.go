@@ -51,11 +51,12 @@ func Getenv(key, def string) string {
 	return def
 }
 
-func pingRedis(addr string) error { return pingRedisAuth(addr, "") }
+func pingRedis(addr string) error { return pingRedisWith(&redis.Options{Addr: addr}) }
 
-// pingRedisAuth pings the server at addr with password (none if empty).
-func pingRedisAuth(addr, password string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
+// pingRedisWith pings the server o names, with o's credentials and TLS.
+func pingRedisWith(o *redis.Options) error {
+	o.MaxRetries, o.DialTimeout = -1, time.Second
+	c := redis.NewClient(o)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -72,6 +73,7 @@ type RedisServer struct {
 	persist  bool
 	args     []string
 	password string
+	tls      *PKI
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 }
@@ -87,6 +89,11 @@ type RedisOptions struct {
 	// Password is what the server requires (when Args set requirepass),
 	// for the readiness check and Client.
 	Password string
+	// TLS, when set, makes the server listen on TLS only, with the PKI's
+	// server certificate, and require a client certificate its CA signed
+	// (tls-auth-clients yes); the readiness check and Client use the
+	// PKI's client certificate.
+	TLS *PKI
 }
 
 // StartRedis starts a redis-server of the test's own on a free loopback
@@ -96,7 +103,7 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password}
+	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS}
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.Start()
 	t.Cleanup(s.Kill)
@@ -113,18 +120,33 @@ func (s *RedisServer) Start() {
 	}
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if p := s.tls; p != nil {
+		args[1] = "0"
+		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", p.ServerCert,
+			"--tls-key-file", p.ServerKey, "--tls-ca-cert-file", p.CA, "--tls-auth-clients", "yes")
+	}
 	if s.persist {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.args...)
-	s.cmd = startAndPing(s.t, "redis-server", args, s.Addr, s.password)
+	s.cmd = startAndPing(s.t, "redis-server", args, s.options())
+}
+
+// options are the client options of the server's admin: its password, and
+// the PKI's client certificate over TLS.
+func (s *RedisServer) options() *redis.Options {
+	o := &redis.Options{Addr: s.Addr, Password: s.password}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.ClientTLS(s.t)
+	}
+	return o
 }
 
 // startAndPing starts bin with args and waits until a Redis PING to addr
 // is answered; it fails t if that takes more than 10 seconds.
-func startAndPing(t testing.TB, bin string, args []string, addr, password string) *exec.Cmd {
+func startAndPing(t testing.TB, bin string, args []string, o *redis.Options) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
@@ -132,12 +154,12 @@ func startAndPing(t testing.TB, bin string, args []string, addr, password string
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := pingRedisAuth(addr, password); err == nil {
+		if err := pingRedisWith(o); err == nil {
 			return cmd
 		} else if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			t.Fatalf("%s on %s did not answer: %v", bin, addr, err)
+			t.Fatalf("%s on %s did not answer: %v", bin, o.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -174,7 +196,7 @@ func (s *RedisServer) Restart() {
 
 // Client returns a client of this server, closed when the test ends.
 func (s *RedisServer) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
+	c := redis.NewClient(s.options())
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
