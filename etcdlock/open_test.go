@@ -73,7 +73,9 @@ func TestOpen(t *testing.T) {
 		{"etcd://" + eps[0] + "?request_timeout=-1s", "request_timeout"},
 		{"etcd://" + eps[0] + "?request_timeout=0", "request_timeout"},
 		{"etcd://" + eps[0] + "?ttl=1ms", "ttl"},
-		{"etcd://user:secret@" + eps[0], "userinfo"},
+		{"etcd://:secret@" + eps[0], "userinfo"},
+		{"etcd://" + eps[0] + "?cacert=/etc/ca.pem", "cacert"},
+		{"etcds://" + eps[0] + "?cacert=/nonexistent/ca.pem", "cacert"},
 		{"etcd://" + eps[0] + ",,127.0.0.1:1", "host"},
 	} {
 		l, err := dlock.Open(ctx, bad.url)

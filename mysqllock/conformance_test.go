@@ -21,7 +21,11 @@ const suiteTTL = 2 * time.Second
 // would: the server closes the silent connection after its wait_timeout,
 // which frees the lock.
 func runSuite(t *testing.T, newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) {
-	adm := newAdmin(t)
+	runSuiteAs(t, newAdmin(t), newLocker)
+}
+
+// runSuiteAs is runSuite with the admin connection of another server.
+func runSuiteAs(t *testing.T, adm *admin, newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) {
 	names, err := mysqllock.NewDriver(adm.db, nil)
 	if err != nil {
 		t.Fatal(err)

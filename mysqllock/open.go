@@ -2,11 +2,13 @@ package mysqllock
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +44,11 @@ var driverParams = []string{
 	"maxAllowedPacket", "readTimeout", "rejectReadOnly", "serverPubKey", "timeout", "tls", "writeTimeout",
 }
 
+// tlsParams are the TLS parameters of driver.URL.TLS that mysqllock reads
+// itself.
+var tlsParams = []string{driver.ParamCACert, driver.ParamCert, driver.ParamKey, driver.ParamServerName,
+	driver.ParamInsecureSkipVerify}
+
 // open is the Opener of mysql:// URLs (see the package documentation).
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	var o Options
@@ -64,9 +71,21 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("wait_step", o.WaitStep.String(), errors.New("below one second"))
 	}
 	socket := u.String("socket", "")
+	// cacert, cert and key name the files of a TLS configuration of the
+	// driver's own (go-sql-driver's tls parameter takes only a name
+	// registered in code); with them, tls may be true or left out.
+	var tlsConf *tls.Config
+	if slices.ContainsFunc(tlsParams, u.Has) {
+		if v := u.String("tls", "true"); v != "true" {
+			return nil, u.Err("tls", v, errors.New("with cacert, cert, key, server_name or insecure_skip_verify, tls must be true or left out"))
+		}
+		if tlsConf, err = u.TLS(true); err != nil {
+			return nil, err
+		}
+	}
 	pass := url.Values{}
 	for _, k := range driverParams {
-		if !u.Has(k) {
+		if !u.Has(k) || k == "tls" && tlsConf != nil {
 			continue
 		}
 		v := u.String(k, "")
@@ -81,6 +100,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	cfg, err := config(u, socket, pass)
 	if err != nil {
 		return nil, err
+	}
+	if tlsConf != nil {
+		cfg.TLS = tlsConf // go-sql-driver checks the certificate against the host
 	}
 	// The pool is the driver's alone: its connections start with the
 	// wait_timeout of the Locker's TTL (see Options.ExclusivePool).

@@ -84,6 +84,18 @@
 //	sentinel_username=  redis+sentinel:// only: the sentinels' ACL user
 //	sentinel_password=  redis+sentinel:// only: the sentinels' password
 //	                    redis+sentinel://127.0.0.1:26379?master_name=locks&sentinel_password=secret
+//	tls=false           TLS on a redis:// form (the rediss forms always use it)
+//	cacert=             PEM file of the authorities to trust; default the system's
+//	cert=, key=         PEM files of the client's certificate and key, for a server
+//	                    with tls-auth-clients
+//	                    rediss://locks:pw@10.0.0.5:6380?cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
+//	server_name=        the name the server's certificate must carry; default the
+//	                    host dialled (each node's, on a topology)
+//	insecure_skip_verify=false   accept any server certificate: for tests only
+//
+// The certificate files are read when the URL is opened; a missing or
+// unreadable file is a *dlock.ParamError naming its parameter. See
+// Securing the store.
 //
 // The client has ContextTimeoutEnabled set, so that a context's deadline
 // bounds the socket I/O of every call. A missing host, a bad port or
@@ -258,6 +270,33 @@
 // be behind, so tokens can repeat. Use package redlock or a consensus
 // store (ZooKeeper, etcd) where that matters. A restart without
 // persistence is safe for tokens (see above) but drops every lock held.
+//
+// # Securing the store
+//
+// A Redis that holds locks should let only its lock users near them: a
+// client that can write the lock keys can take any lock. Give dlock an
+// ACL user of its own, limited to its prefix's keys and channels and to
+// the commands it runs (its scripts run with the caller's permissions, so
+// the commands they call count too); with the default prefix:
+//
+//	ACL SETUSER locks on >password ~dlock:* &dlock:* +ping +evalsha +eval
+//	    +subscribe +unsubscribe +ssubscribe +sunsubscribe +time +exists
+//	    +get +set +del +incr +pexpire +pttl +hget +hset +hdel +hmget +hgetall
+//	    +rpush +lpop +lindex +lrem +llen +zadd +zrem +zscore +zcard +zrange
+//	    +zrangebyscore +zremrangebyscore +publish +spublish +scan
+//
+// plus +wait for wait_replicas, +command|info on a Redis Cluster (whether
+// it has SPUBLISH), and +config|get if the eviction check should run
+// (without it, that check is skipped with a Debug line). The user's
+// password goes in the URL (rediss://locks:password@host), never in a
+// message: every URL printed is redacted. Over a network, use TLS
+// (rediss://), with cert and key when the server requires client
+// certificates (tls-auth-clients yes). TestSecured runs the conformance
+// suite as exactly that user against a TLS-only Redis requiring client
+// certificates, checks that the user cannot lock under another prefix
+// (NOPERM), and that a wrong password, a wrong CA, a missing client
+// certificate or a missing file each fail Open with an error naming the
+// cause and showing no password.
 //
 // # Sentinel
 //

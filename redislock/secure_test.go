@@ -11,26 +11,14 @@ import (
 	"github.com/dlockgo/dlock/locktest"
 )
 
-// lockACL is the least a Redis ACL user needs for dlock, as the package
-// documentation gives it (Securing the store), for the key and channel
-// prefix "dlocktest:": the scripts (EVALSHA, EVAL) and every command they
-// call, the pub/sub of grants and elections, and what Inspect reads.
-var lockACL = []string{"~dlocktest:*", "&dlocktest:*", "+ping", "+evalsha", "+eval", "+subscribe", "+ssubscribe",
-	"+unsubscribe", "+sunsubscribe", "+scan", "+time", "+exists", "+get", "+set", "+del", "+incr",
-	"+pexpire", "+pttl", "+hget", "+hset", "+hdel", "+hmget", "+rpush", "+lpop", "+lindex", "+lrem",
-	"+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore", "+zremrangebyscore",
-	"+publish", "+spublish", "+llen", "+hgetall"}
-
 // startSecuredRedis starts a Redis that speaks TLS only, requires client
 // certificates its private CA signed, and knows the user "locks" (password
-// lockPW) with lockACL only; the admin (default user) has adminPW.
+// lockPW) with testenv.RedisLockACL("dlocktest:") only; the admin (default
+// user) has adminPW.
 func startSecuredRedis(t *testing.T) (*testenv.RedisServer, *testenv.PKI) {
 	t.Helper()
 	pki := testenv.NewPKI(t)
-	args := []string{"--requirepass", adminPW, "--user", "locks", "on", ">" + lockPW}
-	args = append(args, lockACL...)
-	srv := testenv.StartRedis(t, testenv.RedisOptions{TLS: pki, Password: adminPW, Args: args})
-	return srv, pki
+	return testenv.StartSecuredRedis(t, pki, adminPW, "locks", lockPW, "dlocktest:"), pki
 }
 
 const (

@@ -104,6 +104,24 @@
 //	              redlock://h1:6379,h2:6379,h3:6379?fencing=false
 //	fence_ttl     how long a counter outlives its lock's last use; default 168h
 //	              redlock://h1:6379,h2:6379,h3:6379?fence_ttl=720h
+//	tls           TLS to every node (true); default false
+//	cacert        PEM file of the authorities to trust; default the system's
+//	cert, key     PEM files of the client's certificate and key, for nodes
+//	              with tls-auth-clients
+//	              redlock://locks:pw@h1,h2,h3?tls=true&cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
+//	server_name   the name the nodes' certificates must carry; default the
+//	              host dialled
+//	insecure_skip_verify  accept any certificate: for tests only
+//
+// The certificate files are read when the URL is opened; a missing or
+// unreadable file is a *dlock.ParamError naming its parameter. Each node
+// should give dlock an ACL user limited to the prefix's keys and channel
+// and to the commands of its scripts (see the redislock documentation,
+// Securing the store): +ping +evalsha +eval +script|load +exists +get
+// +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe,
+// and +scan for Inspect. TestSecured runs the conformance suite as such a
+// user on three TLS-only nodes requiring client certificates. A TLS handshake takes longer than a command: give
+// node_timeout room for the first connection to each node.
 //
 // and dlock's own ttl and renew (see dlock.Open):
 //

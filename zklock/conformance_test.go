@@ -17,21 +17,24 @@ const suiteSession = 2 * time.Second
 
 func runSuite(t *testing.T, servers []string) {
 	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
-			l, _ := newLocker(t, servers, prefix, suiteSession, opts...)
-			return l
-		},
+	locktest.Run(t, suiteHarness(prefix, newAdmin(t, servers), func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		l, _ := newLocker(t, servers, prefix, suiteSession, opts...)
+		return l
+	}))
+}
+
+// suiteHarness is the suite's harness for Lockers of newLocker under
+// prefix, whose nodes adm may delete.
+func suiteHarness(prefix string, adm *admin, newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) locktest.Harness {
+	return locktest.Harness{
+		NewLocker: newLocker,
 		TakeAway: func(t *testing.T, name string) {
 			t.Helper()
 			(&admin{t: t, conn: adm.conn}).takeAway(prefix, name)
 		},
-		TTL: suiteSession,
-		Crash: func(t *testing.T, l *dlock.Locker) {
-			l.Driver().(*zklock.Driver).Crash()
-		},
-	})
+		TTL:   suiteSession,
+		Crash: func(t *testing.T, l *dlock.Locker) { l.Driver().(*zklock.Driver).Crash() },
+	}
 }
 
 // TestConformance runs the suite against the standalone server.

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -118,6 +119,18 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		c.mu.Lock()
 		c.in.feed(p[:n], 16, func(head []byte) { c.reply(head, now) })
 		c.mu.Unlock()
+	}
+	if err != nil {
+		c.mu.Lock()
+		greeted := c.greeted
+		c.mu.Unlock()
+		if !greeted {
+			// A connection that fails before the server's handshake reply
+			// (a TLS server refusing the client's certificate says so
+			// only now): the cause for the session's errors.
+			e := fmt.Errorf("zklock: connection to %s: %w", c.RemoteAddr(), err)
+			c.s.dialErr.Store(&e)
+		}
 	}
 	return n, err
 }

@@ -6,23 +6,52 @@
 //
 // # URL
 //
-//	zk://host:port[,host:port...]/prefix?session_timeout=10s
+//	zk://[user:password@]host:port[,host:port...]/prefix?session_timeout=10s
 //
 // for example
 //
 //	zk://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/myapp/locks?session_timeout=5s
+//	zk://locks:password@10.0.0.1:2181,10.0.0.2:2181/myapp/locks
 //
 // The host part lists the ensemble's servers (a server without a port
 // uses DefaultPort, 2181). The path is the prefix, the znode under which
-// locks live (default DefaultPrefix, "/dlock"). Parameters:
+// locks live (default DefaultPrefix, "/dlock"). User information is a
+// digest identity (Options.Auth) that every session authenticates with
+// before anything else; see Securing the store. Parameters:
 //
 //	session_timeout  the session timeout to ask for (default 10s, at least
 //	                 100ms); the server clamps it to its own bounds
+//	acl              the ACL of the nodes the driver creates (Options.ACL):
+//	                 a comma-separated list of creator (the creating
+//	                 session's identities), world (anyone) or scheme:id
+//	                 (ip:10.0.0.0/8, digest:user:hash), each with an
+//	                 optional :rights of cdrwa (all without); default
+//	                 creator with user information, world without
+//	                 zk://locks:pw@h:2181/locks?acl=creator,world:r
 //
 // besides dlock's shared ones (ttl, renew), which the ZooKeeper backend
 // accepts but does not need: a lock lives as long as its session, not for
 // a TTL. An unknown parameter is an error naming it. In code, use New or
 // NewDriver with Options instead.
+//
+// # Securing the store
+//
+// ZooKeeper lets any client of the ensemble delete any node its ACL does
+// not protect, and a lock whose node is deleted is lost. With user
+// information in the URL (or Options.Auth), every node the driver
+// creates (the prefix's path, each name's znode, the lock nodes) gets the
+// ACL "creator": all rights to the identities of the session that created
+// it and none to anyone else. Then neither an unauthenticated client nor
+// another user can delete a held lock's node, queue beside it, or remove
+// the name's znode (each needs a right on the parent the ACL denies), and
+// only clients of the same user take those locks. Nodes that exist
+// already keep their ACL: a prefix first used without credentials stays
+// open. ZooKeeper accepts any digest password at authentication and
+// refuses it only where an ACL names another identity, so Open with
+// credentials reads the prefix's children at once: a wrong password (or
+// another user) on a prefix created by this user fails Open with an error
+// that says so, without the password. TestSecured checks all of this
+// against the real server.
 //
 // # Layout
 //

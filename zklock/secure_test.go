@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net/url"
 	"testing"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
-	"github.com/dlockgo/dlock/zklock"
 )
 
 const zkLockPW = "lock-pw-83be"
@@ -48,15 +48,7 @@ func TestSecured(t *testing.T) {
 	adm := &admin{t: t, conn: connectAs(t, servers, "locks", zkLockPW)}
 
 	t.Run("Conformance", func(t *testing.T) {
-		locktest.Run(t, locktest.Harness{
-			NewLocker: locktest.Opener(good),
-			TakeAway: func(t *testing.T, name string) {
-				t.Helper()
-				(&admin{t: t, conn: adm.conn}).takeAway(prefix, name)
-			},
-			TTL:   suiteSession,
-			Crash: func(t *testing.T, l *dlock.Locker) { l.Driver().(*zklock.Driver).Crash() },
-		})
+		locktest.Run(t, suiteHarness(prefix, adm, locktest.Opener(good)))
 	})
 
 	t.Run("OthersCannotTouch", func(t *testing.T) {
@@ -104,6 +96,39 @@ func TestSecured(t *testing.T) {
 			{What: "another user", URL: "zk://intruder:intruder-pw@" + servers[0] + prefix, Cause: "may not read"},
 			{What: "no password", URL: "zk://locks@" + servers[0] + prefix, Cause: "userinfo"},
 			{What: "bad acl", URL: "zk://locks:" + zkLockPW + "@" + servers[0] + prefix + "?acl=creator:xyz", Cause: `"acl"`},
+		})
+	})
+}
+
+// TestSecuredTLS: through the secure client port of a server that
+// requires client certificates, with digest credentials, the conformance
+// suite passes; a CA that did not sign the server's certificate and a
+// missing client certificate fail Open with the TLS error.
+func TestSecuredTLS(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	zc := testenv.StartZKWith(t, 1, testenv.ZKOptions{TLS: pki})
+	addr := zc.Servers[0].SecureAddr
+	prefix := testPrefix()
+	mk := func(kv ...string) string {
+		q := url.Values{"tls": {"true"}, "session_timeout": {"2s"}}
+		for i := 0; i < len(kv); i += 2 {
+			q.Set(kv[i], kv[i+1])
+		}
+		u := url.URL{Scheme: "zk", User: url.UserPassword("locks", zkLockPW), Host: addr, Path: prefix, RawQuery: q.Encode()}
+		return u.String()
+	}
+	good := mk("cacert", pki.CA, "cert", pki.ClientCert, "key", pki.ClientKey)
+	adm := &admin{t: t, conn: connectAs(t, []string{zc.Servers[0].Addr}, "locks", zkLockPW)}
+	t.Run("Conformance", func(t *testing.T) {
+		locktest.Run(t, suiteHarness(prefix, adm, locktest.Opener(good)))
+	})
+	t.Run("BadURLs", func(t *testing.T) {
+		locktest.RefusesBadURLs(t, []string{zkLockPW}, []locktest.BadURL{
+			{What: "wrong CA", URL: mk("cacert", pki.OtherCA, "cert", pki.ClientCert, "key", pki.ClientKey),
+				Cause: "certificate signed by unknown authority"},
+			{What: "no client certificate", URL: mk("cacert", pki.CA), Cause: "certificate"},
+			{What: "missing key file", URL: mk("cacert", pki.CA, "cert", pki.ClientCert, "key", pki.Dir+"/absent.pem"),
+				Cause: `"cert"`},
 		})
 	})
 }

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,11 @@ type session struct {
 	mu  sync.Mutex // guards conn while dialing, and tcp
 	tcp net.Conn   // the current TCP connection (for the crash hook)
 
+	// dialErr is why the last connection attempt failed, nil after one
+	// succeeded: the cause ready reports when its wait for the session
+	// ends first.
+	dialErr atomic.Pointer[error]
+
 	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
 	over    atomic.Bool // set when the session ends, before done closes
@@ -91,9 +97,14 @@ func (d *Driver) dial() (*session, error) {
 func (s *session) authenticate() {
 	for _, a := range s.d.auth {
 		if err := s.conn.AddAuth(a.Scheme, []byte(a.Credential)); err != nil {
-			if !s.ended() {
-				s.end(fmt.Errorf("zklock: authentication as %v refused: %w", a, err))
+			if s.ended() {
+				return
 			}
+			if e := s.dialErr.Load(); e != nil && transient(err) {
+				s.end(fmt.Errorf("zklock: could not connect to authenticate as %v: %w (%w)", a, *e, err))
+				return
+			}
+			s.end(fmt.Errorf("zklock: authentication as %v refused: %w", a, err))
 			return
 		}
 	}
@@ -108,11 +119,32 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	}
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
+		s.dialErr.Store(&err)
 		return nil, err
 	}
 	s.mu.Lock()
 	s.tcp = c
 	s.mu.Unlock()
+	if cfg := s.d.tls; cfg != nil {
+		// ZooKeeper's secure client port: the handshake within the dial's
+		// timeout, each server's certificate checked against its host.
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = c.Close()
+			err = fmt.Errorf("zklock: TLS with %s: %w", addr, err)
+			s.dialErr.Store(&err)
+			return nil, err
+		}
+		_ = c.SetDeadline(time.Time{})
+		s.dialErr.Store(nil)
+		return &trackedConn{Conn: tc, s: s, ready: -1, reported: -1}, nil
+	}
+	s.dialErr.Store(nil)
 	return &trackedConn{Conn: c, s: s, ready: -1, reported: -1}, nil
 }
 

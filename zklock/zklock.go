@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,12 @@ type Options struct {
 	// {Scheme: "digest", Credential: "user:password"}. Default none.
 	Auth []Auth
 
+	// TLS, when set, makes every connection a TLS one, for servers'
+	// secure client port (secureClientPort); a server's certificate is
+	// checked against the host dialled unless TLS.ServerName says
+	// otherwise. Default nil: plain TCP.
+	TLS *tls.Config
+
 	// ACL is the access control list of the nodes the driver creates.
 	// Default: zk.AuthACL(zk.PermAll) with Auth, which gives every right
 	// to the identities the creating session authenticated with and to
@@ -87,6 +94,7 @@ type Driver struct {
 	prefix  string
 	timeout time.Duration
 	auth    []Auth
+	tls     *tls.Config
 	acl     []zk.ACL
 	log     *slog.Logger
 
@@ -157,6 +165,7 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 		prefix:  opt.Prefix,
 		timeout: opt.SessionTimeout,
 		auth:    slices.Clone(opt.Auth),
+		tls:     opt.TLS,
 		acl:     opt.ACL,
 		log:     opt.Logger,
 		held:    map[string]*node{},
@@ -236,6 +245,9 @@ func (d *Driver) ready(ctx context.Context) (*session, error) {
 	case <-s.done:
 		return nil, s.endErr
 	case <-ctx.Done():
+		if e := s.dialErr.Load(); e != nil {
+			return nil, fmt.Errorf("%w; the last connection attempt: %w", ctx.Err(), *e)
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -308,6 +320,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		}
 		o.Auth = []Auth{{Scheme: "digest", Credential: u.User.Username() + ":" + pw}}
 	}
+	if o.TLS, err = u.TLS(false); err != nil {
+		return nil, err
+	}
 	if u.Has("acl") {
 		if o.ACL, err = parseACL(u.String("acl", "")); err != nil {
 			return nil, u.Err("acl", u.String("acl", ""), err)
@@ -336,11 +351,13 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	o.Prefix, o.SessionTimeout, o.Logger = prefix, timeout, u.Logger
 	d, err := NewDriver(servers, &o)
-	if err != nil || len(o.Auth) == 0 {
+	if err != nil || len(o.Auth) == 0 && o.TLS == nil {
 		return d, err
 	}
-	// With credentials, Open checks them: a wrong password is accepted by
-	// ZooKeeper's addauth, and shows only where the ACL refuses it.
+	// A secured URL is checked at once: a TLS failure would otherwise show
+	// only in the first lock's call, and a wrong password is accepted by
+	// ZooKeeper's addauth and refused only where an ACL names another
+	// identity.
 	if err := d.checkAccess(ctx); err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("zklock: open %s: %w", u.Redacted(), err)
@@ -348,10 +365,15 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// checkAccess lists the prefix node's children (READ on it), which the
-// prefix's ACL refuses to an identity it does not name. A missing prefix
-// is fine: the first lock creates it.
+// checkAccess waits, for at most the session timeout, for an
+// authenticated session, and lists the prefix node's children (READ on
+// it), which the prefix's ACL refuses to an identity it does not name. A
+// missing prefix is fine: the first lock creates it.
 func (d *Driver) checkAccess(ctx context.Context) error {
+	// Bounded even under a context without a deadline: a server that
+	// refuses every connection must not hold Open for ever.
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
 	s, err := d.ready(ctx)
 	if err != nil {
 		return err
@@ -361,6 +383,8 @@ func (d *Driver) checkAccess(ctx context.Context) error {
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return nil
+		case errors.Is(err, zk.ErrNoAuth) && len(d.auth) == 0:
+			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.prefix, err)
 		case errors.Is(err, zk.ErrNoAuth):
 			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.auth[0], d.prefix, err)
 		}

@@ -272,6 +272,11 @@ func redact(rawURL string) string {
 func openLocker(ctx context.Context, sio *stdio, cmd, rawURL string, opts ...dlock.Option) (*dlock.Locker, int) {
 	u, err := url.Parse(rawURL)
 	switch {
+	case err != nil && strings.Contains(rawURL, "@"):
+		// The text may hold a password, and so may the parser's error
+		// (which quotes the bad escape): show neither.
+		return nil, failf(sio, exitUsage, cmd, "bad backend URL: it does not parse (not shown: it may hold a password); "+
+			"a %% or @ in a password must be written %%25 or %%40")
 	case err != nil:
 		return nil, failf(sio, exitUsage, cmd, "bad backend URL %q: %v", rawURL, errors.Unwrap(err))
 	case u.Scheme == "":

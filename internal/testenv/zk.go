@@ -136,8 +136,10 @@ type ZKServer struct {
 	ID int
 	// Addr is its client address.
 	Addr string
-	dir  string
-	cfg  string
+	// SecureAddr is its TLS client address, with ZKOptions.TLS.
+	SecureAddr string
+	dir        string
+	cfg        string
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -170,6 +172,10 @@ type ZKOptions struct {
 	// those bypass Peer. The quorum links, a follower's connection to its
 	// leader, always use it.)
 	Peer func(from, to int, election bool, addr string) (string, error)
+	// TLS, when set, gives each server a secure client port too (Netty,
+	// the PKI's server certificate, client certificates required), at
+	// ZKServer.SecureAddr; the plain port stays for the readiness checks.
+	TLS *PKI
 }
 
 // StartZKWith is StartZK with options.
@@ -195,8 +201,12 @@ func ZKClasspath() (string, error) {
 		return "", fmt.Errorf("ZooKeeper is not installed (%v)", err)
 	}
 	cp := jar
-	if _, err := os.Stat("/usr/share/java/slf4j-simple.jar"); err == nil {
-		cp += ":/usr/share/java/slf4j-simple.jar"
+	// slf4j-simple for the logs; the Netty jars that the secure client
+	// port needs and zookeeper.jar's manifest leaves out.
+	for _, extra := range []string{"slf4j-simple", "netty-codec", "netty-resolver", "netty-transport-native-unix-common"} {
+		if p := "/usr/share/java/" + extra + ".jar"; fileExists(p) {
+			cp += ":" + p
+		}
 	}
 	return cp, nil
 }
@@ -218,7 +228,11 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	if n > 1 {
 		per = 3
 	}
-	ports, err := zkFreePorts(n * per)
+	extra := 0
+	if o.TLS != nil {
+		extra = n
+	}
+	ports, err := zkFreePorts(n*per + extra)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +271,23 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 			return nil, err
 		}
 		cfg := zkConfig(filepath.Join(s.dir, "data"), port, o) + lines
+		if p := o.TLS; p != nil {
+			secure := ports[n*per+i-1]
+			s.SecureAddr = "127.0.0.1:" + strconv.Itoa(secure)
+			keyStore, err := zkKeyStore(s.dir, p)
+			if err != nil {
+				return nil, err
+			}
+			cfg += fmt.Sprintf(`serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+secureClientPort=%d
+secureClientPortAddress=127.0.0.1
+ssl.keyStore.location=%s
+ssl.keyStore.type=PEM
+ssl.trustStore.location=%s
+ssl.trustStore.type=PEM
+ssl.clientAuth=need
+`, secure, keyStore, p.CA)
+		}
 		if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
@@ -283,6 +314,21 @@ func ZKConfig(dataDir string, clientPort int) string {
 }
 
 // zkConfig is ZKConfig with the tick and syncLimit of o.
+// zkKeyStore writes the PKI's server key and certificate into one PEM
+// file, the form of ZooKeeper's PEM key store.
+func zkKeyStore(dir string, p *PKI) (string, error) {
+	key, err := os.ReadFile(p.ServerKey)
+	if err != nil {
+		return "", err
+	}
+	cert, err := os.ReadFile(p.ServerCert)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "keystore.pem")
+	return path, os.WriteFile(path, append(key, cert...), 0o600)
+}
+
 func zkConfig(dataDir string, clientPort int, o ZKOptions) string {
 	tick, syncLimit := o.Tick, o.SyncLimit
 	if tick == 0 {
@@ -546,4 +592,10 @@ func zkFreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// fileExists reports whether p exists.
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

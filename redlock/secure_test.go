@@ -1,0 +1,89 @@
+package redlock
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
+)
+
+// nodeACL is what the package documentation (URL) gives as the least a
+// node's ACL user needs, for the default prefix.
+var nodeACL = []string{"~dlock:rl:*", "&dlock:rl:*", "+ping", "+evalsha", "+eval", "+script|load", "+exists", "+get",
+	"+set", "+del", "+incr", "+pexpire", "+pttl", "+time", "+publish", "+subscribe", "+unsubscribe", "+scan"}
+
+const (
+	nodeAdminPW = "admin-pw-4e1d"
+	nodeLockPW  = "lock-pw-b27f"
+)
+
+// TestSecured: three TLS-only nodes that require client certificates,
+// each with an ACL user limited to nodeACL: the conformance suite passes
+// through a redlock:// URL with tls=true. A redlock:// URL opens without
+// reaching its nodes, so a wrong password, a wrong CA or a missing client
+// certificate fails Driver.Prepare (and the first acquisitions) instead,
+// with an error that names the cause and shows no password.
+func TestSecured(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	args := append([]string{"--requirepass", nodeAdminPW, "--user", "locks", "on", ">" + nodeLockPW}, nodeACL...)
+	servers := testenv.StartRedisN(t, 3, testenv.RedisOptions{TLS: pki, Password: nodeAdminPW, Args: args})
+	mk := func(pw string, kv ...string) string {
+		q := url.Values{"tls": {"true"}, "node_timeout": {"50ms"}}
+		for i := 0; i < len(kv); i += 2 {
+			q.Set(kv[i], kv[i+1])
+		}
+		u := url.URL{Scheme: "redlock", User: url.UserPassword("locks", pw), Host: testenv.Addrs(servers), RawQuery: q.Encode()}
+		return u.String()
+	}
+	files := []string{"cacert", pki.CA, "cert", pki.ClientCert, "key", pki.ClientKey}
+	good := mk(nodeLockPW, files...)
+
+	t.Run("Conformance", func(t *testing.T) {
+		open := locktest.Opener(good)
+		locktest.Run(t, locktest.Harness{
+			NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+				l := open(t, opts...)
+				prepare(t, l.Driver().(*Driver)) // the TLS handshakes before the timed calls
+				return l
+			},
+			TakeAway: func(t *testing.T, name string) {
+				for _, s := range servers {
+					if err := s.Client().Del(context.Background(), DefaultPrefix+"{"+name+"}").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+		})
+	})
+
+	t.Run("BadCredentials", func(t *testing.T) {
+		for _, c := range []struct{ what, url, cause string }{
+			{"wrong password", mk("wrong-"+nodeLockPW, files...), "WRONGPASS"},
+			{"wrong CA", mk(nodeLockPW, "cacert", pki.OtherCA, "cert", pki.ClientCert, "key", pki.ClientKey), "unknown authority"},
+			{"no client certificate", mk(nodeLockPW, "cacert", pki.CA), "certificate"},
+		} {
+			l := locktest.Opener(c.url)(t)
+			// Prepare dials every node without the node timeout, which a
+			// TLS handshake and AUTH can outlast on a first connection.
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			err := l.Driver().(*Driver).Prepare(ctx)
+			cancel()
+			_ = l.Close()
+			t.Logf("%s: %v", c.what, err)
+			if err == nil || !strings.Contains(err.Error(), c.cause) {
+				t.Errorf("%s: Prepare: %v, want an error saying %q", c.what, err, c.cause)
+			}
+			if err != nil && strings.Contains(err.Error(), nodeLockPW) {
+				t.Errorf("%s: the error shows the password: %v", c.what, err)
+			}
+		}
+		locktest.RefusesBadURLs(t, []string{nodeLockPW}, []locktest.BadURL{
+			{What: "missing CA file", URL: mk(nodeLockPW, "cacert", pki.Dir+"/absent.pem"), Cause: `"cacert"`},
+		})
+	})
+}
