@@ -35,6 +35,32 @@
 // parseTime, allowAllFiles...) have no use here. For anything else, build
 // a *sql.DB yourself and use New.
 //
+// TLS with a CA or a client certificate of your own takes files, which
+// go-sql-driver's tls parameter cannot (it names only configurations
+// registered in code), so mysqllock reads these itself, as every dlock
+// backend does:
+//
+//	cacert     PEM file of the authorities to trust (default the system's)
+//	cert, key  PEM files of the client's certificate and key (REQUIRE X509)
+//	server_name           the name the server's certificate must carry
+//	insecure_skip_verify  accept any certificate: for tests only
+//
+//	mysql://locks:password@10.0.0.5:3306/locks?cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
+//
+// With any of them, tls may be true or left out. The files are read when
+// the URL is opened; a missing or unreadable one is a *dlock.ParamError
+// naming its parameter.
+//
+// # Securing the store
+//
+// The least a user needs is every privilege on the token table's database
+// (or, with the table made beforehand, SELECT, INSERT and UPDATE on it):
+// GET_LOCK and RELEASE_LOCK need none. TestSecured runs the conformance
+// suite as such a user, created REQUIRE X509, on a MariaDB with
+// require_secure_transport, and checks that a wrong password, a wrong CA, a
+// missing client certificate and a plain connection each fail Open with an
+// error naming the cause and no password.
+//
 // A driver opened from a URL owns its *sql.DB (Close closes it), keeps up
 // to OpenMaxIdleConns idle connections, and treats the pool as exclusive
 // (see Options.ExclusivePool).

@@ -32,6 +32,27 @@
 // parameter, as is a bad value of pglock's own parameters or one pgx cannot
 // parse. In code, use New or NewDriver with a *pgx.ConnConfig and Options.
 //
+// # Securing the store
+//
+// TLS and passwords are pgx's own URL parameters, passed through
+// untouched: sslmode (verify-full checks the server's certificate and
+// name), sslrootcert (the CA), sslcert and sslkey (a client certificate,
+// for pg_hba's clientcert=verify-ca or cert), and the password in the
+// user information:
+//
+//	postgres://locks:password@10.0.0.5:5432/locks?sslmode=verify-full&sslrootcert=/etc/dlock/ca.pem&sslcert=/etc/dlock/client.pem&sslkey=/etc/dlock/client-key.pem
+//
+// The least a role needs: CONNECT on its database, and either CREATE on
+// the token table's schema (migrate, the default, creates the table and its
+// sequence once) or, with migrate=false, SELECT, INSERT and UPDATE on a
+// table made by Migrate; advisory locks need no privilege. TestSecured
+// runs the conformance suite as a role that owns one database and nothing
+// else, on a server that accepts only TLS connections with a client
+// certificate and a SCRAM password (hostssl ... clientcert=verify-ca), and
+// checks that a wrong password, a wrong CA, a missing client certificate
+// and a plain connection fail Open with the server's or pgx's reason and no
+// password.
+//
 // # Locks and connections
 //
 // The lock called name is the advisory lock on the bigint key Key(table,

@@ -28,6 +28,11 @@
 //	                 optional :rights of cdrwa (all without); default
 //	                 creator with user information, world without
 //	                 zk://locks:pw@h:2181/locks?acl=creator,world:r
+//	tls              TLS to the servers' secure client port (true); with
+//	                 cacert, cert, key, server_name and insecure_skip_verify
+//	                 as for every dlock backend (the CA, the client's
+//	                 certificate and key, PEM files read at Open)
+//	                 zk://locks:pw@h:2281/locks?tls=true&cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
 //
 // besides dlock's shared ones (ttl, renew), which the ZooKeeper backend
 // accepts but does not need: a lock lives as long as its session, not for
@@ -50,8 +55,12 @@
 // refuses it only where an ACL names another identity, so Open with
 // credentials reads the prefix's children at once: a wrong password (or
 // another user) on a prefix created by this user fails Open with an error
-// that says so, without the password. TestSecured checks all of this
-// against the real server.
+// that says so, without the password. A URL with TLS is checked at Open
+// the same way, within the session timeout: a server that refuses the
+// client's certificate, or a CA that did not sign the server's, fails Open
+// with the TLS error. TestSecured and TestSecuredTLS (through a secure
+// client port that requires client certificates) check all of this
+// against real servers.
 //
 // # Layout
 //

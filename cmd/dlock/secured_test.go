@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockgo/dlock/internal/testenv"
 )
@@ -14,6 +16,9 @@ type securedBackend struct {
 	name       string
 	url, wrong string
 	secrets    []string
+	// takeAway, if set, deletes the lock called name behind its holder's
+	// back.
+	takeAway func(name string) error
 }
 
 // setURL returns raw with its password replaced by pw.
@@ -50,6 +55,8 @@ func securedBackends(t *testing.T) []securedBackend {
 	const redisPW, redisAdmin = "cli-redis-pw-3f9a", "cli-redis-admin-77c1"
 	rs := testenv.StartSecuredRedis(t, pki, redisAdmin, "locks", redisPW, "dlock:")
 	add("redis", "rediss://locks:"+redisPW+"@"+rs.Addr+"?"+tlsQ, redisPW, redisAdmin)
+	admin := rs.Client()
+	out[len(out)-1].takeAway = func(name string) error { return admin.Del(context.Background(), "dlock:{"+name+"}").Err() }
 
 	const etcdPW, etcdRoot = "cli-etcd-pw-12ab", "cli-etcd-root-9e0d"
 	ec := testenv.StartEtcd(t, testenv.EtcdOptions{TLS: pki})
@@ -96,6 +103,22 @@ func TestSecuredBackends(t *testing.T) {
 				t.Errorf("dlock run with a wrong password succeeded: %s", r.stdout)
 			}
 			t.Logf("wrong password: exit %d: %s", r.code, strings.TrimSpace(r.stderr))
+			if b.takeAway == nil {
+				return
+			}
+			// A lost lock: what dlock run says about it holds no secret.
+			p := c.start("run", "--backend", b.url, "--log-level", "debug", "--ttl", "600ms", "secured-lost", "--",
+				"sh", "-c", "echo started; exec sleep 30")
+			if line := p.line(30 * time.Second); line != "started" {
+				t.Fatalf("the command printed %q", line)
+			}
+			if err := b.takeAway("secured-lost"); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(30 * time.Second); code != exitLost {
+				t.Errorf("dlock run exited %d after its lock was taken away, want %d", code, exitLost)
+			}
+			check("dlock run losing its lock", result{stderr: p.stderr.String()})
 		})
 	}
 }
