@@ -132,3 +132,17 @@ func TestBadURLHidesPassword(t *testing.T) {
 	}
 	t.Log(strings.TrimSpace(r.stderr))
 }
+
+// TestHelpHidesBackendPassword: --help names $DLOCK_BACKEND but never
+// prints its value, which may hold a password.
+func TestHelpHidesBackendPassword(t *testing.T) {
+	c := newCLI(t)
+	for _, cmd := range []string{"run", "status", "bench", "demo"} {
+		x := c.command(cmd, "--help")
+		x.Env = append(x.Env, "DLOCK_BACKEND=redis://locks:help-s3cret@127.0.0.1:1")
+		out, _ := x.CombinedOutput()
+		if strings.Contains(string(out), "help-s3cret") {
+			t.Errorf("dlock %s --help printed the backend's password:\n%s", cmd, out)
+		}
+	}
+}
