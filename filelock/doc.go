@@ -90,6 +90,18 @@
 // blocking and again after a pause of 20µs doubling to 1ms until ctx
 // ends; so concurrent readers get distinct, increasing tokens.
 //
+// # Securing the store
+//
+// The store is the directory, and its guard the file system's
+// permissions: whoever may write the lock files (or the directory) can
+// take or break the locks. The driver creates a missing directory 0700
+// and its lock files with Options.Mode (0600 by default, at least owner
+// read and write), so only the user's own processes share its locks; for
+// several users, give them a group and a directory of that group with a
+// mode such as 0660 for the files. The default directory (file://) must
+// be the current user's own and not writable by group or others, or
+// opening fails saying which.
+//
 // # Limits
 //
 // One host only. Network file systems are not supported: flock on NFS is

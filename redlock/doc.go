@@ -114,14 +114,7 @@
 //	insecure_skip_verify  accept any certificate: for tests only
 //
 // The certificate files are read when the URL is opened; a missing or
-// unreadable file is a *dlock.ParamError naming its parameter. Each node
-// should give dlock an ACL user limited to the prefix's keys and channel
-// and to the commands of its scripts (see the redislock documentation,
-// Securing the store): +ping +evalsha +eval +script|load +exists +get
-// +set +del +incr +pexpire +pttl +time +publish +subscribe +unsubscribe,
-// and +scan for Inspect. TestSecured runs the conformance suite as such a
-// user on three TLS-only nodes requiring client certificates. A TLS handshake takes longer than a command: give
-// node_timeout room for the first connection to each node.
+// unreadable file is a *dlock.ParamError naming its parameter.
 //
 // and dlock's own ttl and renew (see dlock.Open):
 //
@@ -131,6 +124,24 @@
 // ContextTimeoutEnabled (so that the node timeout bounds socket reads) and
 // no retries of commands or dials (a dead node fails at once), and closes
 // them on Close.
+//
+// # Securing the store
+//
+// Each node should give dlock an ACL user limited to the prefix's keys
+// and channel and to the commands of its scripts (see the redislock
+// documentation, Securing the store); with the default prefix:
+//
+//	ACL SETUSER locks on >password ~dlock:rl:* &dlock:rl:* +ping +evalsha
+//	    +eval +script|load +exists +get +set +del +incr +pexpire +pttl
+//	    +time +publish +subscribe +unsubscribe +scan
+//
+// (+scan for Inspect). Over a network use tls=true, with cert and key when
+// the nodes require client certificates. A TLS handshake takes longer than
+// a command: Driver.Prepare dials every node within its context rather than
+// the node timeout, and reports a refused password or certificate with the
+// node's reason. TestSecured runs the conformance suite as such a user on
+// three TLS-only nodes requiring client certificates, and checks those
+// refusals.
 //
 // # Eviction
 //
