@@ -336,6 +336,11 @@ func TestLostReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(d.lost)
+	// max_hold: renewed, but held for its WithMaxHold.
+	m, err := l.TryAcquire(ctx, "max-hold", dlock.WithMaxHold(120*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// released: not counted as lost.
 	r, err := l.TryAcquire(ctx, "released")
 	if err != nil {
@@ -344,7 +349,7 @@ func TestLostReasons(t *testing.T) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, ls := range []*dlock.Lease{a, b, c} {
+	for _, ls := range []*dlock.Lease{a, b, c, m} {
 		select {
 		case <-ls.Done():
 		case <-time.After(5 * time.Second):
@@ -368,8 +373,8 @@ func TestLostReasons(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int64{"expired": 1, "gone": 1, "backend": 1}
-	if len(got) != len(want) || got["expired"] != 1 || got["gone"] != 1 || got["backend"] != 1 {
+	want := map[string]int64{"expired": 1, "gone": 1, "backend": 1, "max_hold": 1}
+	if len(got) != len(want) || got["expired"] != 1 || got["gone"] != 1 || got["backend"] != 1 || got["max_hold"] != 1 {
 		t.Errorf("dlock.lost by reason = %v, want %v", got, want)
 	}
 }

@@ -59,6 +59,19 @@
 // of a name, so the resource can reject a write carrying a token lower than
 // one it has already seen.
 //
+// # Holding across processes
+//
+// A lock can outlive the process that took it, on a backend whose locks
+// are keys with a TTL (redis, redlock): Lease.Detach stops renewing it
+// here and returns its Handle, whose text (Handle.String) another process
+// decodes with ParseHandle and takes over with Locker.Resume, getting a
+// supervised lease with the same token, or releases with
+// Locker.ReleaseHandle. A handle whose lock expired or passed to another
+// owner is refused with ErrNotHeld, and nothing changes on the store.
+// WithMaxHold caps how long a lease is held, across such hand-overs too:
+// a stuck holder cannot keep a lock for ever by renewing it. The CLI's
+// dlock acquire, extend and release are built on these (docs/CLI.md).
+//
 // # Backends
 //
 // Each backend is a package that registers a URL scheme: memlock (mem://),
@@ -80,7 +93,7 @@
 //	dlock.acquisitions      counter            attempts, by "result" (acquired, not_acquired, canceled, error)
 //	dlock.hold.duration     histogram, s       how long leases were held, by "end" (released, lost)
 //	dlock.renewals          counter            renewals, by "result" (ok, error)
-//	dlock.lost              counter            leases lost while held, by "reason" (expired, gone, backend)
+//	dlock.lost              counter            leases lost while held, by "reason" (expired, gone, backend, max_hold)
 //	dlock.held              up-down counter    leases held now
 //
 // With WithLogger, it logs acquisitions and releases at Debug, failed

@@ -1,6 +1,10 @@
 package dlock
 
-import "github.com/dlockgo/dlock/driver"
+import (
+	"errors"
+
+	"github.com/dlockgo/dlock/driver"
+)
 
 // Sentinel errors. Compare with errors.Is: dlock wraps them with context and
 // keeps the backend's cause.
@@ -24,6 +28,9 @@ var (
 	ErrUnsupported = driver.ErrUnsupported
 	// ErrClosed means the Locker was closed.
 	ErrClosed = driver.ErrClosed
+	// ErrMaxHold is a lease's Err, with ErrLost, once it was held for the
+	// time WithMaxHold allows.
+	ErrMaxHold = errors.New("dlock: the lease reached its maximum hold time (WithMaxHold)")
 	// ErrNoQuorum means too few nodes of a multi-node backend (Redlock)
 	// answered in time to decide.
 	ErrNoQuorum = driver.ErrNoQuorum

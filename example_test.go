@@ -61,3 +61,42 @@ func ExampleLease_Token() {
 	// token increased: true
 	// token increased: true
 }
+
+// A worker hands the lock of a job to its successor, here another Locker
+// on the same store (in practice another process, given the handle's text
+// in an environment variable or a file): the successor resumes the lease,
+// with the same token, and releases it when done.
+func ExampleLease_Detach() {
+	ctx := context.Background()
+	first, err := dlock.Open(ctx, "mem://handoff")
+	if err != nil {
+		panic(err)
+	}
+	defer first.Close()
+	lease, err := first.Acquire(ctx, "job/42")
+	if err != nil {
+		panic(err)
+	}
+	h, err := lease.Detach() // this worker stops renewing it
+	if err != nil {
+		panic(err)
+	}
+	text := h.String() // hand this on
+
+	successor, err := dlock.Open(ctx, "mem://handoff")
+	if err != nil {
+		panic(err)
+	}
+	defer successor.Close()
+	parsed, err := dlock.ParseHandle(text)
+	if err != nil {
+		panic(err)
+	}
+	resumed, err := successor.Resume(ctx, parsed)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(resumed.Name(), resumed.Token() == lease.Token())
+	_ = resumed.Release(ctx)
+	// Output: job/42 true
+}

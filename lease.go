@@ -32,6 +32,7 @@ type Lease struct {
 	autoRenew bool
 	base      time.Time                 // the acquisition, on the monotonic clock: the origin of exp
 	expiring  bool                      // the lock has a validity that renewal extends
+	maxHold   time.Duration             // WithMaxHold: the longest hold, from base; 0 for none
 	margin    time.Duration             // how long before exp the lease counts as lost
 	check     func(now time.Time) error // the driver's Grant.Check; may be nil
 	lostCh    <-chan struct{}           // the driver's Grant.Lost; may be nil
@@ -53,7 +54,7 @@ type Lease struct {
 	cancelOp context.CancelFunc // aborts an automatic renewal in flight
 }
 
-func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Lease {
+func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool, maxHold time.Duration) *Lease {
 	s := &Lease{
 		l:         l,
 		req:       req,
@@ -61,6 +62,7 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool) *Le
 		autoRenew: autoRenew,
 		base:      time.Now(),
 		expiring:  !g.Expires.IsZero(),
+		maxHold:   maxHold,
 		margin:    lossMargin(req.TTL),
 		check:     g.Check,
 		lostCh:    g.Lost,
@@ -138,6 +140,8 @@ func (s *Lease) Err() error {
 	}
 	now := time.Now()
 	switch {
+	case s.maxHold > 0 && now.Sub(s.base) >= s.maxHold:
+		s.endMaxHold()
 	case s.expiring && now.Sub(s.base) >= time.Duration(s.exp.Load())-s.margin:
 		s.expire()
 	case s.check != nil:
@@ -191,27 +195,9 @@ func (s *Lease) Refresh(ctx context.Context) error {
 // another owner. If the store cannot be reached, the lease still ends and
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
-	if s.Err() != nil { // may end the lease, which takes s.mu: not under it
+	if !s.stopSupervision() {
 		return s.heldErr()
 	}
-	s.mu.Lock()
-	if s.fin.Load() != nil || s.releasing.Load() {
-		s.mu.Unlock()
-		return s.heldErr()
-	}
-	s.releasing.Store(true)
-	cancel := s.cancelOp
-	s.mu.Unlock()
-
-	// Stop supervision, abort a renewal in flight, and wait for it (it holds
-	// opMu): no renewal runs after this point.
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	if cancel != nil {
-		cancel()
-	}
-	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	err := s.l.drv.Unlock(ctx, s.req)
 	switch {
@@ -242,4 +228,31 @@ func (s *Lease) heldErr() error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
 	}
 	return nil
+}
+
+// stopSupervision starts the lease's end by its holder (Release, Detach):
+// it stops supervision, aborts a renewal in flight and waits for it, and
+// returns with opMu held, so that no renewal runs after it. It reports
+// false, with opMu not held, when the lease had ended or its end had
+// started already.
+func (s *Lease) stopSupervision() bool {
+	if s.Err() != nil { // may end the lease, which takes s.mu: not under it
+		return false
+	}
+	s.mu.Lock()
+	if s.fin.Load() != nil || s.releasing.Load() {
+		s.mu.Unlock()
+		return false
+	}
+	s.releasing.Store(true)
+	cancel := s.cancelOp
+	s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	s.opMu.Lock()
+	return true
 }

@@ -185,7 +185,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
 	}
 	l.m.acquired(resultAcquired, waited)
-	lease := newLease(l, req, g, cfg.autoRenew)
+	lease := newLease(l, req, g, cfg.autoRenew, cfg.maxHold)
 	if l.log.Enabled(ctx, slog.LevelDebug) {
 		l.log.DebugContext(ctx, "dlock: acquired", "name", name, "token", g.Token, "waited", waited)
 	}

@@ -59,6 +59,8 @@ const (
 	// lostBackend: the backend signalled the loss itself (a ZooKeeper
 	// session or etcd lease that expired, a database connection lost).
 	lostBackend = "backend"
+	// lostMaxHold: the lease was held for its WithMaxHold.
+	lostMaxHold = "max_hold"
 )
 
 func newMetrics(mp metric.MeterProvider, backend string) *metrics {
@@ -95,7 +97,7 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 	x.released = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "released")))
 	x.lostOpt = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "lost")))
 	x.byReason = map[string]metric.MeasurementOption{}
-	for _, r := range []string{lostExpired, lostGone, lostBackend} {
+	for _, r := range []string{lostExpired, lostGone, lostBackend, lostMaxHold} {
 		x.byReason[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("reason", r)))
 	}
 	return &x

@@ -24,6 +24,7 @@ type Option func(*config)
 
 type config struct {
 	ttl       time.Duration
+	maxHold   time.Duration
 	autoRenew bool
 	backoff   Backoff
 	logger    *slog.Logger
@@ -54,6 +55,23 @@ func WithTTL(ttl time.Duration) Option {
 			return
 		}
 		c.ttl = ttl
+	}
+}
+
+// WithMaxHold caps how long a lease may be held: d after its grant,
+// renewal stops, the lease ends as lost with an error matching both
+// ErrLost and ErrMaxHold, and dlock releases the lock on the store (owner-
+// checked, as after any loss), so that a stuck holder cannot keep a lock
+// for ever by renewing it. Metrics count such an end under the reason
+// "max_hold", and the Locker's logger logs it. Zero, the default, means
+// no cap; a negative d is an error.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.err = fmt.Errorf("dlock: max hold %v is negative", d)
+			return
+		}
+		c.maxHold = d
 	}
 }
 

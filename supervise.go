@@ -36,7 +36,7 @@ func renewRetryDelay(ttl time.Duration) time.Duration {
 
 // start begins the lease's supervision.
 func (s *Lease) start() {
-	if s.expiring {
+	if s.expiring || s.maxHold > 0 {
 		// Armed only once s.timer is set: tick may run at once and Reset it.
 		s.timer = time.AfterFunc(time.Hour, s.tick)
 		s.mu.Lock()
@@ -97,6 +97,16 @@ func (s *Lease) expire() {
 	}
 }
 
+// endMaxHold ends the lease as lost at its WithMaxHold, then releases the
+// lock on the store (owner-checked) so that the next holder need not wait
+// for the TTL, on a goroutine of its own, as expire does.
+func (s *Lease) endMaxHold() {
+	cause := fmt.Errorf("%w: %q: held for %v: %w", ErrLost, s.req.Name, s.maxHold, ErrMaxHold)
+	if s.end(cause, lostMaxHold) {
+		go s.unlockAfterLoss()
+	}
+}
+
 // unlockAfterLoss is expire's best-effort, owner-checked unlock. It waits
 // for a renewal in flight to return first.
 func (s *Lease) unlockAfterLoss() {
@@ -146,7 +156,7 @@ func (s *Lease) tick() {
 		s.mu.Unlock()
 		return // Release stops supervision; a renewal re-arms when it returns
 	}
-	if !s.autoRenew || (s.lastErr == nil && time.Now().Before(s.renewAt())) {
+	if !s.expiring || !s.autoRenew || (s.lastErr == nil && time.Now().Before(s.renewAt())) {
 		s.arm()
 		s.mu.Unlock()
 		return
@@ -209,12 +219,21 @@ func (s *Lease) renewAt() time.Time {
 }
 
 // arm sets the timer for the next tick: the next renewal if one is due
-// before the loss, else the loss. s.mu is held.
+// before the loss, else the loss, and no later than the maximum hold.
+// s.mu is held.
 func (s *Lease) arm() {
-	next := s.lossAt()
-	if s.autoRenew {
-		if r := s.renewAt(); r.Before(next) {
-			next = r
+	var next time.Time
+	if s.expiring {
+		next = s.lossAt()
+		if s.autoRenew {
+			if r := s.renewAt(); r.Before(next) {
+				next = r
+			}
+		}
+	}
+	if s.maxHold > 0 {
+		if m := s.base.Add(s.maxHold); next.IsZero() || m.Before(next) {
+			next = m
 		}
 	}
 	s.timer.Reset(time.Until(next))

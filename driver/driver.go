@@ -192,6 +192,29 @@ type Elector interface {
 	Observe(ctx context.Context, name string) (<-chan LeaderInfo, error)
 }
 
+// Resumer is implemented by drivers whose locks live on the store
+// independently of the connection or process that took them (a key with
+// a TTL), so that another process, given the acquisition's Request, can
+// carry on holding the lock: dlock's Locker.Resume.
+type Resumer interface {
+	// Resume checks that r.Owner holds r.Name in r.Mode and extends the
+	// lock to r.TTL, as Refresh does, and returns its grant with the new
+	// expiry (Token left zero: the caller knows it). When r.Owner does not
+	// hold the lock, Resume returns an error wrapping ErrNotHeld and
+	// changes nothing on the store.
+	Resume(ctx context.Context, r Request) (Grant, error)
+}
+
+// ResumeByRefresh is Resume for a driver whose Refresh already checks the
+// owner and extends the lock: the grant of the refreshed expiry.
+func ResumeByRefresh(ctx context.Context, d Driver, r Request) (Grant, error) {
+	exp, err := d.Refresh(ctx, r)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{Expires: exp}, nil
+}
+
 // Waiter is implemented by drivers that can wait for a lock without polling
 // on a timer: by notification, watch or server-side blocking.
 type Waiter interface {

@@ -1,0 +1,256 @@
+package dlock
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// A Handle identifies one acquisition on its store: the backend's scheme,
+// the lock's name and kind, the acquisition's owner value and fencing
+// token, its TTL and, with WithMaxHold, the time it must be let go. It
+// carries no address and no credentials: whoever resumes it needs a
+// Locker on the same store. String encodes it as one short line of text
+// (for an environment variable or a file), ParseHandle decodes it.
+//
+// The owner value is what lets the holder refresh and release the lock;
+// treat a handle as you would the lock itself.
+type Handle struct {
+	// Scheme is the backend's (Driver.Scheme), checked by Resume.
+	Scheme string
+	// Name and Mode are the lock's; Limit a semaphore's permits.
+	Name  string
+	Mode  driver.Mode
+	Limit int
+	// Owner is the acquisition's owner value, Token its fencing token.
+	Owner string
+	Token uint64
+	// TTL is the lock's time to live, renewed by the resumed lease.
+	TTL time.Duration
+	// Deadline, when not zero, is when the hold must end (WithMaxHold of
+	// the acquisition): a resumed lease ends there.
+	Deadline time.Time
+}
+
+// handlePrefix starts every encoded Handle, with the format's version.
+const handlePrefix = "dlock1"
+
+// String encodes h: the version, the scheme, the mode, the TTL and the
+// deadline in milliseconds (0: none), the token, the limit, the owner and
+// the name (base64url), separated by dots.
+func (h Handle) String() string {
+	var deadline int64
+	if !h.Deadline.IsZero() {
+		deadline = h.Deadline.UnixMilli()
+	}
+	return strings.Join([]string{handlePrefix, h.Scheme, h.Mode.String(), strconv.FormatInt(h.TTL.Milliseconds(), 10),
+		strconv.FormatInt(deadline, 10), strconv.FormatUint(h.Token, 10), strconv.Itoa(h.Limit), h.Owner,
+		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
+}
+
+// ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle), or
+// names another backend than the Locker's (Resume).
+var ErrBadHandle = errors.New("dlock: not a lock handle")
+
+// ParseHandle decodes a Handle encoded by Handle.String. Text that is not
+// one (garbled, truncated, of another version) is an error matching
+// ErrBadHandle that says what is wrong.
+func ParseHandle(s string) (Handle, error) {
+	bad := func(what string) (Handle, error) {
+		return Handle{}, fmt.Errorf("%w: %s", ErrBadHandle, what)
+	}
+	f := strings.Split(strings.TrimSpace(s), ".")
+	if len(f) == 0 || f[0] != handlePrefix {
+		return bad("it does not start with " + handlePrefix + ".")
+	}
+	if len(f) != 9 {
+		return bad(fmt.Sprintf("%d fields, want 9", len(f)))
+	}
+	var h Handle
+	h.Scheme = f[1]
+	if h.Scheme == "" {
+		return bad("no scheme")
+	}
+	mode, ok := parseMode(f[2])
+	if !ok {
+		return bad(fmt.Sprintf("unknown lock kind %q", f[2]))
+	}
+	h.Mode = mode
+	ttl, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || time.Duration(ttl)*time.Millisecond < MinTTL {
+		return bad(fmt.Sprintf("bad TTL %q", f[3]))
+	}
+	h.TTL = time.Duration(ttl) * time.Millisecond
+	deadline, err := strconv.ParseInt(f[4], 10, 64)
+	if err != nil || deadline < 0 {
+		return bad(fmt.Sprintf("bad deadline %q", f[4]))
+	}
+	if deadline > 0 {
+		h.Deadline = time.UnixMilli(deadline)
+	}
+	if h.Token, err = strconv.ParseUint(f[5], 10, 64); err != nil {
+		return bad(fmt.Sprintf("bad token %q", f[5]))
+	}
+	if h.Limit, err = strconv.Atoi(f[6]); err != nil || h.Limit < 0 || (h.Mode == driver.Permit) != (h.Limit > 0) {
+		return bad(fmt.Sprintf("bad limit %q", f[6]))
+	}
+	h.Owner = f[7]
+	if h.Owner == "" {
+		return bad("no owner")
+	}
+	name, err := base64.RawURLEncoding.DecodeString(f[8])
+	if err != nil {
+		return bad("the name is not base64url")
+	}
+	h.Name = string(name)
+	if err := ValidateName(h.Name); err != nil {
+		return bad(err.Error())
+	}
+	return h, nil
+}
+
+func parseMode(s string) (driver.Mode, bool) {
+	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		if m.String() == s {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+// Handle returns the handle of the lease's acquisition, for another
+// process (or a later one) to Resume; the lease stays held and supervised
+// here. Hand it on with Detach, so that this process stops renewing and
+// releasing it.
+func (s *Lease) Handle() Handle {
+	h := Handle{Scheme: s.l.backend, Name: s.req.Name, Mode: s.req.Mode, Limit: s.req.Limit, Owner: s.req.Owner,
+		Token: s.token, TTL: s.req.TTL}
+	if s.maxHold > 0 {
+		h.Deadline = s.base.Add(s.maxHold)
+	}
+	return h
+}
+
+// ErrDetached is a lease's Err once Detach handed it on; like any lease
+// that ended, it also matches ErrNotHeld for Refresh and Release.
+var ErrDetached = errors.New("dlock: lease detached: handed on by its handle")
+
+// Detach hands the lease on: it stops renewing it here, leaves the lock on
+// the store as it is (to expire with its TTL unless someone resumes it),
+// and returns its handle. The lease then ends with ErrDetached, and its
+// Release no longer touches the store. Detach needs a backend whose locks
+// outlive the process that took them (see Locker.Resume); on another it
+// returns an error matching ErrUnsupported and the lease goes on.
+func (s *Lease) Detach() (Handle, error) {
+	if _, ok := s.l.drv.(driver.Resumer); !ok {
+		return Handle{}, s.l.notResumable()
+	}
+	if !s.stopSupervision() {
+		return Handle{}, s.heldErr()
+	}
+	defer s.opMu.Unlock()
+	h := s.Handle()
+	if !s.end(ErrDetached, "") {
+		return Handle{}, s.heldErr()
+	}
+	return h, nil
+}
+
+// Resume takes over the acquisition h identifies, taken by this process
+// or another, on the same store: it checks there that h's owner still
+// holds the lock, extends it to its TTL, and returns a lease supervised
+// here as a fresh one is (renewal, loss signal, Err, Done, Context,
+// Release), with the same token. opts may change the TTL (WithTTL),
+// renewal (WithAutoRenew) and the cap on holding (WithMaxHold, counted
+// from now; without it, h's deadline still holds).
+//
+// When h's lock has expired or another owner holds it, Resume returns an
+// error matching ErrNotHeld and nothing on the store changes; past h's
+// deadline, one matching ErrMaxHold. A handle of another backend matches
+// ErrBadHandle. Resume needs a backend whose locks live on the store
+// independently of a connection: redis (every topology) and redlock,
+// whose locks are keys with a TTL. On the others a lock lives as long as
+// the session, connection or file descriptor that took it (ZooKeeper and
+// etcd sessions, PostgreSQL and MySQL connections, flock), and cannot be
+// taken over by another process: there Resume returns an error matching
+// ErrUnsupported.
+func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
+	r, ok := l.drv.(driver.Resumer)
+	if !ok {
+		return nil, l.notResumable()
+	}
+	if h.Scheme != l.backend {
+		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
+	}
+	if err := ValidateName(h.Name); err != nil {
+		return nil, err
+	}
+	if !l.Supports(h.Mode) {
+		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w", h.Mode, h.Name, l.backend, ErrUnsupported)
+	}
+	cfg := l.cfg
+	cfg.ttl = h.TTL
+	cfg.maxHold = 0
+	if !h.Deadline.IsZero() {
+		left := time.Until(h.Deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("dlock: resume %q: %w: its deadline %v has passed", h.Name, ErrMaxHold, h.Deadline.Format(time.RFC3339))
+		}
+		cfg.maxHold = left
+	}
+	if len(opts) > 0 {
+		cfg = cfg.with(opts)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	req := driver.Request{Name: h.Name, Owner: h.Owner, TTL: cfg.ttl, Mode: h.Mode, Limit: h.Limit}
+	g, err := r.Resume(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: resume %q: %w", h.Name, err)
+	}
+	g.Token = h.Token
+	return newLease(l, req, g, cfg.autoRenew, cfg.maxHold), nil
+}
+
+// notResumable is the error of Resume and Detach on a backend without
+// driver.Resumer.
+func (l *Locker) notResumable() error {
+	return fmt.Errorf("dlock: the %s backend's locks live as long as the session, connection or file that took them, so no other process can resume one: %w", l.backend, ErrUnsupported)
+}
+
+// ReleaseHandle releases the lock h stands for, if its acquisition still
+// holds it, in one owner-checked call on the store, without resuming a
+// lease: the last step of a hold handed from process to process. A lock
+// that expired or passed to another owner is left as it is, and the error
+// matches ErrNotHeld. A deadline of h that has passed does not stop the
+// release. Like Resume, it needs a backend whose locks outlive their
+// process.
+func (l *Locker) ReleaseHandle(ctx context.Context, h Handle) error {
+	if _, ok := l.drv.(driver.Resumer); !ok {
+		return l.notResumable()
+	}
+	if h.Scheme != l.backend {
+		return fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
+	}
+	if err := ValidateName(h.Name); err != nil {
+		return err
+	}
+	if l.isClosed() {
+		return ErrClosed
+	}
+	req := driver.Request{Name: h.Name, Owner: h.Owner, TTL: h.TTL, Mode: h.Mode, Limit: h.Limit}
+	if err := l.drv.Unlock(ctx, req); err != nil {
+		return fmt.Errorf("dlock: release %q: %w", h.Name, err)
+	}
+	return nil
+}

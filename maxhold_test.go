@@ -1,0 +1,103 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/memlock"
+)
+
+// sessionBound grants locks without an expiry, as the session-bound
+// backends (ZooKeeper, PostgreSQL, MySQL, file) do.
+type sessionBound struct{ *memlock.Driver }
+
+func (s sessionBound) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, err := s.Driver.TryLock(ctx, r)
+	g.Expires = time.Time{}
+	return g, err
+}
+
+// WithMaxHold ends a lease that renewal would keep for ever, on time, as
+// lost with ErrMaxHold, and frees the lock on the store at once: for a
+// lock with a TTL, and for one without (a session-bound backend's).
+func TestMaxHold(t *testing.T) {
+	ctx := context.Background()
+	const ttl, maxHold = 90 * time.Millisecond, 400 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		drv  driver.Driver
+		ttl  time.Duration
+	}{
+		{"ttl", memlock.NewStore().Driver(), ttl},
+		// The store keeps this one for its TTL (30s) unless released.
+		{"session", sessionBound{memlock.NewStore().Driver()}, dlock.DefaultTTL},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := dlock.New(c.drv, dlock.WithTTL(c.ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			other, err := dlock.New(c.drv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			start := time.Now()
+			lease, err := l.Acquire(ctx, "job", dlock.WithMaxHold(maxHold))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Held (past several TTLs, by renewal) up to the cap.
+			time.Sleep(maxHold / 2)
+			if err := lease.Err(); err != nil {
+				t.Fatalf("Err at half the max hold = %v", err)
+			}
+			if _, err := other.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("another client at half the max hold: %v, want ErrNotAcquired", err)
+			}
+			select {
+			case <-lease.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lease outlived its max hold")
+			}
+			held := time.Since(start)
+			if held < maxHold || held > maxHold+200*time.Millisecond {
+				t.Errorf("the lease ended after %v, want its max hold %v", held, maxHold)
+			}
+			err = lease.Err()
+			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrMaxHold) {
+				t.Errorf("Err = %v, want ErrLost and ErrMaxHold", err)
+			}
+			// The lock is freed on the store, not left to its TTL.
+			deadline := time.Now().Add(time.Second)
+			for {
+				o, err := other.TryAcquire(ctx, "job")
+				if err == nil {
+					_ = o.Release(ctx)
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("another client still cannot take the lock after the max hold: %v", err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// A negative WithMaxHold is an error naming it.
+func TestMaxHoldNegative(t *testing.T) {
+	l, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.TryAcquire(context.Background(), "x", dlock.WithMaxHold(-time.Second)); err == nil {
+		t.Fatal("TryAcquire with a negative max hold succeeded")
+	}
+}
