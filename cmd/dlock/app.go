@@ -55,6 +55,9 @@ type stdio struct {
 func commands() []command {
 	return []command{
 		{"run", "run a command while holding a lock", cmdRun},
+		{"acquire", "take a lock that outlives the command, and print its handle", cmdAcquire},
+		{"extend", "extend the lock a handle holds", cmdExtend},
+		{"release", "release the lock a handle holds", cmdRelease},
 		{"status", "show who holds which locks", cmdStatus},
 		{"bench", "measure a backend: latency, throughput, contended handoff", cmdBench},
 		{"demo", "show overselling without a lock, with one, and with a fencing guard", cmdDemo},

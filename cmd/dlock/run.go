@@ -32,6 +32,9 @@ exits.
 If the lock is lost while the command runs (its renewal failed, or the
 store lost it), the command's process group gets SIGTERM, then SIGKILL
 after --grace, and dlock exits with the lost code (76, --lost-exit-code).
+--max-hold caps the hold: once the lock was held that long, renewal stops,
+the lock is released, and the command is ended the same way, so that a
+command that hangs cannot keep the lock for ever.
 
 Exit codes: the command's own; 64 usage error or bad backend URL; 69 backend
 unreachable or failing; 75 busy; 76 lock lost; 126 command not executable;
@@ -41,6 +44,7 @@ unreachable or failing; 75 busy; 76 lock lost; 126 command not executable;
 const runExamples = `  dlock run --no-wait nightly-report -- ./report.sh
   dlock run --wait 30s --ttl 10s --backend redis://127.0.0.1:6379 backup -- pg_dump -f db.sql app
   dlock run --busy-exit-code 0 --no-wait rotate -- logrotate app.conf   # busy is not a failure
+  dlock run --max-hold 2h --backend etcd://10.0.0.1:2379/ci deploy-prod -- ./deploy.sh   # never held past 2h
   */5 * * * * dlock run --no-wait --backend redis://lock-host:6379 sync -- /opt/sync   # crontab on every host
 `
 
@@ -51,10 +55,14 @@ type runOpts struct {
 	wait        time.Duration
 	noWait      bool
 	ttl         time.Duration
+	maxHold     time.Duration
 	busyCode    int
 	lostCode    int
 	grace       time.Duration
 	metricsAddr string
+	// acquireOpts are the acquisition's options, for the verbs that are
+	// not run.
+	acquireOpts []dlock.Option
 }
 
 // forwarded are the signals dlock passes on to the command.
@@ -66,6 +74,7 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
 	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
 	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "the lock's time to live on the store; renewed every TTL/3 while the command runs")
+	f.DurationVar(&o.maxHold, "max-hold", 0, "end the command, as for a lost lock, once the lock was held this `duration` (default: no cap)")
 	f.IntVar(&o.busyCode, "busy-exit-code", exitBusy, "exit `code` when the lock is held by another owner")
 	f.IntVar(&o.lostCode, "lost-exit-code", exitLost, "exit `code` when the lock is lost while the command runs")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, how long the command has between SIGTERM and SIGKILL")
@@ -104,12 +113,8 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 		return usageErr(sio, f.cmd, "one lock NAME expected before --, got %q", pos)
 	case len(command) == 0:
 		return usageErr(sio, f.cmd, "missing COMMAND after %s --", pos[0])
-	case o.noWait && o.wait != 0:
-		return usageErr(sio, f.cmd, "--wait and --no-wait exclude each other")
-	case o.wait < 0:
-		return usageErr(sio, f.cmd, "--wait %v: must not be negative", o.wait)
-	case o.ttl < dlock.MinTTL:
-		return usageErr(sio, f.cmd, "--ttl %v: below the minimum %v", o.ttl, dlock.MinTTL)
+	case holdFlagsErr(o) != "":
+		return usageErr(sio, f.cmd, "%s", holdFlagsErr(o))
 	case o.grace < 0:
 		return usageErr(sio, f.cmd, "--grace %v: must not be negative", o.grace)
 	case !validExitCode(o.busyCode):
@@ -130,6 +135,33 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 
 func validExitCode(c int) bool { return c >= 0 && c <= 255 }
 
+// holdFlagsErr checks the flags dlock run and dlock acquire share: how to
+// wait, the TTL, the cap on holding. It returns what is wrong, or "".
+func holdFlagsErr(o runOpts) string {
+	switch {
+	case o.noWait && o.wait != 0:
+		return "--wait and --no-wait exclude each other"
+	case o.wait < 0:
+		return fmt.Sprintf("--wait %v: must not be negative", o.wait)
+	case o.ttl < dlock.MinTTL:
+		return fmt.Sprintf("--ttl %v: below the minimum %v", o.ttl, dlock.MinTTL)
+	case o.maxHold < 0:
+		return fmt.Sprintf("--max-hold %v: must not be negative", o.maxHold)
+	}
+	return ""
+}
+
+// openWithLog opens the flags' backend with the flags' logger; on failure
+// it returns a nil Locker and the exit code.
+func openWithLog(ctx context.Context, sio *stdio, f *flags) (*dlock.Locker, *slog.Logger, int) {
+	log, err := f.logger(sio.err)
+	if err != nil {
+		return nil, nil, usageErr(sio, f.cmd, "%v", err)
+	}
+	locker, code := openLocker(ctx, sio, f.cmd, f.backend(), dlock.WithLogger(log))
+	return locker, log, code
+}
+
 // runLocked acquires the lock, runs the command and releases the lock.
 func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o runOpts) int {
 	// Signals are caught from the start: a Ctrl-C while waiting for the
@@ -138,7 +170,7 @@ func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o ru
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	opts := []dlock.Option{dlock.WithLogger(log), dlock.WithTTL(o.ttl)}
+	opts := []dlock.Option{dlock.WithLogger(log), dlock.WithTTL(o.ttl), dlock.WithMaxHold(o.maxHold)}
 	if o.metricsAddr != "" {
 		srv, err := serveMetrics(o.metricsAddr, log)
 		if err != nil {
@@ -177,6 +209,14 @@ func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o ru
 	return superviseChild(sio, f.cmd, log, cmd, lease, o, sigs)
 }
 
+// notRunning ends a busy message: the command not run, if there is one.
+func notRunning(o runOpts) string {
+	if len(o.command) == 0 {
+		return ""
+	}
+	return "; not running " + o.command[0]
+}
+
 // acquireForRun takes the lock as o asks. A signal during the wait
 // abandons it; ok is false then, and on any failure, with the exit code.
 func acquireForRun(ctx context.Context, sio *stdio, cmd string, locker *dlock.Locker, o runOpts, sigs <-chan os.Signal) (*dlock.Lease, int, bool) {
@@ -194,9 +234,9 @@ func acquireForRun(ctx context.Context, sio *stdio, cmd string, locker *dlock.Lo
 	go func() {
 		var r result
 		if o.noWait {
-			r.lease, r.err = locker.TryAcquire(actx, o.name)
+			r.lease, r.err = locker.TryAcquire(actx, o.name, o.acquireOpts...)
 		} else {
-			r.lease, r.err = locker.Acquire(actx, o.name)
+			r.lease, r.err = locker.Acquire(actx, o.name, o.acquireOpts...)
 		}
 		done <- r
 	}()
@@ -223,9 +263,9 @@ func acquireForRun(ctx context.Context, sio *stdio, cmd string, locker *dlock.Lo
 	case r.err == nil:
 		return r.lease, 0, true
 	case errors.Is(r.err, dlock.ErrNotAcquired):
-		return nil, failf(sio, o.busyCode, cmd, "lock %q is held by another owner; not running %s", o.name, o.command[0]), false
+		return nil, failf(sio, o.busyCode, cmd, "lock %q is held by another owner%s", o.name, notRunning(o)), false
 	case errors.Is(r.err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return nil, failf(sio, o.busyCode, cmd, "lock %q is still held after waiting %v; not running %s", o.name, o.wait, o.command[0]), false
+		return nil, failf(sio, o.busyCode, cmd, "lock %q is still held after waiting %v%s", o.name, o.wait, notRunning(o)), false
 	}
 	return nil, failf(sio, exitUnavailable, cmd, "%s", oneLine(r.err)), false
 }
@@ -260,7 +300,8 @@ func superviseChild(sio *stdio, cmdName string, log *slog.Logger, cmd *exec.Cmd,
 			}
 			lost = true
 			log.Error("dlock: lock lost; terminating the command", "error", lease.Err(), "grace", o.grace)
-			fmt.Fprintf(sio.err, "%s: lock %q lost while the command ran: sending SIGTERM, SIGKILL in %v\n", cmdName, o.name, o.grace)
+			fmt.Fprintf(sio.err, "%s: lock %q lost while the command ran: %s; sending SIGTERM, SIGKILL in %v\n", cmdName, o.name,
+				oneLine(lease.Err()), o.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()

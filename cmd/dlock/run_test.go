@@ -293,3 +293,29 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	holder.signal(syscall.SIGTERM)
 	holder.wait(30 * time.Second)
 }
+
+// TestRunMaxHold: --max-hold ends a command that would hold the lock for
+// ever, on time, with the lost code, and the lock is free at once after.
+func TestRunMaxHold(t *testing.T) {
+	c := newCLI(t)
+	backend := "redis://" + testenv.RedisAddr(t)
+	name := uniqueName(t, "max-hold")
+	start := time.Now()
+	r := c.run("run", "--backend", backend, "--ttl", "300ms", "--max-hold", "1s", "--grace", "1s", name, "--", "sleep", "30")
+	took := time.Since(start)
+	if r.code != exitLost {
+		t.Fatalf("exit %d, want the lost code %d; stderr: %s", r.code, exitLost, r.stderr)
+	}
+	if took < time.Second || took > 5*time.Second {
+		t.Errorf("dlock run took %v with --max-hold 1s", took)
+	}
+	if !strings.Contains(r.stderr, "maximum hold") {
+		t.Errorf("stderr does not name the max hold: %q", r.stderr)
+	}
+	if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != 0 {
+		t.Errorf("the next run after the max hold: exit %d: %s", r.code, r.stderr)
+	}
+	if r := c.run("run", "--max-hold", "-1s", name, "--", "true"); r.code != exitUsage {
+		t.Errorf("--max-hold -1s: exit %d, want %d", r.code, exitUsage)
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+const acquireHelp = `Usage: dlock acquire [flags] NAME
+
+Takes the lock NAME and prints its handle on stdout: one line, nothing
+else. The lock stays held after dlock exits, until "dlock release HANDLE",
+until its TTL runs out without a "dlock extend HANDLE", or until
+--max-hold, whichever comes first. Pass the handle to the later steps (an
+environment variable, a file): it holds the acquisition's owner value,
+which is what lets them extend and release the lock, and no credentials of
+the backend, which each step names with --backend.
+
+Waiting works as for dlock run: by default as long as it takes, --wait
+bounds it, --no-wait makes one attempt.
+
+Needs a backend whose locks live on the store without their process:
+redis (every topology) and redlock. On the others a lock lives as long as
+the session, connection or file that took it, and dlock acquire says so.
+
+Exit codes: 0 acquired (the handle printed); 64 usage error or bad backend
+URL; 69 backend unreachable, failing or unsupported; 75 busy.
+`
+
+const acquireExamples = `  H=$(dlock acquire --ttl 10m --max-hold 2h --backend redis://lock-host:6379 deploy-prod)
+  dlock extend --ttl 10m "$H"     # a later step, before the TTL runs out
+  dlock release "$H"              # the last step
+`
+
+const extendHelp = `Usage: dlock extend [flags] HANDLE
+
+Extends the lock HANDLE stands for (printed by dlock acquire) to --ttl from
+now, if that acquisition still holds it. The lock stays held after dlock
+exits, as after dlock acquire. The handle's --max-hold still bounds it.
+
+Exit codes: 0 extended; 64 usage error, bad backend URL or handle; 69
+backend unreachable or failing; 76 the handle no longer holds the lock (it
+expired, another owner has it, or --max-hold ran out): nothing changed.
+`
+
+const extendExamples = `  dlock extend --ttl 10m "$H"
+`
+
+const releaseHelp = `Usage: dlock release [flags] HANDLE
+
+Releases the lock HANDLE stands for (printed by dlock acquire), if that
+acquisition still holds it; a lock another owner holds is never touched.
+
+Exit codes: 0 released; 64 usage error, bad backend URL or handle; 69
+backend unreachable or failing; 76 the handle no longer holds the lock
+(it expired, or another owner has it): nothing changed.
+`
+
+const releaseExamples = `  dlock release "$H"
+`
+
+func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
+	f := newFlags("acquire", acquireHelp, acquireExamples)
+	var o runOpts
+	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
+	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
+	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "the lock's time to live on the store: how long it stays without a dlock extend")
+	f.DurationVar(&o.maxHold, "max-hold", 0, "the longest the lock may be held, extensions included (default: no cap)")
+	pos, code, ok := f.parse(sio, args)
+	if !ok {
+		return code
+	}
+	switch {
+	case len(pos) != 1:
+		return usageErr(sio, f.cmd, "one lock NAME expected, got %q", pos)
+	case holdFlagsErr(o) != "":
+		return usageErr(sio, f.cmd, "%s", holdFlagsErr(o))
+	}
+	if err := dlock.ValidateName(pos[0]); err != nil {
+		return usageErr(sio, f.cmd, "%v", err)
+	}
+	o.name, o.busyCode = pos[0], exitBusy
+	o.acquireOpts = []dlock.Option{dlock.WithTTL(o.ttl), dlock.WithMaxHold(o.maxHold)}
+	locker, log, code := openWithLog(ctx, sio, f)
+	if locker == nil {
+		return code
+	}
+	defer locker.Close()
+	if _, ok := locker.Driver().(driver.Resumer); !ok {
+		return failf(sio, exitUnavailable, f.cmd, "this backend's locks live as long as the session, connection or file that took them, so none can outlive dlock acquire (%v)",
+			dlock.ErrUnsupported)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	lease, code, ok := acquireForRun(ctx, sio, f.cmd, locker, o, sigs)
+	if !ok {
+		return code
+	}
+	h, err := lease.Detach()
+	if err != nil {
+		releaseAfterRun(sio, f.cmd, log, lease)
+		return failf(sio, exitUnavailable, f.cmd, "%s", oneLine(err))
+	}
+	fmt.Fprintln(sio.out, h.String())
+	return exitOK
+}
+
+func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
+	f := newFlags("extend", extendHelp, extendExamples)
+	ttl := f.Duration("ttl", dlock.DefaultTTL, "the lock's new time to live, from now")
+	pos, code, ok := f.parse(sio, args)
+	if !ok {
+		return code
+	}
+	if *ttl < dlock.MinTTL {
+		return usageErr(sio, f.cmd, "--ttl %v: below the minimum %v", *ttl, dlock.MinTTL)
+	}
+	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
+		lease, err := locker.Resume(ctx, h, dlock.WithTTL(*ttl), dlock.WithAutoRenew(false))
+		if err != nil {
+			return err
+		}
+		_, err = lease.Detach()
+		return err
+	})
+}
+
+func cmdRelease(ctx context.Context, sio *stdio, args []string) int {
+	f := newFlags("release", releaseHelp, releaseExamples)
+	pos, code, ok := f.parse(sio, args)
+	if !ok {
+		return code
+	}
+	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
+		return locker.ReleaseHandle(ctx, h)
+	})
+}
+
+// withHandle parses the one HANDLE argument, opens the backend and runs
+// do, turning its error into the exit code: 76 when the handle no longer
+// holds the lock.
+func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func(*dlock.Locker, dlock.Handle) error) int {
+	if len(pos) != 1 {
+		return usageErr(sio, f.cmd, "one HANDLE expected (printed by dlock acquire), got %d arguments", len(pos))
+	}
+	h, err := dlock.ParseHandle(pos[0])
+	if err != nil {
+		return usageErr(sio, f.cmd, "%v", err)
+	}
+	locker, _, code := openWithLog(ctx, sio, f)
+	if locker == nil {
+		return code
+	}
+	defer locker.Close()
+	err = do(locker, h)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, dlock.ErrBadHandle):
+		return failf(sio, exitUsage, f.cmd, "%s", oneLine(err))
+	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrMaxHold):
+		return failf(sio, exitLost, f.cmd, "lock %q is no longer held by this handle: %s", h.Name, oneLine(err))
+	}
+	return failf(sio, exitUnavailable, f.cmd, "%s", oneLine(err))
+}
