@@ -70,7 +70,8 @@
 // owner is refused with ErrNotHeld, and nothing changes on the store.
 // WithMaxHold caps how long a lease is held, across such hand-overs too:
 // a stuck holder cannot keep a lock for ever by renewing it. The CLI's
-// dlock acquire, extend and release are built on these (docs/CLI.md).
+// dlock acquire, extend and release are built on these, and on the other
+// backends keep the lock in a holder process of their own (docs/CLI.md).
 //
 // # Backends
 //

@@ -36,14 +36,18 @@ type Handle struct {
 	// Deadline, when not zero, is when the hold must end (WithMaxHold of
 	// the acquisition): a resumed lease ends there.
 	Deadline time.Time
+	// Holder, for a lock that cannot outlive the process that took it
+	// (see Resume), is where the process holding it for others listens:
+	// the socket of the dlock CLI's detached holder. Empty otherwise.
+	Holder string
 }
 
 // handlePrefix starts every encoded Handle, with the format's version.
 const handlePrefix = "dlock1"
 
 // String encodes h: the version, the scheme, the mode, the TTL and the
-// deadline in milliseconds (0: none), the token, the limit, the owner and
-// the name (base64url), separated by dots.
+// deadline in milliseconds (0: none), the token, the limit, the owner, the
+// name and the holder (both base64url), separated by dots.
 func (h Handle) String() string {
 	var deadline int64
 	if !h.Deadline.IsZero() {
@@ -51,7 +55,7 @@ func (h Handle) String() string {
 	}
 	return strings.Join([]string{handlePrefix, h.Scheme, h.Mode.String(), strconv.FormatInt(h.TTL.Milliseconds(), 10),
 		strconv.FormatInt(deadline, 10), strconv.FormatUint(h.Token, 10), strconv.Itoa(h.Limit), h.Owner,
-		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
+		base64.RawURLEncoding.EncodeToString([]byte(h.Name)), base64.RawURLEncoding.EncodeToString([]byte(h.Holder))}, ".")
 }
 
 // ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle), or
@@ -69,8 +73,8 @@ func ParseHandle(s string) (Handle, error) {
 	if len(f) == 0 || f[0] != handlePrefix {
 		return bad("it does not start with " + handlePrefix + ".")
 	}
-	if len(f) != 9 {
-		return bad(fmt.Sprintf("%d fields, want 9", len(f)))
+	if len(f) != 10 {
+		return bad(fmt.Sprintf("%d fields, want 10", len(f)))
 	}
 	var h Handle
 	h.Scheme = f[1]
@@ -112,6 +116,11 @@ func ParseHandle(s string) (Handle, error) {
 	if err := ValidateName(h.Name); err != nil {
 		return bad(err.Error())
 	}
+	holder, err := base64.RawURLEncoding.DecodeString(f[9])
+	if err != nil {
+		return bad("the holder is not base64url")
+	}
+	h.Holder = string(holder)
 	return h, nil
 }
 

@@ -86,7 +86,7 @@ func TestKilledConnection(t *testing.T) {
 			return err == nil, err
 		})
 		wl := workload{
-			url:     mysqlURL(t),
+			url:     testenv.MySQLURL(t),
 			clients: 3,
 			dur:     scale(4*time.Second, 15*time.Second),
 			ttl:     ttl,
@@ -98,20 +98,6 @@ func TestKilledConnection(t *testing.T) {
 		report(t, "mysql (MariaDB)", "KILL on the holder's connection", true, 1, r)
 		checkKilled(t, r, *killed)
 	})
-}
-
-// mysqlURL turns the shared server's DSN into a mysql:// URL.
-func mysqlURL(t *testing.T) string {
-	t.Helper()
-	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := "mysql://" + cfg.User
-	if cfg.Passwd != "" {
-		u += ":" + cfg.Passwd
-	}
-	return u + "@" + cfg.Addr + "/" + cfg.DBName
 }
 
 func checkKilled(t *testing.T, r Result, killed int) {

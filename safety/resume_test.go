@@ -174,7 +174,7 @@ func TestResumedHolder(t *testing.T) {
 		},
 		"mysql": func(t *testing.T) resumeCase {
 			db := testenv.MySQLDB(t)
-			u := mysqlURL(t)
+			u := testenv.MySQLURL(t)
 			return resumeCase{
 				url: u, ttl: ttl, pauses: connPauses, fault: "paused 100ms or 2×TTL, KILL of its connection",
 				free: func(ctx context.Context, other *dlock.Locker, name string) error {

@@ -104,6 +104,9 @@ func dlockMain(args []string, stdout, stderr io.Writer) int {
 	case "-version", "--version":
 		return cmdVersion(context.Background(), sio, nil)
 	}
+	if args[0] == holdCommand { // the detached holder dlock acquire starts
+		return cmdHold(context.Background(), sio, args[1:])
+	}
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(context.Background(), sio, args[1:])

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
@@ -24,12 +26,17 @@ the backend, which each step names with --backend.
 Waiting works as for dlock run: by default as long as it takes, --wait
 bounds it, --no-wait makes one attempt.
 
-Needs a backend whose locks live on the store without their process:
-redis (every topology) and redlock. On the others a lock lives as long as
-the session, connection or file that took it, and dlock acquire says so.
+On redis (every topology) and redlock the lock lives on the store by
+itself. On the other backends a lock lives as long as the session,
+connection or file that took it, so dlock acquire leaves a holder process
+behind, in a session of its own, that keeps it and listens on a socket in
+the per-user runtime directory ($XDG_RUNTIME_DIR/dlock, else
+/tmp/dlock-UID), named in the handle; it exits, releasing the lock and
+removing its socket, at the release, at the TTL without an extend, at
+--max-hold, or when the lock is lost.
 
 Exit codes: 0 acquired (the handle printed); 64 usage error or bad backend
-URL; 69 backend unreachable, failing or unsupported; 75 busy.
+URL; 69 backend unreachable or failing, or no runtime directory; 75 busy.
 `
 
 const acquireExamples = `  H=$(dlock acquire --ttl 10m --max-hold 2h --backend redis://lock-host:6379 deploy-prod)
@@ -92,8 +99,9 @@ func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
 	}
 	defer locker.Close()
 	if _, ok := locker.Driver().(driver.Resumer); !ok {
-		return failf(sio, exitUnavailable, f.cmd, "this backend's locks live as long as the session, connection or file that took them, so none can outlive dlock acquire (%v)",
-			dlock.ErrUnsupported)
+		// The lock must live in a process: the detached holder's.
+		_ = locker.Close()
+		return startHolder(sio, f, f.backend(), o)
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -122,6 +130,12 @@ func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
 		return usageErr(sio, f.cmd, "--ttl %v: below the minimum %v", *ttl, dlock.MinTTL)
 	}
 	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
+		if h.Holder != "" {
+			if !h.Deadline.IsZero() && time.Now().After(h.Deadline) {
+				return fmt.Errorf("%w: its --max-hold deadline has passed", dlock.ErrMaxHold)
+			}
+			return askHolder(h, "extend", strconv.FormatInt(ttl.Milliseconds(), 10))
+		}
 		lease, err := locker.Resume(ctx, h, dlock.WithTTL(*ttl), dlock.WithAutoRenew(false))
 		if err != nil {
 			return err
@@ -138,6 +152,9 @@ func cmdRelease(ctx context.Context, sio *stdio, args []string) int {
 		return code
 	}
 	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
+		if h.Holder != "" {
+			return askHolder(h, "release", "")
+		}
 		return locker.ReleaseHandle(ctx, h)
 	})
 }
@@ -153,11 +170,16 @@ func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func
 	if err != nil {
 		return usageErr(sio, f.cmd, "%v", err)
 	}
-	locker, _, code := openWithLog(ctx, sio, f)
-	if locker == nil {
-		return code
+	var locker *dlock.Locker
+	if h.Holder == "" { // a holder's lock is reached through the holder
+		var code int
+		if locker, _, code = openWithLog(ctx, sio, f); locker == nil {
+			return code
+		}
+		defer locker.Close()
+	} else if _, err := f.logger(sio.err); err != nil {
+		return usageErr(sio, f.cmd, "%v", err)
 	}
-	defer locker.Close()
 	err = do(locker, h)
 	switch {
 	case err == nil:

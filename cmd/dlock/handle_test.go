@@ -1,11 +1,14 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
@@ -20,6 +23,12 @@ func TestHandlePipeline(t *testing.T) {
 	backends := map[string]string{
 		"redis":   "redis://" + testenv.RedisAddr(t),
 		"redlock": "redlock://" + testenv.Addrs(testenv.StartRedisN(t, 3, testenv.RedisOptions{})) + "?node_timeout=50ms",
+		// Held by the detached holder:
+		"zk":       "zk://" + testenv.ZKAddr(t) + "/dlocktest/cli-" + newID(),
+		"etcd":     "etcd://" + testenv.EtcdEndpoints(t)[0] + "/dlocktest-cli-" + newID(),
+		"postgres": testenv.PGURL(t),
+		"mysql":    testenv.MySQLURL(t),
+		"file":     "file://" + t.TempDir(),
 	}
 	for label, backend := range backends {
 		t.Run(label, func(t *testing.T) {
@@ -31,6 +40,9 @@ func TestHandlePipeline(t *testing.T) {
 			h := strings.TrimSpace(r.stdout)
 			if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(h, "dlock1.") {
 				t.Fatalf("dlock acquire printed %q, want one handle line", r.stdout)
+			}
+			if r := c.run("status", "--backend", backend, name); r.code == 0 && !strings.Contains(r.stdout, name) {
+				t.Errorf("dlock status does not show the acquired lock: %s", r.stdout)
 			}
 			if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != exitBusy {
 				t.Fatalf("dlock run while acquired: exit %d, want %d: %s", r.code, exitBusy, r.stderr)
@@ -46,6 +58,7 @@ func TestHandlePipeline(t *testing.T) {
 			if r := c.run("release", "--backend", backend, h); r.code != 0 {
 				t.Fatalf("dlock release: exit %d: %s", r.code, r.stderr)
 			}
+			holderGone(t, h)
 			if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != 0 {
 				t.Fatalf("dlock run after release: exit %d: %s", r.code, r.stderr)
 			}
@@ -60,6 +73,7 @@ func TestHandlePipeline(t *testing.T) {
 			}
 			stale := strings.TrimSpace(r.stdout)
 			time.Sleep(500 * time.Millisecond)
+			holderGone(t, stale) // it let go at its TTL, without an extend
 			p := c.start("run", "--backend", backend, "--no-wait", name, "--", "sh", "-c", "echo holding; exec sleep 30")
 			if line := p.line(30 * time.Second); line != "holding" {
 				t.Fatalf("the new owner's command printed %q", line)
@@ -82,31 +96,88 @@ func TestHandlePipeline(t *testing.T) {
 	}
 }
 
-// TestHandleMaxHold: a handle's --max-hold bounds its extensions.
+// TestHandleMaxHold: a handle's --max-hold bounds its extensions on a
+// store's own lock (redis) and ends a detached holder on time, which lets
+// the lock go and leaves nothing behind (file).
 func TestHandleMaxHold(t *testing.T) {
 	c := newCLI(t)
-	backend := "redis://" + testenv.RedisAddr(t)
-	name := uniqueName(t, "handle-max-hold")
-	r := c.run("acquire", "--backend", backend, "--ttl", "5s", "--max-hold", "1s", name)
-	if r.code != 0 {
-		t.Fatalf("dlock acquire: exit %d: %s", r.code, r.stderr)
-	}
-	h := strings.TrimSpace(r.stdout)
-	time.Sleep(1200 * time.Millisecond)
-	if r := c.run("extend", "--backend", backend, "--ttl", "5s", h); r.code != exitLost {
-		t.Errorf("dlock extend past --max-hold: exit %d, want %d: %s", r.code, exitLost, r.stderr)
-	}
-	if r := c.run("release", "--backend", backend, h); r.code != 0 {
-		t.Errorf("dlock release past --max-hold: exit %d: %s", r.code, r.stderr)
+	for label, backend := range map[string]string{
+		"redis": "redis://" + testenv.RedisAddr(t),
+		"file":  "file://" + t.TempDir(),
+	} {
+		t.Run(label, func(t *testing.T) {
+			name := uniqueName(t, "handle-max-hold")
+			r := c.run("acquire", "--backend", backend, "--ttl", "10s", "--max-hold", "1s", name)
+			if r.code != 0 {
+				t.Fatalf("dlock acquire: exit %d: %s", r.code, r.stderr)
+			}
+			h := strings.TrimSpace(r.stdout)
+			time.Sleep(1300 * time.Millisecond)
+			if r := c.run("extend", "--backend", backend, "--ttl", "10s", h); r.code != exitLost {
+				t.Errorf("dlock extend past --max-hold: exit %d, want %d: %s", r.code, exitLost, r.stderr)
+			}
+			if label == "file" {
+				holderGone(t, h)
+				if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != 0 {
+					t.Errorf("dlock run after the holder's --max-hold: exit %d: %s", r.code, r.stderr)
+				}
+				return
+			}
+			if r := c.run("release", "--backend", backend, h); r.code != 0 {
+				t.Errorf("dlock release past --max-hold: exit %d: %s", r.code, r.stderr)
+			}
+		})
 	}
 }
 
-// TestAcquireUnsupported: on a backend whose locks cannot outlive their
-// process, dlock acquire says so (69) and takes nothing.
-func TestAcquireUnsupported(t *testing.T) {
+// TestAcquireRuntimeDirChecked: where the detached holder's socket could
+// be replaced by another user (a runtime directory open to others), dlock
+// acquire refuses to start it (69) and takes nothing.
+func TestAcquireRuntimeDirChecked(t *testing.T) {
 	c := newCLI(t)
-	r := c.run("acquire", "--backend", "file://"+t.TempDir(), "job")
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "session, connection or file") || r.stdout != "" {
-		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(open+"/dlock", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open+"/dlock", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	x := c.command("acquire", "--backend", "file://"+t.TempDir(), "job")
+	x.Env = append(x.Env, "XDG_RUNTIME_DIR="+open)
+	out, err := x.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != exitUnavailable || !strings.Contains(string(out), "open to group or others") {
+		t.Errorf("exit %d, output %q: want 69 naming the open directory", code, out)
+	}
+}
+
+// holderGone checks that the detached holder of handle, if it has one, has
+// exited and removed its socket: nothing is left behind.
+func holderGone(t *testing.T, handle string) {
+	t.Helper()
+	h, err := dlock.ParseHandle(handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Holder == "" {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, statErr := os.Stat(h.Holder)
+		out, _ := exec.Command("pgrep", "-f", h.Holder).Output()
+		if os.IsNotExist(statErr) && len(out) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder is not gone: socket %v, processes %q", statErr, out)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -83,3 +83,17 @@ func pingMySQL(cfg *mysql.Config) error {
 	defer cancel()
 	return db.PingContext(ctx)
 }
+
+// MySQLURL returns the shared server's DSN (MySQLDSN) as a mysql:// URL.
+func MySQLURL(t testing.TB) string {
+	t.Helper()
+	cfg, err := MySQLConfig(MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "mysql://" + cfg.User
+	if cfg.Passwd != "" {
+		u += ":" + cfg.Passwd
+	}
+	return u + "@" + cfg.Addr + "/" + cfg.DBName
+}
