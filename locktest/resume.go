@@ -47,7 +47,7 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 	if err != nil || parsed != h {
 		t.Fatalf("ParseHandle(%q) = %+v, %v; want %+v", h.String(), parsed, err, h)
 	}
-	resumed, err := b.Resume(ctx, parsed)
+	resumed, err := resumeDecided(ctx, b, parsed)
 	if err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
@@ -80,7 +80,7 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 			time.Sleep(s.h.TTL / 10)
 		}
 	}
-	if _, err := b.Resume(ctx, h); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := resumeDecided(ctx, b, h); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Resume of an expired handle = %v, want ErrNotHeld", err)
 	}
 	if err := other.Err(); err != nil {
@@ -97,5 +97,17 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 	}
 	if _, err := dlock.ParseHandle("dlock1.garbled"); !errors.Is(err, dlock.ErrBadHandle) {
 		t.Errorf("ParseHandle of a garbled text = %v, want ErrBadHandle", err)
+	}
+}
+
+// resumeDecided is Resume, asked again (up to 3 times in all) while a
+// multi-node backend cannot decide (see tryDecided).
+func resumeDecided(ctx context.Context, l *dlock.Locker, h dlock.Handle) (*dlock.Lease, error) {
+	for i := 0; ; i++ {
+		lease, err := l.Resume(ctx, h)
+		if err == nil || !errors.Is(err, dlock.ErrNoQuorum) || i == 2 {
+			return lease, err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
