@@ -190,14 +190,8 @@ func (s *Lease) Detach() (Handle, error) {
 // taken over by another process: there Resume returns an error matching
 // ErrUnsupported.
 func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
-	r, ok := l.drv.(driver.Resumer)
-	if !ok {
-		return nil, l.notResumable()
-	}
-	if h.Scheme != l.backend {
-		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
-	}
-	if err := ValidateName(h.Name); err != nil {
+	r, err := l.handleDriver(h)
+	if err != nil {
 		return nil, err
 	}
 	if !l.Supports(h.Mode) {
@@ -231,6 +225,19 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 	return newLease(l, req, g, cfg.autoRenew, cfg.maxHold), nil
 }
 
+// handleDriver checks that h can be taken over on this Locker (a
+// Resumer backend, the same scheme, a valid name) and returns the driver.
+func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
+	r, ok := l.drv.(driver.Resumer)
+	if !ok {
+		return nil, l.notResumable()
+	}
+	if h.Scheme != l.backend {
+		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
+	}
+	return r, ValidateName(h.Name)
+}
+
 // notResumable is the error of Resume and Detach on a backend without
 // driver.Resumer.
 func (l *Locker) notResumable() error {
@@ -245,13 +252,7 @@ func (l *Locker) notResumable() error {
 // release. Like Resume, it needs a backend whose locks outlive their
 // process.
 func (l *Locker) ReleaseHandle(ctx context.Context, h Handle) error {
-	if _, ok := l.drv.(driver.Resumer); !ok {
-		return l.notResumable()
-	}
-	if h.Scheme != l.backend {
-		return fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
-	}
-	if err := ValidateName(h.Name); err != nil {
+	if _, err := l.handleDriver(h); err != nil {
 		return err
 	}
 	if l.isClosed() {

@@ -31,6 +31,10 @@ const (
 	ParamServerName = "server_name"
 )
 
+// TLSFileParams are the parameters that shape a TLS connection, besides
+// ParamTLS which turns it on.
+var TLSFileParams = []string{ParamCACert, ParamCert, ParamKey, ParamInsecureSkipVerify, ParamServerName}
+
 // TLS returns the client TLS configuration the URL asks for, or nil for a
 // plain connection. TLS is on when on is true (the scheme says so, as
 // rediss:// or etcds:// do) or the parameter tls is true; the parameters
@@ -58,7 +62,7 @@ func (u URL) TLS(on bool) (*tls.Config, error) {
 	}
 	serverName := u.String(ParamServerName, "")
 	if !enabled {
-		for _, p := range []string{ParamCACert, ParamCert, ParamKey, ParamInsecureSkipVerify, ParamServerName} {
+		for _, p := range TLSFileParams {
 			if u.Has(p) {
 				return nil, u.Err(p, u.q.Get(p), errors.New("applies to TLS connections only: add tls=true (or use the scheme's TLS form)"))
 			}

@@ -31,10 +31,7 @@ func TestSecured(t *testing.T) {
 	root := c.EnableAuth(etcdRootPW, testenv.EtcdUser{Name: "locks", Password: etcdLockPW, Prefix: prefix})
 	ep := c.Endpoints()[0]
 	mk := func(user, pw, path string, kv ...string) string {
-		q := url.Values{}
-		for i := 0; i < len(kv); i += 2 {
-			q.Set(kv[i], kv[i+1])
-		}
+		q := testenv.Values(kv...)
 		u := url.URL{Scheme: "etcds", Host: ep, Path: "/" + path, RawQuery: q.Encode()}
 		if user != "" {
 			u.User = url.UserPassword(user, pw)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/dlockgo/dlock/internal/privdir"
 )
 
 // supported reports whether this platform has flock.
@@ -155,17 +157,8 @@ func writeAt(fd int, b []byte, sync bool) error {
 // sit under a shared temporary directory, where another user could have
 // created it first.
 func checkPrivate(dir string) error {
-	var st syscall.Stat_t
-	if err := syscall.Lstat(dir, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: dir, Err: err}
-	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFDIR:
-		return fmt.Errorf("filelock: %s is not a directory", dir)
-	case int(st.Uid) != os.Getuid():
-		return fmt.Errorf("filelock: %s is owned by uid %d, not by the current user (uid %d)", dir, st.Uid, os.Getuid())
-	case st.Mode&0o022 != 0:
-		return fmt.Errorf("filelock: %s is writable by group or others (mode %#o)", dir, st.Mode&0o777)
+	if err := privdir.Check(dir, 0o022); err != nil {
+		return fmt.Errorf("filelock: %w", err)
 	}
 	return nil
 }

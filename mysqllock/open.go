@@ -44,11 +44,6 @@ var driverParams = []string{
 	"maxAllowedPacket", "readTimeout", "rejectReadOnly", "serverPubKey", "timeout", "tls", "writeTimeout",
 }
 
-// tlsParams are the TLS parameters of driver.URL.TLS that mysqllock reads
-// itself.
-var tlsParams = []string{driver.ParamCACert, driver.ParamCert, driver.ParamKey, driver.ParamServerName,
-	driver.ParamInsecureSkipVerify}
-
 // open is the Opener of mysql:// URLs (see the package documentation).
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	var o Options
@@ -75,7 +70,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	// driver's own (go-sql-driver's tls parameter takes only a name
 	// registered in code); with them, tls may be true or left out.
 	var tlsConf *tls.Config
-	if slices.ContainsFunc(tlsParams, u.Has) {
+	if slices.ContainsFunc(driver.TLSFileParams, u.Has) {
 		if v := u.String("tls", "true"); v != "true" {
 			return nil, u.Err("tls", v, errors.New("with cacert, cert, key, server_name or insecure_skip_verify, tls must be true or left out"))
 		}

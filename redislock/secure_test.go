@@ -29,10 +29,7 @@ const (
 // securedURL is the rediss:// URL of user:pw on srv with the TLS
 // parameters kv (name, value, ...).
 func securedURL(srv *testenv.RedisServer, user, pw string, kv ...string) string {
-	q := url.Values{}
-	for i := 0; i < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
+	q := testenv.Values(kv...)
 	u := url.URL{Scheme: "rediss", User: url.UserPassword(user, pw), Host: srv.Addr, RawQuery: q.Encode()}
 	return u.String()
 }

@@ -33,10 +33,7 @@ func TestSecured(t *testing.T) {
 	args := append([]string{"--requirepass", nodeAdminPW, "--user", "locks", "on", ">" + nodeLockPW}, nodeACL...)
 	servers := testenv.StartRedisN(t, 3, testenv.RedisOptions{TLS: pki, Password: nodeAdminPW, Args: args})
 	mk := func(pw string, kv ...string) string {
-		q := url.Values{"tls": {"true"}, "node_timeout": {"50ms"}}
-		for i := 0; i < len(kv); i += 2 {
-			q.Set(kv[i], kv[i+1])
-		}
+		q := testenv.Values(append([]string{"tls", "true", "node_timeout", "50ms"}, kv...)...)
 		u := url.URL{Scheme: "redlock", User: url.UserPassword("locks", pw), Host: testenv.Addrs(servers), RawQuery: q.Encode()}
 		return u.String()
 	}

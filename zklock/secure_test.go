@@ -110,10 +110,7 @@ func TestSecuredTLS(t *testing.T) {
 	addr := zc.Servers[0].SecureAddr
 	prefix := testPrefix()
 	mk := func(kv ...string) string {
-		q := url.Values{"tls": {"true"}, "session_timeout": {"2s"}}
-		for i := 0; i < len(kv); i += 2 {
-			q.Set(kv[i], kv[i+1])
-		}
+		q := testenv.Values(append([]string{"tls", "true", "session_timeout", "2s"}, kv...)...)
 		u := url.URL{Scheme: "zk", User: url.UserPassword("locks", zkLockPW), Host: addr, Path: prefix, RawQuery: q.Encode()}
 		return u.String()
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlockgo/dlock/internal/privdir"
+
 	"github.com/dlockgo/dlock"
 )
 
@@ -46,17 +48,8 @@ func runtimeDir() (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(dir, &st); err != nil {
+	if err := privdir.Check(dir, 0o077); err != nil {
 		return "", err
-	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFDIR:
-		return "", fmt.Errorf("%s is not a directory", dir)
-	case int(st.Uid) != os.Getuid():
-		return "", fmt.Errorf("%s belongs to uid %d, not to the current user", dir, st.Uid)
-	case st.Mode&0o077 != 0:
-		return "", fmt.Errorf("%s is open to group or others (mode %#o)", dir, st.Mode&0o777)
 	}
 	return dir, nil
 }

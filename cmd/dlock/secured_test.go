@@ -33,10 +33,7 @@ func setPassword(t *testing.T, raw, pw string) string {
 }
 
 func query(kv ...string) string {
-	q := url.Values{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
+	q := testenv.Values(kv...)
 	return q.Encode()
 }
 

@@ -316,3 +316,10 @@ func (s *SecuredMySQL) URL(user, password string, kv ...string) string {
 		RawQuery: q.Encode()}
 	return u.String()
 }
+
+// Values returns the URL parameters kv (name, value, ...).
+func Values(kv ...string) url.Values {
+	q := url.Values{}
+	override(q, kv)
+	return q
+}
