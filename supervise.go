@@ -172,6 +172,16 @@ func (s *Lease) tick() {
 	s.mu.Unlock()
 
 	s.opMu.Lock()
+	if s.releasing.Load() {
+		// Release (or Detach) started while this tick waited for opMu, and
+		// may have returned already: no renewal after it.
+		s.opMu.Unlock()
+		cancel()
+		s.mu.Lock()
+		s.renewing, s.cancelOp = false, nil
+		s.mu.Unlock()
+		return
+	}
 	err := s.refresh(ctx)
 	s.opMu.Unlock()
 	cancel()
