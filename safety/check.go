@@ -19,6 +19,19 @@ type Acquisition struct {
 	// Lost is set when the client's lease had told it the lock was lost
 	// (Lease.Err not nil) by Exit.
 	Lost bool `json:"lost"`
+	// LostAt, when not zero, is when the client was told (its lease's Done
+	// channel closed), in Unix nanoseconds, at or before Exit.
+	LostAt int64 `json:"lostAt,omitempty"`
+}
+
+// toldBy reports whether the client had been told by t that its lock was
+// lost. Without LostAt, only Exit is known: told by t if t >= Exit and
+// Lost.
+func (a Acquisition) toldBy(t int64) bool {
+	if a.LostAt != 0 {
+		return a.LostAt <= t
+	}
+	return a.Lost && t >= a.Exit
 }
 
 // A Write is one entry of the fenced resource's log, in the order the
@@ -45,6 +58,13 @@ type Result struct {
 	// opposed to a holder that kept working after its lease said the lock
 	// was gone (which dlock reports but cannot prevent).
 	Unnoticed int
+	// StillHeld counts the overlaps in which the earlier holder's lease
+	// still said held (its Done channel open) at the moment the other
+	// client was granted the lock: two clients told at once that they
+	// held it. It is the strict measure for a holder that runs on (a
+	// partition, a clock fault); a paused holder cannot be told until it
+	// runs again, so its overlaps count here too.
+	StillHeld int
 	// StaleAccepted counts writes the resource accepted although their
 	// token was lower than a token it had accepted before: the writes a
 	// fencing guard exists to refuse.
@@ -70,6 +90,7 @@ func (r Result) Add(o Result) Result {
 		Rejected:       r.Rejected + o.Rejected,
 		Overlaps:       r.Overlaps + o.Overlaps,
 		Unnoticed:      r.Unnoticed + o.Unnoticed,
+		StillHeld:      r.StillHeld + o.StillHeld,
 		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
 		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
 		Regressions:    r.Regressions + o.Regressions,
@@ -104,6 +125,9 @@ func Check(acqs []Acquisition, writes []Write) Result {
 				res.Overlaps++
 				if !a.Lost && !b.Lost {
 					res.Unnoticed++
+				}
+				if !a.toldBy(b.Enter) {
+					res.StillHeld++
 				}
 			}
 		}

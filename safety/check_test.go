@@ -28,7 +28,20 @@ func TestCheck(t *testing.T) {
 				{Client: 2, Token: 13, Enter: 950, Exit: 990},
 			},
 			nil,
-			Result{Acquisitions: 4, Overlaps: 2},
+			Result{Acquisitions: 4, Overlaps: 2, StillHeld: 2},
+		},
+		{
+			// Client 1 cut off: told at 250, it works on until 900. The
+			// grant at 200 came while its lease still said held; the one
+			// at 300, after it was told.
+			"told before one grant, not the other",
+			[]Acquisition{
+				{Client: 1, Token: 10, Enter: 100, Exit: 900, Lost: true, LostAt: 250},
+				{Client: 2, Token: 11, Enter: 200, Exit: 240},
+				{Client: 3, Token: 12, Enter: 300, Exit: 400},
+			},
+			nil,
+			Result{Acquisitions: 3, Overlaps: 2, StillHeld: 1},
 		},
 		{
 			// A double grant neither holder heard of.
@@ -39,7 +52,7 @@ func TestCheck(t *testing.T) {
 				{Client: 3, Token: 11, Enter: 250, Exit: 500, Lost: true},
 			},
 			nil,
-			Result{Acquisitions: 3, Overlaps: 3, Unnoticed: 1, Regressions: 1},
+			Result{Acquisitions: 3, Overlaps: 3, Unnoticed: 1, StillHeld: 3, Regressions: 1},
 		},
 		{
 			// The same client's consecutive sections never count.
@@ -97,8 +110,8 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6, 7, 8}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/fence"
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 var (
@@ -90,10 +92,21 @@ type resource struct {
 	srv   *httptest.Server
 }
 
-func startResource(t *testing.T, guard bool) *resource {
+// startResource starts the resource on a free port of ip (loopback when
+// empty).
+func startResource(t *testing.T, guard bool, ip string) *resource {
 	t.Helper()
 	r := &resource{guard: guard}
-	r.srv = httptest.NewServer(http.HandlerFunc(r.write))
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(r.write))
+	if ip != "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.srv.Listener.Close()
+		r.srv.Listener = l
+	}
+	r.srv.Start()
 	t.Cleanup(r.srv.Close)
 	return r
 }
@@ -135,6 +148,14 @@ type workload struct {
 	hold    time.Duration // time between acquiring and writing
 	guard   bool          // whether the resource checks tokens
 	name    string        // lock name (default: unique per run)
+	// holds are per-client hold times, overriding hold where set.
+	holds []time.Duration
+	// timeout bounds each acquire call (default: the worker's, 5s).
+	timeout time.Duration
+	// net, when set, is the test network: the resource listens on its
+	// gateway, and client i runs on hosts[i] where that is set.
+	net   *testenv.Net
+	hosts []*testenv.Host
 }
 
 // enter is a worker's report that it acquired the lock.
@@ -176,7 +197,11 @@ func fresh(e enter, hold time.Duration) bool { return time.Since(e.at) < hold/3 
 func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)) (Result, *workers) {
 	t.Helper()
 	bin := worker(t)
-	res := startResource(t, wl.guard)
+	var ip string
+	if wl.net != nil {
+		ip = wl.net.Gateway
+	}
+	res := startResource(t, wl.guard, ip)
 	if wl.name == "" {
 		wl.name = fmt.Sprintf("safety-%d", time.Now().UnixNano())
 	}
@@ -187,9 +212,20 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		if i < len(wl.urls) && wl.urls[i] != "" {
 			u = wl.urls[i]
 		}
-		cmd := exec.Command(bin, "-url", u, "-name", wl.name, "-id", strconv.Itoa(i),
-			"-dur", wl.dur.String(), "-ttl", wl.ttl.String(), "-hold", wl.hold.String(),
-			"-resource", res.url())
+		hold := wl.hold
+		if i < len(wl.holds) && wl.holds[i] != 0 {
+			hold = wl.holds[i]
+		}
+		args := []string{"-url", u, "-name", wl.name, "-id", strconv.Itoa(i),
+			"-dur", wl.dur.String(), "-ttl", wl.ttl.String(), "-hold", hold.String(),
+			"-resource", res.url()}
+		if wl.timeout != 0 {
+			args = append(args, "-timeout", wl.timeout.String())
+		}
+		cmd := exec.Command(bin, args...)
+		if i < len(wl.hosts) && wl.hosts[i] != nil {
+			cmd = wl.hosts[i].Command(bin, args...)
+		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -272,7 +308,7 @@ func (w *workers) read(out interface{ Read([]byte) (int, error) }) {
 			w.mu.Unlock()
 		case "err":
 			w.mu.Lock()
-			w.errs = append(w.errs, e.Msg)
+			w.errs = append(w.errs, fmt.Sprintf("client %d: %s", e.Client, e.Msg))
 			w.mu.Unlock()
 		}
 	}

@@ -66,7 +66,7 @@ func (f *freezable) Refresh(ctx context.Context, r driver.Request) (time.Time, e
 func TestInProcessPause(t *testing.T) {
 	const ttl, hold = 400 * time.Millisecond, 40 * time.Millisecond
 	clients, dur := scale(3, 5), scale(3*time.Second, 12*time.Second)
-	res := startResource(t, true)
+	res := startResource(t, true, "")
 	name := fmt.Sprintf("safety-inproc-%d", time.Now().UnixNano())
 	var (
 		mu     sync.Mutex

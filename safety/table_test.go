@@ -65,6 +65,7 @@ func writeTable() error {
 		fmt.Fprintf(&b, "| %s | %s | %d / %d | %d (%d) | %s | %d | %d | %d |\n",
 			r.backend, r.fault, r.runs, r.Acquisitions, r.Overlaps, r.Unnoticed, b64, r.Regressions, r.Rejected, r.SharedAccepted)
 	}
+	writePartTable(&b)
 	writeResumeTable(&b)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err

@@ -14,6 +14,9 @@
 #              Sentinel-managed primary with replicas and sentinels, a
 #              Redis Cluster) start redis-server, redis-sentinel and
 #              redis-cli --cluster themselves on free loopback ports.
+#   Test networks  iproute2 and nftables: the safety suite's partitions
+#              run servers in network namespaces of its own (10.213.N.0/24
+#              on a bridge dlkbrN it makes and removes), as root.
 set -euo pipefail
 
 need_apt=()
@@ -23,6 +26,8 @@ command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v mariadbd >/dev/null || need_apt+=(mariadb-server)
 command -v flock >/dev/null || need_apt+=(util-linux)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v nft >/dev/null || need_apt+=(nftables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

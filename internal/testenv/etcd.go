@@ -36,6 +36,10 @@ type EtcdOptions struct {
 	// CA signed (--client-cert-auth); Client and the health checks use
 	// the PKI's client certificate.
 	TLS *PKI
+	// Hosts, when set, places member i on Hosts[i] (a test network's
+	// host, StartNet): it listens on the host's address and runs in its
+	// namespace, so that partitions between hosts cut its links.
+	Hosts []*Host
 }
 
 // EtcdCluster is a set of etcd processes a test started on free loopback
@@ -60,8 +64,10 @@ type EtcdMember struct {
 	// Endpoint is the member's client address, host:port.
 	Endpoint string
 	peerURL  string
-	dataDir  string
-	logPath  string
+	// Host is the test host the member runs on (EtcdOptions.Hosts), or nil.
+	Host    *Host
+	dataDir string
+	logPath string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -131,12 +137,22 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 	}
 	c := &EtcdCluster{t: t, bin: bin, o: o, dir: dataRoot(t), token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	var initial []string
+	if len(o.Hosts) != 0 && len(o.Hosts) != o.Members {
+		t.Fatalf("StartEtcd: %d hosts for %d members", len(o.Hosts), o.Members)
+	}
 	for i := range o.Members {
+		ip := "127.0.0.1"
+		if len(o.Hosts) != 0 {
+			ip = o.Hosts[i].IP
+		}
 		m := &EtcdMember{
 			c:        c,
 			Name:     fmt.Sprintf("m%d", i),
-			Endpoint: "127.0.0.1:" + strconv.Itoa(freePort(t)),
-			peerURL:  "http://127.0.0.1:" + strconv.Itoa(freePort(t)),
+			Endpoint: ip + ":" + strconv.Itoa(freePort(t)),
+			peerURL:  "http://" + ip + ":" + strconv.Itoa(freePort(t)),
+		}
+		if len(o.Hosts) != 0 {
+			m.Host = o.Hosts[i]
 		}
 		m.dataDir = c.dir + "/" + m.Name
 		m.logPath = c.dir + "/" + m.Name + ".log"
@@ -353,6 +369,9 @@ func (m *EtcdMember) start() {
 		m.c.t.Fatalf("etcd %s: log file: %v", m.Name, err)
 	}
 	cmd := exec.Command(m.c.bin, m.args()...)
+	if m.Host != nil {
+		cmd = m.Host.Command(m.c.bin, m.args()...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

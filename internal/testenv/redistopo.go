@@ -169,7 +169,7 @@ func (s *SentinelServer) Start() {
 	if s.cmd != nil {
 		return
 	}
-	s.cmd = startAndPing(s.t, "redis-sentinel", []string{s.conf, "--loglevel", "warning"}, &redis.Options{Addr: s.Addr, Password: s.password})
+	s.cmd = startAndPing(s.t, exec.Command("redis-sentinel", s.conf, "--loglevel", "warning"), &redis.Options{Addr: s.Addr, Password: s.password})
 }
 
 // Kill stops the sentinel at once (SIGKILL).

@@ -74,8 +74,19 @@ type RedisServer struct {
 	args     []string
 	password string
 	tls      *PKI
-	mu       sync.Mutex
-	cmd      *exec.Cmd
+	env      []string
+	// Host is the test host the server runs on (RedisOptions.Host), or nil.
+	Host *Host
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// ip is the address the server listens on.
+func (s *RedisServer) ip() string {
+	if s.Host != nil {
+		return s.Host.IP
+	}
+	return "127.0.0.1"
 }
 
 // RedisOptions configure StartRedis.
@@ -94,6 +105,11 @@ type RedisOptions struct {
 	// (tls-auth-clients yes); the readiness check and Client use the
 	// PKI's client certificate.
 	TLS *PKI
+	// Host, when set, runs the server on a test network's host (StartNet),
+	// listening on the host's address.
+	Host *Host
+	// Env is added to the server's environment (as "LD_PRELOAD=…").
+	Env []string
 }
 
 // StartRedis starts a redis-server of the test's own on a free loopback
@@ -103,8 +119,8 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS}
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
+	s.Addr = s.ip() + ":" + strconv.Itoa(s.port)
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
@@ -118,7 +134,7 @@ func (s *RedisServer) Start() {
 	if s.cmd != nil {
 		return
 	}
-	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.ip(), "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
 	if p := s.tls; p != nil {
 		args[1] = "0"
@@ -131,7 +147,14 @@ func (s *RedisServer) Start() {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, s.args...)
-	s.cmd = startAndPing(s.t, "redis-server", args, s.options())
+	cmd := exec.Command("redis-server", args...)
+	if s.Host != nil {
+		cmd = s.Host.Command("redis-server", args...)
+	}
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
+	s.cmd = startAndPing(s.t, cmd, s.options())
 }
 
 // options are the client options of the server's admin: its password, and
@@ -144,11 +167,11 @@ func (s *RedisServer) options() *redis.Options {
 	return o
 }
 
-// startAndPing starts bin with args and waits until a Redis PING to addr
-// is answered; it fails t if that takes more than 10 seconds.
-func startAndPing(t testing.TB, bin string, args []string, o *redis.Options) *exec.Cmd {
+// startAndPing starts cmd and waits until a Redis PING to o.Addr is
+// answered; it fails t if that takes more than 10 seconds.
+func startAndPing(t testing.TB, cmd *exec.Cmd, o *redis.Options) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	bin := cmd.Args[0]
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}

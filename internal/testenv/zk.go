@@ -138,8 +138,10 @@ type ZKServer struct {
 	Addr string
 	// SecureAddr is its TLS client address, with ZKOptions.TLS.
 	SecureAddr string
-	dir        string
-	cfg        string
+	// Host is the test host the server runs on (ZKOptions.Hosts), or nil.
+	Host *Host
+	dir  string
+	cfg  string
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -176,6 +178,11 @@ type ZKOptions struct {
 	// the PKI's server certificate, client certificates required), at
 	// ZKServer.SecureAddr; the plain port stays for the readiness checks.
 	TLS *PKI
+	// Hosts, when set, places server i (1-based ID i) on Hosts[i-1] (a
+	// test network's host, StartNet): it listens on the host's address
+	// and runs in its namespace, so that partitions between hosts cut its
+	// links.
+	Hosts []*Host
 }
 
 // StartZKWith is StartZK with options.
@@ -236,13 +243,22 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(o.Hosts) != 0 && len(o.Hosts) != n {
+		return nil, fmt.Errorf("%d hosts for %d servers", len(o.Hosts), n)
+	}
+	ip := func(id int) string {
+		if len(o.Hosts) == 0 {
+			return "127.0.0.1"
+		}
+		return o.Hosts[id-1].IP
+	}
 	c := &ZKCluster{dir: dir}
 	// servers returns the server.N lines of server self's configuration.
 	servers := func(self int) (string, error) {
 		var b strings.Builder
 		for i := 1; n > 1 && i <= n; i++ {
-			q := "127.0.0.1:" + strconv.Itoa(ports[n+2*(i-1)])
-			e := "127.0.0.1:" + strconv.Itoa(ports[n+2*(i-1)+1])
+			q := ip(i) + ":" + strconv.Itoa(ports[n+2*(i-1)])
+			e := ip(i) + ":" + strconv.Itoa(ports[n+2*(i-1)+1])
 			if i != self && o.Peer != nil {
 				var err error
 				if q, err = o.Peer(self, i, false, q); err != nil {
@@ -258,7 +274,10 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	}
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
-		s := &ZKServer{ID: i, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
+		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
+		if len(o.Hosts) != 0 {
+			s.Host = o.Hosts[i-1]
+		}
 		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
 			return nil, err
 		}
@@ -270,23 +289,23 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := zkConfig(filepath.Join(s.dir, "data"), port, o) + lines
+		cfg := zkConfig(filepath.Join(s.dir, "data"), ip(i), port, o) + lines
 		if p := o.TLS; p != nil {
 			secure := ports[n*per+i-1]
-			s.SecureAddr = "127.0.0.1:" + strconv.Itoa(secure)
+			s.SecureAddr = ip(i) + ":" + strconv.Itoa(secure)
 			keyStore, err := zkKeyStore(s.dir, p)
 			if err != nil {
 				return nil, err
 			}
 			cfg += fmt.Sprintf(`serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
 secureClientPort=%d
-secureClientPortAddress=127.0.0.1
+secureClientPortAddress=%s
 ssl.keyStore.location=%s
 ssl.keyStore.type=PEM
 ssl.trustStore.location=%s
 ssl.trustStore.type=PEM
 ssl.clientAuth=need
-`, secure, keyStore, p.CA)
+`, secure, ip(i), keyStore, p.CA)
 		}
 		if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
 			return nil, err
@@ -310,7 +329,7 @@ ssl.clientAuth=need
 // server: small tickTime, loopback only, admin server off, every
 // four-letter word allowed, sessions of up to 60s.
 func ZKConfig(dataDir string, clientPort int) string {
-	return zkConfig(dataDir, clientPort, ZKOptions{})
+	return zkConfig(dataDir, "127.0.0.1", clientPort, ZKOptions{})
 }
 
 // zkConfig is ZKConfig with the tick and syncLimit of o.
@@ -329,7 +348,7 @@ func zkKeyStore(dir string, p *PKI) (string, error) {
 	return path, os.WriteFile(path, append(key, cert...), 0o600)
 }
 
-func zkConfig(dataDir string, clientPort int, o ZKOptions) string {
+func zkConfig(dataDir, ip string, clientPort int, o ZKOptions) string {
 	tick, syncLimit := o.Tick, o.SyncLimit
 	if tick == 0 {
 		tick = ZKTickTime
@@ -342,7 +361,7 @@ initLimit=10
 syncLimit=%d
 dataDir=%s
 clientPort=%d
-clientPortAddress=127.0.0.1
+clientPortAddress=%s
 maxClientCnxns=0
 minSessionTimeout=%d
 maxSessionTimeout=60000
@@ -350,7 +369,7 @@ admin.enableServer=false
 4lw.commands.whitelist=*
 standaloneEnabled=true
 reconfigEnabled=false
-`, tick.Milliseconds(), syncLimit, dataDir, clientPort, 2*tick.Milliseconds())
+`, tick.Milliseconds(), syncLimit, dataDir, clientPort, ip, 2*tick.Milliseconds())
 }
 
 func zkJava() string { return Getenv("JAVA", "java") }
@@ -376,12 +395,16 @@ func (s *ZKServer) launch(cp string) error {
 { cat <&3 >/dev/null; kill -9 $j 2>/dev/null; } &
 exec 3<&-
 wait $j`
-	cmd := exec.Command("sh", "-c", guard, "sh", zkJava(),
+	args := []string{"-c", guard, "sh", zkJava(),
 		"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
 		"-Dzookeeper.admin.enableServer=false", "-Dznode.container.checkIntervalMs=1000",
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
-		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfg)
+		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfg}
+	cmd := exec.Command("sh", args...)
+	if s.Host != nil {
+		cmd = s.Host.Command("sh", args...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()

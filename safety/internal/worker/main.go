@@ -5,7 +5,7 @@
 //
 //	{"k":"enter","c":1,"t":42,"at":1700000000000000000}   acquired, token 42
 //	{"k":"acq","c":1,"t":42,"enter":...,"exit":...,"w":"ok"} section done
-//	                                       ("lost":true if the lease had ended by then)
+//	                                       ("lost":true and "lostAt" if the lease had ended by then)
 //	{"k":"err","c":1,"msg":"..."}                          an acquire failed
 //
 // The write goes out after the hold time whatever happens meanwhile: the
@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockgo/dlock"
@@ -46,7 +47,9 @@ type event struct {
 	Exit  int64  `json:"exit,omitempty"`
 	Write string `json:"w,omitempty"`
 	Lost  bool   `json:"lost,omitempty"`
-	Msg   string `json:"msg,omitempty"`
+	// LostAt is when the lease's Done channel closed, if it had by Exit.
+	LostAt int64  `json:"lostAt,omitempty"`
+	Msg    string `json:"msg,omitempty"`
 }
 
 var (
@@ -109,11 +112,26 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 		}
 		enter := time.Now().UnixNano()
 		emit(event{Kind: "enter", Cl: id, Token: lease.Token(), At: enter})
+		var lostAt atomic.Int64 // when Done closed: the holder was told
+		watched := make(chan struct{})
+		go func() { // ends when Done closes: at the loss, or at Release
+			defer close(watched)
+			<-lease.Done()
+			lostAt.Store(time.Now().UnixNano())
+		}()
 		time.Sleep(hold)
 		w := write(client, resource, id, lease.Token())
 		exit := time.Now().UnixNano()
 		lost := lease.Err() != nil
-		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w, Lost: lost})
+		var at int64
+		if lost {
+			select { // Done closes with the loss: wait for its time
+			case <-watched:
+				at = min(lostAt.Load(), exit)
+			case <-time.After(time.Second):
+			}
+		}
+		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w, Lost: lost, LostAt: at})
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		_ = lease.Release(rctx) // fails after a loss: expected under faults
 		cancel()
