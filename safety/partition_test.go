@@ -12,11 +12,8 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
-// A cut is one partition injected during a run.
-type cut struct {
-	at, healed time.Time
-	role       string // the cut member's role at the cut: leader or follower
-}
+// A cutAt is one fault injected during a run, at a grant to client 0.
+type cutAt struct{ at time.Time }
 
 // partTimes summarizes a run's cuts against its history: for each cut,
 // when the holder that was cut off was told its lease ended, and when
@@ -29,7 +26,7 @@ type partTimes struct {
 
 // measureCuts finds, for each cut, the section of holder that was open at
 // the cut and the first section of another client granted after it.
-func measureCuts(acqs []Acquisition, holder int, cuts []cut) partTimes {
+func measureCuts(acqs []Acquisition, holder int, cuts []cutAt) partTimes {
 	s := slices.Clone(acqs)
 	slices.SortFunc(s, func(a, b Acquisition) int { return int(a.Enter - b.Enter) })
 	var p partTimes
@@ -155,6 +152,65 @@ func startZKQuorum(t *testing.T, nt *testenv.Net, ttl time.Duration) quorum {
 	}
 }
 
+// A netFault is how a partition test cuts a host off from others.
+type netFault struct {
+	id, name string
+	// apply makes (true) and lifts (false) the fault between a and the
+	// hosts others.
+	apply func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool)
+}
+
+var (
+	// cutOff drops every packet between a and others, both ways.
+	cutOff = netFault{"cut", "cut off from", func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool) {
+		if on {
+			nt.Partition([]*testenv.Host{a}, others)
+		} else {
+			nt.Heal()
+		}
+	}}
+	// deafTo makes a drop what others send it; its own packets still
+	// reach them.
+	deafTo = netFault{"oneway", "deaf to (one way: its own packets still arrive)", func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool) {
+		if on {
+			nt.Drop(a, others...)
+		} else {
+			nt.Heal()
+		}
+	}}
+	// flapping cuts a off from others and heals the cut every 300ms
+	// until lifted.
+	flapping = flapper(300 * time.Millisecond)
+)
+
+func flapper(every time.Duration) netFault {
+	var stop chan struct{}
+	var done sync.WaitGroup
+	return netFault{"flapping", fmt.Sprintf("cut off and healed every %v (flapping), from", every), func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool) {
+		if !on {
+			close(stop)
+			done.Wait()
+			nt.Heal()
+			return
+		}
+		stop = make(chan struct{})
+		done.Go(func() {
+			for cut := true; ; cut = !cut {
+				if cut {
+					nt.Partition([]*testenv.Host{a}, others)
+				} else {
+					nt.Heal()
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(every):
+				}
+			}
+		})
+	}}
+}
+
 // TestMemberPartition runs the workload on a 3-member etcd and ZooKeeper,
 // each member on a test host of its own. Client 0, the holder, reaches
 // only member m; the other clients reach only the other two. Right after
@@ -162,11 +218,12 @@ func startZKQuorum(t *testing.T, nt *testenv.Net, ttl time.Duration) quorum {
 // holder on the minority side) for long enough that the majority hands
 // the lock on; then the partition heals and the run goes on. m is chosen
 // as a follower or as the leader at the start; a cut is made only while
-// m still has that role. The holder must be told before anyone else is
-// granted the lock (StillHeld 0), the guard must refuse every stale
-// write, tokens must not go back (after the heal too), and the majority's
-// waiting Acquire calls must ride out the re-election until their own
-// deadline.
+// m still has that role. Besides the clean cut, a follower is made deaf
+// to the others (one way) or cut off and healed every 300ms (flapping).
+// The holder must be told before anyone else is granted the lock
+// (StillHeld 0), the guard must refuse every stale write, tokens must not
+// go back (after the heal too), and the majority's waiting Acquire calls
+// must ride out the re-election until their own deadline.
 func TestMemberPartition(t *testing.T) {
 	const ttl = 2 * time.Second
 	stores := []struct {
@@ -176,39 +233,34 @@ func TestMemberPartition(t *testing.T) {
 		{"etcd", startEtcdQuorum},
 		{"zookeeper", func(t *testing.T, nt *testenv.Net) quorum { return startZKQuorum(t, nt, ttl) }},
 	}
+	cases := []struct {
+		role  string
+		fault netFault
+	}{
+		{"follower", cutOff}, {"leader", cutOff}, {"follower", deafTo}, {"follower", flapping},
+	}
 	for _, st := range stores {
-		for _, role := range []string{"follower", "leader"} {
-			t.Run(st.name+"/"+role, func(t *testing.T) {
-				fault := fmt.Sprintf("holder's member (the %s) cut off from the other two; TTL %v", role, ttl)
+		for _, c := range cases {
+			t.Run(st.name+"/"+c.role+"/"+c.fault.id, func(t *testing.T) {
+				fault := fmt.Sprintf("holder's member (the %s) %s the other two; TTL %v", c.role, c.fault.name, ttl)
 				var total Result
 				var times partTimes
 				runs := scale(1, 5)
 				var backend string
 				for range runs {
-					r, p, name := memberPartitionRun(t, st.start, role, ttl)
+					r, p, name := memberPartitionRun(t, st.start, c.role, c.fault, ttl)
 					total, backend = total.Add(r), name
 					times.add(p)
 				}
 				report(t, backend, fault, true, runs, total)
 				reportCuts(t, backend, fault, times)
-				if times.cuts == 0 {
-					t.Fatal("no cut was made")
-				}
-				if total.StillHeld != 0 {
-					t.Errorf("%d grants while an earlier holder's lease still said held", total.StillHeld)
-				}
-				if total.Regressions != 0 {
-					t.Errorf("%d token regressions", total.Regressions)
-				}
-				if len(times.grant) < times.cuts {
-					t.Errorf("the majority granted the lock after %d of %d cuts", len(times.grant), times.cuts)
-				}
+				checkCuts(t, total, times)
 			})
 		}
 	}
 }
 
-func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quorum, role string, ttl time.Duration) (Result, partTimes, string) {
+func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quorum, role string, f netFault, ttl time.Duration) (Result, partTimes, string) {
 	nt := testenv.StartNet(t, 3)
 	q := start(t, nt)
 	// The holder's member: one with the role wanted, now.
@@ -230,7 +282,6 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 			otherHosts = append(otherHosts, nt.Hosts[i])
 		}
 	}
-	const part, gap = 5 * time.Second, 3 * time.Second
 	wl := workload{
 		url:     q.url(others...),
 		urls:    []string{q.url(m)},
@@ -245,7 +296,74 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 		guard:   true,
 		net:     nt,
 	}
-	var cuts []cut
+	r, times, w := cutHolder(t, wl, cutPlan{part: 5 * time.Second, gap: 3 * time.Second,
+		apply: func(on bool) { f.apply(nt, nt.Hosts[m], otherHosts, on) },
+		when: func() bool { return q.role(m) == role },
+	})
+	// The majority's clients wait through the re-election: an acquire
+	// that failed before its own deadline is a defect.
+	w.mu.Lock()
+	for _, e := range w.errs {
+		if !strings.HasPrefix(e, "client 0:") && !strings.Contains(e, "deadline exceeded") {
+			t.Errorf("a majority client's acquire failed before its deadline: %s", e)
+		}
+	}
+	w.mu.Unlock()
+	return r, times, q.name
+}
+
+// TestRedlockPartition runs Redlock on 5 nodes, each on a test host of
+// its own. Client 0, the holder, runs on a host of its own; the others in
+// the test's namespace, reaching every node. Right after client 0 is
+// granted the lock, its host is cut off from 3 of the 5 nodes (it keeps
+// 2, a minority) for 3 TTLs: its renewals fail for want of a quorum
+// while the others wait for the 3 nodes' keys to expire. The holder must
+// be told before anyone else is granted the lock.
+func TestRedlockPartition(t *testing.T) {
+	const ttl = time.Second
+	nt := testenv.StartNet(t, 6)
+	nodes := make([]*testenv.RedisServer, 5)
+	for i := range nodes {
+		nodes[i] = testenv.StartRedis(t, testenv.RedisOptions{Host: nt.Hosts[i]})
+	}
+	holder, majority := nt.Hosts[5], nt.Hosts[:3]
+	wl := workload{
+		url:     "redlock://" + testenv.Addrs(nodes),
+		clients: 3,
+		dur:     scale(16*time.Second, 40*time.Second),
+		ttl:     ttl,
+		hold:    200 * time.Millisecond,
+		holds:   []time.Duration{3 * ttl},
+		timeout: 10 * time.Second,
+		guard:   true,
+		net:     nt,
+		hosts:   []*testenv.Host{holder},
+	}
+	fault := fmt.Sprintf("holder cut off from 3 of 5 nodes for 3 TTL; TTL %v", ttl)
+	r, times, _ := cutHolder(t, wl, cutPlan{part: 3 * ttl, gap: time.Second, apply: func(on bool) {
+		cutOff.apply(nt, holder, majority, on)
+	}})
+	report(t, "redlock (5 nodes)", fault, true, 1, r)
+	reportCuts(t, "redlock (5 nodes)", fault, times)
+	checkCuts(t, r, times)
+}
+
+// A cutPlan says how cutHolder injects its fault.
+type cutPlan struct {
+	part, gap time.Duration
+	// apply makes (true) and lifts (false) the fault.
+	apply func(on bool)
+	// when, if set, must hold for a grant to be cut.
+	when func() bool
+}
+
+// cutHolder runs wl and, each time client 0 is granted the lock (and
+// p.when holds), applies the fault for p.part, lifts it, waits p.gap and
+// goes on until the run ends. A cut is made only while the run has
+// p.part to go: the others must still be trying when it lifts.
+func cutHolder(t *testing.T, wl workload, p cutPlan) (Result, partTimes, *workers) {
+	t.Helper()
+	var cuts []cutAt
 	end := time.Now().Add(wl.dur) // the workers stop acquiring then
 	r, w := run(t, wl, func(ctx context.Context, w *workers) {
 		for {
@@ -258,34 +376,43 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 					break
 				}
 			}
-			if time.Until(end) < part {
-				return // the majority would stop trying during the cut
+			if time.Until(end) < p.part {
+				return
 			}
-			if q.role(m) != role {
+			if p.when != nil && !p.when() {
 				continue
 			}
-			c := cut{at: time.Now(), role: role}
-			nt.Partition([]*testenv.Host{nt.Hosts[m]}, otherHosts)
-			whole := sleepCtx(ctx, part)
-			nt.Heal()
+			at := time.Now()
+			p.apply(true)
+			whole := sleepCtx(ctx, p.part)
+			p.apply(false)
 			if !whole {
 				return // the run ended during the cut: not measured
 			}
-			c.healed = time.Now()
-			cuts = append(cuts, c)
-			if !sleepCtx(ctx, gap) {
+			cuts = append(cuts, cutAt{at: at})
+			if !sleepCtx(ctx, p.gap) {
 				return
 			}
 		}
 	})
-	// The majority's clients wait through the re-election: an acquire
-	// that failed before its own deadline is a defect.
-	w.mu.Lock()
-	for _, e := range w.errs {
-		if !strings.HasPrefix(e, "client 0:") && !strings.Contains(e, "deadline exceeded") {
-			t.Errorf("a majority client's acquire failed before its deadline: %s", e)
-		}
+	return r, measureCuts(w.acqs, 0, cuts), w
+}
+
+// checkCuts fails t unless every cut was followed by another client's
+// grant, no grant came while an earlier lease still said held, and no
+// token went back.
+func checkCuts(t *testing.T, r Result, times partTimes) {
+	t.Helper()
+	if times.cuts == 0 {
+		t.Fatal("no cut was made")
 	}
-	w.mu.Unlock()
-	return r, measureCuts(w.acqs, 0, cuts), q.name
+	if r.StillHeld != 0 {
+		t.Errorf("%d grants while an earlier holder's lease still said held", r.StillHeld)
+	}
+	if r.Regressions != 0 {
+		t.Errorf("%d token regressions", r.Regressions)
+	}
+	if len(times.grant) < times.cuts {
+		t.Errorf("another client was granted the lock after %d of %d cuts", len(times.grant), times.cuts)
+	}
 }

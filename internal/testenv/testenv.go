@@ -136,6 +136,11 @@ func (s *RedisServer) Start() {
 	}
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.ip(), "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if s.Host != nil {
+		// Clients come from other hosts' addresses, which protected mode
+		// refuses without a password.
+		args = append(args, "--protected-mode", "no")
+	}
 	if p := s.tls; p != nil {
 		args[1] = "0"
 		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", p.ServerCert,
