@@ -12,8 +12,11 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
-// A cutAt is one fault injected during a run, at a grant to client 0.
-type cutAt struct{ at time.Time }
+// A cutAt is one fault injected during a run, at a grant to holder.
+type cutAt struct {
+	at     time.Time
+	holder int
+}
 
 // partTimes summarizes a run's cuts against its history: for each cut,
 // when the holder that was cut off was told its lease ended, and when
@@ -24,14 +27,15 @@ type partTimes struct {
 	untold          int // cuts after which the holder's section ended without a loss
 }
 
-// measureCuts finds, for each cut, the section of holder that was open at
-// the cut and the first section of another client granted after it.
-func measureCuts(acqs []Acquisition, holder int, cuts []cutAt) partTimes {
+// measureCuts finds, for each cut, the section of its holder that was
+// open at the cut and the first section of another client granted after
+// it.
+func measureCuts(acqs []Acquisition, cuts []cutAt) partTimes {
 	s := slices.Clone(acqs)
 	slices.SortFunc(s, func(a, b Acquisition) int { return int(a.Enter - b.Enter) })
 	var p partTimes
 	for _, c := range cuts {
-		at := c.at.UnixNano()
+		at, holder := c.at.UnixNano(), c.holder
 		p.cuts++
 		for _, a := range s {
 			if a.Client == holder && a.Enter <= at && at < a.Exit {
@@ -79,8 +83,10 @@ var (
 	partRows []partRow
 )
 
-func reportCuts(t *testing.T, backend, fault string, p partTimes) {
+// reportCuts reports a fault's result (report) and its cuts' timings.
+func reportCuts(t *testing.T, backend, fault string, runs int, r Result, p partTimes) {
 	t.Helper()
+	report(t, backend, fault, true, runs, r)
 	t.Logf("%s / %s: %d cuts; cut → holder told its lease ended: %s (%d sections ended untold); cut → another client's grant: %s",
 		backend, fault, p.cuts, span(p.leaseEnd), p.untold, span(p.grant))
 	partMu.Lock()
@@ -252,8 +258,7 @@ func TestMemberPartition(t *testing.T) {
 					total, backend = total.Add(r), name
 					times.add(p)
 				}
-				report(t, backend, fault, true, runs, total)
-				reportCuts(t, backend, fault, times)
+				reportCuts(t, backend, fault, runs, total, times)
 				checkCuts(t, total, times)
 			})
 		}
@@ -343,8 +348,7 @@ func TestRedlockPartition(t *testing.T) {
 	r, times, _ := cutHolder(t, wl, cutPlan{part: 3 * ttl, gap: time.Second, apply: func(on bool) {
 		cutOff.apply(nt, holder, majority, on)
 	}})
-	report(t, "redlock (5 nodes)", fault, true, 1, r)
-	reportCuts(t, "redlock (5 nodes)", fault, times)
+	reportCuts(t, "redlock (5 nodes)", fault, 1, r, times)
 	checkCuts(t, r, times)
 }
 
@@ -355,10 +359,12 @@ type cutPlan struct {
 	apply func(on bool)
 	// when, if set, must hold for a grant to be cut.
 	when func() bool
+	// anyClient cuts at a grant to any client, not only to client 0.
+	anyClient bool
 }
 
-// cutHolder runs wl and, each time client 0 is granted the lock (and
-// p.when holds), applies the fault for p.part, lifts it, waits p.gap and
+// cutHolder runs wl and, each time client 0 (with p.anyClient, any
+// client) is granted the lock and p.when holds, applies the fault for p.part, lifts it, waits p.gap and
 // goes on until the run ends. A cut is made only while the run has
 // p.part to go: the others must still be trying when it lifts.
 func cutHolder(t *testing.T, wl workload, p cutPlan) (Result, partTimes, *workers) {
@@ -367,12 +373,13 @@ func cutHolder(t *testing.T, wl workload, p cutPlan) (Result, partTimes, *worker
 	end := time.Now().Add(wl.dur) // the workers stop acquiring then
 	r, w := run(t, wl, func(ctx context.Context, w *workers) {
 		for {
+			var e enter
 			for {
-				e, ok := nextFresh(ctx, w, 300*time.Millisecond)
-				if !ok {
+				var ok bool
+				if e, ok = nextFresh(ctx, w, 300*time.Millisecond); !ok {
 					return
 				}
-				if e.client == 0 {
+				if e.client == 0 || p.anyClient {
 					break
 				}
 			}
@@ -389,13 +396,13 @@ func cutHolder(t *testing.T, wl workload, p cutPlan) (Result, partTimes, *worker
 			if !whole {
 				return // the run ended during the cut: not measured
 			}
-			cuts = append(cuts, cutAt{at: at})
+			cuts = append(cuts, cutAt{at: at, holder: e.client})
 			if !sleepCtx(ctx, p.gap) {
 				return
 			}
 		}
 	})
-	return r, measureCuts(w.acqs, 0, cuts), w
+	return r, measureCuts(w.acqs, cuts), w
 }
 
 // checkCuts fails t unless every cut was followed by another client's

@@ -16,7 +16,8 @@
 #              redis-cli --cluster themselves on free loopback ports.
 #   Test networks  iproute2 and nftables: the safety suite's partitions
 #              run servers in network namespaces of its own (10.213.N.0/24
-#              on a bridge dlkbrN it makes and removes), as root.
+#              on a bridge dlkbrN it makes and removes), as root; gcc
+#              builds the clock shim its clock faults preload.
 set -euo pipefail
 
 need_apt=()
@@ -27,6 +28,7 @@ command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
 command -v mariadbd >/dev/null || need_apt+=(mariadb-server)
 command -v flock >/dev/null || need_apt+=(util-linux)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v gcc >/dev/null || need_apt+=(gcc)
 command -v nft >/dev/null || need_apt+=(nftables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}"

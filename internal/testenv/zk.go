@@ -140,6 +140,7 @@ type ZKServer struct {
 	SecureAddr string
 	// Host is the test host the server runs on (ZKOptions.Hosts), or nil.
 	Host *Host
+	env  []string
 	dir  string
 	cfg  string
 
@@ -183,6 +184,9 @@ type ZKOptions struct {
 	// and runs in its namespace, so that partitions between hosts cut its
 	// links.
 	Hosts []*Host
+	// Env, when set, returns what is added to server id's environment
+	// (as a FakeClock's Env).
+	Env func(id int) []string
 }
 
 // StartZKWith is StartZK with options.
@@ -277,6 +281,9 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
 		if len(o.Hosts) != 0 {
 			s.Host = o.Hosts[i-1]
+		}
+		if o.Env != nil {
+			s.env = o.Env(i)
 		}
 		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
 			return nil, err
@@ -404,6 +411,9 @@ wait $j`
 	cmd := exec.Command("sh", args...)
 	if s.Host != nil {
 		cmd = s.Host.Command("sh", args...)
+	}
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

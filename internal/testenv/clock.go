@@ -1,0 +1,159 @@
+package testenv
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:embed clockshim/clockshim.c
+var clockShimSource []byte
+
+var (
+	shimOnce sync.Once
+	shimPath string
+	shimErr  error
+)
+
+// clockShim builds the clock shim (clockshim/clockshim.c) once per test
+// binary and returns the shared library's path.
+func clockShim(t testing.TB) string {
+	t.Helper()
+	shimOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "dlock-clockshim-")
+		if err != nil {
+			shimErr = err
+			return
+		}
+		src := filepath.Join(dir, "clockshim.c")
+		if shimErr = os.WriteFile(src, clockShimSource, 0o644); shimErr != nil {
+			return
+		}
+		shimPath = filepath.Join(dir, "clockshim.so")
+		if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-o", shimPath, src).CombinedOutput(); err != nil {
+			shimErr = fmt.Errorf("gcc: %v: %s", err, out)
+		}
+	})
+	if shimErr != nil {
+		t.Fatalf("build the clock shim (needs gcc; %s installs it): %v", ServicesScript, shimErr)
+	}
+	return shimPath
+}
+
+// FakeClock is the wall clock of the processes started with its Env: a
+// process's CLOCK_REALTIME, gettimeofday and time, shifted by a rule the
+// test changes while they run (Jump, SetRate). Their monotonic clocks
+// are left alone. It works for programs that read the clock through libc
+// (redis-server, the JVM), not for Go programs, which read it without
+// libc.
+type FakeClock struct {
+	t    testing.TB
+	path string
+	mem  []byte
+	mu   sync.Mutex
+}
+
+// rule is the shim's struct rule: seq, base, offset (int64 ns), rate.
+type rule struct {
+	seq          uint64
+	base, offset int64
+	rate         float64
+}
+
+// NewFakeClock makes a fake clock, at first the real one.
+func NewFakeClock(t testing.TB) *FakeClock {
+	t.Helper()
+	clockShim(t) // fail now, not at the first start
+	path := filepath.Join(t.TempDir(), "clock")
+	if err := os.WriteFile(path, make([]byte, unsafe.Sizeof(rule{})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(unsafe.Sizeof(rule{})), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("map the fake clock's rule: %v", err)
+	}
+	c := &FakeClock{t: t, path: path, mem: mem}
+	t.Cleanup(func() { _ = unix.Munmap(mem) })
+	c.set(0, 0, 1)
+	return c
+}
+
+// Env is what a process needs in its environment to run on the clock.
+func (c *FakeClock) Env() []string {
+	return []string{"LD_PRELOAD=" + clockShim(c.t), "DLOCK_CLOCK_FILE=" + c.path}
+}
+
+// words returns the rule's fields in the mapped file.
+func (c *FakeClock) words() (seq, base, offset, rate *uint64) {
+	p := unsafe.Pointer(&c.mem[0])
+	return (*uint64)(p), (*uint64)(unsafe.Add(p, 8)), (*uint64)(unsafe.Add(p, 16)), (*uint64)(unsafe.Add(p, 24))
+}
+
+// set writes a rule under the seqlock. The caller holds c.mu or is
+// NewFakeClock.
+func (c *FakeClock) set(base, offset int64, rate float64) {
+	seq, b, o, r := c.words()
+	atomic.AddUint64(seq, 1) // odd: a write in progress
+	atomic.StoreUint64(b, uint64(base))
+	atomic.StoreUint64(o, uint64(offset))
+	atomic.StoreUint64(r, math.Float64bits(rate))
+	atomic.AddUint64(seq, 1)
+}
+
+// now returns the rule in force and the fake time at real time now.
+func (c *FakeClock) now(now int64) (fake int64, rate float64) {
+	_, b, o, r := c.words()
+	base, offset := int64(atomic.LoadUint64(b)), int64(atomic.LoadUint64(o))
+	rate = math.Float64frombits(atomic.LoadUint64(r))
+	return now + offset + int64(float64(now-base)*(rate-1)), rate
+}
+
+// Jump moves the clock by d (forward when positive) at once, keeping its
+// rate.
+func (c *FakeClock) Jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now().UnixNano()
+	fake, rate := c.now(now)
+	c.set(now, fake+int64(d)-now, rate)
+}
+
+// SetRate makes the clock run rate times as fast as the real one from
+// now on (1: the real rate), without a jump.
+func (c *FakeClock) SetRate(rate float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now().UnixNano()
+	fake, _ := c.now(now)
+	c.set(now, fake-now, rate)
+}
+
+// Reset puts the clock back to the real time and rate: a jump back if it
+// ran ahead.
+func (c *FakeClock) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.set(0, 0, 1)
+}
+
+// Offset returns how far the clock is ahead of the real one now.
+func (c *FakeClock) Offset() time.Duration {
+	now := time.Now().UnixNano()
+	fake, _ := c.now(now)
+	return time.Duration(fake - now)
+}
