@@ -16,22 +16,40 @@ type Acquisition struct {
 	Token  uint64 `json:"t"`
 	Enter  int64  `json:"enter"`
 	Exit   int64  `json:"exit"`
+	// Call is when the acquire call started; WriteCall, when the write to
+	// the resource was sent (Exit is when its reply came); Released, when
+	// the release call returned; Write, the write's outcome ("ok",
+	// "stale" for refused, or an error). Zero or empty when not recorded;
+	// the linearizability check (CheckLinear) needs them.
+	Call      int64  `json:"call,omitempty"`
+	WriteCall int64  `json:"wcall,omitempty"`
+	Released  int64  `json:"rel,omitempty"`
+	Write     string `json:"w,omitempty"`
 	// Lost is set when the client's lease had told it the lock was lost
 	// (Lease.Err not nil) by Exit.
 	Lost bool `json:"lost"`
 	// LostAt, when not zero, is when the client was told (its lease's Done
 	// channel closed), in Unix nanoseconds, at or before Exit.
 	LostAt int64 `json:"lostAt,omitempty"`
+	// HeldAt, when not zero, is the time read just before the client's
+	// last look at its lease (Err) that found it held, at or before Exit:
+	// the last moment the client is known to have been told it held the
+	// lock. The worker looks every 2ms.
+	HeldAt int64 `json:"heldAt,omitempty"`
 }
 
-// toldBy reports whether the client had been told by t that its lock was
-// lost. Without LostAt, only Exit is known: told by t if t >= Exit and
-// Lost.
-func (a Acquisition) toldBy(t int64) bool {
-	if a.LostAt != 0 {
-		return a.LostAt <= t
+// heldAfter reports whether the client's lease was seen held after t:
+// by a look at HeldAt, or, without HeldAt, until LostAt (Done open) or,
+// without either, until Exit unless it was lost by then.
+func (a Acquisition) heldAfter(t int64) bool {
+	switch {
+	case a.HeldAt != 0:
+		return a.HeldAt > t
+	case a.LostAt != 0:
+		return a.LostAt > t
+	default:
+		return !a.Lost || t < a.Exit
 	}
-	return a.Lost && t >= a.Exit
 }
 
 // A Write is one entry of the fenced resource's log, in the order the
@@ -41,6 +59,9 @@ type Write struct {
 	Client   int    `json:"c"`
 	Token    uint64 `json:"t"`
 	Accepted bool   `json:"ok"`
+	// At is when the resource decided, in Unix nanoseconds (0: not
+	// recorded).
+	At int64 `json:"at,omitempty"`
 }
 
 // Result counts what Check found in a history.
@@ -59,11 +80,10 @@ type Result struct {
 	// was gone (which dlock reports but cannot prevent).
 	Unnoticed int
 	// StillHeld counts the overlaps in which the earlier holder's lease
-	// still said held (its Done channel open) at the moment the other
-	// client was granted the lock: two clients told at once that they
-	// held it. It is the strict measure for a holder that runs on (a
-	// partition, a clock fault); a paused holder cannot be told until it
-	// runs again, so its overlaps count here too.
+	// was seen held (HeldAt) after the other client's acquire call had
+	// returned: two clients told at once that they held the lock. A
+	// paused holder makes no looks while it is stopped, so its pause does
+	// not count here unless a look after it found the lease still held.
 	StillHeld int
 	// StaleAccepted counts writes the resource accepted although their
 	// token was lower than a token it had accepted before: the writes a
@@ -80,6 +100,9 @@ type Result struct {
 	// (by Enter), whose token is not greater than the token of an earlier
 	// acquisition.
 	Regressions int
+	// NotLinearizable and LinearUnknown count the runs whose history
+	// CheckLinear found not linearizable, or could not decide in time.
+	NotLinearizable, LinearUnknown int
 }
 
 // Add returns the sum of two results, for totals over several runs.
@@ -94,6 +117,9 @@ func (r Result) Add(o Result) Result {
 		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
 		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
 		Regressions:    r.Regressions + o.Regressions,
+
+		NotLinearizable: r.NotLinearizable + o.NotLinearizable,
+		LinearUnknown:   r.LinearUnknown + o.LinearUnknown,
 	}
 }
 
@@ -126,7 +152,7 @@ func Check(acqs []Acquisition, writes []Write) Result {
 				if !a.Lost && !b.Lost {
 					res.Unnoticed++
 				}
-				if !a.toldBy(b.Enter) {
+				if a.heldAfter(b.Enter) {
 					res.StillHeld++
 				}
 			}

@@ -9,7 +9,7 @@ func TestCheck(t *testing.T) {
 		{Client: 3, Token: 12, Enter: 310, Exit: 400},
 		{Client: 1, Token: 13, Enter: 400, Exit: 500},
 	}
-	inOrder := []Write{{1, 10, true}, {2, 11, true}, {2, 11, true}, {3, 12, true}, {1, 13, true}}
+	inOrder := []Write{{1, 10, true, 0}, {2, 11, true, 0}, {2, 11, true, 0}, {3, 12, true, 0}, {1, 13, true, 0}}
 	tests := []struct {
 		name   string
 		acqs   []Acquisition
@@ -29,6 +29,17 @@ func TestCheck(t *testing.T) {
 			},
 			nil,
 			Result{Acquisitions: 4, Overlaps: 2, StillHeld: 2},
+		},
+		{
+			// Client 1 paused from 150 to 850: its last look that found
+			// the lease held was at 140, before the others' grants.
+			"paused holder seen held only before its pause",
+			[]Acquisition{
+				{Client: 1, Token: 10, Enter: 100, Exit: 900, Lost: true, LostAt: 851, HeldAt: 140},
+				{Client: 2, Token: 11, Enter: 300, Exit: 400},
+			},
+			nil,
+			Result{Acquisitions: 2, Overlaps: 1},
 		},
 		{
 			// Client 1 cut off: told at 250, it works on until 900. The
@@ -64,19 +75,19 @@ func TestCheck(t *testing.T) {
 		{
 			"stale writes accepted without a guard",
 			nil,
-			[]Write{{1, 10, true}, {2, 11, true}, {1, 10, true}, {3, 12, true}, {2, 11, true}, {1, 9, false}},
+			[]Write{{1, 10, true, 0}, {2, 11, true, 0}, {1, 10, true, 0}, {3, 12, true, 0}, {2, 11, true, 0}, {1, 9, false, 0}},
 			Result{Writes: 6, Rejected: 1, StaleAccepted: 2},
 		},
 		{
 			"one token, two clients",
 			nil,
-			[]Write{{1, 10, true}, {1, 10, true}, {2, 10, true}, {2, 11, true}, {2, 11, true}},
+			[]Write{{1, 10, true, 0}, {1, 10, true, 0}, {2, 10, true, 0}, {2, 11, true, 0}, {2, 11, true, 0}},
 			Result{Writes: 5, SharedAccepted: 1},
 		},
 		{
 			"a guard's refusals are not stale writes",
 			nil,
-			[]Write{{2, 11, true}, {1, 10, false}, {2, 11, true}},
+			[]Write{{2, 11, true, 0}, {1, 10, false, 0}, {2, 11, true, 0}},
 			Result{Writes: 3, Rejected: 1},
 		},
 		{
@@ -110,8 +121,8 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
 	}
 }

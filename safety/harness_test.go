@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/dlockgo/dlock/fence"
 	"github.com/dlockgo/dlock/internal/testenv"
 )
@@ -125,7 +127,7 @@ func (r *resource) write(w http.ResponseWriter, req *http.Request) {
 	if r.guard {
 		ok = r.fence.Admit(req.Context(), "resource", tok) == nil
 	}
-	r.log = append(r.log, Write{Client: c, Token: tok, Accepted: ok})
+	r.log = append(r.log, Write{Client: c, Token: tok, Accepted: ok, At: time.Now().UnixNano()})
 	r.mu.Unlock()
 	if !ok {
 		http.Error(w, "stale token", http.StatusConflict)
@@ -258,6 +260,12 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		t.Error(f)
 	}
 	r := Check(w.acqs, res.writes())
+	switch CheckLinear(w.acqs, res.writes(), time.Minute) {
+	case porcupine.Illegal:
+		r.NotLinearizable = 1
+	case porcupine.Unknown:
+		r.LinearUnknown = 1
+	}
 	if os.Getenv("DLOCK_SAFETY_DUMP") != "" {
 		slices.SortFunc(w.acqs, func(a, b Acquisition) int { return cmp.Compare(a.Enter, b.Enter) })
 		for _, a := range w.acqs {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -87,6 +89,7 @@ func TestInProcessPause(t *testing.T) {
 		wg.Go(func() {
 			for round := 0; time.Now().Before(deadline); round++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := time.Now()
 				lease, err := l.Acquire(ctx, name)
 				cancel()
 				if err != nil {
@@ -94,6 +97,27 @@ func TestInProcessPause(t *testing.T) {
 					continue
 				}
 				enter := time.Now()
+				// The process runs on while its renewals hang: looks at the
+				// lease every 2ms must find it lost before a successor's
+				// grant.
+				var heldAt atomic.Int64
+				heldAt.Store(enter.UnixNano())
+				stop := make(chan struct{})
+				var looks sync.WaitGroup
+				looks.Go(func() {
+					for {
+						at := time.Now().UnixNano()
+						if lease.Err() != nil {
+							return
+						}
+						heldAt.Store(at)
+						select {
+						case <-stop:
+							return
+						case <-time.After(2 * time.Millisecond):
+						}
+					}
+				})
 				// Client 0 freezes on every third section; the others
 				// never do.
 				if id == 0 && round%3 == 0 {
@@ -106,21 +130,35 @@ func TestInProcessPause(t *testing.T) {
 				}
 				write(t, res, id, lease.Token())
 				exit := time.Now()
-				mu.Lock()
-				acqs = append(acqs, Acquisition{Client: id, Token: lease.Token(), Enter: enter.UnixNano(), Exit: exit.UnixNano(), Lost: lease.Err() != nil})
-				mu.Unlock()
+				lost := lease.Err() != nil
+				close(stop)
+				looks.Wait()
+				if !lost {
+					heldAt.Store(exit.UnixNano())
+				}
 				_ = lease.Release(context.Background())
+				a := Acquisition{Client: id, Token: lease.Token(), Call: call.UnixNano(), Enter: enter.UnixNano(), Exit: exit.UnixNano(),
+					Released: time.Now().UnixNano(), Lost: lost, HeldAt: heldAt.Load()}
+				mu.Lock()
+				acqs = append(acqs, a)
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	r := Check(acqs, res.writes())
+	if CheckLinear(acqs, res.writes(), time.Minute) == porcupine.Illegal {
+		r.NotLinearizable = 1
+	}
 	report(t, "redis", "holder frozen past its TTL (in-process hook)", true, 1, r)
 	if frozen.Load() == 0 {
 		t.Fatal("client 0 never froze: no fault was injected")
 	}
 	if r.Unnoticed != 0 {
 		t.Errorf("%d overlaps of which neither holder had been told", r.Unnoticed)
+	}
+	if r.StillHeld != 0 || r.NotLinearizable != 0 {
+		t.Errorf("%d grants while an earlier holder's lease was still seen held; not linearizable: %v", r.StillHeld, r.NotLinearizable != 0)
 	}
 	if r.Regressions != 0 {
 		t.Errorf("%d token regressions", r.Regressions)

@@ -303,7 +303,7 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 	}
 	r, times, w := cutHolder(t, wl, cutPlan{part: 5 * time.Second, gap: 3 * time.Second,
 		apply: func(on bool) { f.apply(nt, nt.Hosts[m], otherHosts, on) },
-		when: func() bool { return q.role(m) == role },
+		when:  func() bool { return q.role(m) == role },
 	})
 	// The majority's clients wait through the re-election: an acquire
 	// that failed before its own deadline is a defect.
@@ -418,6 +418,9 @@ func checkCuts(t *testing.T, r Result, times partTimes) {
 	}
 	if r.Regressions != 0 {
 		t.Errorf("%d token regressions", r.Regressions)
+	}
+	if r.NotLinearizable != 0 {
+		t.Errorf("%d runs not linearizable against the fenced lock", r.NotLinearizable)
 	}
 	if len(times.grant) < times.cuts {
 		t.Errorf("another client was granted the lock after %d of %d cuts", len(times.grant), times.cuts)

@@ -61,6 +61,9 @@ func TestPositiveControl(t *testing.T) {
 	if r.StaleAccepted == 0 {
 		t.Errorf("no stale write accepted with the guard off although holders were paused past their TTL: %+v", r)
 	}
+	if r.NotLinearizable == 0 {
+		t.Errorf("the history with stale writes accepted passed the linearizability check: %+v", r)
+	}
 }
 
 // TestPausedHolder SIGSTOPs real worker processes in their critical
@@ -117,5 +120,14 @@ func checkPaused(t *testing.T, r Result) {
 	}
 	if r.Regressions != 0 {
 		t.Errorf("%d token regressions", r.Regressions)
+	}
+	// A stopped holder makes no looks: none may find its lease held once
+	// another client has the lock, and the history, guard included, must
+	// be one of a fenced lock.
+	if r.StillHeld != 0 {
+		t.Errorf("%d grants while an earlier holder's lease was still seen held", r.StillHeld)
+	}
+	if r.NotLinearizable != 0 {
+		t.Errorf("%d runs not linearizable against the fenced lock", r.NotLinearizable)
 	}
 }

@@ -4,7 +4,8 @@
 // and releases. It writes one JSON line per event on stdout:
 //
 //	{"k":"enter","c":1,"t":42,"at":1700000000000000000}   acquired, token 42
-//	{"k":"acq","c":1,"t":42,"enter":...,"exit":...,"w":"ok"} section done
+//	{"k":"acq","c":1,"t":42,"call":...,"enter":...,"wcall":...,"exit":...,"rel":...,"w":"ok"}
+//	                                       section done and released
 //	                                       ("lost":true and "lostAt" if the lease had ended by then)
 //	{"k":"err","c":1,"msg":"..."}                          an acquire failed
 //
@@ -43,12 +44,20 @@ type event struct {
 	Cl    int    `json:"c"`
 	Token uint64 `json:"t,omitempty"`
 	At    int64  `json:"at,omitempty"`
+	Call  int64  `json:"call,omitempty"`
 	Enter int64  `json:"enter,omitempty"`
-	Exit  int64  `json:"exit,omitempty"`
-	Write string `json:"w,omitempty"`
-	Lost  bool   `json:"lost,omitempty"`
+	// WriteCall is when the write was sent; Exit, when its reply came.
+	WriteCall int64 `json:"wcall,omitempty"`
+	Exit      int64 `json:"exit,omitempty"`
+	// Released is when the Release call returned.
+	Released int64  `json:"rel,omitempty"`
+	Write    string `json:"w,omitempty"`
+	Lost     bool   `json:"lost,omitempty"`
 	// LostAt is when the lease's Done channel closed, if it had by Exit.
-	LostAt int64  `json:"lostAt,omitempty"`
+	LostAt int64 `json:"lostAt,omitempty"`
+	// HeldAt is the time read before the last look at Err that found the
+	// lease held (looks every 2ms, and at Exit).
+	HeldAt int64  `json:"heldAt,omitempty"`
 	Msg    string `json:"msg,omitempty"`
 }
 
@@ -103,6 +112,7 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 	end := time.Now().Add(dur)
 	for time.Now().Before(end) {
 		actx, cancel := context.WithTimeout(ctx, min(timeout, time.Until(end)+time.Second))
+		call := time.Now().UnixNano()
 		lease, err := locker.Acquire(actx, name)
 		cancel()
 		if err != nil {
@@ -119,10 +129,21 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 			<-lease.Done()
 			lostAt.Store(time.Now().UnixNano())
 		}()
+		stopLooks := make(chan struct{})
+		looks := look(lease, stopLooks)
 		time.Sleep(hold)
+		wcall := time.Now().UnixNano()
 		w := write(client, resource, id, lease.Token())
 		exit := time.Now().UnixNano()
 		lost := lease.Err() != nil
+		close(stopLooks)
+		heldAt := <-looks
+		switch {
+		case !lost:
+			heldAt = exit
+		case heldAt == 0: // stopped before its first look: held at the grant
+			heldAt = enter
+		}
 		var at int64
 		if lost {
 			select { // Done closes with the loss: wait for its time
@@ -131,12 +152,41 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 			case <-time.After(time.Second):
 			}
 		}
-		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Enter: enter, Exit: exit, Write: w, Lost: lost, LostAt: at})
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		_ = lease.Release(rctx) // fails after a loss: expected under faults
 		cancel()
+		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Call: call, Enter: enter, WriteCall: wcall, Exit: exit,
+			Released: time.Now().UnixNano(), Write: w, Lost: lost, LostAt: at, HeldAt: heldAt})
 	}
 	return nil
+}
+
+// look looks at the lease's Err every 2ms until stop closes or a look
+// finds it lost, and then sends the time read before the last look that
+// found it held (0: none did). The time is read before each look, so that
+// a pause between the two can only make a look seem older.
+func look(lease *dlock.Lease, stop <-chan struct{}) <-chan int64 {
+	last := make(chan int64, 1)
+	go func() {
+		var held int64
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			t := time.Now().UnixNano()
+			if lease.Err() != nil {
+				break
+			}
+			held = t
+			select {
+			case <-stop:
+				last <- held
+				return
+			case <-tick.C:
+			}
+		}
+		last <- held
+	}()
+	return last
 }
 
 // write sends one write with token to the resource and says how it went:

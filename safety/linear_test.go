@@ -1,0 +1,101 @@
+package safety
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+func TestCheckLinear(t *testing.T) {
+	// a is a section of client c with token tok: acquire [call, enter],
+	// its end at exit, release returning at rel; told of a loss at lostAt
+	// (0: not told).
+	a := func(c int, tok uint64, call, enter, exit, rel, lostAt int64) Acquisition {
+		return Acquisition{Client: c, Token: tok, Call: call, Enter: enter, Exit: exit, Released: rel, LostAt: lostAt, Lost: lostAt != 0}
+	}
+	// w is the resource's decision at at on client c's write with tok.
+	w := func(c int, tok uint64, ok bool, at int64) Write {
+		return Write{Client: c, Token: tok, Accepted: ok, At: at}
+	}
+	tests := []struct {
+		name   string
+		acqs   []Acquisition
+		writes []Write
+		want   porcupine.CheckResult
+	}{
+		{"empty", nil, nil, porcupine.Ok},
+		{"turns", []Acquisition{
+			a(1, 10, 1, 5, 20, 25, 0),
+			a(2, 11, 3, 30, 40, 45, 0),
+			a(1, 12, 26, 50, 60, 65, 0),
+		}, []Write{w(1, 10, true, 10), w(2, 11, true, 35), w(1, 12, true, 55)}, porcupine.Ok},
+		{
+			// Grants returned out of token order (6 at 10 after 5 at 8
+			// is in order; 5 returning at 8 after 6 was called at 1 is
+			// not a problem): the calls were concurrent.
+			"concurrent grants in either order",
+			[]Acquisition{
+				a(2, 5, 1, 8, 9, 20, 0),
+				a(1, 6, 1, 10, 30, 35, 0),
+			},
+			nil,
+			porcupine.Ok,
+		},
+		{
+			// Client 1 told at 50 that its lock was lost; 2 granted at 60;
+			// 1's late write (at 70) refused after 2's accepted one (65).
+			"noticed overlap, stale write refused",
+			[]Acquisition{
+				a(1, 10, 1, 5, 71, 80, 50),
+				a(2, 11, 40, 60, 66, 90, 0),
+			},
+			[]Write{w(2, 11, true, 65), w(1, 10, false, 70)},
+			porcupine.Ok,
+		},
+		{
+			// Client 2 granted at 60 while client 1's lease said held
+			// until 100.
+			"two told at once",
+			[]Acquisition{
+				a(1, 10, 1, 5, 100, 110, 0),
+				a(2, 11, 40, 60, 70, 120, 0),
+			},
+			nil,
+			porcupine.Illegal,
+		},
+		{
+			"token regression in real time",
+			[]Acquisition{
+				a(1, 10, 1, 5, 20, 25, 0),
+				a(2, 9, 30, 35, 40, 45, 0),
+			},
+			nil,
+			porcupine.Illegal,
+		},
+		{
+			// The positive control's failure: a write with a lower token
+			// accepted after a higher one.
+			"stale write accepted",
+			[]Acquisition{
+				a(1, 10, 1, 5, 71, 80, 50),
+				a(2, 11, 40, 60, 66, 90, 0),
+			},
+			[]Write{w(2, 11, true, 65), w(1, 10, true, 70)},
+			porcupine.Illegal,
+		},
+		{
+			"current write refused",
+			nil,
+			[]Write{w(1, 10, true, 10), w(2, 11, false, 35)},
+			porcupine.Illegal,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CheckLinear(tc.acqs, tc.writes, 10*time.Second); got != tc.want {
+				t.Errorf("CheckLinear = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
