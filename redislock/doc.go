@@ -61,7 +61,7 @@
 //	                    redis://127.0.0.1:6379?queue_ttl=1s
 //	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
 //	                    redis://127.0.0.1:6379?fence_ttl=720h
-//	wait_replicas=0     replicas that must acknowledge a grant (WAIT) before it returns (Options.WaitReplicas)
+//	wait_replicas=0     replicas that must acknowledge a grant or renewal (WAIT) before it returns (Options.WaitReplicas)
 //	                    redis://127.0.0.1:6379?wait_replicas=1
 //	wait_timeout=1s     bound of that wait (Options.WaitTimeout)
 //	                    redis://127.0.0.1:6379?wait_replicas=1&wait_timeout=200ms
@@ -311,6 +311,15 @@
 // the kill and no two clients held the lock at once; without WaitReplicas
 // one token went back in 12 runs (the promoted replica lacked the
 // counter's last increment), with WaitReplicas 1 none did.
+// A primary cut off, with a holder, from its replicas and the sentinels
+// (TestSentinelPartition, network namespaces) goes on renewing that
+// holder's lock while the sentinels promote a replica, which lets the key
+// expire and grants the lock to another client: without WaitReplicas the
+// cut-off holder's lease was still seen held after the other's grant.
+// With WaitReplicas, renewals wait for the replicas' acknowledgement too,
+// so the cut-off holder's renewals fail and its lease ends before the
+// promoted replica's copy of the key expires; docs/SAFETY.md has the
+// figures.
 // Recommended: wait_replicas=1 (or every replica, which also closes the
 // case where the sentinels promote the replica that did not acknowledge),
 // min-replicas-to-write on the primary so that an isolated primary stops

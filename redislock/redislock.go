@@ -61,15 +61,19 @@ type Options struct {
 	// means DefaultFenceTTL.
 	FenceTTL time.Duration
 
-	// WaitReplicas, when positive, makes every acquisition wait until that
-	// many replicas acknowledged the grant (Redis WAIT) before it returns;
-	// an acquisition fewer replicas acknowledged within WaitTimeout is
-	// released and fails with an error matching ErrNotReplicated. It
-	// narrows the failover race (a replica promoted before it received
-	// the grant hands the lock out again) but does not close it: with
-	// several replicas, a failover may promote one that did not
-	// acknowledge (see docs/SAFETY.md). Not for Redis Cluster clients.
-	// Default 0: no waiting.
+	// WaitReplicas, when positive, makes every acquisition and every
+	// renewal wait until that many replicas acknowledged it (Redis WAIT).
+	// An acquisition fewer replicas acknowledged within WaitTimeout is
+	// released and fails with an error matching ErrNotReplicated; such a
+	// renewal fails (matching ErrNotReplicated) and the lease keeps the
+	// validity of the last acknowledged one, so a holder cut off with its
+	// primary from the replicas loses the lock by the time a promoted
+	// replica lets it expire. It narrows the failover race (a replica
+	// promoted before it received the grant hands the lock out again) but
+	// does not close it: with several replicas, a failover may promote one
+	// that did not acknowledge; set it to the number of replicas for that
+	// (see docs/SAFETY.md). Not for Redis Cluster clients. Default 0: no
+	// waiting.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
@@ -313,6 +317,12 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	}
 	b := d.ttlArgs(ttl)
 	start := time.Now()
+	if d.waitReplicas > 0 {
+		if err := d.refreshReplicated(ctx, r); err != nil {
+			return time.Time{}, err
+		}
+		return start.Add(ttl), nil
+	}
 	var n int64
 	if r.Mode == driver.Exclusive {
 		k := d.keys(r.Name)

@@ -61,6 +61,28 @@ func (d *Driver) replicated(ctx context.Context, r driver.Request, g driver.Gran
 	return driver.Grant{}, d.abandon(ctx, r, err)
 }
 
+// refreshReplicated renews r's lock and waits until d.waitReplicas
+// replicas have the renewal. A renewal they did not acknowledge fails
+// without ending the lock: the lease keeps the validity of the last
+// acknowledged one. A primary cut off from its replicas (and from the
+// sentinels, which promote one of them) still accepts the renewal, but
+// the promoted replica only has the expiry of the last renewal it
+// received; counting validity from that one keeps the holder from
+// believing it holds a lock the new primary hands out.
+func (d *Driver) refreshReplicated(ctx context.Context, r driver.Request) error {
+	n, err := d.waitAck(ctx, r)
+	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		return fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
+	case err != nil:
+		return fmt.Errorf("redislock: refresh %q: waiting for replicas: %w", r.Name, errors.Join(err, ErrNotReplicated))
+	case n < int64(d.waitReplicas):
+		return fmt.Errorf("redislock: refresh %q: %d of %d replicas acknowledged within %dms: %w",
+			r.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
+	}
+	return nil
+}
+
 // errLostBeforeWait: the grant was gone when WAIT was about to run.
 var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were asked: %w", driver.ErrNotHeld)
 

@@ -43,9 +43,10 @@ func startReplica(t *testing.T, primary *testenv.RedisServer) *testenv.RedisServ
 }
 
 // TestWaitReplicas: with WaitReplicas, a grant that returns is on the
-// replica already, by TryLock and by a handoff to a waiter, and with more
-// replicas asked for than there are the acquisition fails and leaves the
-// lock free.
+// replica already, by TryLock and by a handoff to a waiter; a renewal
+// fails without the replica's acknowledgement; and with more replicas
+// asked for than there are the acquisition fails and leaves the lock
+// free.
 func TestWaitReplicas(t *testing.T) {
 	primary := testenv.StartRedis(t, testenv.RedisOptions{})
 	replica := startReplica(t, primary).Client()
@@ -98,10 +99,30 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("permit with WaitReplicas: %v", err)
 	}
 
+	// A renewal waits for the replica too: acknowledged, it extends the
+	// lock; with the replica gone, it fails with ErrNotReplicated (not
+	// ErrNotHeld: the lock is still there) and reports no new validity.
+	rn := request("renew", 10*time.Second)
+	if _, err := d.TryLock(ctx, rn); err != nil {
+		t.Fatal(err)
+	}
+	if until, err := d.Refresh(ctx, rn); err != nil || time.Until(until) < 9*time.Second {
+		t.Fatalf("acknowledged renewal: until %v from now, %v", time.Until(until), err)
+	}
+	if err := replica.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	short := newDriverOn(t, primary.Client(), &Options{Prefix: d.prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+	waitDetached(t, primary)
+	until, err := short.Refresh(ctx, rn)
+	if !errors.Is(err, ErrNotReplicated) || errors.Is(err, driver.ErrNotHeld) || !until.IsZero() {
+		t.Fatalf("renewal without its replica: until %v, %v; want ErrNotReplicated only", until, err)
+	}
+
 	two := newDriverOn(t, primary.Client(), &Options{Prefix: d.prefix, WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})
 	r := request("two", 10*time.Second)
 	start := time.Now()
-	_, err := two.TryLock(ctx, r)
+	_, err = two.TryLock(ctx, r)
 	if !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("two replicas asked, one there: got %v, want ErrNotReplicated", err)
 	}
@@ -135,4 +156,22 @@ func parseURL(t *testing.T, raw string) driver.URL {
 		t.Fatal(err)
 	}
 	return driver.NewURL(u)
+}
+
+// waitDetached waits until primary counts no connected replica.
+func waitDetached(t *testing.T, primary *testenv.RedisServer) {
+	t.Helper()
+	c := primary.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "connected_slaves:0") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replica stayed attached: %v\n%s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

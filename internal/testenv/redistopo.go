@@ -33,8 +33,10 @@ type SentinelSetup struct {
 
 // SentinelServer is one redis-sentinel process.
 type SentinelServer struct {
-	t        testing.TB
-	Addr     string
+	t    testing.TB
+	Addr string
+	// Host is the test host the sentinel runs on, or nil.
+	Host     *Host
 	conf     string
 	password string
 	mu       sync.Mutex
@@ -50,6 +52,10 @@ type SentinelOptions struct {
 	// masterauth) and by the sentinels themselves (requirepass, and
 	// auth-pass towards the nodes).
 	Password string
+	// Hosts, when set, places the processes on test network hosts
+	// (StartNet): data node i (0 the primary, then the replicas) on
+	// Hosts[i], sentinel j on Hosts[1+Replicas+j].
+	Hosts []*Host
 }
 
 // StartSentinel starts a primary, o.Replicas replicas in sync with it and
@@ -74,29 +80,42 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	if o.Password != "" {
 		auth = append(auth, "--requirepass", o.Password, "--masterauth", o.Password)
 	}
-	primary := StartRedis(t, RedisOptions{Args: auth, Password: o.Password})
+	host := func(i int) *Host {
+		if len(o.Hosts) == 0 {
+			return nil
+		}
+		if i >= len(o.Hosts) {
+			t.Fatalf("StartSentinel: %d hosts for %d data nodes and %d sentinels", len(o.Hosts), 1+o.Replicas, o.Sentinels)
+		}
+		return o.Hosts[i]
+	}
+	primary := StartRedis(t, RedisOptions{Args: auth, Password: o.Password, Host: host(0)})
 	ps := &SentinelSetup{Servers: []*RedisServer{primary}, DownAfter: o.DownAfter}
-	host, port, _ := strings.Cut(primary.Addr, ":")
-	for range o.Replicas {
+	phost, port, _ := strings.Cut(primary.Addr, ":")
+	for i := range o.Replicas {
 		// Replicas of the primary at start; after a failover the sentinels
 		// reconfigure them (and a restarted old primary) themselves.
-		r := StartRedis(t, RedisOptions{Args: append([]string{"--replicaof", host, port}, auth...), Password: o.Password})
+		r := StartRedis(t, RedisOptions{Args: append([]string{"--replicaof", phost, port}, auth...), Password: o.Password, Host: host(1 + i)})
 		ps.Servers = append(ps.Servers, r)
 	}
 	for _, r := range ps.Servers[1:] {
 		waitSynced(t, r)
 	}
 	quorum := o.Sentinels/2 + 1
-	for range o.Sentinels {
-		s := &SentinelServer{t: t, password: o.Password}
+	for j := range o.Sentinels {
+		s := &SentinelServer{t: t, password: o.Password, Host: host(1 + o.Replicas + j)}
 		p := freePort(t)
-		s.Addr = "127.0.0.1:" + strconv.Itoa(p)
+		ip := "127.0.0.1"
+		if s.Host != nil {
+			ip = s.Host.IP
+		}
+		s.Addr = ip + ":" + strconv.Itoa(p)
 		dir := t.TempDir()
 		s.conf = filepath.Join(dir, "sentinel.conf")
-		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel resolve-hostnames no\n"+
+		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
-			p, dir, SentinelMaster, host, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
+			p, ip, dir, SentinelMaster, phost, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
 			SentinelMaster, max(3*o.DownAfter.Milliseconds(), 3000), SentinelMaster)
 		if o.Password != "" {
 			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
@@ -169,7 +188,11 @@ func (s *SentinelServer) Start() {
 	if s.cmd != nil {
 		return
 	}
-	s.cmd = startAndPing(s.t, exec.Command("redis-sentinel", s.conf, "--loglevel", "warning"), &redis.Options{Addr: s.Addr, Password: s.password})
+	cmd := exec.Command("redis-sentinel", s.conf, "--loglevel", "warning")
+	if s.Host != nil {
+		cmd = s.Host.Command("redis-sentinel", s.conf, "--loglevel", "warning")
+	}
+	s.cmd = startAndPing(s.t, cmd, &redis.Options{Addr: s.Addr, Password: s.password})
 }
 
 // Kill stops the sentinel at once (SIGKILL).
