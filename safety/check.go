@@ -3,6 +3,7 @@ package safety
 import (
 	"cmp"
 	"slices"
+	"strconv"
 )
 
 // An Acquisition is one critical section of one client, as the client
@@ -36,11 +37,16 @@ type Acquisition struct {
 	// the last moment the client is known to have been told it held the
 	// lock. The worker looks every 2ms.
 	HeldAt int64 `json:"heldAt,omitempty"`
+	// Mode is what the section took: "read" or "write" (a readers-writer
+	// lock), "permit" (one of Limit permits of a semaphore), "leader" (an
+	// election), or empty for a mutex.
+	Mode  string `json:"m,omitempty"`
+	Limit int    `json:"n,omitempty"`
 }
 
 // heldAfter reports whether the client's lease was seen held after t:
 // by a look at HeldAt, or, without HeldAt, until LostAt (Done open) or,
-// without either, until Exit unless it was lost by then.
+// without either, until Exit (when it was lost by then is not known).
 func (a Acquisition) heldAfter(t int64) bool {
 	switch {
 	case a.HeldAt != 0:
@@ -48,7 +54,7 @@ func (a Acquisition) heldAfter(t int64) bool {
 	case a.LostAt != 0:
 		return a.LostAt > t
 	default:
-		return !a.Lost || t < a.Exit
+		return t < a.Exit
 	}
 }
 
@@ -100,6 +106,16 @@ type Result struct {
 	// (by Enter), whose token is not greater than the token of an earlier
 	// acquisition.
 	Regressions int
+	// Excess counts the grants that broke the kind's bound while other
+	// clients' leases were still seen held (as for StillHeld): a writer
+	// beside any holder, a reader beside a writer, a permit beyond the
+	// semaphore's limit, a second leader or mutex holder. For a mutex it
+	// counts grants where StillHeld counts pairs.
+	Excess int
+	// BadObservations counts leaders shown by Observe that no campaign
+	// was granted (value and token), and tokens that went back in one
+	// observer's sequence.
+	BadObservations int
 	// NotLinearizable and LinearUnknown count the runs whose history
 	// CheckLinear found not linearizable, or could not decide in time.
 	NotLinearizable, LinearUnknown int
@@ -114,6 +130,9 @@ func (r Result) Add(o Result) Result {
 		Overlaps:       r.Overlaps + o.Overlaps,
 		Unnoticed:      r.Unnoticed + o.Unnoticed,
 		StillHeld:      r.StillHeld + o.StillHeld,
+		Excess:         r.Excess + o.Excess,
+
+		BadObservations: r.BadObservations + o.BadObservations,
 		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
 		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
 		Regressions:    r.Regressions + o.Regressions,
@@ -159,6 +178,8 @@ func Check(acqs []Acquisition, writes []Write) Result {
 		}
 	}
 
+	res.Excess = excess(s)
+
 	var accepted uint64
 	writer := -1 // the client that first wrote with token accepted
 	for _, w := range writes {
@@ -174,4 +195,69 @@ func Check(acqs []Acquisition, writes []Write) Result {
 		}
 	}
 	return res
+}
+
+// excess counts the grants, among acquisitions sorted by Enter, at which
+// the holders still seen held and the new one break the kind's bound.
+func excess(s []Acquisition) int {
+	n := 0
+	for i, b := range s {
+		var held []Acquisition
+		for _, a := range s[:i] {
+			if a.Client != b.Client && a.heldAfter(b.Enter) {
+				held = append(held, a)
+			}
+		}
+		if len(held) == 0 {
+			continue
+		}
+		switch b.Mode {
+		case "read":
+			if slices.ContainsFunc(held, func(a Acquisition) bool { return a.Mode != "read" }) {
+				n++
+			}
+		case "permit":
+			if len(held)+1 > b.Limit {
+				n++
+			}
+		default: // write, leader, mutex: nobody else
+			n++
+		}
+	}
+	return n
+}
+
+// An Observation is one leader an observer's Observe channel showed.
+type Observation struct {
+	Client int    // the observer
+	Value  string // the leader's value
+	Token  uint64 // the leader's token; 0: nobody leads
+	At     int64  // Unix nanoseconds
+}
+
+// CheckObserved counts the observations that show a leader no campaign
+// was granted (by value and token), and the ones whose token is lower
+// than one the same observer showed before.
+func CheckObserved(acqs []Acquisition, obs []Observation) int {
+	granted := map[uint64]string{}
+	for _, a := range acqs {
+		if a.Mode == "leader" {
+			granted[a.Token] = strconv.Itoa(a.Client)
+		}
+	}
+	bad := 0
+	last := map[int]uint64{}
+	for _, o := range obs {
+		if o.Token == 0 {
+			continue
+		}
+		if v, ok := granted[o.Token]; !ok || v != o.Value {
+			bad++
+		}
+		if o.Token < last[o.Client] {
+			bad++
+		}
+		last[o.Client] = max(last[o.Client], o.Token)
+	}
+	return bad
 }

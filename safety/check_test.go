@@ -28,7 +28,7 @@ func TestCheck(t *testing.T) {
 				{Client: 2, Token: 13, Enter: 950, Exit: 990},
 			},
 			nil,
-			Result{Acquisitions: 4, Overlaps: 2, StillHeld: 2},
+			Result{Acquisitions: 4, Overlaps: 2, StillHeld: 2, Excess: 2},
 		},
 		{
 			// Client 1 paused from 150 to 850: its last look that found
@@ -52,7 +52,7 @@ func TestCheck(t *testing.T) {
 				{Client: 3, Token: 12, Enter: 300, Exit: 400},
 			},
 			nil,
-			Result{Acquisitions: 3, Overlaps: 2, StillHeld: 1},
+			Result{Acquisitions: 3, Overlaps: 2, StillHeld: 1, Excess: 1},
 		},
 		{
 			// A double grant neither holder heard of.
@@ -63,7 +63,7 @@ func TestCheck(t *testing.T) {
 				{Client: 3, Token: 11, Enter: 250, Exit: 500, Lost: true},
 			},
 			nil,
-			Result{Acquisitions: 3, Overlaps: 3, Unnoticed: 1, StillHeld: 3, Regressions: 1},
+			Result{Acquisitions: 3, Overlaps: 3, Unnoticed: 1, StillHeld: 3, Excess: 2, Regressions: 1},
 		},
 		{
 			// The same client's consecutive sections never count.
@@ -111,6 +111,32 @@ func TestCheck(t *testing.T) {
 			Result{Acquisitions: 4},
 		},
 	}
+	// Other kinds: overlaps are allowed within the kind's bound, and
+	// Excess counts the grants beyond it.
+	rw := func(c int, mode string, enter, held int64) Acquisition {
+		return Acquisition{Client: c, Token: uint64(enter), Enter: enter, Exit: held + 10, HeldAt: held, Mode: mode, Limit: 2}
+	}
+	kinds := []struct {
+		name string
+		acqs []Acquisition
+		want int
+	}{
+		{"readers together", []Acquisition{rw(1, "read", 10, 100), rw(2, "read", 20, 100), rw(3, "read", 30, 100)}, 0},
+		{"a writer after the readers", []Acquisition{rw(1, "read", 10, 100), rw(2, "read", 20, 100), rw(3, "write", 101, 200)}, 0},
+		{"a writer beside a reader", []Acquisition{rw(1, "read", 10, 100), rw(3, "write", 50, 200)}, 1},
+		{"a reader beside a writer", []Acquisition{rw(3, "write", 10, 100), rw(1, "read", 50, 200), rw(2, "read", 60, 200)}, 2},
+		{"two permits of two", []Acquisition{rw(1, "permit", 10, 100), rw(2, "permit", 20, 100), rw(3, "permit", 101, 200)}, 0},
+		{"a third permit of two", []Acquisition{rw(1, "permit", 10, 100), rw(2, "permit", 20, 100), rw(3, "permit", 30, 200)}, 1},
+		{"a second leader", []Acquisition{rw(1, "leader", 10, 100), rw(2, "leader", 50, 200)}, 1},
+		{"leaders in turn", []Acquisition{rw(1, "leader", 10, 100), rw(2, "leader", 101, 200)}, 0},
+	}
+	for _, tc := range kinds {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Check(tc.acqs, nil).Excess; got != tc.want {
+				t.Errorf("Excess = %d, want %d", got, tc.want)
+			}
+		})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Check(tc.acqs, tc.writes); got != tc.want {
@@ -121,8 +147,29 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
+	}
+}
+
+func TestCheckObserved(t *testing.T) {
+	acqs := []Acquisition{{Client: 1, Token: 10, Mode: "leader"}, {Client: 2, Token: 11, Mode: "leader"}}
+	tests := []struct {
+		name string
+		obs  []Observation
+		want int
+	}{
+		{"in order", []Observation{{1, "1", 10, 1}, {1, "", 0, 2}, {1, "2", 11, 3}, {2, "2", 11, 3}}, 0},
+		{"a leader nobody was granted", []Observation{{1, "3", 12, 1}}, 1},
+		{"the wrong value for a token", []Observation{{1, "2", 10, 1}}, 1},
+		{"a token going back", []Observation{{1, "2", 11, 1}, {1, "1", 10, 2}}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CheckObserved(acqs, tc.obs); got != tc.want {
+				t.Errorf("CheckObserved = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

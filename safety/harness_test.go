@@ -158,6 +158,11 @@ type workload struct {
 	// gateway, and client i runs on hosts[i] where that is set.
 	net   *testenv.Net
 	hosts []*testenv.Host
+	// kind is what the workers take (worker -kind: mutex, rw, permit,
+	// leader) and limit the semaphore's; other kinds than the mutex make
+	// no writes.
+	kind  string
+	limit int
 }
 
 // enter is a worker's report that it acquired the lock.
@@ -175,6 +180,7 @@ type workers struct {
 
 	mu     sync.Mutex
 	acqs   []Acquisition
+	obs    []Observation
 	errs   []string
 	failed []string // workers that exited with an error
 }
@@ -224,6 +230,9 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		if wl.timeout != 0 {
 			args = append(args, "-timeout", wl.timeout.String())
 		}
+		if wl.kind != "" && wl.kind != "mutex" {
+			args = append(args, "-kind", wl.kind, "-limit", strconv.Itoa(max(wl.limit, 1)), "-resource", "")
+		}
 		cmd := exec.Command(bin, args...)
 		if i < len(wl.hosts) && wl.hosts[i] != nil {
 			cmd = wl.hosts[i].Command(bin, args...)
@@ -260,11 +269,14 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		t.Error(f)
 	}
 	r := Check(w.acqs, res.writes())
-	switch CheckLinear(w.acqs, res.writes(), time.Minute) {
-	case porcupine.Illegal:
-		r.NotLinearizable = 1
-	case porcupine.Unknown:
-		r.LinearUnknown = 1
+	r.BadObservations = CheckObserved(w.acqs, w.obs)
+	if wl.kind == "" || wl.kind == "mutex" || wl.kind == "leader" { // the model is a lock with one holder
+		switch CheckLinear(w.acqs, res.writes(), time.Minute) {
+		case porcupine.Illegal:
+			r.NotLinearizable = 1
+		case porcupine.Unknown:
+			r.LinearUnknown = 1
+		}
 	}
 	if os.Getenv("DLOCK_SAFETY_DUMP") != "" {
 		slices.SortFunc(w.acqs, func(a, b Acquisition) int { return cmp.Compare(a.Enter, b.Enter) })
@@ -313,6 +325,10 @@ func (w *workers) read(out interface{ Read([]byte) (int, error) }) {
 		case "acq":
 			w.mu.Lock()
 			w.acqs = append(w.acqs, e.Acquisition)
+			w.mu.Unlock()
+		case "obs":
+			w.mu.Lock()
+			w.obs = append(w.obs, Observation{Client: e.Client, Value: e.Msg, Token: e.Token, At: e.At})
 			w.mu.Unlock()
 		case "err":
 			w.mu.Lock()

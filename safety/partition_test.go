@@ -251,10 +251,10 @@ func TestMemberPartition(t *testing.T) {
 				fault := fmt.Sprintf("holder's member (the %s) %s the other two; TTL %v", c.role, c.fault.name, ttl)
 				var total Result
 				var times partTimes
-				runs := scale(1, 5)
+				runs := scale(1, 3)
 				var backend string
 				for range runs {
-					r, p, name := memberPartitionRun(t, st.start, c.role, c.fault, ttl)
+					r, p, name := memberPartitionRun(t, st.start, c.role, c.fault, ttl, "mutex")
 					total, backend = total.Add(r), name
 					times.add(p)
 				}
@@ -265,7 +265,7 @@ func TestMemberPartition(t *testing.T) {
 	}
 }
 
-func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quorum, role string, f netFault, ttl time.Duration) (Result, partTimes, string) {
+func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quorum, role string, f netFault, ttl time.Duration, kind string) (Result, partTimes, string) {
 	nt := testenv.StartNet(t, 3)
 	q := start(t, nt)
 	// The holder's member: one with the role wanted, now.
@@ -287,10 +287,16 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 			otherHosts = append(otherHosts, nt.Hosts[i])
 		}
 	}
+	clients := 3
+	if kind == "permit" {
+		clients = 4 // two permits: the others contend
+	}
 	wl := workload{
+		kind:    kind,
+		limit:   2,
 		url:     q.url(others...),
 		urls:    []string{q.url(m)},
-		clients: 3,
+		clients: clients,
 		dur:     scale(14*time.Second, 30*time.Second),
 		ttl:     ttl,
 		hold:    200 * time.Millisecond,

@@ -27,8 +27,8 @@ var (
 // a stale write accepted is always an error.
 func report(t *testing.T, backend, fault string, guard bool, runs int, r Result) {
 	t.Helper()
-	t.Logf("%s / %s: runs %d, acquisitions %d, (a) overlaps %d (unnoticed %d, seen held after the other's grant %d), (b) stale writes accepted %d (guard %v), (c) token regressions %d; writes %d, refused %d, accepted with another client's token %d; runs not linearizable %d (undecided %d)",
-		backend, fault, runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, r.StaleAccepted, guard, r.Regressions, r.Writes, r.Rejected, r.SharedAccepted, r.NotLinearizable, r.LinearUnknown)
+	t.Logf("%s / %s: runs %d, acquisitions %d, (a) overlaps %d (unnoticed %d, seen held after the other's grant %d), (b) stale writes accepted %d (guard %v), (c) token regressions %d; writes %d, refused %d, accepted with another client's token %d; grants beyond the kind's bound %d; bad observations %d; runs not linearizable %d (undecided %d)",
+		backend, fault, runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, r.StaleAccepted, guard, r.Regressions, r.Writes, r.Rejected, r.SharedAccepted, r.Excess, r.BadObservations, r.NotLinearizable, r.LinearUnknown)
 	if guard && r.StaleAccepted != 0 {
 		t.Errorf("%d stale writes got through the guard", r.StaleAccepted)
 	}
@@ -55,8 +55,8 @@ func writeTable() error {
 		size = "full"
 	}
 	fmt.Fprintf(&b, "Measured %s, size %s.\n\n", time.Now().UTC().Format("2006-01-02"), size)
-	b.WriteString("| backend | fault | runs / acquisitions | (a) overlaps (unnoticed / seen held after the other's grant) | (b) stale writes accepted | (c) token regressions | writes refused by the guard | writes accepted with another client's token | runs not linearizable |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| backend | fault | runs / acquisitions | (a) overlaps (unnoticed / seen held after the other's grant) | (b) stale writes accepted | (c) token regressions | writes refused by the guard | writes accepted with another client's token | (d) grants beyond the kind's bound | runs not linearizable |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range table {
 		b64 := fmt.Sprint(r.StaleAccepted)
 		if !r.guard {
@@ -66,8 +66,8 @@ func writeTable() error {
 		if r.LinearUnknown > 0 {
 			lin += fmt.Sprintf(" (%d undecided)", r.LinearUnknown)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d / %d | %d (%d / %d) | %s | %d | %d | %d | %s |\n",
-			r.backend, r.fault, r.runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, b64, r.Regressions, r.Rejected, r.SharedAccepted, lin)
+		fmt.Fprintf(&b, "| %s | %s | %d / %d | %d (%d / %d) | %s | %d | %d | %d | %d | %s |\n",
+			r.backend, r.fault, r.runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, b64, r.Regressions, r.Rejected, r.SharedAccepted, r.Excess, lin)
 	}
 	writePartTable(&b)
 	writeResumeTable(&b)

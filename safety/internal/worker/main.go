@@ -8,6 +8,7 @@
 //	                                       section done and released
 //	                                       ("lost":true and "lostAt" if the lease had ended by then)
 //	{"k":"err","c":1,"msg":"..."}                          an acquire failed
+//	{"k":"obs","c":1,"t":42,"at":...,"msg":"2"}             Observe showed leader "2", token 42
 //
 // The write goes out after the hold time whatever happens meanwhile: the
 // worker behaves like a holder that was paused (or cut off) between its
@@ -57,8 +58,12 @@ type event struct {
 	LostAt int64 `json:"lostAt,omitempty"`
 	// HeldAt is the time read before the last look at Err that found the
 	// lease held (looks every 2ms, and at Exit).
-	HeldAt int64  `json:"heldAt,omitempty"`
-	Msg    string `json:"msg,omitempty"`
+	HeldAt int64 `json:"heldAt,omitempty"`
+	// Mode is the kind taken (read, write, permit, leader; empty: mutex),
+	// and Limit the semaphore's limit.
+	Mode  string `json:"m,omitempty"`
+	Limit int    `json:"n,omitempty"`
+	Msg   string `json:"msg,omitempty"`
 }
 
 var (
@@ -82,15 +87,63 @@ func main() {
 		hold     = flag.Duration("hold", 20*time.Millisecond, "time between acquiring and writing")
 		resource = flag.String("resource", "", "URL of the fenced resource's write endpoint")
 		timeout  = flag.Duration("timeout", 5*time.Second, "bound of one acquire call")
+		kind     = flag.String("kind", "mutex", "what to take: mutex, rw (2 reads to 1 write), permit (of -limit), leader (Campaign, and Observe)")
+		limit    = flag.Int("limit", 2, "the semaphore's limit, with -kind permit")
 	)
 	flag.Parse()
-	if err := run(*rawURL, *name, *id, *dur, *ttl, *hold, *resource, *timeout); err != nil {
+	k := takeKind{kind: *kind, limit: *limit, id: *id}
+	if err := run(*rawURL, *name, *id, *dur, *ttl, *hold, *resource, *timeout, k); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource string, timeout time.Duration) error {
+// takeKind is what the worker takes each round.
+type takeKind struct {
+	kind  string
+	limit int
+	id    int
+}
+
+// take acquires one lease of the kind, in round's mode, and returns it
+// with the mode's name for the record.
+func (k takeKind) take(ctx context.Context, l *dlock.Locker, name string, round int) (*dlock.Lease, string, error) {
+	switch k.kind {
+	case "rw":
+		if (round+k.id)%3 == 2 {
+			lease, err := l.AcquireWrite(ctx, name)
+			return lease, "write", err
+		}
+		lease, err := l.AcquireRead(ctx, name)
+		return lease, "read", err
+	case "permit":
+		lease, err := l.AcquirePermit(ctx, name, k.limit)
+		return lease, "permit", err
+	case "leader":
+		lease, err := l.Campaign(ctx, name, strconv.Itoa(k.id))
+		return lease, "leader", err
+	default:
+		lease, err := l.Acquire(ctx, name)
+		return lease, "", err
+	}
+}
+
+// observe follows the election with Observe until ctx ends, and writes
+// one "obs" line per leader it shows.
+func observe(ctx context.Context, l *dlock.Locker, name string, id int) {
+	for ctx.Err() == nil {
+		ch, err := l.Observe(ctx, name)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for info := range ch {
+			emit(event{Kind: "obs", Cl: id, Token: info.Token, At: time.Now().UnixNano(), Msg: info.Value})
+		}
+	}
+}
+
+func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource string, timeout time.Duration, k takeKind) error {
 	ctx := context.Background()
 	var locker *dlock.Locker
 	var err error
@@ -110,10 +163,15 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 	defer locker.Close()
 	client := &http.Client{Timeout: 5 * time.Second}
 	end := time.Now().Add(dur)
-	for time.Now().Before(end) {
+	if k.kind == "leader" {
+		octx, stop := context.WithDeadline(ctx, end.Add(time.Second))
+		defer stop()
+		go observe(octx, locker, name, id)
+	}
+	for round := 0; time.Now().Before(end); round++ {
 		actx, cancel := context.WithTimeout(ctx, min(timeout, time.Until(end)+time.Second))
 		call := time.Now().UnixNano()
-		lease, err := locker.Acquire(actx, name)
+		lease, mode, err := k.take(actx, locker, name, round)
 		cancel()
 		if err != nil {
 			emit(event{Kind: "err", Cl: id, Msg: err.Error()})
@@ -133,7 +191,10 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 		looks := look(lease, stopLooks)
 		time.Sleep(hold)
 		wcall := time.Now().UnixNano()
-		w := write(client, resource, id, lease.Token())
+		w := ""
+		if resource != "" {
+			w = write(client, resource, id, lease.Token())
+		}
 		exit := time.Now().UnixNano()
 		lost := lease.Err() != nil
 		close(stopLooks)
@@ -156,7 +217,7 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 		_ = lease.Release(rctx) // fails after a loss: expected under faults
 		cancel()
 		emit(event{Kind: "acq", Cl: id, Token: lease.Token(), Call: call, Enter: enter, WriteCall: wcall, Exit: exit,
-			Released: time.Now().UnixNano(), Write: w, Lost: lost, LostAt: at, HeldAt: heldAt})
+			Released: time.Now().UnixNano(), Write: w, Lost: lost, LostAt: at, HeldAt: heldAt, Mode: mode, Limit: k.limit})
 	}
 	return nil
 }
