@@ -124,18 +124,18 @@ type Result struct {
 // Add returns the sum of two results, for totals over several runs.
 func (r Result) Add(o Result) Result {
 	return Result{
-		Acquisitions:   r.Acquisitions + o.Acquisitions,
-		Writes:         r.Writes + o.Writes,
-		Rejected:       r.Rejected + o.Rejected,
-		Overlaps:       r.Overlaps + o.Overlaps,
-		Unnoticed:      r.Unnoticed + o.Unnoticed,
-		StillHeld:      r.StillHeld + o.StillHeld,
-		Excess:         r.Excess + o.Excess,
+		Acquisitions: r.Acquisitions + o.Acquisitions,
+		Writes:       r.Writes + o.Writes,
+		Rejected:     r.Rejected + o.Rejected,
+		Overlaps:     r.Overlaps + o.Overlaps,
+		Unnoticed:    r.Unnoticed + o.Unnoticed,
+		StillHeld:    r.StillHeld + o.StillHeld,
+		Excess:       r.Excess + o.Excess,
 
 		BadObservations: r.BadObservations + o.BadObservations,
-		StaleAccepted:  r.StaleAccepted + o.StaleAccepted,
-		SharedAccepted: r.SharedAccepted + o.SharedAccepted,
-		Regressions:    r.Regressions + o.Regressions,
+		StaleAccepted:   r.StaleAccepted + o.StaleAccepted,
+		SharedAccepted:  r.SharedAccepted + o.SharedAccepted,
+		Regressions:     r.Regressions + o.Regressions,
 
 		NotLinearizable: r.NotLinearizable + o.NotLinearizable,
 		LinearUnknown:   r.LinearUnknown + o.LinearUnknown,

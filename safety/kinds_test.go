@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // kindsUnderTest are the other kinds the suite runs under faults, as the
@@ -51,14 +49,7 @@ func kindName(kind string) string {
 // off from the other two).
 func TestKindsUnderPartition(t *testing.T) {
 	const ttl = 2 * time.Second
-	stores := []struct {
-		name  string
-		start func(t *testing.T, nt *testenv.Net) quorum
-	}{
-		{"etcd", startEtcdQuorum},
-		{"zookeeper", func(t *testing.T, nt *testenv.Net) quorum { return startZKQuorum(t, nt, ttl) }},
-	}
-	for _, st := range stores {
+	for _, st := range quorumStores(ttl) {
 		for _, kind := range kindsUnderTest {
 			t.Run(st.name+"/"+kind, func(t *testing.T) {
 				r, times, backend := memberPartitionRun(t, st.start, "follower", cutOff, ttl, kind)

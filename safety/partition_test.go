@@ -217,6 +217,20 @@ func flapper(every time.Duration) netFault {
 	}}
 }
 
+// quorumStore starts a 3-member store on a test network.
+type quorumStore struct {
+	name  string
+	start func(t *testing.T, nt *testenv.Net) quorum
+}
+
+// quorumStores are etcd and ZooKeeper, with sessions of ttl.
+func quorumStores(ttl time.Duration) []quorumStore {
+	return []quorumStore{
+		{"etcd", startEtcdQuorum},
+		{"zookeeper", func(t *testing.T, nt *testenv.Net) quorum { return startZKQuorum(t, nt, ttl) }},
+	}
+}
+
 // TestMemberPartition runs the workload on a 3-member etcd and ZooKeeper,
 // each member on a test host of its own. Client 0, the holder, reaches
 // only member m; the other clients reach only the other two. Right after
@@ -232,13 +246,7 @@ func flapper(every time.Duration) netFault {
 // must ride out the re-election until their own deadline.
 func TestMemberPartition(t *testing.T) {
 	const ttl = 2 * time.Second
-	stores := []struct {
-		name  string
-		start func(t *testing.T, nt *testenv.Net) quorum
-	}{
-		{"etcd", startEtcdQuorum},
-		{"zookeeper", func(t *testing.T, nt *testenv.Net) quorum { return startZKQuorum(t, nt, ttl) }},
-	}
+	stores := quorumStores(ttl)
 	cases := []struct {
 		role  string
 		fault netFault
