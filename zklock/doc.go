@@ -120,10 +120,10 @@
 //
 // Election: a mutex whose nodes hold the candidates' values as their data;
 // the lowest leads. Leader reads the lowest node and its data, after a
-// sync (the server may be a follower that lags behind); Observe
-// runs one goroutine per observer that watches the leader's node (or, when
-// nobody leads, the election's children), so arrivals of candidates wake
-// no observer.
+// sync (the server, a follower or even the leader, may lag behind writes
+// another client saw committed); Observe runs one goroutine per observer
+// that watches the leader's node (or, when nobody leads, the election's
+// children), so arrivals of candidates wake no observer.
 //
 // The lease of every kind is session-bound like a mutex's, with the same
 // fencing token, the same Refresh (a check that the node still exists) and

@@ -24,10 +24,10 @@ import (
 
 // Leader implements driver.Elector: it reads the lowest candidate node of
 // the election and its data. The server the driver is connected to may
-// be a follower that lags behind the leader of the ensemble, so Leader
-// first syncs it (a round trip through the ensemble's leader): what it
-// returns is at least as recent as every change made before it was
-// called, by any client. Three round trips when someone leads.
+// lag behind writes committed by the ensemble (a follower, and even the
+// leader), so Leader first syncs it (a round trip through the ensemble's
+// leader, see sync): what it returns is at least as recent as every
+// change made before it was called, by any client. Three round trips when someone leads.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
 	s, err := d.ready(ctx)
 	if err != nil {
@@ -45,12 +45,21 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	return info, err
 }
 
-// sync makes the server the session is connected to catch up with the
-// ensemble's leader, so that the reads that follow see every write
-// committed before.
+// sync makes the server the session is connected to catch up with every
+// write committed before the call, by any client, so that the session's
+// reads that follow see them.
+//
+// ZooKeeper's own sync does not do that on the leader: there it is
+// answered like a read, possibly before the leader applied a write that
+// it committed and that a follower already applied and acknowledged to
+// its client. So sync sends a transaction that changes nothing instead, a
+// multi-op that checks that p exists (any version): the leader orders it
+// after every committed write, and the session's server answers it, and
+// the session's later reads, only once it applied them all. A check that
+// fails because p does not exist is a transaction all the same.
 func (d *Driver) sync(s *session, p string) error {
 	err := s.do(func() error {
-		_, err := s.conn.Sync(p)
+		_, err := s.conn.Multi(&zk.CheckVersionRequest{Path: p, Version: -1})
 		return err
 	})
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {

@@ -77,9 +77,10 @@ func newAdmin(t testing.TB, servers []string) *admin {
 // locks returns the lock nodes under the name's znode, in queue order.
 func (a *admin) locks(prefix, name string) []string {
 	a.t.Helper()
-	// The admin's server may be a follower behind the one the lockers
-	// wrote through: sync first, so that it has seen their writes.
-	_, _ = a.conn.Sync(prefix + "/" + name)
+	// The admin's server may lag behind the one the lockers wrote through
+	// (a follower, or even the leader): send a transaction first, as
+	// Driver.sync does, so that it has applied their writes.
+	_, _ = a.conn.Multi(&zk.CheckVersionRequest{Path: prefix + "/" + name, Version: -1})
 	kids, _, err := a.conn.Children(prefix + "/" + name)
 	if err == zk.ErrNoNode {
 		return nil
