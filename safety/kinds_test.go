@@ -52,7 +52,7 @@ func TestKindsUnderPartition(t *testing.T) {
 	for _, st := range quorumStores(ttl) {
 		for _, kind := range kindsUnderTest {
 			t.Run(st.name+"/"+kind, func(t *testing.T) {
-				r, times, backend := memberPartitionRun(t, st.start, "follower", cutOff, ttl, kind)
+				r, times, backend := memberPartitionRun(t, st.start, "follower", cutOff, ttl, kind, true)
 				fault := fmt.Sprintf("%s: holder's member (the follower) cut off from the other two; TTL %v", kindName(kind), ttl)
 				reportCuts(t, backend, fault, 1, r, times)
 				if times.cuts == 0 {

@@ -16,6 +16,12 @@ import (
 // vanished while it waited.
 var errRequeue = errors.New("zklock: requeue")
 
+// sessionLost reports whether err is the end of a session the ensemble
+// expired, or may have (no contact the leader confirmed): a waiter starts
+// over on a new session. Other ends (authentication refused, the driver
+// closed) are final.
+func sessionLost(err error) bool { return errors.Is(err, errExpired) || errors.Is(err, errNoContact) }
+
 // TryLock implements driver.Driver, in every mode: it queues a node and,
 // unless the node holds the lock at once (first in line; for a reader, no
 // writer before it; for a permit, fewer than the limit before it), removes
@@ -37,11 +43,13 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 // go. When
 // ctx ends first, it removes its node and returns ctx's error. A wait cut
 // short by the end of the driver's session starts over, at the back of the
-// queue, on a new session.
+// queue, on a new session, and so does one whose session the ensemble
+// expired (or may have) before its node was made; a new session that finds
+// no server waits for one as long as ctx allows.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	for {
 		g, err := d.acquire(ctx, r, true)
-		if errors.Is(err, errRequeue) && ctx.Err() == nil {
+		if (errors.Is(err, errRequeue) || sessionLost(err)) && ctx.Err() == nil {
 			continue
 		}
 		if errors.Is(err, errRequeue) {
@@ -57,6 +65,13 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	s, err := d.ready(ctx)
 	if err != nil {
 		return driver.Grant{}, err
+	}
+	if wait {
+		// A waiter waits for a server too: a new session (the last one
+		// expired behind a partition, say) may find none at first.
+		if err := s.handshake(ctx); err != nil {
+			return driver.Grant{}, err
+		}
 	}
 	n, err := d.newNode(s, r)
 	if err != nil {

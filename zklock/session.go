@@ -254,6 +254,26 @@ func (s *session) ended() bool {
 	}
 }
 
+// handshake waits until the session had its first handshake, the session
+// ends (errRequeue when the ensemble expired it, else its error), or ctx
+// ends (its error, with the last connection attempt's).
+func (s *session) handshake(ctx context.Context) error {
+	select {
+	case <-s.established:
+		return nil
+	case <-s.done:
+		if sessionLost(s.endErr) {
+			return errRequeue
+		}
+		return s.endErr
+	case <-ctx.Done():
+		if e := s.dialErr.Load(); e != nil {
+			return fmt.Errorf("%w; the last connection attempt: %w", ctx.Err(), *e)
+		}
+		return ctx.Err()
+	}
+}
+
 // isEstablished reports whether the session had its first handshake.
 func (s *session) isEstablished() bool {
 	select {

@@ -200,6 +200,54 @@ func TestLongConnectionLossLosesLock(t *testing.T) {
 	_ = again.Release(ctx)
 }
 
+// TestWaiterRidesOutConnectionLoss: a waiting Acquire whose session the
+// driver gives up on behind a cut connection, and whose new session finds
+// no server for a while, goes on waiting until its context ends: once the
+// connection is back it queues again and gets the lock when the holder
+// releases it.
+func TestWaiterRidesOutConnectionLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	server := testenv.ZKAddr(t)
+	p := startProxy(t, server)
+	prefix := testPrefix()
+	const timeout = time.Second
+	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
+	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	held, err := b.Acquire(ctx, "ride")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := da.SessionInfo()
+	got := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "ride")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	p.Cut()
+	time.Sleep(3 * timeout) // the first session is given up; a new one finds no server
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter gave up %v into the connection loss: %v", 3*timeout, err)
+	default:
+	}
+	p.Restore()
+	time.Sleep(timeout) // the new session connects and queues
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter, after the connection came back: %v", err)
+	}
+	if id2, _, _ := da.SessionInfo(); id2 == id {
+		t.Error("the waiter's driver kept the session it gave up on")
+	}
+}
+
 // TestReleaseDuringConnectionLoss: a release while the connection is lost
 // does not leave the node behind: the delete goes through once the client
 // reconnects (within the session timeout), whether Release waited for it or
