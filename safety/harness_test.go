@@ -270,13 +270,18 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 	}
 	r := Check(w.acqs, res.writes())
 	r.BadObservations = CheckObserved(w.acqs, w.obs)
-	if wl.kind == "" || wl.kind == "mutex" || wl.kind == "leader" { // the model is a lock with one holder
-		switch CheckLinear(w.acqs, res.writes(), time.Minute) {
-		case porcupine.Illegal:
-			r.NotLinearizable = 1
-		case porcupine.Unknown:
-			r.LinearUnknown = 1
-		}
+	var lin porcupine.CheckResult
+	switch wl.kind {
+	case "", "mutex", "leader": // a lock with one holder
+		lin = CheckLinear(w.acqs, res.writes(), time.Minute)
+	case "permit":
+		lin = CheckLinearPermits(w.acqs, max(wl.limit, 1), time.Minute)
+	}
+	switch lin {
+	case porcupine.Illegal:
+		r.NotLinearizable = 1
+	case porcupine.Unknown:
+		r.LinearUnknown = 1
 	}
 	if os.Getenv("DLOCK_SAFETY_DUMP") != "" {
 		slices.SortFunc(w.acqs, func(a, b Acquisition) int { return cmp.Compare(a.Enter, b.Enter) })

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -108,4 +109,31 @@ func linearHistory(acqs []Acquisition, writes []Write) []porcupine.Operation {
 		h = append(h, op("acquire", a.Call, a.Enter), op("held", held, held), op("free", held, max(held, a.Released)))
 	}
 	return h
+}
+
+// CheckLinearPermits checks that a semaphore's history is linearizable
+// against a semaphore of limit permits: each acquisition is an acquire
+// (legal only while fewer than limit clients hold a permit), a held at the
+// last look that found the lease held (legal only while the client holds
+// one) and a free, as in CheckLinear. Clients must be numbered 0 to 63.
+func CheckLinearPermits(acqs []Acquisition, limit int, timeout time.Duration) porcupine.CheckResult {
+	model := porcupine.Model{
+		Init: func() any { return uint64(0) }, // the clients holding a permit
+		Step: func(state, input, _ any) (bool, any) {
+			held, op := state.(uint64), input.(lockOp)
+			bit := uint64(1) << op.client
+			switch op.kind {
+			case "acquire":
+				if held&bit != 0 || bits.OnesCount64(held) >= limit {
+					return false, held
+				}
+				return true, held | bit
+			case "held":
+				return held&bit != 0, held
+			default: // free
+				return held&bit != 0, held &^ bit
+			}
+		},
+	}
+	return porcupine.CheckOperationsTimeout(model, linearHistory(acqs, nil), timeout)
 }

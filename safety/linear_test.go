@@ -99,3 +99,25 @@ func TestCheckLinear(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckLinearPermits(t *testing.T) {
+	p := func(c int, call, enter, held, rel int64) Acquisition {
+		return Acquisition{Client: c, Token: uint64(enter), Call: call, Enter: enter, Exit: held, HeldAt: held, Released: rel, Mode: "permit", Limit: 2}
+	}
+	tests := []struct {
+		name string
+		acqs []Acquisition
+		want porcupine.CheckResult
+	}{
+		{"two of two", []Acquisition{p(1, 1, 5, 50, 55), p(2, 2, 6, 50, 55), p(3, 3, 60, 70, 75)}, porcupine.Ok},
+		{"a third while two are seen held", []Acquisition{p(1, 1, 5, 50, 55), p(2, 2, 6, 50, 55), p(3, 3, 20, 70, 75)}, porcupine.Illegal},
+		{"a third whose grant may follow a free", []Acquisition{p(1, 1, 5, 10, 55), p(2, 2, 6, 50, 55), p(3, 3, 20, 70, 75)}, porcupine.Ok},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CheckLinearPermits(tc.acqs, 2, 10*time.Second); got != tc.want {
+				t.Errorf("CheckLinearPermits = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
