@@ -14,7 +14,7 @@
 // showed. The suite itself is the package's tests; docs/SAFETY.md has the
 // tables they produce and the command that produces them:
 //
-//	go test ./safety/    # small size, as in CI (as root: test networks)
+//	go test -timeout 30m ./safety/    # small size, as in CI (as root: test networks)
 //	go test ./safety/ -run . -count=1 -v -timeout 60m -safety.full -safety.table SAFETY-table.md
 //
 // DLOCK_SAFETY=full in the environment means the same as -safety.full;

@@ -21,6 +21,8 @@ import (
 //	            holds a permit (still one round trip: the name's znode
 //	            has no more than 4 children)
 //	Campaign    Campaign and Release
+//
+// BenchmarkLeader, below, is one Leader read instead.
 
 func benchKind(b *testing.B, take func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error), setup func(ctx context.Context, l *dlock.Locker)) {
 	ctx := context.Background()
@@ -90,4 +92,27 @@ func BenchmarkMutex(b *testing.B) {
 	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
 		return l.Acquire(ctx, "bench")
 	}, nil)
+}
+
+// BenchmarkLeader is one Leader call on an election another client leads:
+// the server is brought up to date with the leader first (a no-op
+// transaction, see Driver.Inspect), then the election's znode is read.
+func BenchmarkLeader(b *testing.B) {
+	ctx := context.Background()
+	servers, prefix := []string{testenv.ZKAddr(b)}, testPrefix()
+	l, _ := newLocker(b, servers, prefix, 10*time.Second)
+	other, _ := newLocker(b, servers, prefix, 10*time.Second)
+	if _, err := other.Campaign(ctx, "bench", "them"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := l.Leader(ctx, "bench"); err != nil { // connect outside the timer
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		info, err := l.Leader(ctx, "bench")
+		if err != nil || info.Value != "them" {
+			b.Fatalf("Leader = %+v, %v", info, err)
+		}
+	}
 }

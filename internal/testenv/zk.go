@@ -193,6 +193,11 @@ type ZKOptions struct {
 func StartZKWith(t testing.TB, n int, o ZKOptions) *ZKCluster {
 	t.Helper()
 	c, err := launchZK(t.TempDir(), n, o)
+	// The ports are free when chosen, but another process may take one
+	// before the JVM binds it: choose again.
+	for try := 1; try < 3 && err != nil && strings.Contains(err.Error(), "Address already in use"); try++ {
+		c, err = launchZK(t.TempDir(), n, o)
+	}
 	if err != nil {
 		t.Fatalf("start ZooKeeper: %v; install it with %s", err, ZooKeeperScript)
 	}
