@@ -361,35 +361,34 @@ func memberPartitionRun(t *testing.T, start func(*testing.T, *testenv.Net) quoru
 }
 
 // TestRedlockPartition runs Redlock on 5 nodes, each on a test host of
-// its own. Client 0, the holder, runs on a host of its own; the others in
-// the test's namespace, reaching every node. Right after client 0 is
-// granted the lock, its host is cut off from 3 of the 5 nodes (it keeps
-// 2, a minority) for 3 TTLs: its renewals fail for want of a quorum
-// while the others wait for the 3 nodes' keys to expire. The holder must
-// be told before anyone else is granted the lock.
+// its own, and 3 clients, each on a host of its own too. Right after a
+// client is granted the lock, its host is cut off from 3 of the 5 nodes
+// (it keeps 2, a minority) for 3 TTLs: its renewals fail for want of a
+// quorum while the others, reaching all five, wait for the 3 nodes' keys
+// to expire. The holder must be told before anyone else is granted the
+// lock.
 func TestRedlockPartition(t *testing.T) {
 	const ttl = time.Second
-	nt := testenv.StartNet(t, 6)
+	nt := testenv.StartNet(t, 8)
 	nodes := make([]*testenv.RedisServer, 5)
 	for i := range nodes {
 		nodes[i] = testenv.StartRedis(t, testenv.RedisOptions{Host: nt.Hosts[i]})
 	}
-	holder, majority := nt.Hosts[5], nt.Hosts[:3]
+	clients, majority := nt.Hosts[5:], nt.Hosts[:3]
 	wl := workload{
 		url:     "redlock://" + testenv.Addrs(nodes),
 		clients: 3,
 		dur:     scale(16*time.Second, 40*time.Second),
 		ttl:     ttl,
-		hold:    200 * time.Millisecond,
-		holds:   []time.Duration{3 * ttl},
+		hold:    3 * ttl, // through the cut
 		timeout: 10 * time.Second,
 		guard:   true,
 		net:     nt,
-		hosts:   []*testenv.Host{holder},
+		hosts:   clients,
 	}
 	fault := fmt.Sprintf("holder cut off from 3 of 5 nodes for 3 TTL; TTL %v", ttl)
-	r, times, _ := cutHolder(t, wl, cutPlan{part: 3 * ttl, gap: time.Second, apply: func(on bool) {
-		cutOff.apply(nt, holder, majority, on)
+	r, times, _ := cutHolder(t, wl, cutPlan{part: 3 * ttl, gap: time.Second, anyClient: true, applyTo: func(c int, on bool) {
+		cutOff.apply(nt, clients[c], majority, on)
 	}})
 	reportCuts(t, "redlock (5 nodes)", fault, 1, r, times)
 	checkCuts(t, r, times)
@@ -398,8 +397,10 @@ func TestRedlockPartition(t *testing.T) {
 // A cutPlan says how cutHolder injects its fault.
 type cutPlan struct {
 	part, gap time.Duration
-	// apply makes (true) and lifts (false) the fault.
-	apply func(on bool)
+	// apply makes (true) and lifts (false) the fault; applyTo, when set,
+	// is used instead, with the client whose grant is cut.
+	apply   func(on bool)
+	applyTo func(client int, on bool)
 	// when, if set, must hold for a grant to be cut.
 	when func() bool
 	// anyClient cuts at a grant to any client, not only to client 0.
@@ -432,10 +433,14 @@ func cutHolder(t *testing.T, wl workload, p cutPlan) (Result, partTimes, *worker
 			if p.when != nil && !p.when() {
 				continue
 			}
+			apply := p.apply
+			if p.applyTo != nil {
+				apply = func(on bool) { p.applyTo(e.client, on) }
+			}
 			at := time.Now()
-			p.apply(true)
+			apply(true)
 			whole := sleepCtx(ctx, p.part)
-			p.apply(false)
+			apply(false)
 			if !whole {
 				return // the run ended during the cut: not measured
 			}
