@@ -44,19 +44,23 @@ type Acquisition struct {
 	Limit int    `json:"n,omitempty"`
 }
 
-// heldAfter reports whether the client's lease was seen held after t:
-// by a look at HeldAt, or, without HeldAt, until LostAt (Done open) or,
-// without either, until Exit (when it was lost by then is not known).
-func (a Acquisition) heldAfter(t int64) bool {
+// heldUntil returns the last instant the client's lease is known to have
+// said held: the look at HeldAt, or, without HeldAt, just before LostAt
+// (Done open), or, without either, Exit (when it was lost by then is not
+// known).
+func (a Acquisition) heldUntil() int64 {
 	switch {
 	case a.HeldAt != 0:
-		return a.HeldAt > t
+		return a.HeldAt
 	case a.LostAt != 0:
-		return a.LostAt > t
+		return a.LostAt - 1
 	default:
-		return t < a.Exit
+		return a.Exit
 	}
 }
+
+// heldAfter reports whether the client's lease was seen held after t.
+func (a Acquisition) heldAfter(t int64) bool { return a.heldUntil() > t }
 
 // A Write is one entry of the fenced resource's log, in the order the
 // resource applied or refused the writes: a write by Client carrying

@@ -96,13 +96,7 @@ func linearHistory(acqs []Acquisition, writes []Write) []porcupine.Operation {
 		if a.Released == 0 {
 			continue
 		}
-		held := a.Exit // the look at Exit said held
-		switch {
-		case a.HeldAt != 0:
-			held = a.HeldAt
-		case a.LostAt != 0:
-			held = a.LostAt - 1 // Done was open until LostAt
-		}
+		held := a.heldUntil()
 		op := func(kind string, call, ret int64) porcupine.Operation {
 			return porcupine.Operation{ClientId: a.Client, Input: lockOp{kind: kind, client: a.Client, token: a.Token}, Call: call, Return: ret}
 		}

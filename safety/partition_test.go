@@ -197,15 +197,14 @@ var (
 			nt.Heal()
 		}
 	}}
-	// flapping cuts a off from others and heals the cut every 300ms
-	// until lifted.
-	flapping = flapper(300 * time.Millisecond)
 )
 
-func flapper(every time.Duration) netFault {
+// flapper cuts a off from others and heals the cut each period until
+// lifted. Each call makes a fault of its own (it keeps its loop's state).
+func flapper(period time.Duration) netFault {
 	var stop chan struct{}
 	var done sync.WaitGroup
-	return netFault{"flapping", fmt.Sprintf("cut off and healed every %v (flapping), from", every), func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool) {
+	return netFault{"flapping", fmt.Sprintf("cut off and healed every %v (flapping), from", period), func(nt *testenv.Net, a *testenv.Host, others []*testenv.Host, on bool) {
 		if !on {
 			close(stop)
 			done.Wait()
@@ -223,7 +222,7 @@ func flapper(every time.Duration) netFault {
 				select {
 				case <-stop:
 					return
-				case <-time.After(every):
+				case <-time.After(period):
 				}
 			}
 		})
@@ -264,7 +263,7 @@ func TestMemberPartition(t *testing.T) {
 		role  string
 		fault netFault
 	}{
-		{"follower", cutOff}, {"leader", cutOff}, {"follower", deafTo}, {"follower", flapping},
+		{"follower", cutOff}, {"leader", cutOff}, {"follower", deafTo}, {"follower", flapper(300 * time.Millisecond)},
 	}
 	for _, st := range stores {
 		for _, c := range cases {

@@ -94,7 +94,7 @@ func StartNet(t testing.TB, n int) *Net {
 	}
 	t.Cleanup(nt.remove)
 	nt.Gateway = nt.addr(1)
-	if err := firstErr(
+	if err := errors.Join(
 		ipCmd("link", "set", nt.bridge, "alias", "dlock-test pid="+strconv.Itoa(os.Getpid())),
 		ipCmd("addr", "add", nt.Gateway+"/24", "dev", nt.bridge),
 		ipCmd("link", "set", nt.bridge, "up"),
@@ -104,7 +104,7 @@ func StartNet(t testing.TB, n int) *Net {
 	for i := range n {
 		h := &Host{n: nt, Name: fmt.Sprintf("dlk%dh%d", nt.id, i), IP: nt.addr(10 + i)}
 		veth := fmt.Sprintf("dlk%dv%d", nt.id, i)
-		if err := firstErr(
+		if err := errors.Join(
 			ipCmd("netns", "add", h.Name),
 			ipCmd("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.Name),
 			ipCmd("link", "set", veth, "master", nt.bridge, "up"),
@@ -179,8 +179,6 @@ func ipCmd(args ...string) error {
 	}
 	return nil
 }
-
-func firstErr(errs ...error) error { return errors.Join(errs...) }
 
 // Command returns a command that runs name in the host's namespace. Its
 // process is name's own (ip netns exec execs it), so signals sent to
