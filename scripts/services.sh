@@ -18,6 +18,11 @@
 #              run servers in network namespaces of its own (10.213.N.0/24
 #              on a bridge dlkbrN it makes and removes), as root; gcc
 #              builds the clock shim its clock faults preload.
+#   Peers      the lock libraries the interop tests run beside dlock
+#              (interop/, docs/INTEROP.md): Apache Curator on the JVM
+#              (libcurator-recipes-java), kazoo (python3-kazoo, for
+#              Debian's /usr/bin/python3), etcdctl (etcd-client); redsync
+#              and bsm/redislock come from the Go module proxy.
 set -euo pipefail
 
 need_apt=()
@@ -30,6 +35,10 @@ command -v flock >/dev/null || need_apt+=(util-linux)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v gcc >/dev/null || need_apt+=(gcc)
 command -v nft >/dev/null || need_apt+=(nftables)
+[ -f /usr/share/java/curator-recipes.jar ] || need_apt+=(libcurator-recipes-java)
+command -v javac >/dev/null || need_apt+=(default-jdk-headless)
+/usr/bin/python3 -c 'import kazoo' 2>/dev/null || need_apt+=(python3-kazoo)
+command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "services: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
