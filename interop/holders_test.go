@@ -2,10 +2,12 @@ package interop
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -20,9 +22,18 @@ import (
 //	       then append "<who>\n" to <dir>/log
 //	exit   rmdir <dir>/held
 //
+// A reader of a readers-writer lock marks it as shared instead: it makes a
+// directory of its own under <dir>/readers, and appends to overlaps when
+// <dir>/held exists (a writer holds too); a writer appends to overlaps
+// when <dir>/readers is not empty. A mark exists only while its holder
+// holds, so two marks at once are two holds at once.
+//
 // so the gauge needs no messages between the processes, and an overlap
 // is seen whichever sides it involves.
-type resource struct{ dir string }
+type resource struct {
+	dir     string
+	readers atomic.Int64 // names the readers' marks
+}
 
 // newResource returns an unmarked resource in a directory of t's.
 func newResource(t testing.TB) *resource {
@@ -35,11 +46,30 @@ func (r *resource) enter(who string) {
 	if err := os.Mkdir(filepath.Join(r.dir, "held"), 0o755); errors.Is(err, fs.ErrExist) {
 		appendLine(filepath.Join(r.dir, "overlaps"), who)
 	}
+	if names, _ := os.ReadDir(filepath.Join(r.dir, "readers")); len(names) > 0 {
+		appendLine(filepath.Join(r.dir, "overlaps"), who)
+	}
 	appendLine(filepath.Join(r.dir, "log"), who)
 }
 
 // exit unmarks the resource.
 func (r *resource) exit() { _ = os.Remove(filepath.Join(r.dir, "held")) }
+
+// enterShared marks the resource as read by who; exit with the function
+// it returns.
+func (r *resource) enterShared(who string) (exit func()) {
+	readers := filepath.Join(r.dir, "readers")
+	_ = os.MkdirAll(readers, 0o755)
+	mark := filepath.Join(readers, fmt.Sprintf("go-%s-%d", who, r.readers.Add(1)))
+	if err := os.Mkdir(mark, 0o755); err != nil {
+		panic(err)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "held")); err == nil {
+		appendLine(filepath.Join(r.dir, "overlaps"), who)
+	}
+	appendLine(filepath.Join(r.dir, "log"), who)
+	return func() { _ = os.Remove(mark) }
+}
 
 // entries returns who entered, in order of entry.
 func (r *resource) entries() []string {

@@ -34,6 +34,12 @@
 //	                 certificate and key, PEM files read at Open)
 //	                 zk://locks:pw@h:2281/locks?tls=true&cacert=/etc/dlock/ca.pem&cert=/etc/dlock/client.pem&key=/etc/dlock/client-key.pem
 //
+//	layout           the format of the lock nodes (Options.Layout): dlock
+//	                 (the default), curator (Apache Curator's) or kazoo
+//	                 (kazoo's), so that dlock shares locks with clients of
+//	                 that library; see Layouts
+//	                 zk://10.0.0.1:2181/services/locks?layout=curator
+//
 // besides dlock's shared ones (ttl, renew), which the ZooKeeper backend
 // accepts but does not need: a lock lives as long as its session, not for
 // a TTL. An unknown parameter is an error naming it. In code, use New or
@@ -128,6 +134,61 @@
 // The lease of every kind is session-bound like a mutex's, with the same
 // fencing token, the same Refresh (a check that the node still exists) and
 // the same loss signal.
+//
+// # Layouts
+//
+// With a peer library's layout (Options.Layout, or layout= in the URL), a
+// dlock lock and that library's lock on the same path exclude each other
+// and queue together, first come first served across both: a service can
+// move to dlock one instance at a time, and Go, Java and Python services
+// can share locks. The lock called name is the znode <prefix>/<name>, and
+// the peer's recipe takes the same path: zk://h:2181/app/locks?layout=curator
+// and the name "orders/42" are Curator's lock on "/app/locks/orders/42".
+// (The prefix must lie below the root: a peer's lock directly under "/"
+// has no dlock name.) Every kind of lock of the layout lives on the
+// name's znode itself, as the peer keeps it; each recipe reads only its
+// own kind of node. The node names, each followed by the ten-character
+// sequence number the server appends:
+//
+//	curator  mutex    _c_<uuid>-lock-        InterProcessMutex (and LeaderSelector)
+//	         rw       _c_<uuid>-__READ__     InterProcessReadWriteLock's read lock
+//	                  _c_<uuid>-__WRIT__     and its write lock
+//	         election _c_<uuid>-latch-       LeaderLatch; the node's data is the id
+//	kazoo    mutex    <uuid hex>__lock__     Lock
+//	         rw       <uuid hex>__rlock__    ReadLock
+//	                  <uuid hex>__lock__     WriteLock (and Lock: they exclude each other)
+//	         election <uuid hex>__lock__     Election (a Lock); the data is the identifier
+//
+// where uuid is the acquisition's guid written as a UUID. The queue order
+// is the sequence number, as for the peers, and the rules are theirs and
+// dlock's alike: the lowest node holds a mutex or leads; a writer holds
+// when its node is the lowest, a reader when no write node is lower.
+// Tokens are still the czxid of the holder's node, so they keep their
+// meaning across both sides: every holder's node, dlock's or the peer's,
+// has a greater czxid than the one before it. A peer's lock has no
+// semaphore format dlock can share (Curator's InterProcessSemaphoreV2 and
+// kazoo's Semaphore serialise their clients through a second lock and
+// count lease nodes under another znode), so these layouts have none:
+// Supports(driver.Permit) is false.
+//
+// The layouts differ from dlock's own in three ways. The kinds share the
+// name's znode, so in kazoo's layout the mutex, the write lock and the
+// election of one name are one queue (as kazoo's Lock, WriteLock and
+// Election on one path are). A release deletes the holder's node without
+// first setting its data (the peers' waiters, Curator's LeaderLatch among
+// them, listen for the deletion, which a data change would pre-empt), so
+// a dlock waiter lists the children again after a release unless it knew
+// its predecessor held. And kazoo's layout makes the name's znode and its
+// parents persistent, as kazoo does (a kazoo Lock fails when its znode
+// has gone): they stay after use, as kazoo's own do. Curator's layout
+// makes them containers, as Curator does.
+//
+// kazoo 2.8 (Debian 12's python3-kazoo) has a bug of its own in ReadLock:
+// it waits for the newest write node, even one queued after its own, and
+// so deadlocks with any writer, kazoo's or dlock's, that queues behind it
+// (kazoo#649, fixed in kazoo 2.9). Its Lock, WriteLock and Election are
+// not affected. The tests in the interop module (docs/INTEROP.md) run
+// dlock beside the real Curator 5.4 and kazoo 2.8.
 //
 // # Fencing token
 //

@@ -33,7 +33,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	if err != nil {
 		return driver.LeaderInfo{}, err
 	}
-	dir := d.prefix + electDir + name
+	dir := d.dir(driver.Leader, name)
 	var info driver.LeaderInfo
 	err = call(ctx, func() (err error) {
 		if err := d.sync(s, dir); err != nil {
@@ -92,7 +92,7 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 		if err != nil {
 			return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: list %s: %w", dir, err)
 		}
-		locks := lockChildren(names)
+		locks := d.format.queueOf(names, driver.Leader)
 		if len(locks) == 0 {
 			if !watch {
 				return driver.LeaderInfo{}, nil, nil
@@ -122,7 +122,7 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 			if err != nil {
 				return driver.LeaderInfo{}, nil, fmt.Errorf("zklock: watch %s: %w", dir, err)
 			}
-			if locks = lockChildren(names); len(locks) == 0 {
+			if locks = d.format.queueOf(names, driver.Leader); len(locks) == 0 {
 				return driver.LeaderInfo{}, ev, nil
 			}
 			// A candidate came meanwhile: watch it instead. The child
@@ -161,7 +161,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if err != nil {
 		return nil, err
 	}
-	dir := d.prefix + electDir + name
+	dir := d.dir(driver.Leader, name)
 	var (
 		info driver.LeaderInfo
 		ev   <-chan zk.Event

@@ -38,14 +38,19 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if err := d.sync(s, d.prefix); err != nil {
 		return nil, err
 	}
-	for _, tree := range []struct {
+	type tree struct {
 		dir  string
 		kind driver.Mode // Exclusive, Read (a readers-writer lock) or Leader
-	}{
+	}
+	trees := []tree{
 		{d.prefix, driver.Exclusive},
 		{d.prefix + rwDir[:len(rwDir)-1], driver.Read},
 		{d.prefix + electDir[:len(electDir)-1], driver.Leader},
-	} {
+	}
+	if d.format != dlockFormat {
+		trees = trees[:1] // a peer's kinds share the names' znodes
+	}
+	for _, tree := range trees {
 		if err := w.dir(tree.dir, "", tree.kind); err != nil {
 			return nil, fmt.Errorf("zklock: inspect: %w", err)
 		}
@@ -98,14 +103,16 @@ func (w *walk) dir(dir, name string, kind driver.Mode) error {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	if name != "" && strings.HasPrefix(name, w.prefix) {
-		if err := w.holders(dir, name, kind, lockChildren(names)); err != nil {
-			return err
+		for _, q := range w.d.queues(names, kind) {
+			if err := w.holders(dir, name, q.mode, q.locks); err != nil {
+				return err
+			}
 		}
 	}
 	for _, c := range names {
-		// Lock nodes and the trees of the other kinds hold a '#', which no
-		// segment of a name does.
-		if strings.Contains(c, "#") {
+		// Skip the lock nodes (and in dlock's layout the trees of the
+		// other kinds, which hold a '#' as lock nodes do).
+		if w.d.format.isLockNode(c) {
 			continue
 		}
 		sub := c
@@ -119,6 +126,42 @@ func (w *walk) dir(dir, name string, kind driver.Mode) error {
 		}
 	}
 	return nil
+}
+
+// A queue is the lock nodes of one kind of lock under a name's znode.
+type queue struct {
+	mode  driver.Mode // Exclusive, Read (a readers-writer lock) or Leader
+	locks []child
+}
+
+// queues returns the queues among a name's children: in dlock's layout
+// the one of the tree's kind; in a peer's, each kind it keeps there. A
+// kazoo mutex, write lock and election candidate are the same node: its
+// queue is a readers-writer lock's when it holds readers, else reported
+// as a mutex.
+func (d *Driver) queues(names []string, kind driver.Mode) []queue {
+	if d.format == dlockFormat {
+		return []queue{{kind, d.format.children(names)}}
+	}
+	var qs []queue
+	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Leader} {
+		if d.format.layout == LayoutKazoo && m == driver.Leader {
+			continue
+		}
+		locks := d.format.queueOf(names, m)
+		if d.format.layout == LayoutKazoo {
+			switch {
+			case m == driver.Exclusive && slices.ContainsFunc(d.format.queueOf(names, driver.Read), func(c child) bool { return c.kind == kindRead }):
+				continue // reported as a readers-writer lock
+			case m == driver.Read && !slices.ContainsFunc(locks, func(c child) bool { return c.kind == kindRead }):
+				continue // reported as a mutex
+			}
+		}
+		if len(locks) > 0 {
+			qs = append(qs, queue{m, locks})
+		}
+	}
+	return qs
 }
 
 // holders records the holders of the lock called name, whose lock nodes

@@ -135,7 +135,7 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{
-		&zk.CreateRequest{Path: n.parent + "/" + nodePrefix + n.guid + "-" + n.kind + "#", Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: n.parent + "/" + d.format.nodeName(n.guid, n.kind), Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.parent, Version: -1},
 	}
 	pause := 2 * time.Millisecond
@@ -152,7 +152,7 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 		case err == nil && len(res) == 2 && res[1].Stat != nil:
 			n.path = res[0].String
 			n.token = uint64(res[1].Stat.Mzxid)
-			if c, ok := parseChild(n.base()); ok {
+			if c, ok := d.format.parse(n.base()); ok {
 				n.seq = c.seq
 			}
 			n.count = int(res[1].Stat.NumChildren)
@@ -196,7 +196,7 @@ func (d *Driver) find(n *node) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, c := range lockChildren(names) {
+	for _, c := range d.format.children(names) {
 		if c.guid != n.guid {
 			continue
 		}
@@ -220,12 +220,17 @@ func (d *Driver) find(n *node) (bool, error) {
 
 // makeParents creates p and its missing ancestors as container znodes,
 // which the server removes once they are empty: the names of locks no
-// longer used do not pile up.
+// longer used do not pile up. (In kazoo's layout they are persistent
+// znodes, as kazoo makes them; see format.containers.)
 func (d *Driver) makeParents(s *session, p string) error {
 	for range 5 {
 		var err error
 		if e := s.do(func() error {
-			_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+			if d.format.containers {
+				_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+			} else {
+				_, err = s.conn.Create(p, nil, 0, d.acl)
+			}
 			if transient(err) {
 				return err
 			}

@@ -22,35 +22,31 @@ const (
 )
 
 // Supports implements driver.Moder: the ZooKeeper driver does every mode
-// (mutex, readers-writer lock, semaphore and election).
+// (mutex, readers-writer lock, semaphore and election) in dlock's own
+// layout, and every mode but the semaphore in Curator's and kazoo's.
 func (d *Driver) Supports(m driver.Mode) bool {
-	switch m {
-	case driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader:
-		return true
-	}
-	return false
+	return d.format.supports(m)
 }
+
+// dir returns the znode of the lock called name in mode m.
+func (d *Driver) dir(m driver.Mode, name string) string { return d.prefix + d.format.dirs[m] + name }
 
 // newNode returns the node of an acquisition r, on session s, before its
 // creation.
 func (d *Driver) newNode(s *session, r driver.Request) (*node, error) {
+	if !d.format.supports(r.Mode) {
+		return nil, fmt.Errorf("zklock: %q: mode %v in the %s layout: %w", r.Name, r.Mode, d.format.layout, driver.ErrUnsupported)
+	}
 	n := &node{s: s, name: r.Name, owner: r.Owner, guid: guidFor(r.Owner), mode: r.Mode}
+	n.parent, n.kind = d.dir(r.Mode, r.Name), d.format.kinds[r.Mode]
 	switch r.Mode {
-	case driver.Exclusive:
-		n.parent, n.kind = d.prefix+"/"+r.Name, kindLock
-	case driver.Read:
-		n.parent, n.kind = d.prefix+rwDir+r.Name, kindRead
-	case driver.Write:
-		n.parent, n.kind = d.prefix+rwDir+r.Name, kindWrite
 	case driver.Permit:
 		if r.Limit < 1 {
 			return nil, fmt.Errorf("zklock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
 		}
-		n.parent, n.kind, n.limit = d.prefix+semDir+r.Name, kindPermit, r.Limit
+		n.limit = r.Limit
 	case driver.Leader:
-		n.parent, n.kind, n.data = d.prefix+electDir+r.Name, kindLock, []byte(r.Value)
-	default:
-		return nil, fmt.Errorf("zklock: %q: mode %v: %w", r.Name, r.Mode, driver.ErrUnsupported)
+		n.data = []byte(r.Value)
 	}
 	return n, nil
 }
@@ -191,7 +187,7 @@ func (d *Driver) waitNode(ctx context.Context, n *node, p plan, own <-chan zk.Ev
 	case zk.EventNodeDeleted:
 		return settle(p.last, own)
 	case zk.EventNodeDataChanged:
-		return settle(p.last || p.released, own)
+		return settle(p.last || p.released && d.format.marks, own)
 	}
 	return false, nil
 }
@@ -218,7 +214,7 @@ func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event)
 		if err != nil {
 			return false, fmt.Errorf("zklock: list %s: %w", n.parent, err)
 		}
-		locks := lockChildren(names)
+		locks := d.format.queueOf(names, n.mode)
 		i := d.place(n, locks)
 		if i < 0 {
 			return false, errRequeue

@@ -3,7 +3,6 @@ package zklock
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,14 +122,6 @@ func lockChildren(names []string) []child {
 			locks = append(locks, c)
 		}
 	}
-	slices.SortFunc(locks, func(a, b child) int {
-		switch {
-		case a.seq == b.seq:
-			return 0
-		case before(a.seq, b.seq):
-			return -1
-		}
-		return 1
-	})
+	sortChildren(locks)
 	return locks
 }

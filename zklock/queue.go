@@ -84,9 +84,12 @@ func (d *Driver) wait(ctx context.Context, n *node, pred string, head bool, own 
 		case zk.EventNodeDeleted:
 			return settle(head, own)
 		case zk.EventNodeDataChanged:
-			// Only a holder's release sets a lock node's data, in the
-			// transaction that deletes it: pred was first in line.
-			return settle(true, own)
+			// In dlock's layout only a holder's release sets a lock node's
+			// data, in the transaction that deletes it: pred was first in
+			// line. In a peer's, the data says nothing: watch again.
+			if d.format.marks {
+				return settle(true, own)
+			}
 		}
 	}
 }
@@ -141,7 +144,7 @@ func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %s: %w", n.parent, err)
 	}
-	return lockChildren(names), nil
+	return d.format.queueOf(names, n.mode), nil
 }
 
 // watchCtx sets a data watch on p (a node that is gone gets none: unlike

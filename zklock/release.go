@@ -102,6 +102,7 @@ func (d *Driver) remove(n *node, released bool) (existed bool, err error) {
 	pause := 2 * time.Millisecond
 	lostReply := false
 	var ops []any
+	released = released && d.format.marks
 	if released {
 		ops = []any{&zk.SetDataRequest{Path: n.path, Version: -1}, &zk.DeleteRequest{Path: n.path, Version: -1}}
 	}
@@ -172,7 +173,7 @@ func (d *Driver) removeStrays(n *node) {
 	}); err != nil {
 		return
 	}
-	for _, c := range lockChildren(names) {
+	for _, c := range d.format.children(names) {
 		if c.guid == n.guid && n.parent+"/"+c.name != n.path {
 			d.removeStray(n.s, n.parent+"/"+c.name)
 		}

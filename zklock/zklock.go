@@ -72,6 +72,15 @@ type Options struct {
 	// that exist already keep their ACL.
 	ACL []zk.ACL
 
+	// Layout is the format of the lock nodes: dlock's own (LayoutDlock),
+	// or a peer library's, so that dlock's locks and that library's
+	// exclude each other on the same names: LayoutCurator (Apache
+	// Curator's InterProcessMutex, InterProcessReadWriteLock and
+	// LeaderLatch) or LayoutKazoo (kazoo's Lock, ReadLock, WriteLock and
+	// Election). A peer's layout has no semaphore. See the package
+	// documentation, Layouts. Default LayoutDlock.
+	Layout Layout
+
 	// Logger receives session events (connection lost, session ended) and,
 	// at Debug level, the ZooKeeper client's own messages. Default: none.
 	Logger *slog.Logger
@@ -96,6 +105,7 @@ type Driver struct {
 	auth    []Auth
 	tls     *tls.Config
 	acl     []zk.ACL
+	format  *format // the Layout's
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -157,10 +167,15 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 			opt.ACL = zk.AuthACL(zk.PermAll)
 		}
 	}
+	f, err := formatOf(opt.Layout)
+	if err != nil {
+		return nil, err
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Driver{
+		format:  f,
 		servers: addrs,
 		prefix:  opt.Prefix,
 		timeout: opt.SessionTimeout,
@@ -326,6 +341,12 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if u.Has("acl") {
 		if o.ACL, err = parseACL(u.String("acl", "")); err != nil {
 			return nil, u.Err("acl", u.String("acl", ""), err)
+		}
+	}
+	if u.Has("layout") {
+		o.Layout = Layout(u.String("layout", ""))
+		if _, err := formatOf(o.Layout); err != nil {
+			return nil, u.Err("layout", string(o.Layout), fmt.Errorf("want %s, %s or %s", LayoutDlock, LayoutCurator, LayoutKazoo))
 		}
 	}
 	if err := u.Unknown(); err != nil {

@@ -1,0 +1,94 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// TestFormatNames checks each layout's node names against the names the
+// peers themselves make (as listed on a real server while Curator 5.4 and
+// kazoo 2.8 held their locks) and dlock's own.
+func TestFormatNames(t *testing.T) {
+	const guid = "358d3f34d1774bddbf1855e6ec434d2e"
+	for _, c := range []struct {
+		f    *format
+		kind string
+		made string // nodeName(guid, kind)
+		seen string // a name as the server makes it
+		seq  uint32
+	}{
+		{dlockFormat, kindLock, "_c_" + guid + "-lock#", "_c_" + guid + "-lock#0000000007", 7},
+		{curatorFormat, kindLock, "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-lock-", "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-lock-0000000000", 0},
+		{curatorFormat, kindRead, "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-__READ__", "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-__READ__0000000012", 12},
+		{curatorFormat, kindWrite, "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-__WRIT__", "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-__WRIT__-000000003", 1<<32 - 3},
+		{curatorFormat, kindLatch, "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-latch-", "_c_358d3f34-d177-4bdd-bf18-55e6ec434d2e-latch-0000000004", 4},
+		{kazooFormat, kindWrite, guid + "__lock__", guid + "__lock__0000000030", 30},
+		{kazooFormat, kindRead, guid + "__rlock__", guid + "__rlock__0000000027", 27},
+	} {
+		if got := c.f.nodeName(guid, c.kind); got != c.made {
+			t.Errorf("%s nodeName(%s) = %q, want %q", c.f.layout, c.kind, got, c.made)
+		}
+		got, ok := c.f.parse(c.seen)
+		if want := (child{name: c.seen, guid: guid, kind: c.kind, seq: c.seq}); !ok || got != want {
+			t.Errorf("%s parse(%q) = %+v, %v; want %+v", c.f.layout, c.seen, got, ok, want)
+		}
+	}
+	// Not lock nodes: the znodes of longer names, and a peer's names
+	// without a sequence number.
+	for _, f := range []*format{dlockFormat, curatorFormat, kazooFormat} {
+		for _, name := range []string{"orders", "lock-", "x__lock__", "x__lock__12", "_c_abc-lock-00000000001x"} {
+			if c, ok := f.parse(name); ok {
+				t.Errorf("%s parse(%q) = %+v, want no lock node", f.layout, name, c)
+			}
+		}
+	}
+}
+
+// TestFormatQueues checks which nodes each mode queues with where a
+// peer's kinds share a znode.
+func TestFormatQueues(t *testing.T) {
+	const g = "358d3f34d1774bddbf1855e6ec434d2e"
+	names := []string{g + "__rlock__0000000002", g + "__lock__0000000001", "sub", g + "__lock__0000000003"}
+	var got []uint32
+	for _, c := range kazooFormat.queueOf(names, driver.Exclusive) {
+		got = append(got, c.seq)
+	}
+	if len(got) != 2 || got[0] != 1 || got[1] != 3 {
+		t.Errorf("kazoo mutex queue %v, want [1 3] (kazoo's Lock ignores ReadLock's nodes)", got)
+	}
+	if n := len(kazooFormat.queueOf(names, driver.Read)); n != 3 {
+		t.Errorf("kazoo readers-writer queue has %d nodes, want 3", n)
+	}
+	cur := []string{"_c_" + g[:8] + "-" + g[8:12] + "-" + g[12:16] + "-" + g[16:20] + "-" + g[20:] + "-latch-0000000001", "_c_00000000-0000-0000-0000-000000000000-lock-0000000002"}
+	if q := curatorFormat.queueOf(cur, driver.Leader); len(q) != 1 || q[0].seq != 1 {
+		t.Errorf("curator election queue %+v, want the latch node alone", q)
+	}
+	if q := curatorFormat.queueOf(cur, driver.Exclusive); len(q) != 1 || q[0].seq != 2 {
+		t.Errorf("curator mutex queue %+v, want the lock node alone", q)
+	}
+}
+
+// TestLayoutParam checks the URL parameter and the option.
+func TestLayoutParam(t *testing.T) {
+	ctx := context.Background()
+	_, err := dlock.Open(ctx, "zk://127.0.0.1:1/locks?layout=zookeeper")
+	var pe *dlock.ParamError
+	if !errors.As(err, &pe) || pe.Param != "layout" {
+		t.Errorf("Open with layout=zookeeper: %v, want a *dlock.ParamError for layout", err)
+	}
+	if _, err := NewDriver([]string{"127.0.0.1:1"}, &Options{Layout: "Curator"}); err == nil {
+		t.Error("NewDriver with Layout \"Curator\" succeeded, want an error")
+	}
+	d, err := NewDriver([]string{"127.0.0.1:1"}, &Options{Layout: LayoutKazoo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Supports(driver.Permit) || !d.Supports(driver.Read) || !d.Supports(driver.Leader) {
+		t.Error("kazoo layout: want every mode but the semaphore")
+	}
+}
