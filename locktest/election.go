@@ -56,14 +56,22 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	if info, err := reader.Leader(ctx, name); err != nil || info != (dlock.LeaderInfo{}) {
 		t.Errorf("Leader() before any campaign = %+v, %v; want the zero LeaderInfo", info, err)
 	}
-	// The election "x" is unrelated to the mutex "x".
+	// The election "x" is unrelated to the mutex "x", unless the backend
+	// says they are one queue.
 	mutex := acquire(t, ctx, reader, name)
 	cctx, cancel := context.WithTimeout(ctx, s.h.TTL)
 	lead, err := reader.Campaign(cctx, name, "while-the-mutex-is-held")
 	cancel()
-	if err != nil {
+	switch {
+	case s.h.ElectionIsMutex && err == nil:
+		t.Errorf("Campaign while the mutex of the same name is held led (token %d), want it to wait: the backend keeps them in one queue", lead.Token())
+		release(t, ctx, lead)
+	case s.h.ElectionIsMutex && !errors.Is(err, context.DeadlineExceeded):
+		t.Errorf("Campaign while the mutex of the same name is held = %v, want it to wait until its deadline", err)
+	case s.h.ElectionIsMutex:
+	case err != nil:
 		t.Errorf("Campaign while the mutex of the same name is held: %v", err)
-	} else {
+	default:
 		release(t, ctx, lead)
 	}
 	release(t, ctx, mutex)
@@ -127,9 +135,16 @@ func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name stri
 		return
 	}
 	mutex := acquire(t, ctx, c, name)
+	if s.h.ElectionIsMutex {
+		mustFail(t, ctx, func() (*dlock.Lease, error) { return a.TryCampaign(ctx, name, "a") },
+			"TryCampaign while the mutex of the same name, in the same queue, is held")
+		release(t, ctx, mutex)
+	}
 	lead := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryCampaign(ctx, name, "a") },
 		"TryCampaign of a free election while the mutex of the same name is held")
-	release(t, ctx, mutex)
+	if !s.h.ElectionIsMutex {
+		release(t, ctx, mutex)
+	}
 	if lead.Mode() != driver.Leader {
 		t.Errorf("Mode() of leadership = %v, want leader", lead.Mode())
 	}

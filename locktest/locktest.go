@@ -36,6 +36,14 @@ type Harness struct {
 	// property then crashes the holder instead of turning its renewal off,
 	// and expects another client to get the lock once the store notices.
 	Crash func(t *testing.T, l *dlock.Locker)
+
+	// ElectionIsMutex says that the backend keeps the election and the
+	// mutex of one name in one queue, as etcd's concurrency package does
+	// (etcdlock's LayoutConcurrency: `etcdctl lock x` and `etcdctl elect
+	// x` are one lock). The election properties then check that a
+	// campaign waits while the mutex of its name is held, where they
+	// otherwise check that it does not.
+	ElectionIsMutex bool
 }
 
 // Run runs every property of the suite as a subtest of t.
