@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -43,11 +44,22 @@ func init() {
 // every default.
 type Options struct {
 	// Prefix starts every key, so that several applications can share one
-	// etcd cluster; trailing slashes are dropped. Lockers that must
-	// exclude each other use the same prefix; prefixes of unrelated
-	// Lockers must not nest ("a" and "a/b"), or names could meet. Default
-	// DefaultPrefix.
+	// etcd cluster. Lockers that must exclude each other use the same
+	// prefix and layout; prefixes of unrelated Lockers must not nest ("a"
+	// and "a/b"), or names could meet. In LayoutDlock trailing slashes are
+	// dropped, and the empty prefix means DefaultPrefix. In
+	// LayoutConcurrency the prefix is taken as it is, the empty one
+	// included, and joined to the name with a slash unless it is empty or
+	// ends with one: the lock "x" is etcd's concurrency.NewMutex(s, "x")
+	// under the prefix "", NewMutex(s, "/x") under "/", and
+	// NewMutex(s, "app/x") under "app" (see the package documentation,
+	// "Layouts").
 	Prefix string
+
+	// Layout is the format of the keys: LayoutDlock (the default, also
+	// for "") or LayoutConcurrency, etcd's own lock and election format.
+	// NewDriver panics on any other value.
+	Layout Layout
 
 	// RequestTimeout bounds each request the driver makes; a request that
 	// times out is tried again (within the caller's context) where that is
@@ -71,6 +83,7 @@ type Driver struct {
 	c       *clientv3.Client
 	own     bool // opened from a URL: Close closes c
 	prefix  string
+	layout  Layout
 	timeout time.Duration // RequestTimeout
 	hooks   *testHooks    // nil outside tests
 	base    time.Time     // origin of the sessions' lossAt, with a monotonic reading
@@ -115,7 +128,7 @@ type testHooks struct {
 
 // NewDriver returns a driver that uses client, with the options o (nil
 // means the defaults). The driver does not close client: the caller keeps
-// owning it. It panics if client is nil.
+// owning it. It panics if client is nil or o.Layout is unknown.
 func NewDriver(client *clientv3.Client, o *Options) *Driver {
 	if client == nil {
 		panic("etcdlock: NewDriver with a nil client")
@@ -124,9 +137,16 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 	if o != nil {
 		opt = *o
 	}
-	prefix := strings.TrimRight(opt.Prefix, "/")
-	if prefix == "" {
-		prefix = DefaultPrefix
+	layout := cmp.Or(opt.Layout, LayoutDlock)
+	if !layout.known() {
+		panic(fmt.Sprintf("etcdlock: NewDriver with Options.Layout %q: %v", opt.Layout, errLayout))
+	}
+	prefix := opt.Prefix
+	if layout == LayoutDlock {
+		prefix = strings.TrimRight(prefix, "/")
+		if prefix == "" {
+			prefix = DefaultPrefix
+		}
 	}
 	if opt.RequestTimeout <= 0 {
 		opt.RequestTimeout = DefaultRequestTimeout
@@ -134,6 +154,7 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 	d := &Driver{
 		c:       client,
 		prefix:  prefix,
+		layout:  layout,
 		timeout: opt.RequestTimeout,
 		base:    time.Now(),
 		slots:   map[int64]*slot{},
@@ -155,7 +176,8 @@ func (d *Driver) Scheme() string { return "etcd" }
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.c }
 
-// Prefix returns the prefix of every key the driver writes.
+// Prefix returns the prefix of every key the driver writes, as
+// Options.Prefix describes it for the driver's layout.
 func (d *Driver) Prefix() string { return d.prefix }
 
 // keys of one acquisition attempt. Every contender's key for a name starts
@@ -244,6 +266,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if reqTimeout == 0 {
 		return nil, u.Err("request_timeout", "0s", errors.New("must be positive"))
 	}
+	layout := Layout(u.String("layout", string(LayoutDlock)))
+	if !layout.known() {
+		return nil, u.Err("layout", string(layout), errLayout)
+	}
 	tlsConfig, err := u.TLS(u.Scheme == "etcds")
 	if err != nil {
 		return nil, err
@@ -263,10 +289,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix := strings.Trim(u.Path, "/")
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix := urlPrefix(u.Path, layout)
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            eps,
 		TLS:                  tlsConfig,
@@ -281,12 +304,18 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("etcdlock: open %v: %w%s", eps, err, tlsCause(eps, tlsConfig))
 	}
 	// One serializable read shows that a member answers, so that a wrong
-	// address fails Open rather than the first Acquire.
+	// address fails Open rather than the first Acquire. Without a prefix
+	// (LayoutConcurrency) no key is every lock's: the read is of "/", and
+	// a role that may not read it may still hold the right to the names
+	// it locks, which each acquisition then checks.
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, dial)
-	_, err = c.Get(cctx, prefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+	_, err = c.Get(cctx, cmp.Or(prefix, "/"), clientv3.WithSerializable(), clientv3.WithCountOnly())
 	timedOut := cctx.Err() != nil
 	cancel()
+	if prefix == "" && errors.Is(err, rpctypes.ErrPermissionDenied) {
+		err = nil
+	}
 	if err != nil {
 		_ = c.Close()
 		if errors.Is(err, rpctypes.ErrPermissionDenied) {
@@ -302,9 +331,21 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, fmt.Errorf("etcdlock: open: no etcd member at %v answered %s: %w%s", eps, openBound(ctx, dial, start), err,
 			tlsCause(eps, tlsConfig))
 	}
-	d := NewDriver(c, &Options{Prefix: prefix, RequestTimeout: reqTimeout})
+	d := NewDriver(c, &Options{Prefix: prefix, Layout: layout, RequestTimeout: reqTimeout})
 	d.own = true
 	return d, nil
+}
+
+// urlPrefix returns the key prefix of a URL's path. In LayoutDlock it is
+// the path without its slashes, DefaultPrefix when that is empty. In
+// LayoutConcurrency only the slash that ends the host part is dropped,
+// so that the prefix can be empty (etcd://host or etcd://host/) or "/"
+// (etcd://host//).
+func urlPrefix(path string, layout Layout) string {
+	if layout == LayoutConcurrency {
+		return strings.TrimPrefix(path, "/")
+	}
+	return cmp.Or(strings.Trim(path, "/"), DefaultPrefix)
 }
 
 // tlsCause returns, for an Open that failed, why the TLS connection to

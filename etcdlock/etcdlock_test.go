@@ -86,25 +86,32 @@ func TestConformance(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	admin := testenv.EtcdClient(t, eps)
 	prefix := randomPrefix()
+	// An operator deletes the holder's key; the holder learns of it at
+	// its session's next keep-alive.
+	locktestRun(t, eps, prefix, etcdlock.LayoutDlock, func(t *testing.T, name string) {
+		key := holderKey(t, admin, prefix, name).Key
+		if _, err := admin.Delete(context.Background(), string(key)); err != nil {
+			t.Fatalf("delete %q: %v", key, err)
+		}
+	})
+}
+
+// locktestRun runs the conformance suite on Lockers with prefix and
+// layout, each on a client of its own; takeAway deletes the holder's key.
+func locktestRun(t *testing.T, eps []string, prefix string, layout etcdlock.Layout, takeAway func(t *testing.T, name string)) {
 	locktest.Run(t, locktest.Harness{
 		// etcd leases count whole seconds; 1s is the test server's minimum.
 		TTL: time.Second,
 		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
 			t.Helper()
-			l, err := etcdlock.New(testenv.EtcdClient(t, eps), &etcdlock.Options{Prefix: prefix}, opts...)
+			l, err := etcdlock.New(testenv.EtcdClient(t, eps), &etcdlock.Options{Prefix: prefix, Layout: layout}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return l
 		},
-		// An operator deletes the holder's key; the holder learns of it at
-		// its session's next keep-alive.
-		TakeAway: func(t *testing.T, name string) {
-			key := holderKey(t, admin, prefix, name).Key
-			if _, err := admin.Delete(context.Background(), string(key)); err != nil {
-				t.Fatalf("delete %q: %v", key, err)
-			}
-		},
+		TakeAway:        takeAway,
+		ElectionIsMutex: layout == etcdlock.LayoutConcurrency,
 		// The holder's process dies: its client stops talking to etcd
 		// without revoking anything, and its lease runs out on the server.
 		Crash: func(t *testing.T, l *dlock.Locker) {

@@ -17,7 +17,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Inspect implements driver.Inspector: it lists the mutexes, the holders
+// Inspect implements driver.Inspector. In LayoutConcurrency, see
+// inspectConcurrency. In LayoutDlock it lists the mutexes, the holders
 // of readers-writer locks (one entry per reader) and the leaders of
 // elections whose names start with prefix, sorted by name, then mode, then
 // token. Semaphores are not listed: which of their keys hold a permit
@@ -38,6 +39,9 @@ import (
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.isClosed() {
 		return nil, driver.ErrClosed
+	}
+	if d.layout == LayoutConcurrency {
+		return d.inspectConcurrency(ctx, prefix)
 	}
 	// Every mutex key sorts after <Prefix>/$ (names start with none of the
 	// characters up to '$'), and every key of another kind, <Prefix>/#...,

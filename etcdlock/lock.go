@@ -49,6 +49,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 }
 
 func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
+	if err := d.checkMode(r); err != nil {
+		return driver.Grant{}, err
+	}
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -110,7 +113,7 @@ func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k ke
 	if r.Mode == driver.Read {
 		block = k.prefix + "w"
 	}
-	value := keyValue(r)
+	value := d.keyValue(r)
 	put := clientv3.OpPut(k.key, value, clientv3.WithLease(s.id))
 	rctx, cancel := d.req(ctx)
 	txn := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(block), "=", 0).WithPrefix()).Then(put)

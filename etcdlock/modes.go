@@ -9,22 +9,31 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Supports implements driver.Moder: the driver takes every kind of lock,
-// the mutex, both sides of readers-writer locks, semaphore permits and
-// election leadership.
+// Supports implements driver.Moder: in LayoutDlock the driver takes every
+// kind of lock, the mutex, both sides of readers-writer locks, semaphore
+// permits and election leadership; in LayoutConcurrency, the mutex and
+// election leadership only.
 func (d *Driver) Supports(m driver.Mode) bool {
 	switch m {
-	case driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader:
+	case driver.Exclusive, driver.Leader:
 		return true
+	case driver.Read, driver.Write, driver.Permit:
+		return d.layout == LayoutDlock
 	}
 	return false
 }
 
 // queuePrefix returns the prefix of every key that holds or awaits the
-// lock of kind m called name. A mutex's keys are <Prefix>/<name>/#...;
-// the other kinds' are <Prefix>/#<kind>/<name>/#... . Names contain no
-// '#', so no kind's queue prefix starts another's, nor another name's.
+// lock of kind m called name. In LayoutDlock a mutex's keys are
+// <Prefix>/<name>/#...; the other kinds' are <Prefix>/#<kind>/<name>/#... .
+// Names contain no '#', so no kind's queue prefix starts another's, nor
+// another name's. In LayoutConcurrency the mutex and the election called
+// name share the prefix lockPrefix(name) + "/", as in etcd's concurrency
+// package.
 func (d *Driver) queuePrefix(m driver.Mode, name string) string {
+	if d.layout == LayoutConcurrency {
+		return d.lockPrefix(name) + "/"
+	}
 	switch m {
 	case driver.Read, driver.Write:
 		return d.prefix + "/#rw/" + name + "/#"
@@ -50,10 +59,14 @@ func keyKind(m driver.Mode) string {
 }
 
 // keyValue is what a key of r's acquisition holds: the candidate's value
-// in an election, the owner otherwise.
-func keyValue(r driver.Request) string {
-	if r.Mode == driver.Leader {
+// in an election; otherwise the owner, or in LayoutConcurrency nothing,
+// as concurrency.Mutex writes.
+func (d *Driver) keyValue(r driver.Request) string {
+	switch {
+	case r.Mode == driver.Leader:
 		return r.Value
+	case d.layout == LayoutConcurrency:
+		return ""
 	}
 	return r.Owner
 }
@@ -74,7 +87,7 @@ func (d *Driver) admit(ctx context.Context, s *session, r driver.Request, k keys
 	}
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(k.key), "=", myRev)).
-		Then(clientv3.OpPut(k.key, keyValue(r), clientv3.WithLease(s.id))).Commit()
+		Then(clientv3.OpPut(k.key, d.keyValue(r), clientv3.WithLease(s.id))).Commit()
 	cancel()
 	if err != nil {
 		// A put that lands after the deletion fails its comparison.

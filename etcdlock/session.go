@@ -345,6 +345,9 @@ func (d *Driver) take(s *session, r driver.Request) (keys, bool) {
 		return keys{}, false
 	}
 	sk := slotKey{mode: r.Mode, name: r.Name}
+	if d.layout == LayoutConcurrency {
+		sk.mode = driver.Exclusive // the mutex and the election of a name share one queue, so one set of keys
+	}
 	for {
 		if _, used := s.used[sk]; !used {
 			break

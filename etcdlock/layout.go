@@ -1,0 +1,129 @@
+package etcdlock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Layout is how a driver lays its locks out in etcd's key space
+// (Options.Layout, URL parameter layout). The zero value is LayoutDlock.
+type Layout string
+
+const (
+	// LayoutDlock is the driver's own format, the default: every kind of
+	// lock, each under a key range of its own (see the package
+	// documentation, "How a lock works").
+	LayoutDlock Layout = "dlock"
+	// LayoutConcurrency is the format of etcd's concurrency package
+	// (concurrency.Mutex, concurrency.Election) and of `etcdctl lock` and
+	// `etcdctl elect`, so that dlock and they exclude each other on the
+	// same name and agree on one leader. It has mutexes and elections
+	// only: readers-writer locks and semaphores are unsupported. See the
+	// package documentation, "Layouts".
+	LayoutConcurrency Layout = "concurrency"
+)
+
+// errLayout says what a layout may be.
+var errLayout = fmt.Errorf("unknown layout: want %q or %q", LayoutDlock, LayoutConcurrency)
+
+func (l Layout) known() bool { return l == LayoutDlock || l == LayoutConcurrency }
+
+// Layout returns the driver's layout.
+func (d *Driver) Layout() Layout { return d.layout }
+
+// lockPrefix is, in LayoutConcurrency, what etcd's concurrency package
+// calls the lock's or election's prefix: the one given to
+// concurrency.NewMutex or NewElection, and the NAME of `etcdctl lock
+// NAME`. It is the driver's prefix and the name joined by a slash, unless
+// the prefix is empty or already ends with one: with the prefix "" the
+// lock "jobs/x" is `etcdctl lock jobs/x`; with "/" it is
+// NewMutex(s, "/jobs/x"); with "app" or "app/", NewMutex(s, "app/jobs/x").
+// The keys are lockPrefix + "/" + the lease in hex.
+func (d *Driver) lockPrefix(name string) string {
+	if d.prefix == "" || strings.HasSuffix(d.prefix, "/") {
+		return d.prefix + name
+	}
+	return d.prefix + "/" + name
+}
+
+// checkMode rejects, in LayoutConcurrency, what dlock never sends (its
+// Locker asks Supports first) but a direct caller of the driver could.
+func (d *Driver) checkMode(r driver.Request) error {
+	if d.layout != LayoutConcurrency || r.Mode == driver.Exclusive || r.Mode == driver.Leader {
+		return nil
+	}
+	return fmt.Errorf("etcdlock: %s lock %q: %w: layout %s has mutexes and elections only (etcd's concurrency package has no other kind)",
+		r.Mode, r.Name, driver.ErrUnsupported, d.layout)
+}
+
+// inspectConcurrency is Inspect in LayoutConcurrency. A key belongs to a
+// lock when it is <lockPrefix(name)>/<lease hex>[.<n>] for a valid name
+// and is attached to that lease; every other key under the range is
+// someone else's and left out. The format does not tell a mutex's keys
+// from an election's, so every queue is listed as a mutex, its oldest
+// key the holder, with the create revision as token; Owner is the owner
+// for locks this driver holds, "lease <hex>" for the others (etcd's
+// concurrency package stores no owner).
+func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	base := d.lockPrefix("")
+	// With no prefix at all, WithPrefix ranges over the whole key space.
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Get(rctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
+	}
+	byName := map[string][]int{} // indexes into resp.Kvs
+	for i, kv := range resp.Kvs {
+		rest, ok := strings.CutPrefix(string(kv.Key), base)
+		j := strings.LastIndexByte(rest, '/')
+		if !ok || j < 0 || kv.Lease == 0 {
+			continue
+		}
+		name, last := rest[:j], rest[j+1:]
+		if !strings.HasPrefix(name, prefix) || !leaseSegment(last, kv.Lease) || dlock.ValidateName(name) != nil {
+			continue
+		}
+		byName[name] = append(byName[name], i)
+	}
+	owners := d.ownersByKey()
+	var out []driver.LockInfo
+	var leases []clientv3.LeaseID
+	for name, idx := range byName {
+		first := slices.MinFunc(idx, func(a, b int) int { return cmp.Compare(resp.Kvs[a].CreateRevision, resp.Kvs[b].CreateRevision) })
+		kv := resp.Kvs[first]
+		owner, ok := owners[string(kv.Key)]
+		if !ok {
+			owner = "lease " + strconv.FormatInt(kv.Lease, 16)
+		}
+		out = append(out, driver.LockInfo{Name: name, Mode: driver.Exclusive, Token: uint64(kv.CreateRevision), Owner: owner, Waiters: len(idx) - 1})
+		leases = append(leases, clientv3.LeaseID(kv.Lease))
+	}
+	if err := d.expiries(ctx, out, leases); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// leaseSegment reports whether s, the last segment of a key, names lease
+// as a lock key's does: the lease in lower-case hex, optionally followed
+// by ".<n>" (a driver's further acquisitions of the name).
+func leaseSegment(s string, lease int64) bool {
+	hex, n, dotted := strings.Cut(s, ".")
+	if dotted {
+		if _, err := strconv.ParseUint(n, 10, 31); err != nil {
+			return false
+		}
+	}
+	return hex == strconv.FormatInt(lease, 16)
+}
