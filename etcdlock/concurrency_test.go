@@ -1,0 +1,381 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+)
+
+// These tests run dlock in LayoutConcurrency beside etcd's own
+// concurrency.Mutex and concurrency.Election, each side on sessions and
+// clients of its own, on the same names.
+
+// interop returns what each of these tests starts with: the endpoints of
+// an etcd, a client of it, a fresh prefix, and a context that ends after
+// limit or with the test.
+func interop(t *testing.T, limit time.Duration) ([]string, *clientv3.Client, string, context.Context) {
+	t.Helper()
+	eps := testenv.EtcdEndpoints(t)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	t.Cleanup(cancel)
+	return eps, testenv.EtcdClient(t, eps), randomPrefix(), ctx
+}
+
+// concSession returns a concurrency session with a lease of ttl seconds
+// on a client of its own, closed when t ends.
+func concSession(t testing.TB, eps []string, ttl int) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(testenv.EtcdClient(t, eps), concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// createRev returns key's create revision; 0 when it does not exist.
+func createRev(t testing.TB, admin *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := admin.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].CreateRevision
+}
+
+// concLock runs m.Lock(ctx) in the background; the channel gets its error.
+func concLock(ctx context.Context, m *concurrency.Mutex) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(ctx) }()
+	return done
+}
+
+// await waits up to d for done's error, failing t if none comes.
+func await(t testing.TB, done <-chan error, d time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: no result within %v", what, d)
+	}
+	return nil
+}
+
+// stillWaiting fails t if done has a result within 300ms.
+func stillWaiting(t testing.TB, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while it should wait", what, err)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestConcurrencyMutexContention: dlock Lockers (two goroutines on each,
+// so that one driver holds and awaits the name at once) and
+// concurrency.Mutex sessions take one name over and over. At no time do
+// two hold it, and the holders' create revisions, dlock's tokens, grow in
+// the order they entered.
+func TestConcurrencyMutexContention(t *testing.T) {
+	eps, admin, prefix, ctx := interop(t, 120*time.Second)
+	const name, rounds = "hot", 12
+	pfx := prefix + "/" + name
+	var (
+		holders   atomic.Int32
+		mu        sync.Mutex
+		revs      []int64
+		entries   = map[string]int{}
+		overlaps  atomic.Int32
+		wg        sync.WaitGroup
+		firstFail sync.Once
+	)
+	fail := func(format string, args ...any) {
+		firstFail.Do(func() { t.Errorf(format, args...) })
+	}
+	// hold is the critical section: the gauge, and the holder's revision.
+	hold := func(side string, rev int64) {
+		if n := holders.Add(1); n > 1 {
+			overlaps.Add(1)
+		}
+		mu.Lock()
+		revs = append(revs, rev)
+		entries[side]++
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		holders.Add(-1)
+	}
+	for i := range 2 {
+		l := concLocker(t, eps, prefix)
+		for range 2 {
+			wg.Go(func() {
+				for range rounds {
+					lease, err := l.Acquire(ctx, name)
+					if err != nil {
+						fail("dlock %d: %v", i, err)
+						return
+					}
+					hold("dlock", int64(lease.Token()))
+					if err := lease.Release(ctx); err != nil {
+						fail("dlock %d: release: %v", i, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	for i := range 3 {
+		s := concSession(t, eps, 10)
+		wg.Go(func() {
+			for range rounds {
+				m := concurrency.NewMutex(s, pfx)
+				if err := m.Lock(ctx); err != nil {
+					fail("concurrency %d: %v", i, err)
+					return
+				}
+				hold("concurrency", createRev(t, admin, m.Key()))
+				if err := m.Unlock(ctx); err != nil {
+					fail("concurrency %d: unlock: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("two holders at once %d times", n)
+	}
+	if entries["dlock"] != 4*rounds || entries["concurrency"] != 3*rounds {
+		t.Errorf("entries %v, want %d by dlock and %d by concurrency.Mutex", entries, 4*rounds, 3*rounds)
+	}
+	for i := 1; i < len(revs); i++ {
+		if revs[i] <= revs[i-1] {
+			t.Errorf("holder %d's create revision %d is not above the previous holder's %d", i, revs[i], revs[i-1])
+			break
+		}
+	}
+	if keys := concQueue(t, admin, pfx); len(keys) != 0 {
+		t.Errorf("keys left after every release: %q", keys)
+	}
+}
+
+// TestConcurrencyMutexFIFO: behind a concurrency.Mutex holder, dlock A,
+// concurrency.Mutex B and dlock C (a second acquisition by A's driver,
+// key <lease>.1) queue in that order and enter in that order.
+func TestConcurrencyMutexFIFO(t *testing.T) {
+	eps, admin, prefix, ctx := interop(t, 60*time.Second)
+	const name = "fifo"
+	pfx := prefix + "/" + name
+	h := concurrency.NewMutex(concSession(t, eps, 10), pfx)
+	if err := h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := concLocker(t, eps, prefix)
+	var mu sync.Mutex
+	var order []string
+	enter := func(who string) {
+		mu.Lock()
+		order = append(order, who)
+		mu.Unlock()
+	}
+	dlockSide := func(who string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name)
+			if err == nil {
+				enter(who)
+				err = lease.Release(ctx)
+			}
+			done <- err
+		}()
+		return done
+	}
+	a := dlockSide("A")
+	waitQueue(t, admin, pfx+"/", 2)
+	b := make(chan error, 1)
+	go func() {
+		m := concurrency.NewMutex(concSession(t, eps, 10), pfx)
+		err := m.Lock(ctx)
+		if err == nil {
+			enter("B")
+			err = m.Unlock(ctx)
+		}
+		b <- err
+	}()
+	waitQueue(t, admin, pfx+"/", 3)
+	c := dlockSide("C")
+	kvs := waitQueue(t, admin, pfx+"/", 4)
+	if string(kvs[3].Key) != string(kvs[1].Key)+".1" {
+		t.Errorf("C's key %q, want A's %q with .1", kvs[3].Key, kvs[1].Key)
+	}
+	stillWaiting(t, a, "A behind the holder")
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		who  string
+		done <-chan error
+	}{{"A", a}, {"B", b}, {"C", c}} {
+		if err := await(t, p.done, 20*time.Second, p.who); err != nil {
+			t.Fatalf("%s: %v", p.who, err)
+		}
+	}
+	if got := fmt.Sprint(order); got != "[A B C]" {
+		t.Errorf("entry order %s, want [A B C]", got)
+	}
+}
+
+// TestConcurrencyMutexCrashedHolder: a holder whose session dies without
+// releasing (its client closed, or its keep-alives stopped) frees the
+// lock for a waiter of the other side once its lease expires, and not
+// before.
+func TestConcurrencyMutexCrashedHolder(t *testing.T) {
+	eps, admin, prefix, ctx := interop(t, 60*time.Second)
+	const ttl = 2 * time.Second
+
+	t.Run("dlock holder", func(t *testing.T) {
+		pfx := prefix + "/a"
+		holder := concLocker(t, eps, prefix, dlock.WithTTL(ttl))
+		lease, err := holder.Acquire(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := holderKeyOf(t, admin, pfx, lease)
+		m := concurrency.NewMutex(concSession(t, eps, 10), pfx)
+		done := concLock(ctx, m)
+		waitQueue(t, admin, pfx+"/", 2)
+		stillWaiting(t, done, "concurrency.Mutex behind a live dlock holder")
+		_ = drv(holder).Client().Close()
+		crashed := time.Now()
+		if err := await(t, done, ttl+5*time.Second, "concurrency.Mutex after the dlock holder crashed"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("concurrency.Mutex acquired %v after the dlock holder's client closed", time.Since(crashed))
+		if createRev(t, admin, key) != 0 {
+			t.Errorf("concurrency.Mutex acquired while the crashed holder's key %q still exists", key)
+		}
+		_ = m.Unlock(ctx)
+	})
+
+	t.Run("concurrency holder", func(t *testing.T) {
+		pfx := prefix + "/b"
+		s := concSession(t, eps, int(ttl/time.Second))
+		m := concurrency.NewMutex(s, pfx)
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := concLocker(t, eps, prefix)
+		p := start(func() (*dlock.Lease, error) { return w.Acquire(ctx, "b") })
+		waitQueue(t, admin, pfx+"/", 2)
+		p.notYet(t, "dlock behind a live concurrency.Mutex holder")
+		s.Orphan() // keep-alives stop; the lease expires on the server
+		crashed := time.Now()
+		lease := p.get(t, "dlock after the concurrency.Mutex holder's session died")
+		t.Logf("dlock acquired %v after the concurrency.Mutex holder's keep-alives stopped", time.Since(crashed))
+		if createRev(t, admin, m.Key()) != 0 {
+			t.Error("dlock acquired while the crashed holder's key still exists")
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// holderKeyOf returns the dlock holder's key: the one under pfx whose
+// create revision is the lease's token.
+func holderKeyOf(t testing.TB, admin *clientv3.Client, pfx string, lease *dlock.Lease) string {
+	t.Helper()
+	for _, kv := range queue(t, admin, pfx+"/") {
+		if uint64(kv.CreateRevision) == lease.Token() {
+			return string(kv.Key)
+		}
+	}
+	t.Fatalf("no key under %q has the holder's token %d", pfx, lease.Token())
+	return ""
+}
+
+// TestConcurrencyMutexOwnKeysOnly: each side removes only its own keys:
+// a failed concurrency TryLock or a cancelled concurrency Lock leaves the
+// dlock holder's key, a failed or cancelled dlock acquisition leaves the
+// concurrency holder's and waiter's. A dlock driver's second acquisition
+// of the name (key <lease>.1) counts as a holder for concurrency.Mutex.
+func TestConcurrencyMutexOwnKeysOnly(t *testing.T) {
+	eps, admin, prefix, ctx := interop(t, 60*time.Second)
+	const name = "own"
+	pfx := prefix + "/" + name
+	l := concLocker(t, eps, prefix)
+	first, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := concQueue(t, admin, pfx)
+	try := concurrency.NewMutex(concSession(t, eps, 10), pfx)
+	if err := try.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("concurrency TryLock while dlock holds = %v, want ErrLocked", err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = concurrency.NewMutex(concSession(t, eps, 10), pfx).Lock(cctx)
+	ccancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("concurrency Lock with a short deadline while dlock holds = %v, want its deadline", err)
+	}
+	if got := concQueue(t, admin, pfx); fmt.Sprint(got) != fmt.Sprint(held) {
+		t.Fatalf("keys after concurrency's failed attempts %q, want only the dlock holder's %q", got, held)
+	}
+
+	// A second dlock acquisition queues as <lease>.1, a concurrency Mutex
+	// behind it. Once the first releases, the .1 key holds alone, and
+	// concurrency.Mutex sees it as the holder.
+	second := start(func() (*dlock.Lease, error) { return l.Acquire(ctx, name) })
+	waitQueue(t, admin, pfx+"/", 2)
+	waiter := concurrency.NewMutex(concSession(t, eps, 10), pfx)
+	wdone := concLock(ctx, waiter)
+	waitQueue(t, admin, pfx+"/", 3)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease2 := second.get(t, "the second dlock acquisition")
+	stillWaiting(t, wdone, "concurrency.Mutex behind the second dlock acquisition")
+	if err := concurrency.NewMutex(concSession(t, eps, 10), pfx).TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Errorf("concurrency TryLock while dlock's .1 key holds = %v, want ErrLocked", err)
+	}
+	if err := lease2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := await(t, wdone, 20*time.Second, "concurrency.Mutex after both dlock releases"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Now concurrency holds: dlock's failed attempts leave its key.
+	if _, err := l.TryAcquire(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("dlock TryAcquire while concurrency.Mutex holds = %v, want ErrNotAcquired", err)
+	}
+	cctx, ccancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = l.Acquire(cctx, name)
+	ccancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("dlock Acquire with a short deadline while concurrency.Mutex holds = %v, want its deadline", err)
+	}
+	if got := concQueue(t, admin, pfx); len(got) != 1 || got[0] != waiter.Key() {
+		t.Fatalf("keys after dlock's failed attempts %q, want only the concurrency holder's %q", got, waiter.Key())
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := concQueue(t, admin, pfx); len(got) != 0 {
+		t.Errorf("keys left: %q", got)
+	}
+}
