@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -487,3 +488,34 @@ func etcdLogTail(path string) string {
 
 // String describes the member for test logs.
 func (m *EtcdMember) String() string { return "etcd " + m.Name + " " + m.Endpoint }
+
+// EtcdctlBinary returns etcdctl, etcd's command-line client (Debian's
+// etcd-client), from PATH. It fails t, naming ServicesScript, when there
+// is none: the interoperability tests need the real peer, on CI as
+// anywhere.
+func EtcdctlBinary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("etcdctl")
+	if err != nil {
+		t.Fatalf("etcdctl is not installed (%v); install it (etcd-client) with %s", err, ServicesScript)
+	}
+	return bin
+}
+
+// Etcdctl returns an unstarted etcdctl with args, speaking the v3 API to
+// endpoints, in a process group of its own so that a test can kill it
+// with whatever it runs (etcdctl lock NAME -- cmd). Whatever is left of
+// the group when the test ends is killed; the caller waits for the
+// process.
+func Etcdctl(t testing.TB, endpoints []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(EtcdctlBinary(t), append([]string{"--endpoints=" + strings.Join(endpoints, ",")}, args...)...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	t.Cleanup(func() {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	return cmd
+}
