@@ -68,6 +68,30 @@ func TestSecured(t *testing.T) {
 		}
 	})
 
+	// With layout=concurrency and no prefix, Open reads a key the role
+	// need not cover; each lock is checked on its own range.
+	t.Run("ConcurrencyNoPrefix", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := dlock.Open(ctx, mk("locks", etcdLockPW, "", append(tlsArgs, "layout", "concurrency")...))
+		if err != nil {
+			t.Fatalf("Open without a prefix, by a user whose role covers %q only: %v", prefix, err)
+		}
+		defer l.Close()
+		lease, err := l.TryAcquire(ctx, prefix+"/x")
+		if err != nil {
+			t.Fatalf("a lock inside the role's range: %v", err)
+		}
+		_ = lease.Release(ctx)
+		if _, err := l.TryAcquire(ctx, "other/x"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("a lock outside the role's range: %v, want a permission denied error", err)
+		}
+		_, err = dlock.Open(ctx, mk("locks", "wrong-"+etcdLockPW, "", append(tlsArgs, "layout", "concurrency")...))
+		if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Errorf("Open without a prefix, with a wrong password: %v, want authentication failed", err)
+		}
+	})
+
 	t.Run("BadURLs", func(t *testing.T) {
 		locktest.RefusesBadURLs(t, []string{etcdLockPW, etcdRootPW}, []locktest.BadURL{
 			{What: "wrong password", URL: mk("locks", "wrong-"+etcdLockPW, prefix, tlsArgs...), Cause: "authentication failed"},
