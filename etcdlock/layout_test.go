@@ -242,3 +242,36 @@ func TestLayoutInspect(t *testing.T) {
 		t.Error("the cancelled waiter did not return")
 	}
 }
+
+// TestLayoutsDoNotExclude: the two layouts are no protection for each
+// other, even on one prefix. There a LayoutDlock key of "x",
+// <prefix>/x/#<lease>, lies under LayoutConcurrency's queue <prefix>/x/,
+// so the concurrency side waits for it, as concurrency.Mutex would; but
+// the LayoutDlock side reads only <prefix>/x/#, and takes "x" while the
+// concurrency side holds it.
+func TestLayoutsDoNotExclude(t *testing.T) {
+	eps := testenv.EtcdEndpoints(t)
+	ctx := t.Context()
+	prefix := randomPrefix()
+	native, conc := newLocker(t, eps, prefix), concLocker(t, eps, prefix)
+	held, err := native.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conc.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("layout concurrency TryAcquire while layout dlock holds on the same prefix = %v, want ErrNotAcquired", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err = conc.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := native.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatalf("layout dlock TryAcquire while layout concurrency holds = %v; want it to succeed: it does not read that layout's keys", err)
+	}
+	_ = both.Release(ctx)
+	_ = held.Release(ctx)
+}
