@@ -51,7 +51,8 @@
 //
 // # Other kinds of locks
 //
-// The driver implements driver.Moder for every mode and driver.Elector.
+// The driver implements driver.Moder for every mode (in LayoutDlock; see
+// Layouts for LayoutConcurrency) and driver.Elector.
 // Readers-writer locks, semaphores and elections queue keys exactly as the
 // mutex does, on the same sessions, each kind under a prefix of its own:
 // <prefix>/#rw/<name>/#, <prefix>/#sem/<name>/# and
@@ -88,6 +89,72 @@
 // token is the revision of that put; one granted at once has its key's
 // create revision. Either is a revision the grant wrote, so tokens are
 // distinct and grow with the order of grants.
+//
+// # Layouts
+//
+// Options.Layout (URL parameter layout) chooses the format of the keys.
+// LayoutDlock, the default, is the format described above. With
+// LayoutConcurrency the driver writes exactly the keys of etcd's
+// concurrency package (concurrency.Mutex, concurrency.Election), which
+// `etcdctl lock` and `etcdctl elect` use too, so that dlock and they
+// exclude each other on one name and agree on one leader. The two
+// layouts do not exclude each other: every client of a name must use the
+// same one. (On one prefix they half-see each other: LayoutDlock's key
+// <prefix>/x/#<lease> lies under LayoutConcurrency's queue <prefix>/x/,
+// so the concurrency side waits for it, but LayoutDlock reads only
+// <prefix>/x/# and ignores the concurrency side's keys.)
+//
+// What the concurrency package calls a lock's prefix (pfx in
+// concurrency.NewMutex(s, pfx), NAME in `etcdctl lock NAME`) is the
+// driver's prefix and the lock's name joined by a slash, unless the
+// prefix is empty or ends with one. The prefix is taken as given, the
+// empty one included; in a URL it is the path without the slash that
+// ends the host part:
+//
+//	URL path (?layout=concurrency)  prefix   name      concurrency's pfx   its peer
+//	"" or "/"                       ""       jobs/x    jobs/x              etcdctl lock jobs/x
+//	"//"                            "/"      my-lock   /my-lock            concurrency.NewMutex(s, "/my-lock")
+//	"/app" or "/app/"               "app"    x         app/x               etcdctl lock app/x
+//
+// On the store, for the lock or election called name, with pfx as above:
+//
+//   - every holder and waiter has one key, pfx/<lease>, where <lease> is
+//     its session lease's ID in lower-case hex (fmt's %x), attached to
+//     that lease. A driver that holds or awaits the name n times over
+//     adds pfx/<lease>.<n> (n = 1, 2, ...): its acquisitions exclude one
+//     another, and the concurrency package, which counts every key under
+//     pfx/, sees each as a holder or waiter of its own;
+//   - a mutex's key holds the empty value, as concurrency.Mutex writes; a
+//     candidate's key holds its value (its proposal);
+//   - the key with the lowest create revision under pfx/ holds the lock
+//     or leads; a waiter waits for the keys under pfx/ created before its
+//     own. The fencing token is the holder's create revision, as in
+//     LayoutDlock. (etcdctl lock hands its command ETCD_LOCK_REV, the
+//     revision at which it got the lock: the create revision of
+//     ETCD_LOCK_KEY only when it did not wait. To fence dlock holders
+//     and etcdctl lock's commands on one resource, use that key's create
+//     revision.)
+//
+// The format has no room for the rest, so in this layout:
+//
+//   - the mutex and the election of one name are one queue, as `etcdctl
+//     lock x` and `etcdctl elect x` are: a mutex holder is the election's
+//     leader (with the empty value), and a candidate holds the mutex;
+//   - readers-writer locks and semaphores are unsupported: Supports
+//     reports false and their methods fail with dlock.ErrUnsupported;
+//   - names nest: the keys of "a/b" lie under "a/", so a holder or an
+//     older waiter of "a/b" keeps "a" from being taken (and the
+//     concurrency package behaves the same), while "a" does not block
+//     "a/b". Do not use a name and a name below it in this layout;
+//   - Inspect lists every queue as a mutex: the keys do not tell a
+//     mutex's from an election's. It reads only keys of the form above
+//     (a valid name, a lease, the lease's hex), and gives the owner of
+//     the driver's own locks, "lease <hex>" for the others'.
+//
+// With RBAC, the role needs readwrite on each lock's range pfx/ (with a
+// prefix, on the prefix: --prefix=true readwrite app). With the empty
+// prefix, Open's first read is of the key "/", and a permission denial
+// there does not fail Open: each acquisition checks its own range.
 //
 // # Sessions and TTL
 //
@@ -133,7 +200,8 @@
 // The host part is a comma-separated list of endpoints (host or
 // host:port, port 2379 by default; 127.0.0.1:2379 when empty). The path,
 // without its slashes, is the key prefix (Options.Prefix), "dlock" when
-// empty. etcds:// (or tls=true) speaks TLS to every endpoint; user
+// empty; with layout=concurrency, the path without its first slash, so
+// that it can be empty. etcds:// (or tls=true) speaks TLS to every endpoint; user
 // information is the etcd user and password the client authenticates as
 // (RBAC). Parameters:
 //
@@ -144,6 +212,11 @@
 //	request_timeout=1s  how long each request may take before the driver
 //	                    tries again (Options.RequestTimeout,
 //	                    DefaultRequestTimeout); a duration above zero
+//	layout=dlock        the key format (Options.Layout): dlock, the
+//	                    driver's own, or concurrency, that of etcd's
+//	                    concurrency package and etcdctl lock/elect (see
+//	                    Layouts, which also says how the path maps to the
+//	                    prefix then)
 //
 //	tls=false           TLS on an etcd:// URL (etcds:// always uses it)
 //	cacert=             PEM file of the authorities to trust; default the system's
@@ -154,9 +227,11 @@
 //	insecure_skip_verify=false   accept any certificate: for tests only
 //
 // and dlock's shared ones, ttl and renew (renew has no effect here). For
-// example, etcd://127.0.0.1:2379/jobs?ttl=10s. The certificate files are
-// read when the URL is opened; a missing or unreadable one is a
-// *dlock.ParamError naming its parameter. For anything else a
+// example, etcd://127.0.0.1:2379/jobs?ttl=10s, or
+// etcd://127.0.0.1:2379?layout=concurrency for the locks of `etcdctl
+// lock NAME`. The certificate files are read when the URL is opened; a
+// missing or unreadable one, and a layout other than dlock or
+// concurrency, is a *dlock.ParamError naming its parameter. For anything else a
 // *clientv3.Client can do, configure one and use New.
 //
 // # Securing the store

@@ -72,8 +72,9 @@ type Options struct {
 }
 
 // Driver is the etcd driver: a dlock driver.Driver, driver.Waiter,
-// driver.Moder (every mode) and driver.Elector over an etcd cluster
-// reached through a go.etcd.io/etcd/client/v3 client.
+// driver.Moder (every mode in LayoutDlock; see Supports) and
+// driver.Elector over an etcd cluster reached through a
+// go.etcd.io/etcd/client/v3 client.
 // Create it with NewDriver (or New, or dlock.Open with an etcd:// URL).
 //
 // Locks live as long as the driver's session for their TTL: see the
@@ -190,7 +191,7 @@ func (d *Driver) Prefix() string { return d.prefix }
 // acquisition's owner. Names cannot contain '#', so "<name>/#" never
 // starts the keys of another name.
 type keys struct {
-	prefix string // <Prefix>/<name>/#, or <Prefix>/#<kind>/<name>/# (see queuePrefix)
+	prefix string // <Prefix>/<name>/#, or <Prefix>/#<kind>/<name>/#; in LayoutConcurrency, lockPrefix(name)/ (see queuePrefix)
 	key    string // prefix + [r|w] + <lease>[.<n>]
 	slot   slotKey
 }
