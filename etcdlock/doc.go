@@ -147,9 +147,10 @@
 //     concurrency package behaves the same), while "a" does not block
 //     "a/b". Do not use a name and a name below it in this layout;
 //   - Inspect lists every queue as a mutex: the keys do not tell a
-//     mutex's from an election's. It reads only keys of the form above
+//     mutex's from an election's. It counts only keys of the form above
 //     (a valid name, a lease, the lease's hex), and gives the owner of
-//     the driver's own locks, "lease <hex>" for the others'.
+//     the driver's own locks, "lease <hex>" for the others'. Without a
+//     prefix, it reads the names of every key in the store.
 //
 // With RBAC, the role needs readwrite on each lock's range pfx/ (with a
 // prefix, on the prefix: --prefix=true readwrite app). With the empty
