@@ -337,18 +337,6 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// urlPrefix returns the key prefix of a URL's path. In LayoutDlock it is
-// the path without its slashes, DefaultPrefix when that is empty. In
-// LayoutConcurrency only the slash that ends the host part is dropped,
-// so that the prefix can be empty (etcd://host or etcd://host/) or "/"
-// (etcd://host//).
-func urlPrefix(path string, layout Layout) string {
-	if layout == LayoutConcurrency {
-		return strings.TrimPrefix(path, "/")
-	}
-	return cmp.Or(strings.Trim(path, "/"), DefaultPrefix)
-}
-
 // tlsCause returns, for an Open that failed, why the TLS connection to
 // the first endpoint fails, or that a plain URL reached a TLS server (the
 // etcd client reports only a timeout); "" when TLS is not the cause.

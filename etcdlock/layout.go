@@ -40,6 +40,18 @@ func (l Layout) known() bool { return l == LayoutDlock || l == LayoutConcurrency
 // Layout returns the driver's layout.
 func (d *Driver) Layout() Layout { return d.layout }
 
+// urlPrefix returns the key prefix of a URL's path. In LayoutDlock it is
+// the path without its slashes, DefaultPrefix when that is empty. In
+// LayoutConcurrency only the slash that ends the host part is dropped,
+// so that the prefix can be empty (etcd://host or etcd://host/) or "/"
+// (etcd://host//).
+func urlPrefix(path string, layout Layout) string {
+	if layout == LayoutConcurrency {
+		return strings.TrimPrefix(path, "/")
+	}
+	return cmp.Or(strings.Trim(path, "/"), DefaultPrefix)
+}
+
 // lockPrefix is, in LayoutConcurrency, what etcd's concurrency package
 // calls the lock's or election's prefix: the one given to
 // concurrency.NewMutex or NewElection, and the NAME of `etcdctl lock
