@@ -195,7 +195,7 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 		return nil, err
 	}
 	if !l.Supports(h.Mode) {
-		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w", h.Mode, h.Name, l.backend, ErrUnsupported)
+		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", h.Mode, h.Name, l.backend, ErrUnsupported, l.unsupportedReason(h.Mode))
 	}
 	cfg := l.cfg
 	cfg.ttl = h.TTL

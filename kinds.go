@@ -129,7 +129,7 @@ func (l *Locker) checkElection(name string) error {
 		return err
 	}
 	if !l.Supports(driver.Leader) {
-		return fmt.Errorf("dlock: election %q on the %s backend: %w", name, l.backend, ErrUnsupported)
+		return fmt.Errorf("dlock: election %q on the %s backend: %w%s", name, l.backend, ErrUnsupported, l.unsupportedReason(driver.Leader))
 	}
 	if l.isClosed() {
 		return ErrClosed

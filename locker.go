@@ -85,6 +85,20 @@ func (l *Locker) Supports(m driver.Mode) bool {
 	return l.moder.Supports(m)
 }
 
+// unsupportedReason ends the error of a request for mode m, which the
+// backend lacks: the driver's reason in parentheses, for a driver whose
+// modes depend on how it was configured (one with an
+// UnsupportedReason(driver.Mode) string method, as redislock's in its
+// redsync layout), or nothing.
+func (l *Locker) unsupportedReason(m driver.Mode) string {
+	if d, ok := l.drv.(interface{ UnsupportedReason(driver.Mode) string }); ok {
+		if why := d.UnsupportedReason(m); why != "" {
+			return " (" + why + ")"
+		}
+	}
+	return ""
+}
+
 // Driver returns the Locker's driver, for backend-specific features.
 func (l *Locker) Driver() driver.Driver { return l.drv }
 
@@ -122,7 +136,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, err
 	}
 	if !l.Supports(req.Mode) {
-		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w", req.Mode, name, l.backend, ErrUnsupported)
+		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", req.Mode, name, l.backend, ErrUnsupported, l.unsupportedReason(req.Mode))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)

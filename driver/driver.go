@@ -162,6 +162,11 @@ func (m Mode) String() string {
 // tokens included: every grant of a name, in any of the name's modes,
 // carries a token greater than every earlier grant's for that name and
 // kind of lock (readers holding together have distinct tokens).
+//
+// A driver whose modes depend on how it was configured may also have a
+// method UnsupportedReason(m Mode) string, returning why it lacks mode m
+// ("" when it has it): dlock adds the reason to the ErrUnsupported error
+// of a request for that mode.
 type Moder interface {
 	// Supports reports whether the driver implements mode m.
 	Supports(m Mode) bool
