@@ -51,19 +51,12 @@ func TestCluster(t *testing.T) {
 	r := request(name, 10*time.Second)
 	res := lockAsync(ctx, w, r)
 	waitQueued(t, d, name, 1)
-	released := time.Now()
-	if err := d.Unlock(ctx, h); err != nil {
-		t.Fatal(err)
+	wg, lat := unlockThenLock(t, d, h, res)
+	t.Logf("handoff on a cluster: %v after the release", lat)
+	if wg.Token != g.Token+1 {
+		t.Errorf("token %d, want %d", wg.Token, g.Token+1)
 	}
-	got := <-res
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	t.Logf("handoff on a cluster: %v after the release", got.at.Sub(released))
-	if got.g.Token != g.Token+1 {
-		t.Errorf("token %d, want %d", got.g.Token, g.Token+1)
-	}
-	if lat := got.at.Sub(released); lat > w.entryLifetime(r.TTL)/6 {
+	if lat > w.entryLifetime(r.TTL)/6 {
 		t.Errorf("handoff took %v: the grant did not come by message", lat)
 	}
 	// The waiter's shard subscription ended with its wait.
@@ -121,15 +114,70 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != 2 || infos[0].Name != name || infos[0].Mode != driver.Exclusive || infos[0].Token != got.g.Token ||
+	if len(infos) != 2 || infos[0].Name != name || infos[0].Mode != driver.Exclusive || infos[0].Token != wg.Token ||
 		infos[1].Name != "cluster/rw" || infos[1].Mode != driver.Read || infos[1].Token != rg.Token {
-		t.Errorf("Inspect on a cluster = %+v, want %s (token %d) and a reader of cluster/rw (token %d)", infos, name, got.g.Token, rg.Token)
+		t.Errorf("Inspect on a cluster = %+v, want %s (token %d) and a reader of cluster/rw (token %d)", infos, name, wg.Token, rg.Token)
 	}
 	if err := d.Unlock(ctx, rr); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Unlock(ctx, r); err != nil {
 		t.Fatal(err)
+	}
+	t.Run("LayoutRedsync", func(t *testing.T) { clusterPlain(t, ctx, c) })
+}
+
+// clusterPlain: in layout=redsync on a cluster, the plain key and dlock's
+// counter share a slot (a script on both would fail CROSSSLOT otherwise),
+// for names all over the slots; a waiter is woken by SPUBLISH in the
+// lock's slot; Inspect scans every primary.
+func clusterPlain(t *testing.T, ctx context.Context, c *redis.ClusterClient) {
+	d := plainDriver(t, c, Options{PollInterval: time.Minute})
+	w := plainDriver(t, c, Options{Prefix: d.prefix, PollInterval: time.Minute})
+	slots := map[uint16]bool{}
+	for i := range 20 {
+		name := "plain/" + strconv.Itoa(i)
+		r := request(name, 10*time.Second)
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := d.Refresh(ctx, r); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		mustUnlock(t, d, r)
+		lock, _ := d.plainKeys(name)
+		slots[keySlot(lock)] = true
+	}
+	if len(slots) < 10 {
+		t.Errorf("20 names in %d slots", len(slots))
+	}
+	spublish, publish := commandCalls(t, c, "spublish"), commandCalls(t, c, "publish")
+	name := "plain/wait"
+	h := request(name, 10*time.Second)
+	g, err := d.TryLock(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := lockAsync(ctx, w, request(name, 10*time.Second))
+	waitFollowing(t, w, name)
+	time.Sleep(20 * time.Millisecond) // the attempt after the confirmation has failed
+	wg, lat := unlockThenLock(t, d, h, res)
+	t.Logf("layout=redsync on a cluster: taken %v after the release", lat)
+	if lat > 2*time.Second || wg.Token <= g.Token {
+		t.Errorf("taken %v after the release (polls a minute apart), token %d after %d", lat, wg.Token, g.Token)
+	}
+	if n := commandCalls(t, c, "spublish") - spublish; n < 1 {
+		t.Errorf("%d SPUBLISH for the release", n)
+	}
+	if n := commandCalls(t, c, "publish") - publish; n != 0 {
+		t.Errorf("%d PUBLISH: releases should go by SPUBLISH", n)
+	}
+	infos, err := d.Inspect(ctx, "plain/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Name != name || infos[0].Owner == h.Owner {
+		t.Errorf("Inspect = %+v, want %s held by the waiter", infos, name)
 	}
 }
 

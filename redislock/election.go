@@ -14,10 +14,14 @@ import (
 const observeRetry = time.Second
 
 // Leader returns the current leader of election name, with its value and
-// token, in one script; the zero LeaderInfo when nobody leads.
+// token, in one script; the zero LeaderInfo when nobody leads. In
+// LayoutRedsync it fails with an error matching driver.ErrUnsupported.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
 	if d.closed.Load() {
 		return driver.LeaderInfo{}, driver.ErrClosed
+	}
+	if d.plain {
+		return driver.LeaderInfo{}, errPlainKind("election", name)
 	}
 	info, _, err := d.readLeader(ctx, name)
 	return info, err
@@ -68,8 +72,12 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 // Observe reads the leader once before returning, and fails if that
 // fails. The channel is closed when ctx ends or the driver closes; the
 // goroutine that feeds it ends then too. A reading that fails later is
-// retried within a second.
+// retried within a second. In LayoutRedsync Observe fails with an error
+// matching driver.ErrUnsupported.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	if d.plain {
+		return nil, errPlainKind("election", name)
+	}
 	if !d.enter() {
 		return nil, driver.ErrClosed
 	}

@@ -24,10 +24,13 @@ import (
 // clock) and how many waiters are queued. It finds the locks with SCAN (on
 // every master of a Redis Cluster), then reads their keys in one
 // pipeline; locks taken or released meanwhile may be missed or reported
-// gone.
+// gone. In LayoutRedsync see inspectPlain.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
+	}
+	if d.plain {
+		return d.inspectPlain(ctx, prefix)
 	}
 	// What to scan for: a mutex or a writer, elections and semaphores by
 	// their main key; readers by their sorted set (a readers-writer lock
@@ -49,13 +52,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		}
 		return nil
 	}
-	var err error
-	if cc, ok := d.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, d.client)
-	}
-	if err != nil {
+	if err := d.scanEach(ctx, scan); err != nil {
 		return nil, fmt.Errorf("redislock: inspect: %w", err)
 	}
 	var reads []func(now time.Time, serverMS int64) []driver.LockInfo
@@ -87,6 +84,62 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		out = append(out, read(start, serverNow.UnixMilli())...)
 	}
 	slices.SortStableFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// scanEach runs scan on the server, or on every master of a Redis
+// Cluster (SCAN is per node).
+func (d *Driver) scanEach(ctx context.Context, scan func(context.Context, redis.UniversalClient) error) error {
+	if cc, ok := d.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return scan(ctx, d.client)
+}
+
+// inspectPlain is Inspect in LayoutRedsync. The peers' keys are plain
+// strings, which nothing tells from an application's other keys (under
+// an empty prefix, all keys would qualify), so the names listed are those
+// with a dlock fencing counter (dlock granted them in the last FenceTTL)
+// whose lock key is held now, by dlock or a peer: Owner is the stored
+// value (dlock's are 32 hex digits), Token 0 (the counter stands at
+// dlock's last grant, which may not be the holder's), Waiters -1 (nothing
+// records who polls).
+func (d *Driver) inspectPlain(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	var mu sync.Mutex
+	var names []string
+	err := d.scanEach(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		found, err := redisutil.ScanNames(ctx, c, plainFenceHead+d.prefix, "", prefix)
+		mu.Lock()
+		names = append(names, found...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislock: inspect: %w", err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	pipe := d.client.Pipeline()
+	owners := make([]*redis.StringCmd, len(names))
+	pttls := make([]*redis.DurationCmd, len(names))
+	for i, name := range names {
+		lock, _ := d.plainKeys(name)
+		owners[i], pttls[i] = pipe.Get(ctx, lock), pipe.PTTL(ctx, lock)
+	}
+	start := time.Now()
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("redislock: inspect: %w", err)
+	}
+	var out []driver.LockInfo
+	for i, name := range names {
+		if o, err := owners[i].Result(); err == nil {
+			out = append(out, driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: o,
+				Expires: expiry(start, pttls[i].Val()), Waiters: -1})
+		}
+	}
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,8 +48,12 @@ var (
 )
 
 // Supports reports whether the driver implements mode m: every mode of
-// driver.Mode (the mutex, readers-writer locks, semaphores and elections).
+// driver.Mode (the mutex, readers-writer locks, semaphores and elections)
+// in LayoutDlock, the mutex only in LayoutRedsync (see UnsupportedReason).
 func (d *Driver) Supports(m driver.Mode) bool {
+	if d.plain {
+		return m == driver.Exclusive
+	}
 	switch m {
 	case driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader:
 		return true
@@ -56,9 +61,12 @@ func (d *Driver) Supports(m driver.Mode) bool {
 	return false
 }
 
-// checkMode rejects a Request whose mode the driver does not know, or a
-// semaphore without permits.
-func checkMode(r driver.Request) error {
+// checkMode rejects a Request whose mode the driver does not know or, in
+// LayoutRedsync, has not, or a semaphore without permits.
+func (d *Driver) checkMode(r driver.Request) error {
+	if d.plain && r.Mode != driver.Exclusive {
+		return errPlainKind(r.Mode.String()+" lock", r.Name)
+	}
 	switch r.Mode {
 	case driver.Exclusive, driver.Read, driver.Write, driver.Leader:
 		return nil
@@ -86,8 +94,8 @@ func (d *Driver) keysFor(r driver.Request) []string {
 	var kind string
 	switch r.Mode {
 	case driver.Exclusive:
-		k := d.keys(r.Name)
-		return k[:]
+		var buf [4]string
+		return d.keysOn(&buf, r)
 	case driver.Read, driver.Write:
 		kind, suffixes = rwKind, rwSuffixes
 	case driver.Permit:
@@ -196,10 +204,11 @@ func (d *Driver) acquireCall(ctx context.Context, r driver.Request, keys []strin
 
 // attempt is the outcome of one acquisition script call.
 type attempt struct {
-	got   bool   // the caller holds the lock, with token
-	token uint64 // when got
-	pttl  int64  // when !got: the holder's remaining time (PTTL)
-	seen  uint64 // when !got: the fencing counter at the call
+	got   bool      // the caller holds the lock, with token
+	token uint64    // when got
+	pttl  int64     // when !got: the holder's remaining time (PTTL)
+	seen  uint64    // when !got: the fencing counter at the call
+	sent  time.Time // when the call was sent (set by try)
 }
 
 // acquireReply reads the reply of an acquisition: the token (acquire.lua

@@ -228,15 +228,11 @@ func database(u driver.URL) (int, error) {
 
 // driverOptions reads the parameters of the driver itself.
 func driverOptions(u driver.URL) (*Options, error) {
-	o := &Options{Prefix: u.String("prefix", DefaultPrefix), Logger: u.Logger}
-	if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {
-		return nil, u.Err("prefix", o.Prefix, errors.New("must be non-empty and hold no braces"))
-	}
-	var err error
-	if o.QueueTTL, err = u.Duration("queue_ttl", DefaultQueueTTL); err != nil {
+	o, err := layoutOptions(u)
+	if err != nil {
 		return nil, err
 	}
-	if o.FenceTTL, err = u.Duration("fence_ttl", DefaultFenceTTL); err != nil {
+	if o.FenceTTL, err = positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
 		return nil, err
 	}
 	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
@@ -245,17 +241,62 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.WaitReplicas < 0 {
 		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
 	}
-	if o.WaitTimeout, err = u.Duration("wait_timeout", DefaultWaitTimeout); err != nil {
+	if o.WaitTimeout, err = positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
 		return nil, err
 	}
-	if o.WaitTimeout == 0 {
-		return nil, u.Err("wait_timeout", u.String("wait_timeout", ""), errors.New("must be positive"))
+	return o, nil
+}
+
+// layoutOptions reads the layout and the parameters that depend on it:
+// the prefix (non-empty in layout=dlock, empty by default in
+// layout=redsync, whose keys are a peer's bare names), queue_ttl
+// (layout=dlock's queue) and poll_interval (layout=redsync's waiters).
+func layoutOptions(u driver.URL) (*Options, error) {
+	o := &Options{Layout: Layout(u.String("layout", string(LayoutDlock))), Logger: u.Logger}
+	var err error
+	switch o.Layout {
+	case LayoutDlock:
+		o.Prefix = u.String("prefix", DefaultPrefix)
+		if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {
+			return nil, u.Err("prefix", o.Prefix, errors.New("must be non-empty and hold no braces"))
+		}
+		if err := absent(u, "poll_interval", "only with layout=redsync: layout=dlock's waiters are handed the lock"); err != nil {
+			return nil, err
+		}
+		o.QueueTTL, err = positive(u, "queue_ttl", DefaultQueueTTL)
+	case LayoutRedsync:
+		o.Prefix = u.String("prefix", "")
+		if strings.ContainsAny(o.Prefix, "{}") {
+			return nil, u.Err("prefix", o.Prefix, errors.New("must hold no braces"))
+		}
+		if err := absent(u, "queue_ttl", "only with layout=dlock: layout=redsync has no queue"); err != nil {
+			return nil, err
+		}
+		o.PollInterval, err = positive(u, "poll_interval", DefaultPollInterval)
+	default:
+		return nil, u.Err("layout", string(o.Layout), errors.New(`must be "dlock" (the default) or "redsync" (the plain key of redsync and bsm/redislock)`))
 	}
-	if o.QueueTTL == 0 {
-		return nil, u.Err("queue_ttl", u.String("queue_ttl", ""), errors.New("must be positive"))
-	}
-	if o.FenceTTL == 0 {
-		return nil, u.Err("fence_ttl", u.String("fence_ttl", ""), errors.New("must be positive"))
+	if err != nil {
+		return nil, err
 	}
 	return o, nil
+}
+
+// positive reads parameter name as a duration (def when absent) that
+// must not be zero.
+func positive(u driver.URL, name string, def time.Duration) (time.Duration, error) {
+	d, err := u.Duration(name, def)
+	if err == nil && d == 0 {
+		err = u.Err(name, u.String(name, ""), errors.New("must be positive"))
+	}
+	return d, err
+}
+
+// absent refuses parameter name, meaningless with the URL's other
+// parameters (why says so), when it is given.
+func absent(u driver.URL, name, why string) error {
+	if !u.Has(name) {
+		return nil
+	}
+	return u.Err(name, u.String(name, ""), errors.New(why))
 }

@@ -36,10 +36,18 @@ const minQueueTTL = 100 * time.Millisecond
 // Options configure a Driver. The zero value, like a nil *Options, means
 // every default. NewDriver copies them: later changes have no effect.
 type Options struct {
+	// Layout is how locks are laid out in Redis: LayoutDlock (the zero
+	// value) or LayoutRedsync, the plain key of redsync and
+	// bsm/redislock, shared with their clients (see Layouts in the
+	// package documentation). NewDriver panics on any other value.
+	Layout Layout
+
 	// Prefix starts every key and channel name, so that several
 	// applications can share one Redis. It must not contain braces: the
 	// lock's name in braces is the Redis Cluster hash tag. Default
-	// DefaultPrefix.
+	// DefaultPrefix. In LayoutRedsync it starts the lock keys only, and
+	// its default is empty: a redsync mutex's key, or a bsm/redislock
+	// lock's, is the bare name the application gives it.
 	Prefix string
 
 	// QueueTTL bounds how long a waiter's queue entry lives without a
@@ -50,8 +58,17 @@ type Options struct {
 	// until that waiter's TTL runs out. A smaller QueueTTL narrows that
 	// window, at the cost of more frequent re-checks while waiting. The
 	// entry lifetime used is min(QueueTTL, max(lock TTL, 100ms)). Zero or
-	// negative means DefaultQueueTTL.
+	// negative means DefaultQueueTTL. LayoutRedsync has no queue and
+	// ignores it.
 	QueueTTL time.Duration
+
+	// PollInterval is, in LayoutRedsync, about how often a waiting call
+	// tries again while the lock is held (each wait is drawn between half
+	// and one and a half times it), besides trying when a dlock release
+	// announces itself and when the holder's TTL runs out: the peers'
+	// releases announce nothing, so it bounds how long one goes unseen.
+	// Zero or negative means DefaultPollInterval. LayoutDlock ignores it.
+	PollInterval time.Duration
 
 	// FenceTTL is how long a name's fencing counter is kept after it was
 	// seeded (on first use, or after it expired), so that names no longer
@@ -101,7 +118,8 @@ type Options struct {
 // channel, from its first Lock until Close, shared by all its waiting
 // calls; one for each election it observes, while it does; and on a Redis
 // 7 Cluster one for each name it waits for, while it does (see the package
-// documentation, Waiting and Cluster).
+// documentation, Waiting and Cluster). In LayoutRedsync it holds one for
+// each name it waits for, while it does, and none of its own.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -112,6 +130,11 @@ type Driver struct {
 	queueTTL  time.Duration
 	fenceTTL  any // milliseconds, boxed once
 	channel   string
+
+	// plain is set in LayoutRedsync, and pollInterval is then
+	// Options.PollInterval.
+	plain        bool
+	pollInterval time.Duration
 
 	// entryChannel is the channel written into queue entries: the
 	// driver's own channel, except in tests that lose grant messages.
@@ -189,8 +212,17 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if o != nil {
 		opt = *o
 	}
-	if opt.Prefix == "" {
-		opt.Prefix = DefaultPrefix
+	switch opt.Layout {
+	case "", LayoutDlock:
+		if opt.Prefix == "" {
+			opt.Prefix = DefaultPrefix
+		}
+	case LayoutRedsync:
+		if opt.PollInterval <= 0 {
+			opt.PollInterval = DefaultPollInterval
+		}
+	default:
+		panic(fmt.Sprintf("redislock: NewDriver with Layout %q, want LayoutDlock or LayoutRedsync", opt.Layout))
 	}
 	if opt.QueueTTL <= 0 {
 		opt.QueueTTL = DefaultQueueTTL
@@ -207,6 +239,9 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 		fenceTTL: max(opt.FenceTTL.Milliseconds(), 1),
 		channel:  opt.Prefix + "w:" + hex.EncodeToString(id[:]),
 		done:     make(chan struct{}),
+
+		plain:        opt.Layout == LayoutRedsync,
+		pollInterval: opt.PollInterval,
 	}
 	d.entryChannel = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)
@@ -238,13 +273,18 @@ func (d *Driver) keys(name string) [4]string {
 }
 
 // keysOn returns keysFor(r), with a mutex's keys held in buf, so that
-// the caller's array holds them and no slice is allocated.
+// the caller's array holds them and no slice is allocated: in LayoutRedsync
+// the lock and its fencing counter (see plainKeys).
 func (d *Driver) keysOn(buf *[4]string, r driver.Request) []string {
-	if r.Mode == driver.Exclusive {
-		*buf = d.keys(r.Name)
-		return buf[:]
+	switch {
+	case r.Mode != driver.Exclusive:
+		return d.keysFor(r)
+	case d.plain:
+		buf[0], buf[1] = d.plainKeys(r.Name)
+		return buf[:2]
 	}
-	return d.keysFor(r)
+	*buf = d.keys(r.Name)
+	return buf[:]
 }
 
 // ttlArg returns the lock TTL in whole milliseconds, as the scripts take
@@ -264,7 +304,9 @@ func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
 // refreshed and reported as acquired, with its current token. On any
 // other error (the script's outcome is then unknown) TryLock releases the
 // lock in case the script took it. The other modes work alike, by their
-// own scripts (see the package documentation, Lock kinds).
+// own scripts (see the package documentation, Lock kinds). In
+// LayoutRedsync the script is the same, on the plain key and dlock's
+// counter beside it (see Layouts).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	if d.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
@@ -273,18 +315,29 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkMode(r); err != nil {
+	if err := d.checkMode(r); err != nil {
 		return driver.Grant{}, err
 	}
 	var buf [4]string
+	_, g, err := d.try(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), ttl, false, nil)
+	return g, err
+}
+
+// try makes one acquisition attempt of r on keys (see acquireCall), and
+// returns its outcome with the Grant, replicated (see replicated), or the
+// error: a *driver.HeldError when another holds the lock; any other error
+// leaves nothing held or queued, as the script may have run before it.
+func (d *Driver) try(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, ttl time.Duration,
+	wait bool, channel any) (attempt, driver.Grant, error) {
 	start := time.Now()
-	res, err := d.acquireCall(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), false, nil)
+	res, err := d.acquireCall(ctx, r, keys, b, wait, channel)
 	if err != nil {
-		// The script may have run before the error: leave nothing held.
-		return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
+		return attempt{}, driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
 	}
+	res.sent = start
 	g, err := d.grant(r, res, start.Add(ttl))
-	return d.replicated(ctx, r, g, err)
+	g, err = d.replicated(ctx, r, g, err)
+	return res, g, err
 }
 
 // grant turns an acquisition's outcome into a Grant or a *HeldError.
@@ -312,7 +365,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	if err != nil {
 		return time.Time{}, err
 	}
-	if err := checkMode(r); err != nil {
+	if err := d.checkMode(r); err != nil {
 		return time.Time{}, err
 	}
 	b := d.ttlArgs(ttl)
@@ -325,8 +378,8 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	}
 	var n int64
 	if r.Mode == driver.Exclusive {
-		k := d.keys(r.Name)
-		n, err = d.run(ctx, refreshScript, k[:1], r.Owner, b.ms).Int64()
+		var buf [4]string
+		n, err = d.run(ctx, refreshScript, d.keysOn(&buf, r)[:1], r.Owner, b.ms).Int64()
 	} else {
 		n, err = d.kindDo(ctx, r, d.keysFor(r), opRefresh, b).Int64()
 	}
@@ -341,9 +394,10 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 
 // Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
 // same script, hands it to the first live waiter in the queue (to all the
-// readers at its head, or to as many waiters as there are free permits).
-// It returns an error wrapping driver.ErrNotHeld when r.Owner did not
-// hold the lock.
+// readers at its head, or to as many waiters as there are free permits);
+// in LayoutRedsync, it deletes the key and wakes dlock's waiters, who try
+// for it as the peers' do. It returns an error wrapping driver.ErrNotHeld
+// when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
@@ -358,17 +412,21 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return nil
 }
 
-// release runs release.lua (or the release of r's kind): it drops
-// r.Owner's queue entry and, if r.Owner holds the lock, releases it and
-// hands it on. It reports whether r.Owner held the lock.
+// release runs release.lua (or the release of r's kind, or of
+// LayoutRedsync's lock): it drops r.Owner's queue entry and, if r.Owner
+// holds the lock, releases it and hands it on. It reports whether r.Owner
+// held the lock.
 func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
 	var n int64
 	var err error
-	if r.Mode == driver.Exclusive {
+	switch {
+	case r.Mode == driver.Exclusive && d.plain:
+		return d.releasePlain(ctx, r)
+	case r.Mode == driver.Exclusive:
 		k := d.keys(r.Name)
 		n, err = d.run(ctx, releaseScript, k[:], r.Owner, d.fenceTTL).Int64()
-	} else {
-		if err := checkMode(r); err != nil {
+	default:
+		if err := d.checkMode(r); err != nil {
 			return false, err
 		}
 		n, err = d.kindDo(ctx, r, d.keysFor(r), opRelease, releaseTTL).Int64()

@@ -33,10 +33,16 @@ var (
 	electionLua string
 	//go:embed scripts/leader.lua
 	leaderLua string
+	//go:embed scripts/plain_release.lua
+	plainReleaseLua string
 
 	acquireScript = newScript(withLib(acquireLua))
 	releaseScript = newScript(withLib(releaseLua))
 	refreshScript = newScript(refreshLua)
+
+	// LayoutRedsync takes the lock with acquireScript in try mode and
+	// refreshes it with refreshScript; its release is its own.
+	plainReleaseScript = newScript(plainReleaseLua)
 
 	// The other kinds of lock: one script per kind, each operation of
 	// which (try, wait, refresh, release) is one call.

@@ -49,7 +49,8 @@ func (lt *lazyTimer) stop() {
 // Lock takes the lock, waiting as long as ctx allows, first come first
 // served among waiters. Readers, writers, permit holders and candidates
 // wait the same way as the mutex's waiters, described here (see the
-// package documentation, Lock kinds, for who is admitted when).
+// package documentation, Lock kinds, for who is admitted when). In
+// LayoutRedsync waiting is lockPlain's: no queue, no handoff.
 //
 // A waiter joins the lock's queue in the same script that finds the lock
 // held. A release hands the lock straight to the first live waiter (it
@@ -81,8 +82,11 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 	defer d.active.Done()
 
-	if err := checkMode(r); err != nil {
+	if err := d.checkMode(r); err != nil {
 		return driver.Grant{}, err
+	}
+	if d.plain {
+		return d.lockPlain(ctx, r, ttl)
 	}
 	var buf [4]string
 	keys := d.keysOn(&buf, r)
@@ -123,16 +127,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		// again as soon as it is. What counts is whether it was confirmed
 		// before this script was sent.
 		subscribed := isClosed(ready)
-		start := time.Now()
-		res, err := d.acquireCall(ctx, r, keys, args, true, channel)
-		if err != nil {
-			// The script may have run before the error: leave nothing
-			// held or queued.
-			return driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
-		}
-		g, err := d.grant(r, res, start.Add(ttl))
+		res, g, err := d.try(ctx, r, keys, args, ttl, true, channel)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-			return d.replicated(ctx, r, g, err)
+			return g, err
 		}
 		if !subscribed {
 			if err := d.awaitSubscription(ctx, r, ready, wait(recheck)); err != nil {
@@ -147,7 +144,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		if pttl >= 0 {
 			next = min(next, time.Duration(pttl+1)*time.Millisecond)
 		}
-		if g, ok, err := d.await(ctx, r, grants, wait(next), seen, start.Add(ttl), ttl); ok || err != nil {
+		if g, ok, err := d.await(ctx, r, grants, wait(next), seen, res.sent.Add(ttl), ttl); ok || err != nil {
 			return d.replicated(ctx, r, g, err)
 		}
 	}

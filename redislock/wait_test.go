@@ -37,6 +37,20 @@ type lockResult struct {
 	at  time.Time
 }
 
+// unlockThenLock releases h on d, waits for the waiter's result res, fails
+// t if the waiter failed, and returns its grant and how long after the
+// release it came.
+func unlockThenLock(t *testing.T, d *Driver, h driver.Request, res <-chan lockResult) (driver.Grant, time.Duration) {
+	t.Helper()
+	released := time.Now()
+	mustUnlock(t, d, h)
+	got := <-res
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	return got.g, got.at.Sub(released)
+}
+
 func lockAsync(ctx context.Context, d *Driver, r driver.Request) <-chan lockResult {
 	ch := make(chan lockResult, 1)
 	go func() {
@@ -119,24 +133,16 @@ func TestLostGrantMessage(t *testing.T) {
 	r := request(name, ttl)
 	res := lockAsync(ctx, w, r)
 	waitQueued(t, d, name, 1)
-	released := time.Now()
-	if err := d.Unlock(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	got := <-res
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	lat := got.at.Sub(released)
+	g, lat := unlockThenLock(t, d, h, res)
 	t.Logf("lost grant recovered %v after the release (re-check interval %v)", lat, recheck)
 	if lat > recheck+500*time.Millisecond {
 		t.Errorf("took %v, want at most about the re-check interval %v", lat, recheck)
 	}
-	if got.g.Token != g0.Token+1 {
-		t.Errorf("token %d, want %d", got.g.Token, g0.Token+1)
+	if g.Token != g0.Token+1 {
+		t.Errorf("token %d, want %d", g.Token, g0.Token+1)
 	}
-	if !got.g.Expires.After(time.Now().Add(ttl - time.Second)) {
-		t.Errorf("Expires %v: the re-check should have renewed the lock to its full TTL", got.g.Expires)
+	if !g.Expires.After(time.Now().Add(ttl - time.Second)) {
+		t.Errorf("Expires %v: the re-check should have renewed the lock to its full TTL", g.Expires)
 	}
 	if q, e := queueState(t, d, name); q != 0 || e != 0 {
 		t.Errorf("queue left: %d, entries %d", q, e)
