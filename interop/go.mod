@@ -2,11 +2,12 @@ module github.com/dlockgo/dlock/interop
 
 go 1.26.0
 
-replace github.com/dlockgo/dlock => ../
-
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/dlockgo/dlock v0.0.0-00010101000000-000000000000
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -21,7 +22,6 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
@@ -38,3 +38,5 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/dlockgo/dlock => ../
