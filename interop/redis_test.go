@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	bsm "github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
@@ -367,4 +368,30 @@ func TestRedisRefreshNeverExtendsOthers(t *testing.T) {
 		checkTTL(t, c, prefix+"nx", owner, ttl)
 		releaseLease(t, ctx, lease)
 	})
+}
+
+// TestRedisBsmFixedToken: the one peer write that can take a lock dlock
+// holds, which docs/INTEROP-redis.md warns of: bsm/redislock's Obtain
+// overwrites a key whose value starts with the caller's token, so a
+// client with a fixed token of a few hexadecimal digits takes a dlock
+// lock whose owner value happens to start with them. With its random
+// tokens it does not (TestRedisMutualExclusion).
+func TestRedisBsmFixedToken(t *testing.T) {
+	ctx, prefix, c, _ := redisCase(t, peers(t)["bsm"])
+	l := newDlock(t, prefix, dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(false))
+	lease, err := l.TryAcquire(ctx, "fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := c.Get(ctx, prefix+"fixed").Val()
+	lock, err := bsm.New(c).Obtain(ctx, prefix+"fixed", time.Second, &bsm.Options{Token: owner[:4]})
+	if err != nil {
+		t.Fatalf("bsm/redislock with the token %q did not take the key holding %q: %v; the warning no longer applies", owner[:4], owner, err)
+	}
+	if v := c.Get(ctx, prefix+"fixed").Val(); v != lock.Token() {
+		t.Errorf("the key holds %q after the take-over, want bsm's token %q", v, lock.Token())
+	}
+	if err := lease.Refresh(ctx); err == nil {
+		t.Error("dlock refreshed a lock bsm/redislock took over")
+	}
 }

@@ -55,10 +55,19 @@
 // passwords hidden. Parameters, besides dlock's own ttl and renew (see
 // dlock.Open), the same for every form but where they say:
 //
-//	prefix=dlock:       start of every key and channel name (Options.Prefix)
+//	layout=dlock        how locks lie in Redis: dlock, or redsync (the plain key of
+//	                    redsync and bsm/redislock, shared with their clients; see Layouts)
+//	                    (Options.Layout)
+//	                    redis://127.0.0.1:6379?layout=redsync&prefix=
+//	prefix=dlock:       start of every key and channel name (Options.Prefix);
+//	                    with layout=redsync, of the lock keys only, and empty by default
 //	                    redis://127.0.0.1:6379?prefix=billing:
-//	queue_ttl=3s        lifetime of a waiter's queue entry (Options.QueueTTL)
+//	queue_ttl=3s        lifetime of a waiter's queue entry (Options.QueueTTL);
+//	                    layout=dlock only
 //	                    redis://127.0.0.1:6379?queue_ttl=1s
+//	poll_interval=100ms mean interval of a waiter's attempts while the lock is held
+//	                    (Options.PollInterval); layout=redsync only
+//	                    redis://127.0.0.1:6379?layout=redsync&poll_interval=50ms
 //	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
 //	                    redis://127.0.0.1:6379?fence_ttl=720h
 //	wait_replicas=0     replicas that must acknowledge a grant or renewal (WAIT) before it returns (Options.WaitReplicas)
@@ -104,7 +113,8 @@
 //
 // # Keys
 //
-// A mutex called name uses at most four keys, all with the hash tag {name}
+// In the default layout (layout=dlock; for layout=redsync see Layouts), a
+// mutex called name uses at most four keys, all with the hash tag {name}
 // so that they fall in one Redis Cluster slot (the other kinds of lock
 // are described below, under Lock kinds):
 //
@@ -228,6 +238,96 @@
 // expiry of the leader it last saw, which is how the end of a leader that
 // crashed is noticed without polling.
 //
+// # Layouts
+//
+// layout=dlock (LayoutDlock, the default) is everything above. layout=redsync
+// (LayoutRedsync) is the format of redsync (github.com/go-redsync/redsync/v4)
+// and bsm/redislock (github.com/bsm/redislock) on one Redis: their clients
+// and dlock's exclude each other on the same names, so that a service can
+// move to dlock one instance at a time (docs/INTEROP-redis.md has the
+// peers' side, the handoff times measured and the recipe). The mutex
+// called name is
+//
+//	<prefix><name>                    the lock: a string, the owner value (32 hex digits), PX the lease's TTL
+//	dlock:fence:{<prefix><name>}      dlock's fencing counter, seeded as under Fencing tokens
+//	dlock:released:{<prefix><name>}   the channel on which a dlock release wakes dlock's waiters
+//
+// and nothing else: no queue. The prefix starts the lock key only, and is
+// empty by default, since a redsync mutex's key is the name given to
+// NewMutex and a bsm/redislock lock's the key given to Obtain; with a
+// prefix, the peers' key is the prefix and the name. Names are dlock's
+// (dlock.ValidateName), so a peer's key outside that alphabet (a space, a
+// brace) cannot be shared. dlock's own keys and channel start with
+// "dlock:" whatever the prefix, and share the lock key's Redis Cluster
+// slot: their hash tag is the whole lock key, which, holding no brace,
+// hashes whole. Each operation is one script:
+//
+//	acquire  SET <key> <owner> NX PX <ttl>, then INCR of the counter (the token);
+//	         when held, the holder's PTTL (TryLock's HeldError, a waiter's wake-up)
+//	refresh  if GET <key> == <owner>: PEXPIRE <key> <ttl>
+//	release  if GET <key> == <owner>: DEL <key>, PUBLISH <channel> ""
+//	         (SPUBLISH on a Redis 7 Cluster)
+//
+// The peers write the same key the same way, each with a random value of
+// its own: SET NX PX (redsync sends EX for a whole number of seconds),
+// owner-checked PEXPIRE and DEL. So no write of one side touches a lock
+// the other holds (but for bsm/redislock's re-obtain, a SET over a value
+// that starts with the caller's token, which could take dlock's lock only
+// for a client that fixes its token to a few hexadecimal digits: see
+// docs/INTEROP-redis.md), and the TTL means the same on all three: the key's
+// lifetime from its last SET or PEXPIRE (redsync's expiry, bsm/redislock's
+// ttl, dlock's TTL), after which a holder that stopped renewing has lost
+// the lock to either side.
+//
+// Tokens. The plain key carries no counter, and the peers take no token:
+// dlock's counter goes up by one in the script of each dlock grant, and
+// only then. A token is strictly greater than those of every earlier dlock
+// grant of the name (across restarts as under Fencing tokens), and says
+// nothing of the peers' grants: one between two dlock grants bumps
+// nothing. A resource guard that checks tokens (package fence) therefore
+// orders dlock's holders only: it rejects a paused dlock holder's write
+// once a later dlock holder has written, but never a peer's write (the
+// peer has no token to pass), nor a paused dlock holder's write that
+// comes after a peer's grant and before the next dlock grant. The tokens
+// fence the resource once every client of the lock is dlock's.
+//
+// Waiting. The peers poll (redsync every 50 to 250 ms by default,
+// bsm/redislock as its RetryStrategy says) and their releases announce
+// nothing. There is no queue and no handoff, which would keep the key
+// from the peers' waiters while dlock's kept coming: each attempt is the
+// acquire script, and a waiter tries again when a dlock release
+// publishes on the lock's channel
+// (the Driver subscribes to it while one of its calls waits for the name,
+// after a first attempt that failed), when the holder's TTL, read by the
+// failed attempt, runs out (a crashed holder of either side), and every
+// PollInterval (DefaultPollInterval, 100 ms, on average, drawn between
+// half and one and a half times it), which is how a peer's release is
+// seen. So after a dlock release dlock's waiters try within a round trip
+// and the peers' at their next poll: under steady contention from dlock's
+// side a peer's waiter gets the lock only when its poll finds the key
+// free, as among redsync's clients themselves, where the releaser usually
+// takes the lock back. Redis keyspace notifications (DEL and expired
+// events) are not used: they are off unless notify-keyspace-events is
+// set on the server, which costs a message for every matching write on
+// it, locks or not; an expired event comes when Redis reclaims the key,
+// which can be after its TTL, where the waiter's timer already is; on a
+// Cluster they come from the key's node only; and they would shorten only
+// the wait after a peer's release, already bounded by the poll.
+//
+// Kinds. The peers have no readers-writer, semaphore or election format,
+// so the layout has the mutex only: Supports reports driver.Exclusive
+// alone, and the other kinds' methods fail with an error matching
+// dlock.ErrUnsupported that names the layout. Multi-locks (built on the
+// mutex), Resume, WaitReplicas and the Cluster work as in layout=dlock.
+// Inspect lists the names with a dlock counter (granted by dlock within
+// FenceTTL) whose key is held, by either side: Owner is the stored value,
+// Token 0 (the counter stands at dlock's last grant, which may not be the
+// holder's) and Waiters -1 (who polls is not recorded).
+//
+// The two layouts keep different keys, so a dlock client of one does not
+// exclude a dlock client of the other: every client of a name must use
+// the same layout and prefix.
+//
 // # Eviction
 //
 // A lock is a key with a TTL. Under a maxmemory-policy other than
@@ -297,6 +397,18 @@
 // (NOPERM), and that a wrong password, a wrong CA, a missing client
 // certificate or a missing file each fail Open with an error naming the
 // cause and showing no password.
+//
+// In layout=redsync the keys are the lock keys, dlock's counters and the
+// release channels (see Layouts), and fewer commands run:
+//
+//	ACL SETUSER locks on >password ~orders/* ~dlock:fence:* &dlock:released:*
+//	    +ping +evalsha +eval +subscribe +unsubscribe +ssubscribe +sunsubscribe
+//	    +time +get +set +del +incr +pexpire +pttl +publish +spublish +scan
+//
+// with the pattern of the names shared in place of ~orders/* (~<prefix>*
+// with a prefix), and the same additions. The peers' users need their
+// lock keys too. TestPlainACL runs the conformance suite in that layout as
+// such a user.
 //
 // # Sentinel
 //
