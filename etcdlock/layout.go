@@ -67,14 +67,22 @@ func (d *Driver) lockPrefix(name string) string {
 	return d.prefix + "/" + name
 }
 
+// UnsupportedReason says why the driver lacks mode m ("" when it has it):
+// dlock adds it to the error of a request for that mode.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if d.Supports(m) {
+		return ""
+	}
+	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", d.layout)
+}
+
 // checkMode rejects, in LayoutConcurrency, what dlock never sends (its
 // Locker asks Supports first) but a direct caller of the driver could.
 func (d *Driver) checkMode(r driver.Request) error {
 	if d.layout != LayoutConcurrency || r.Mode == driver.Exclusive || r.Mode == driver.Leader {
 		return nil
 	}
-	return fmt.Errorf("etcdlock: %s lock %q: %w: layout %s has mutexes and elections only (etcd's concurrency package has no other kind)",
-		r.Mode, r.Name, driver.ErrUnsupported, d.layout)
+	return fmt.Errorf("etcdlock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
 }
 
 // inspectConcurrency is Inspect in LayoutConcurrency. A key belongs to a

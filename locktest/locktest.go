@@ -44,6 +44,13 @@ type Harness struct {
 	// campaign waits while the mutex of its name is held, where they
 	// otherwise check that it does not.
 	ElectionIsMutex bool
+
+	// WriteIsMutex says that the backend keeps the write side of the
+	// readers-writer lock and the mutex of one name in one queue, as
+	// kazoo's Lock and WriteLock on one path are (zklock's LayoutKazoo).
+	// The readers-writer properties then check that the mutex is held
+	// while a writer holds, where they otherwise check that it is free.
+	WriteIsMutex bool
 }
 
 // Run runs every property of the suite as a subtest of t.

@@ -129,7 +129,7 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 // rwTry: TryAcquireRead fails while a writer holds or waits;
 // TryAcquireWrite fails while a reader holds; a waiting writer holds back
 // readers that come after it. The readers-writer lock "x" is unrelated to
-// the mutex "x".
+// the mutex "x" (unless Harness.WriteIsMutex says their writers are one).
 func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	a, b, c := s.locker(t), s.locker(t), s.locker(t)
 	if s.noRW(t, ctx, a, name) {
@@ -141,7 +141,12 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	}
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer holds")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireWrite(ctx, name) }, "TryAcquireWrite while a writer holds")
-	mustBeFree(t, ctx, b, name, "the mutex of the same name as a held readers-writer lock")
+	if s.h.WriteIsMutex {
+		mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquire(ctx, name) },
+			"TryAcquire of the mutex of the same name, in the same queue, while a writer holds")
+	} else {
+		mustBeFree(t, ctx, b, name, "the mutex of the same name as a held readers-writer lock")
+	}
 	if b.Supports(driver.Permit) {
 		p := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquirePermit(ctx, name, 1) },
 			"TryAcquirePermit of the semaphore of the same name as a held readers-writer lock")

@@ -30,7 +30,7 @@ func suiteHarness(prefix string, adm *admin, newLocker func(t *testing.T, opts .
 		NewLocker: newLocker,
 		TakeAway: func(t *testing.T, name string) {
 			t.Helper()
-			(&admin{t: t, conn: adm.conn}).takeAway(prefix, name)
+			(&admin{t: t, conn: adm.conn, layout: adm.layout}).takeAway(prefix, name)
 		},
 		TTL:   suiteSession,
 		Crash: func(t *testing.T, l *dlock.Locker) { l.Driver().(*zklock.Driver).Crash() },
@@ -46,4 +46,34 @@ func TestConformance(t *testing.T) {
 // clients spread over leader and followers.
 func TestConformanceEnsemble(t *testing.T) {
 	runSuite(t, testenv.ZKEnsembleAddrs(t))
+}
+
+// TestConformanceLayouts runs the suite in the peers' layouts, whose
+// kinds share the name's znode: in kazoo's the mutex, the write lock and
+// the election of a name are one queue, as kazoo's Lock, WriteLock and
+// Election on one path are.
+func TestConformanceLayouts(t *testing.T) {
+	servers := []string{testenv.ZKAddr(t)}
+	for _, layout := range []zklock.Layout{zklock.LayoutCurator, zklock.LayoutKazoo} {
+		t.Run(string(layout), func(t *testing.T) {
+			prefix := testPrefix()
+			adm := newAdmin(t, servers)
+			adm.layout = layout
+			h := suiteHarness(prefix, adm, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+				d, err := zklock.NewDriver(servers, &zklock.Options{Prefix: prefix, SessionTimeout: suiteSession, Layout: layout})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := dlock.New(d, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				return l
+			})
+			h.ElectionIsMutex = layout == zklock.LayoutKazoo
+			h.WriteIsMutex = layout == zklock.LayoutKazoo
+			locktest.Run(t, h)
+		})
+	}
 }

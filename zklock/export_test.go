@@ -57,3 +57,17 @@ func (d *Driver) ValidUntil() time.Time {
 	}
 	return s.start.Add(time.Duration(s.valid.Load()))
 }
+
+// LockNodes returns the lock nodes among names, of every kind, in queue
+// order, as layout l reads them.
+func LockNodes(l Layout, names []string) []string {
+	f, err := formatOf(l)
+	if err != nil {
+		panic(err)
+	}
+	var out []string
+	for _, c := range f.children(names) {
+		out = append(out, c.name)
+	}
+	return out
+}

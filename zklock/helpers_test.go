@@ -62,6 +62,9 @@ func newLocker(t testing.TB, servers []string, prefix string, timeout time.Durat
 type admin struct {
 	t    testing.TB
 	conn *zk.Conn
+	// layout, when set, is the format of the lock nodes it looks at
+	// (default dlock's own).
+	layout zklock.Layout
 }
 
 func newAdmin(t testing.TB, servers []string) *admin {
@@ -87,6 +90,9 @@ func (a *admin) locks(prefix, name string) []string {
 	}
 	if err != nil {
 		a.t.Fatalf("list %s/%s: %v", prefix, name, err)
+	}
+	if a.layout != "" && a.layout != zklock.LayoutDlock {
+		return zklock.LockNodes(a.layout, kids)
 	}
 	var locks []string
 	for _, k := range kids {

@@ -194,7 +194,7 @@ func (w *walk) holders(dir, name string, kind driver.Mode, locks []child) error 
 			continue // released since the listing
 		}
 		info := driver.LockInfo{Name: name, Mode: kind, Token: uint64(st.Czxid), Owner: c.guid, Waiters: len(locks) - held}
-		if c.kind == kindWrite {
+		if kind == driver.Read && c.kind == kindWrite {
 			info.Mode = driver.Write
 		}
 		if o, ok := w.owners[p]; ok {

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/dlockgo/dlock"
@@ -90,5 +91,18 @@ func TestLayoutParam(t *testing.T) {
 	defer d.Close()
 	if d.Supports(driver.Permit) || !d.Supports(driver.Read) || !d.Supports(driver.Leader) {
 		t.Error("kazoo layout: want every mode but the semaphore")
+	}
+	if why := d.UnsupportedReason(driver.Permit); !strings.Contains(why, "kazoo layout has no semaphore") {
+		t.Errorf("UnsupportedReason(permit) = %q, want the layout's reason", why)
+	}
+	if why := d.UnsupportedReason(driver.Read); why != "" {
+		t.Errorf("UnsupportedReason(read) = %q, want none", why)
+	}
+	l, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquirePermit(ctx, "s", 2); !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "no semaphore") {
+		t.Errorf("TryAcquirePermit in the kazoo layout: %v, want ErrUnsupported with the reason", err)
 	}
 }

@@ -28,6 +28,18 @@ func (d *Driver) Supports(m driver.Mode) bool {
 	return d.format.supports(m)
 }
 
+// UnsupportedReason says why the driver lacks mode m ("" when it has it):
+// dlock adds it to the error of a request for that mode.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if d.format.supports(m) {
+		return ""
+	}
+	if m == driver.Permit {
+		return fmt.Sprintf("the %s layout has no semaphore: the peer's semaphore recipe counts leases under a second lock, a format dlock does not share", d.format.layout)
+	}
+	return fmt.Sprintf("the %s layout has no %v", d.format.layout, m)
+}
+
 // dir returns the znode of the lock called name in mode m.
 func (d *Driver) dir(m driver.Mode, name string) string { return d.prefix + d.format.dirs[m] + name }
 
