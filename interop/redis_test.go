@@ -371,7 +371,7 @@ func TestRedisRefreshNeverExtendsOthers(t *testing.T) {
 }
 
 // TestRedisBsmFixedToken: the one peer write that can take a lock dlock
-// holds, which docs/INTEROP-redis.md warns of: bsm/redislock's Obtain
+// holds, which docs/INTEROP.md warns of: bsm/redislock's Obtain
 // overwrites a key whose value starts with the caller's token, so a
 // client with a fixed token of a few hexadecimal digits takes a dlock
 // lock whose owner value happens to start with them. With its random

@@ -114,7 +114,7 @@ type zkEnv struct {
 	conn   *zk.Conn
 }
 
-func newZKEnv(t *testing.T) *zkEnv {
+func newZKEnv(t testing.TB) *zkEnv {
 	t.Helper()
 	addr := testenv.ZKAddr(t)
 	conn, _, err := zk.Connect([]string{addr}, 5*time.Second, zk.WithLogInfo(false))

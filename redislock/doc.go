@@ -244,7 +244,7 @@
 // (LayoutRedsync) is the format of redsync (github.com/go-redsync/redsync/v4)
 // and bsm/redislock (github.com/bsm/redislock) on one Redis: their clients
 // and dlock's exclude each other on the same names, so that a service can
-// move to dlock one instance at a time (docs/INTEROP-redis.md has the
+// move to dlock one instance at a time (docs/INTEROP.md has the
 // peers' side, the handoff times measured and the recipe). The mutex
 // called name is
 //
@@ -274,7 +274,7 @@
 // the other holds (but for bsm/redislock's re-obtain, a SET over a value
 // that starts with the caller's token, which could take dlock's lock only
 // for a client that fixes its token to a few hexadecimal digits: see
-// docs/INTEROP-redis.md), and the TTL means the same on all three: the key's
+// docs/INTEROP.md), and the TTL means the same on all three: the key's
 // lifetime from its last SET or PEXPIRE (redsync's expiry, bsm/redislock's
 // ttl, dlock's TTL), after which a holder that stopped renewing has lost
 // the lock to either side.
