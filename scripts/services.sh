@@ -6,6 +6,9 @@
 #              (scripts/zookeeper.sh)
 #   etcd       the binary (tests start their own clusters) and one member on
 #              127.0.0.1:23790 (scripts/etcd.sh)
+#   NATS       nats-server 2.11 or later (per-key TTL) in /usr/local/bin, for
+#              the servers the natslock tests start themselves; Debian's
+#              older one, if the machine runs it, is left alone
 #   PostgreSQL 127.0.0.1:5432, trust auth, database test (DLOCK_PG_URL)
 #   MariaDB    127.0.0.1:3306, root with an empty password, database test
 #              (DLOCK_MYSQL_DSN)
@@ -109,3 +112,22 @@ bash "$(dirname "$0")/zookeeper.sh" start all
 # 127.0.0.1:23790 for manual runs and benchmarks (scripts/etcd.sh).
 bash "$(dirname "$0")/etcd.sh" install
 bash "$(dirname "$0")/etcd.sh" start
+
+# NATS: the natslock tests start JetStream servers of their own
+# (internal/testenv/nats.go) from a nats-server with per-key TTL, which
+# came in 2.11. Debian's nats-server (2.9) is older: leave it be, and
+# install a pinned release in /usr/local/bin, which the tests look at first.
+nats_version=v2.15.2
+nats_ok() {
+  local v
+  v=$(/usr/local/bin/nats-server --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+' | head -1) || return 1
+  [ -n "$v" ] || return 1
+  local major=${v%%.*} minor=${v#*.}
+  [ "$major" -gt 2 ] || { [ "$major" -eq 2 ] && [ "$minor" -ge 11 ]; }
+}
+if ! nats_ok; then
+  echo "services: installing nats-server $nats_version in /usr/local/bin"
+  GOBIN=/usr/local/bin go install "github.com/nats-io/nats-server/v2@$nats_version"
+fi
+nats_ok || { echo "services: /usr/local/bin/nats-server is not 2.11 or later" >&2; exit 1; }
+echo "services: $(/usr/local/bin/nats-server --version)"

@@ -436,11 +436,11 @@ func (m *EtcdMember) waitHealthy(timeout time.Duration) {
 		m.mu.Unlock()
 		select {
 		case <-exited:
-			m.c.t.Fatalf("etcd %s exited at start-up:\n%s", m.Name, etcdLogTail(m.logPath))
+			m.c.t.Fatalf("etcd %s exited at start-up:\n%s", m.Name, logTail(m.logPath))
 		default:
 		}
 		if time.Now().After(deadline) {
-			m.c.t.Fatalf("etcd %s on %s not healthy after %v: %v\n%s", m.Name, m.Endpoint, timeout, err, etcdLogTail(m.logPath))
+			m.c.t.Fatalf("etcd %s on %s not healthy after %v: %v\n%s", m.Name, m.Endpoint, timeout, err, logTail(m.logPath))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -475,7 +475,8 @@ func (c *EtcdCluster) healthy(endpoint string, timeout time.Duration) error {
 	return etcdHealthy(c.scheme()+"://"+endpoint, tlsConf, timeout)
 }
 
-func etcdLogTail(path string) string {
+// logTail returns the end of a server's log file, for failure messages.
+func logTail(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()

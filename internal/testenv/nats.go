@@ -1,0 +1,313 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSMinVersion is the oldest nats-server the tests accept: per-key TTLs
+// and their markers came in 2.11. Debian's nats-server (2.9) is older;
+// ServicesScript installs a current release in /usr/local/bin.
+const NATSMinVersion = "2.11"
+
+// NATSBinary returns the nats-server binary: DLOCK_NATS_BIN, else
+// /usr/local/bin/nats-server (where ServicesScript installs it), else
+// nats-server on PATH, checking that it is NATSMinVersion or later. It
+// fails t, naming ServicesScript, when there is none or it is too old.
+func NATSBinary(t testing.TB) string {
+	t.Helper()
+	natsBin.once.Do(func() { natsBin.path, natsBin.err = findNATS() })
+	if natsBin.err != nil {
+		t.Fatalf("%v; install it with %s (or set DLOCK_NATS_BIN)", natsBin.err, ServicesScript)
+	}
+	return natsBin.path
+}
+
+var natsBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func findNATS() (string, error) {
+	candidates := []string{"/usr/local/bin/nats-server", "nats-server"}
+	if bin := os.Getenv("DLOCK_NATS_BIN"); bin != "" {
+		candidates = []string{bin}
+	}
+	var firstErr error
+	for _, c := range candidates {
+		bin, err := exec.LookPath(c)
+		if err == nil {
+			err = natsVersionOK(bin)
+		}
+		if err == nil {
+			return bin, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return "", fmt.Errorf("no nats-server %s or later: %w", NATSMinVersion, firstErr)
+}
+
+var natsVersionRE = regexp.MustCompile(`v?(\d+)\.(\d+)\.(\d+)`)
+
+// natsVersionOK runs bin --version and checks it is NATSMinVersion or later.
+func natsVersionOK(bin string) error {
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s --version: %v", bin, err)
+	}
+	m := natsVersionRE.FindStringSubmatch(string(out))
+	if m == nil {
+		return fmt.Errorf("%s --version: no version in %q", bin, out)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major < 2 || major == 2 && minor < 11 {
+		return fmt.Errorf("%s is %s, older than %s (no per-key TTL)", bin, m[0], NATSMinVersion)
+	}
+	return nil
+}
+
+// NATSCluster is a set of nats-server processes with JetStream a test
+// started on free loopback ports, each with a store directory of its own
+// under the test's temporary directory: one server, or a cluster of
+// several (routes between them all). Every server is killed when the test
+// ends.
+type NATSCluster struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	Servers []*NATSServer
+}
+
+// NATSServer is one process of a NATSCluster.
+type NATSServer struct {
+	c *NATSCluster
+	// Name is the server's server_name: n0, n1, ...; stream and consumer
+	// leaders are reported by it.
+	Name string
+	// Addr is the server's client address, host:port.
+	Addr    string
+	conf    string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartNATS starts n JetStream servers (a cluster of n when n > 1) and
+// waits until JetStream answers on each. It fails t when the binary is
+// missing or too old (see NATSBinary).
+func StartNATS(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	bin := NATSBinary(t)
+	if n <= 0 {
+		n = 1
+	}
+	c := &NATSCluster{t: t, bin: bin, dir: t.TempDir()}
+	routes := make([]string, n)
+	clusterPorts := make([]int, n)
+	for i := range n {
+		clusterPorts[i] = freePort(t)
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i])
+	}
+	for i := range n {
+		s := &NATSServer{c: c, Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
+		s.conf = filepath.Join(c.dir, s.Name+".conf")
+		s.logPath = filepath.Join(c.dir, s.Name+".log")
+		var b strings.Builder
+		fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", s.Name, s.Addr)
+		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n",
+			filepath.Join(c.dir, s.Name))
+		if n > 1 {
+			fmt.Fprintf(&b, "cluster {\n  name: dlock-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
+				clusterPorts[i], strings.Join(routes, ", "))
+		}
+		if err := os.WriteFile(s.conf, []byte(b.String()), 0o644); err != nil {
+			t.Fatalf("nats-server %s: config: %v", s.Name, err)
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.Servers {
+			s.Kill()
+		}
+	})
+	for _, s := range c.Servers {
+		s.start()
+	}
+	for _, s := range c.Servers {
+		s.waitReady(30 * time.Second)
+	}
+	return c
+}
+
+// URL returns the servers' addresses as a nats:// URL's host list
+// ("127.0.0.1:p1,127.0.0.1:p2").
+func (c *NATSCluster) URL() string {
+	a := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		a[i] = s.Addr
+	}
+	return strings.Join(a, ",")
+}
+
+// ServerURLs returns the servers' addresses as nats.Connect takes them.
+func (c *NATSCluster) ServerURLs() string {
+	a := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		a[i] = "nats://" + s.Addr
+	}
+	return strings.Join(a, ",")
+}
+
+// Conn returns a connection to the servers that reconnects for ever and
+// buffers nothing while it does (as natslock's URLs' connections), closed
+// when the test ends.
+func (c *NATSCluster) Conn(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(c.ServerURLs(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("connect to nats-server %s: %v", c.URL(), err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// StreamLeader returns the server that leads stream now, asking the
+// cluster through conn; nil when none is known.
+func (c *NATSCluster) StreamLeader(ctx context.Context, js jetstream.JetStream, stream string) *NATSServer {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return nil
+	}
+	for _, srv := range c.Servers {
+		if srv.Name == info.Cluster.Leader {
+			return srv
+		}
+	}
+	return nil
+}
+
+func (s *NATSServer) start() {
+	s.c.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return
+	}
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.c.t.Fatalf("nats-server %s: log file: %v", s.Name, err)
+	}
+	cmd := exec.Command(s.c.bin, "-c", s.conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		s.c.t.Fatalf("start nats-server %s: %v", s.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+}
+
+// Start starts a killed server again with its store and waits until its
+// JetStream answers.
+func (s *NATSServer) Start() {
+	s.c.t.Helper()
+	s.start()
+	s.waitReady(30 * time.Second)
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *NATSServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+// Running reports whether the server's process runs.
+func (s *NATSServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitReady waits until a client of this server alone gets JetStream's
+// account information (in a cluster, once a meta leader is elected).
+func (s *NATSServer) waitReady(timeout time.Duration) {
+	s.c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		select {
+		case <-exited:
+			s.c.t.Fatalf("nats-server %s exited at start-up:\n%s", s.Name, logTail(s.logPath))
+		default:
+		}
+		if last = s.ready(); last == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.c.t.Fatalf("nats-server %s on %s not ready after %v: %v\n%s", s.Name, s.Addr, timeout, last, logTail(s.logPath))
+}
+
+func (s *NATSServer) ready() error {
+	nc, err := nats.Connect("nats://"+s.Addr, nats.Timeout(time.Second), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
+}
+
+// String describes the server for test logs.
+func (s *NATSServer) String() string { return "nats-server " + s.Name + " " + s.Addr }
