@@ -1,0 +1,176 @@
+package natslock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// An election is a mutex on the key elect.<name>, whose record carries
+// the candidate's value after its first line (see record): a campaign is
+// Lock or TryLock, a resignation Unlock.
+
+// Leader reads the election's key: the leader's value and token, or the
+// zero LeaderInfo when the key holds no lock. The read is a direct get,
+// which any replica of the bucket's stream may answer: on a replicated
+// bucket it can lag the leader's latest change by a replication's delay.
+func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
+	if d.closed.Load() {
+		return driver.LeaderInfo{}, driver.ErrClosed
+	}
+	e, err := d.get(ctx, electionKey(name))
+	if err != nil {
+		return driver.LeaderInfo{}, fmt.Errorf("natslock: leader of %q: %w", name, err)
+	}
+	return leaderOf(e), nil
+}
+
+// leaderOf is the leader a key's last message names.
+func leaderOf(e entry) driver.LeaderInfo {
+	if !e.held {
+		return driver.LeaderInfo{}
+	}
+	return driver.LeaderInfo{Value: e.rec.value, Token: e.rec.tokenAt(e.rev)}
+}
+
+// Observe sends the election's leader on the returned channel: the
+// current one once the watch of its key has delivered the key's last
+// message, then each change the watch reports (a renewal, which changes
+// neither value nor token, is not sent). A leader that stops renewing
+// ends with the marker the server leaves when its key expires; a timer
+// at its expiry, counted from when its last write was seen, reads the
+// key again in case that marker was missed. The channel holds one value:
+// a reader that falls behind gets the latest. It is closed when ctx ends
+// or the driver closes.
+func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
+	if d.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	key := electionKey(name)
+	o := &observer{d: d, key: key, out: make(chan driver.LeaderInfo, 1)}
+	watcher, err := o.watch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("natslock: observe %q: %w", name, err)
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer close(o.out)
+		o.run(ctx, watcher)
+	}()
+	return o.out, nil
+}
+
+// observer is one Observe call's goroutine.
+type observer struct {
+	d   *Driver
+	key string
+	out chan driver.LeaderInfo
+	due time.Time // the leader's expiry, as seen; zero when nobody leads
+	// last is the value last put on out (sent says there is one); prev
+	// the one before (hasPrev), which is what the reader has while last
+	// waits on the channel unread.
+	last, prev    driver.LeaderInfo
+	sent, hasPrev bool
+}
+
+func (o *observer) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	rctx, cancel := o.d.reqCtx(ctx)
+	defer cancel()
+	return o.d.kv.Watch(rctx, o.key)
+}
+
+// run follows the watch until ctx ends or the driver closes, watching
+// again when the watch's subscription ends.
+func (o *observer) run(ctx context.Context, watcher jetstream.KeyWatcher) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	defer func() { stopWatch(watcher) }()
+	var pending *entry // the key's last message, until the watch's initial values are all in
+	init := false
+	pause := time.Duration(0)
+	for {
+		var updates <-chan jetstream.KeyValueEntry
+		next := time.Hour
+		if watcher != nil {
+			updates = watcher.Updates()
+		} else {
+			next = pause
+		}
+		if !o.due.IsZero() {
+			next = min(next, max(time.Until(o.due), 0))
+		}
+		timer.Reset(next)
+		select {
+		case kve, ok := <-updates:
+			switch {
+			case !ok:
+				stopWatch(watcher)
+				watcher, init, pending = nil, false, nil
+				pause = 20 * time.Millisecond
+			case kve == nil:
+				if !init {
+					init = true
+					e := entry{}
+					if pending != nil {
+						e = *pending
+					}
+					o.seen(e)
+				}
+			default:
+				e := fromKV(kve)
+				if init {
+					o.seen(e)
+				} else {
+					pending = &e
+				}
+			}
+		case <-timer.C:
+			if watcher == nil {
+				var err error
+				if watcher, err = o.watch(ctx); err != nil {
+					watcher = nil
+					pause = min(2*pause, retryPause)
+				}
+				continue
+			}
+			if e, err := o.d.get(ctx, o.key); err == nil {
+				o.seen(e)
+			} else {
+				o.due = time.Now().Add(minBackstop)
+			}
+		case <-ctx.Done():
+			return
+		case <-o.d.done:
+			return
+		}
+	}
+}
+
+// seen takes in the key's last message: it sends the leader it names if
+// that is a change, and sets the timer at a leader's expiry.
+func (o *observer) seen(e entry) {
+	info := leaderOf(e)
+	o.due = time.Time{}
+	if e.held {
+		o.due = time.Now().Add(e.rec.ttl + expirySlack)
+	}
+	if o.sent && info == o.last {
+		return
+	}
+	select {
+	case <-o.out:
+		// The reader had not taken last, and still has prev.
+	default:
+		o.prev, o.hasPrev = o.last, o.sent
+	}
+	o.sent, o.last = true, info
+	if o.hasPrev && info == o.prev {
+		return // what the reader has: consecutive values differ
+	}
+	o.out <- info
+}

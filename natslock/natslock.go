@@ -1,0 +1,283 @@
+package natslock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// Defaults of Options.
+const (
+	// DefaultBucket is the KV bucket the driver uses.
+	DefaultBucket = "dlock"
+	// DefaultMarkerTTL is how long a bucket the driver creates keeps the
+	// marker the server leaves where a key's TTL ran out, and how long a
+	// release's marker stays.
+	DefaultMarkerTTL = time.Minute
+	// DefaultRequestTimeout bounds each request to the server.
+	DefaultRequestTimeout = 2 * time.Second
+)
+
+// Options configure a Driver. The zero value, like a nil *Options, means
+// every default. NewDriver copies them: later changes have no effect.
+type Options struct {
+	// Bucket is the JetStream KV bucket that holds the locks; every
+	// client that must exclude another uses the same one. NewDriver
+	// creates it when it does not exist (with Replicas, Storage and
+	// MarkerTTL), and refuses one without per-key TTLs. Default
+	// DefaultBucket.
+	Bucket string
+
+	// Replicas is the number of servers that store a bucket the driver
+	// creates: 1 by default; 3 (or 5) on a cluster, so that the locks
+	// survive the loss of a minority of its servers. It has no effect on
+	// a bucket that exists.
+	Replicas int
+
+	// Storage is where a bucket the driver creates keeps its messages:
+	// jetstream.FileStorage (the zero value, the default), so that the
+	// stream's sequence, and with it the fencing tokens, survive a
+	// restart of the servers; or jetstream.MemoryStorage, whose sequence
+	// starts again from 1 when they all restart, which breaks the tokens'
+	// promise. It has no effect on a bucket that exists.
+	Storage jetstream.StorageType
+
+	// MarkerTTL is how long the marker of a key removed by its TTL stays
+	// in a bucket the driver creates (its LimitMarkerTTL), and how long
+	// the marker a release leaves stays in any bucket. Markers are what
+	// waiters watch for; a name nobody uses leaves nothing in the bucket
+	// once its marker is gone. At least one second; zero means
+	// DefaultMarkerTTL.
+	MarkerTTL time.Duration
+
+	// RequestTimeout bounds each request to the server (within the
+	// caller's context): a publish to a stream whose leader just died
+	// gets no answer, and the driver tries again or reports the error
+	// rather than waiting for nats.go's default timeout. Zero or negative
+	// means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// Driver is the NATS JetStream driver: a dlock driver.Driver,
+// driver.Waiter, driver.Moder (mutex, semaphore, election),
+// driver.Elector, driver.Resumer and driver.Inspector over a JetStream
+// KV bucket. Create it with NewDriver (or New, NewConn, or dlock.Open
+// with a nats:// URL).
+//
+// Each call makes its requests on the caller's goroutine. A waiting Lock
+// holds a KV watch (an ordered consumer) on its lock's keys while it
+// waits, and an Observe one on its election's key while its context
+// lives.
+//
+// A Driver is safe for concurrent use by multiple goroutines. It must not
+// be copied.
+type Driver struct {
+	js         jetstream.JetStream
+	kv         jetstream.KeyValue
+	stream     jetstream.Stream
+	nc         *nats.Conn // closed by Close when the driver opened it
+	bucket     string
+	subjects   string // "$KV.<bucket>.", before every key's subject
+	reqTimeout time.Duration
+	markerTTL  string // a release marker's Nats-TTL header
+
+	holds holds
+	marks marks
+
+	closed    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+	bg        sync.WaitGroup // cleanups and observers, for Close
+}
+
+// NewDriver returns a driver over js, a JetStream context of the
+// caller's (whose connection the driver does not close), with the options
+// o (nil means the defaults). It binds the bucket, or creates it if it
+// does not exist, within ctx. It fails when the server is older than
+// 2.11 (no per-key TTLs), or when the bucket exists without per-key TTLs
+// (created without LimitMarkerTTL).
+//
+// js must address its account's own JetStream: a context with a domain or
+// an API prefix of its own is not supported.
+func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver, error) {
+	if js == nil {
+		panic("natslock: NewDriver with a nil JetStream")
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Bucket == "" {
+		opt.Bucket = DefaultBucket
+	}
+	if opt.MarkerTTL == 0 {
+		opt.MarkerTTL = DefaultMarkerTTL
+	}
+	if opt.MarkerTTL < time.Second {
+		return nil, fmt.Errorf("natslock: MarkerTTL %v is below one second, the server's least", opt.MarkerTTL)
+	}
+	if opt.RequestTimeout <= 0 {
+		opt.RequestTimeout = DefaultRequestTimeout
+	}
+	if opt.Replicas <= 0 {
+		opt.Replicas = 1
+	}
+	d := &Driver{
+		js:         js,
+		bucket:     opt.Bucket,
+		subjects:   "$KV." + opt.Bucket + ".",
+		reqTimeout: opt.RequestTimeout,
+		markerTTL:  strconv.FormatInt(int64(storeTTL(opt.MarkerTTL)/time.Second), 10),
+		done:       make(chan struct{}),
+	}
+	if err := checkServer(js.Conn()); err != nil {
+		return nil, err
+	}
+	if err := d.bind(ctx, opt); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// checkServer refuses a server without per-message TTLs (before 2.11).
+func checkServer(nc *nats.Conn) error {
+	v := nc.ConnectedServerVersion()
+	major, minor, ok := parseVersion(v)
+	if ok && (major < 2 || major == 2 && minor < 11) {
+		return fmt.Errorf("natslock: nats-server %s at %s has no per-key TTL: dlock needs 2.11 or later", v, nc.ConnectedUrlRedacted())
+	}
+	return nil
+}
+
+// parseVersion reads the major and minor numbers of a server version
+// ("2.11.4", "v2.12.0-beta").
+func parseVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	var err1, err2 error
+	major, err1 = strconv.Atoi(parts[0])
+	minor, err2 = strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// bind finds the bucket, creating it if it does not exist, and checks
+// that it keeps per-key TTLs.
+func (d *Driver) bind(ctx context.Context, opt Options) error {
+	kv, err := d.js.KeyValue(ctx, opt.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = d.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         opt.Bucket,
+			Description:    "dlock's locks (github.com/dlockgo/dlock/natslock)",
+			Replicas:       opt.Replicas,
+			Storage:        opt.Storage,
+			LimitMarkerTTL: storeTTL(opt.MarkerTTL),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Another client created it meanwhile, differently.
+			kv, err = d.js.KeyValue(ctx, opt.Bucket)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("natslock: bucket %q: %w", opt.Bucket, err)
+	}
+	stream, err := d.js.Stream(ctx, "KV_"+opt.Bucket)
+	if err != nil {
+		return fmt.Errorf("natslock: bucket %q: its stream: %w", opt.Bucket, err)
+	}
+	cfg := stream.CachedInfo().Config
+	if !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL <= 0 {
+		return fmt.Errorf("natslock: bucket %q has no per-key TTL: create it with a limit marker TTL "+
+			"(KeyValueConfig.LimitMarkerTTL, or `nats kv add --marker-ttl 1m`), or let natslock create it", opt.Bucket)
+	}
+	d.kv, d.stream = kv, stream
+	return nil
+}
+
+// New returns a dlock.Locker over NewDriver(ctx, js, o), with the Locker
+// options opts. Closing the Locker closes the driver but not js's
+// connection.
+func New(ctx context.Context, js jetstream.JetStream, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	d, err := NewDriver(ctx, js, o)
+	if err != nil {
+		return nil, err
+	}
+	return dlock.New(d, opts...)
+}
+
+// NewConn is New over a JetStream context of nc, the caller's connection
+// (which Close does not close).
+func NewConn(ctx context.Context, nc *nats.Conn, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("natslock: %w", err)
+	}
+	return New(ctx, js, o, opts...)
+}
+
+// Scheme returns "nats", the backend's name in metrics and logs.
+func (d *Driver) Scheme() string { return "nats" }
+
+// Bucket returns the name of the KV bucket that holds the locks.
+func (d *Driver) Bucket() string { return d.bucket }
+
+// KeyValue returns the bucket the driver uses.
+func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
+
+// Close ends the driver's waiting calls and observers and waits for its
+// background clean-ups (see Lock), then closes the connection if the
+// driver opened it from a URL. Locks still held stay on the server until
+// their TTL runs out. Close is idempotent.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		close(d.done)
+		d.bg.Wait()
+		if d.nc != nil {
+			d.nc.Close()
+		}
+	})
+	return nil
+}
+
+// Supports reports whether the driver implements mode m: the mutex, the
+// semaphore and the election. Readers-writer locks are not (see
+// UnsupportedReason).
+func (d *Driver) Supports(m driver.Mode) bool {
+	switch m {
+	case driver.Exclusive, driver.Permit, driver.Leader:
+		return true
+	}
+	return false
+}
+
+// UnsupportedReason says why the driver lacks mode m, "" when it has it.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if m == driver.Read || m == driver.Write {
+		return "a NATS KV bucket changes one key at a time, with no transaction over a writer's key and the readers' keys, " +
+			"so it cannot admit a writer and exclude readers atomically"
+	}
+	return ""
+}
+
+// Compile-time checks of the interfaces the driver implements.
+var (
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.Waiter    = (*Driver)(nil)
+	_ driver.Moder     = (*Driver)(nil)
+	_ driver.Elector   = (*Driver)(nil)
+	_ driver.Resumer   = (*Driver)(nil)
+	_ driver.Inspector = (*Driver)(nil)
+)

@@ -1,0 +1,208 @@
+package natslock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The requests the driver makes, each one round trip. Writes are
+// publishes to the key's subject carrying the headers the server checks;
+// the KV API's Create, Update and Purge are not used because Update
+// cannot renew a key's TTL, Create spends two more round trips whenever
+// the key holds a marker (it tries, reads, and tries again), and Purge
+// does not return the marker's revision, which the next Create of the
+// key needs to succeed in one.
+
+// KV headers, as nats.go's KV writes them, so that KV clients (the nats
+// CLI, a watcher of the bucket) read the driver's markers as deletions.
+const (
+	kvOperationHeader = "KV-Operation"
+	kvPurge           = "PURGE"
+	rollupHeader      = "Nats-Rollup"
+	rollupSubject     = "sub"
+)
+
+// reqCtx bounds one request by the driver's request timeout, within ctx.
+func (d *Driver) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d.reqTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.reqTimeout)
+}
+
+// put writes data to key with a per-key TTL ttl, only if the key's last
+// revision is expect (0: the key has no message at all), and returns the
+// new revision. It is the acquisition (expect: a marker's revision, or 0)
+// and the renewal (expect: the holder's revision).
+func (d *Driver) put(ctx context.Context, key string, data []byte, ttl time.Duration, expect uint64) (uint64, error) {
+	m := &nats.Msg{Subject: d.subjects + key, Data: data, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expect, 10)},
+		jetstream.MsgTTLHeader:              {strconv.FormatInt(int64(ttl/time.Second), 10)},
+	}}
+	return d.publish(ctx, m)
+}
+
+// purge writes a purge marker on key, only if its last revision is
+// expect, and returns the marker's revision. The marker removes the
+// key's earlier messages and expires itself after the marker TTL.
+func (d *Driver) purge(ctx context.Context, key string, expect uint64) (uint64, error) {
+	m := &nats.Msg{Subject: d.subjects + key, Header: nats.Header{
+		kvOperationHeader:                   {kvPurge},
+		rollupHeader:                        {rollupSubject},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expect, 10)},
+		jetstream.MsgTTLHeader:              {d.markerTTL},
+	}}
+	return d.publish(ctx, m)
+}
+
+func (d *Driver) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
+	rctx, cancel := d.reqCtx(ctx)
+	defer cancel()
+	ack, err := d.js.PublishMsg(rctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// entry is the last message of a key, as get reads it.
+type entry struct {
+	found  bool // the key has a message
+	marker bool // and it is a deletion, a purge or an expiry marker
+	rev    uint64
+	rec    record // when it holds a lock
+	held   bool   // rec was read
+	time   time.Time
+}
+
+// get reads the last message of key (a direct get, which any replica of
+// the stream may answer).
+func (d *Driver) get(ctx context.Context, key string) (entry, error) {
+	rctx, cancel := d.reqCtx(ctx)
+	defer cancel()
+	m, err := d.stream.GetLastMsgForSubject(rctx, d.subjects+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return entry{}, nil
+	}
+	if err != nil {
+		return entry{}, err
+	}
+	e := entry{found: true, rev: m.Sequence, time: m.Time}
+	if m.Header.Get(kvOperationHeader) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+		e.marker = true
+		return e, nil
+	}
+	e.rec, e.held = parseRecord(m.Data)
+	return e, nil
+}
+
+// fromKV is what a watch reports of a key.
+func fromKV(e jetstream.KeyValueEntry) entry {
+	out := entry{found: true, rev: e.Revision(), time: e.Created()}
+	if e.Operation() != jetstream.KeyValuePut {
+		out.marker = true
+		return out
+	}
+	out.rec, out.held = parseRecord(e.Value())
+	return out
+}
+
+// wrongRevision reports whether err is the server's refusal of a write
+// whose expected last revision did not match: nothing was written.
+// Replicated streams report it with a code of their own.
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// refused reports whether err means the server, or the client before
+// sending, refused a request: a write that returned it wrote nothing.
+// Any other error (a timeout, a connection lost) leaves a write's outcome
+// unknown.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
+// hold is what the driver remembers of a lock it holds: its key, the
+// revision of its last write (the condition of the next one) and its
+// token.
+type hold struct {
+	key   string
+	rev   uint64
+	token uint64
+}
+
+// holds maps the owner of each lock the driver holds to its hold. An
+// owner is unique to an acquisition, so it identifies the lock.
+type holds struct {
+	mu sync.Mutex
+	m  map[string]hold
+}
+
+func (h *holds) get(owner string) (hold, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.m[owner]
+	return v, ok
+}
+
+func (h *holds) set(owner string, v hold) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]hold{}
+	}
+	h.m[owner] = v
+}
+
+func (h *holds) drop(owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, owner)
+}
+
+// maxMarks bounds the marks cache; it is emptied when full.
+const maxMarks = 4096
+
+// marks remembers the revision of the last marker the driver saw or wrote
+// on a key (its own releases, its watches), so that the next acquisition
+// of the key, which must name that revision, takes one round trip. An
+// entry that is out of date costs a read and a second try, never safety:
+// the server checks the revision.
+type marks struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (c *marks) get(key string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key]
+}
+
+func (c *marks) set(key string, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxMarks {
+		c.m = make(map[string]uint64)
+	}
+	c.m[key] = rev
+}
+
+func (c *marks) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}

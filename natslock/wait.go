@@ -1,0 +1,357 @@
+package natslock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// expirySlack is how long after a holder's TTL would have run out, as a
+// waiter counts it from when it saw the holder's last write, the waiter
+// tries again without an event: the server removes an expired key on its
+// own timer, and the marker it leaves is what the waiter expects first.
+const expirySlack = 100 * time.Millisecond
+
+// minBackstop is the shortest wait before a waiter looks again at a key
+// that was still held past its backstop.
+const minBackstop = 250 * time.Millisecond
+
+// retryPause bounds the pause between a waiter's attempts after an error
+// (a stream leader's election, a lost connection).
+const retryPause = time.Second
+
+// slot is what a waiter knows of one of the keys it may take.
+type slot struct {
+	key  string
+	free bool      // the key holds no lock: no message, or a marker
+	rev  uint64    // the marker's revision when free (0: no message)
+	due  time.Time // when held: the backstop, when to try without an event
+}
+
+// Lock takes the lock, waiting as long as ctx allows. It first makes
+// TryLock's attempt; if the lock is held it watches the lock's keys (the
+// semaphore's every slot) with a KV watch, an ordered consumer, and tries
+// again when a key reports a marker: a release's purge, a deletion, or
+// the marker the server leaves where a key's TTL ran out. Each such try is
+// one write naming the marker's revision, so of all the waiters woken
+// only one gets each free key; the others go on waiting. There is no
+// queue: waiters are not served in order of arrival. A timer at each
+// holder's expiry, counted from when the waiter saw its last write, makes
+// the waiter try even if no marker came (the watch's consumer was being
+// recreated), and errors (a stream leader's election) are retried with a
+// pause of up to retryPause, all within ctx. When ctx ends first, Lock
+// returns its error joined with the last error met, and, if a write's
+// outcome was unknown, removes in the background a key that write may
+// have taken.
+func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if err := d.check(r); err != nil {
+		return driver.Grant{}, err
+	}
+	ks := keys(r)
+	o, err := d.tryAll(ctx, r, ks, time.Now())
+	if err == nil {
+		return o.g, nil
+	}
+	if fatal(err) {
+		if o.maybe {
+			d.abandon(r)
+		}
+		return driver.Grant{}, err
+	}
+	w := &wait{d: d, r: r, b: data(r, 0), maybe: o.maybe}
+	if !errors.Is(err, driver.ErrNotAcquired) {
+		w.failed(err)
+	}
+	g, err := w.run(ctx, ks)
+	if err != nil && w.maybe {
+		d.abandon(r)
+	}
+	return g, err
+}
+
+// fatal reports whether an attempt's error ends a waiting Lock: the
+// driver closed, or the server refused the request for good (a
+// permission, a bucket without per-key TTL).
+func fatal(err error) bool {
+	if errors.Is(err, driver.ErrClosed) || errors.Is(err, nats.ErrPermissionViolation) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrAuthorization) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && !wrongRevision(err)
+}
+
+// wait is one waiting Lock call.
+type wait struct {
+	d     *Driver
+	r     driver.Request
+	b     []byte // the record the acquisition writes
+	slots []slot
+	// init says the watch has delivered every key's last message.
+	init bool
+	// maybe says that a write's outcome was unknown: the next attempt
+	// reads the key first, and an abandoned wait removes what it wrote.
+	maybe bool
+	last  error // the last error met, for the caller when ctx ends
+	pause time.Duration
+}
+
+// run waits for one of ks.
+func (w *wait) run(ctx context.Context, ks []string) (driver.Grant, error) {
+	w.slots = make([]slot, len(ks))
+	for i, k := range ks {
+		w.slots[i] = slot{key: k}
+	}
+	filter := ks[0]
+	if w.r.Mode == driver.Permit {
+		filter = semaphoreBase(w.r.Name) + "*"
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var watcher jetstream.KeyWatcher
+	defer func() { stopWatch(watcher) }()
+	var watchAt time.Time // when to watch again, after a failure
+	for {
+		if watcher == nil && !time.Now().Before(watchAt) {
+			var err error
+			if watcher, err = w.watch(ctx, filter); err != nil {
+				w.failed(err)
+				if fatal(err) {
+					return driver.Grant{}, err
+				}
+				watchAt = time.Now().Add(w.pause)
+			} else {
+				w.rewatched()
+			}
+		}
+		var updates <-chan jetstream.KeyValueEntry
+		next := w.nextDue()
+		if watcher != nil {
+			updates = watcher.Updates()
+		} else {
+			next = min(next, time.Until(watchAt))
+		}
+		timer.Reset(max(next, 0))
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				// The subscription ended (its connection closed): watch
+				// again, or end with the driver.
+				stopWatch(watcher)
+				watcher = nil
+				if w.d.closed.Load() {
+					return driver.Grant{}, driver.ErrClosed
+				}
+				continue
+			}
+			if g, ok := w.event(ctx, e); ok {
+				return g, nil
+			}
+		case <-timer.C:
+			if g, ok := w.due(ctx); ok {
+				return g, nil
+			}
+		case <-ctx.Done():
+			return driver.Grant{}, w.ended(ctx)
+		case <-w.d.done:
+			return driver.Grant{}, driver.ErrClosed
+		}
+		if w.last != nil && fatal(w.last) {
+			return driver.Grant{}, w.last
+		}
+	}
+}
+
+// rewatched forgets what an earlier watch said: a new one reports every
+// key's last message again.
+func (w *wait) rewatched() {
+	w.init = false
+	for i := range w.slots {
+		w.slots[i].free, w.slots[i].due = false, time.Time{}
+	}
+}
+
+// watch starts the watch of the lock's keys; the first request is
+// bounded by the request timeout.
+func (w *wait) watch(ctx context.Context, filter string) (jetstream.KeyWatcher, error) {
+	rctx, cancel := w.d.reqCtx(ctx)
+	defer cancel()
+	watcher, err := w.d.kv.Watch(rctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.r.Name, filter, err)
+	}
+	return watcher, nil
+}
+
+// stopWatch ends a watch. nats.go's watcher hands entries over on a
+// buffered channel from the subscription's goroutine, blocking when it is
+// full; reading it until its closing lets that goroutine finish.
+func stopWatch(watcher jetstream.KeyWatcher) {
+	if watcher == nil {
+		return
+	}
+	_ = watcher.Stop()
+	go func(ch <-chan jetstream.KeyValueEntry) {
+		for range ch {
+		}
+	}(watcher.Updates())
+}
+
+// event takes in what the watch reported: nil once every key's last
+// message was delivered, else a key's new last message. It tries the keys
+// it learns are free, and reports a grant.
+func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Grant, bool) {
+	if e == nil {
+		if w.init {
+			return driver.Grant{}, false
+		}
+		// Keys the watch did not report hold no message.
+		w.init = true
+		for i := range w.slots {
+			s := &w.slots[i]
+			if s.due.IsZero() && !s.free {
+				s.free, s.rev = true, 0
+			}
+		}
+		return w.tryFree(ctx)
+	}
+	i := w.index(e.Key())
+	if i < 0 {
+		return driver.Grant{}, false
+	}
+	s := &w.slots[i]
+	en := fromKV(e)
+	if en.marker {
+		s.free, s.rev, s.due = true, en.rev, time.Time{}
+		w.d.marks.set(s.key, en.rev)
+		if w.init {
+			return w.tryFree(ctx)
+		}
+		return driver.Grant{}, false
+	}
+	ttl := storeTTL(w.r.TTL)
+	if en.held {
+		ttl = en.rec.ttl
+	}
+	s.free, s.rev, s.due = false, en.rev, time.Now().Add(ttl+expirySlack)
+	return driver.Grant{}, false
+}
+
+// index returns the slot of key, -1 for a key the wait does not take (a
+// permit slot beyond this caller's limit).
+func (w *wait) index(key string) int {
+	for i := range w.slots {
+		if w.slots[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// tryFree tries each key known to be free, in order.
+func (w *wait) tryFree(ctx context.Context) (driver.Grant, bool) {
+	for i := range w.slots {
+		if s := &w.slots[i]; s.free {
+			if g, ok := w.try(ctx, s); ok {
+				return g, true
+			}
+		}
+	}
+	return driver.Grant{}, false
+}
+
+// due tries each key whose backstop has come, and every key after an
+// error.
+func (w *wait) due(ctx context.Context) (driver.Grant, bool) {
+	now := time.Now()
+	for i := range w.slots {
+		s := &w.slots[i]
+		if w.pause > 0 || s.free || !s.due.IsZero() && !now.Before(s.due) {
+			s.free = false // read it: what the slot holds is unknown
+			if g, ok := w.try(ctx, s); ok {
+				return g, true
+			}
+		}
+	}
+	return driver.Grant{}, false
+}
+
+// try makes one attempt at slot s: a write naming the marker's revision
+// when the watch saw the key free and nothing went wrong before,
+// otherwise TryLock's attempt, which reads the key when it must.
+func (w *wait) try(ctx context.Context, s *slot) (driver.Grant, bool) {
+	start := time.Now()
+	if s.free && !w.maybe && w.pause == 0 {
+		rev, err := w.d.put(ctx, s.key, w.b, storeTTL(w.r.TTL), s.rev)
+		switch {
+		case err == nil:
+			return w.d.granted(w.r, s.key, rev, 0, start), true
+		case wrongRevision(err):
+			// Another waiter took it: its write is on the way.
+			s.free, s.due = false, start.Add(storeTTL(w.r.TTL)+expirySlack)
+			return driver.Grant{}, false
+		}
+		o, err := w.d.unknown(ctx, w.r, s.key, start, err)
+		if err == nil {
+			return o.g, true
+		}
+		w.maybe = w.maybe || o.maybe
+		w.failed(err)
+		return driver.Grant{}, false
+	}
+	o, err := w.d.take(ctx, w.r, s.key, w.b, start)
+	w.maybe = w.maybe || o.maybe
+	switch {
+	case err == nil:
+		w.pause = 0
+		return o.g, true
+	case errors.Is(err, driver.ErrNotAcquired):
+		w.pause = 0
+		s.free = false
+		if s.due.IsZero() || !start.Before(s.due) {
+			// Still held past the backstop: the holder renewed (its
+			// write will come by the watch) or the server is late in
+			// removing it; look again in a while.
+			s.due = start.Add(max(o.left+expirySlack, minBackstop))
+		}
+	default:
+		w.failed(err)
+	}
+	return driver.Grant{}, false
+}
+
+// failed notes an error; the next attempt comes after a growing pause.
+func (w *wait) failed(err error) {
+	w.last = err
+	w.pause = min(max(2*w.pause, 20*time.Millisecond), retryPause)
+}
+
+// nextDue is how long until the next attempt without an event.
+func (w *wait) nextDue() time.Duration {
+	if w.pause > 0 {
+		return w.pause
+	}
+	next := time.Hour
+	now := time.Now()
+	for _, s := range w.slots {
+		if !s.due.IsZero() {
+			next = min(next, max(s.due.Sub(now), 0))
+		}
+	}
+	return next
+}
+
+// ended is the error of a wait whose ctx ended.
+func (w *wait) ended(ctx context.Context) error {
+	err := fmt.Errorf("natslock: lock %q: %w", w.r.Name, ctx.Err())
+	if w.last != nil && !errors.Is(w.last, driver.ErrNotAcquired) {
+		return errors.Join(err, w.last)
+	}
+	return err
+}
