@@ -112,7 +112,10 @@
 // remembers the revision of the markers it writes and sees, which the
 // next acquisition of the key names. An acquisition whose marker it does
 // not know (the first on a key another client released) is refused, reads
-// the key (a direct get), and writes again: three round trips. A key whose
+// the key, and writes again: three round trips. Reads are message gets
+// that the bucket stream's leader answers, not direct gets, which any
+// replica answers and which can miss a write the leader acknowledged: a
+// free lock would look held, and a new leader would not show in Leader. A key whose
 // last write is a lock is held: TryLock then fails with a
 // *dlock.HeldError giving the holder's remaining TTL.
 //
@@ -169,8 +172,8 @@
 // same limit: one with a greater limit uses more slots.
 //
 // An election is the mutex elect.<name>, whose record carries the
-// candidate's value. Leader reads the key (a direct get, which a replica
-// may answer a replication's delay late); Observe watches it and sends a
+// candidate's value. Leader reads the key from the stream's leader, so
+// it shows a campaign that has returned; Observe watches it and sends a
 // leader when its value or token changes (not on renewals), and reads the
 // key again at the leader's expiry in case the marker was missed.
 //
@@ -178,11 +181,16 @@
 // driver.Read and driver.Write, and UnsupportedReason says why. A KV
 // bucket changes one key per write, with no transaction over several:
 // admitting a writer needs "no reader holds" and "the writer holds" in
-// one step, and every arrangement of keys that could express it with
-// per-key conditions needs reads that a replica may answer late.
+// one step. Keys of their own for readers and the writer, each side
+// writing its key and then reading the other's (a Dekker-style
+// handshake), would rest on reads seeing every acknowledged write, which
+// a stream leader that has lost its leadership without knowing it yet
+// does not promise; and one key holding every reader would make readers'
+// expiries a matter of the clients' clocks.
 //
-// Inspect lists every held key of the bucket under a prefix (a watch of
-// the whole bucket's last values), with owner, token, and expiry (the
+// Inspect lists every held key of the bucket under a prefix (the stream
+// leader's list of the bucket's subjects, then a read of each key under
+// the prefix), with owner, token, and expiry (the
 // server's timestamp of the last write plus its TTL, on the server's
 // clock); Waiters is -1, since waiters write nothing.
 //
@@ -220,7 +228,7 @@
 //
 //	publish:   $KV.locks.>, $JS.API.INFO, $JS.API.STREAM.INFO.KV_locks,
 //	           $JS.API.STREAM.CREATE.KV_locks (only if the driver is to create it),
-//	           $JS.API.DIRECT.GET.KV_locks.>, $JS.API.CONSUMER.CREATE.KV_locks.>,
+//	           $JS.API.STREAM.MSG.GET.KV_locks, $JS.API.CONSUMER.CREATE.KV_locks.>,
 //	           $JS.API.CONSUMER.DELETE.KV_locks.>, $JS.FC.KV_locks.>
 //	subscribe: _INBOX.>
 //

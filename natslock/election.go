@@ -14,10 +14,9 @@ import (
 // the candidate's value after its first line (see record): a campaign is
 // Lock or TryLock, a resignation Unlock.
 
-// Leader reads the election's key: the leader's value and token, or the
-// zero LeaderInfo when the key holds no lock. The read is a direct get,
-// which any replica of the bucket's stream may answer: on a replicated
-// bucket it can lag the leader's latest change by a replication's delay.
+// Leader reads the election's key from the bucket stream's leader (see
+// get): the leader's value and token, or the zero LeaderInfo when the key
+// holds no lock.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
 	if d.closed.Load() {
 		return driver.LeaderInfo{}, driver.ErrClosed

@@ -14,44 +14,38 @@ import (
 
 // Inspect lists the locks held in the bucket whose names start with
 // prefix, sorted by name (then kind, then permit slot): one entry per
-// mutex, leader and permit. It reads every key's last message with one
-// watch of the whole bucket, skipping markers and keys the driver does
-// not write. Owner is the holder's owner value, Token its token, Expires
-// the server's timestamp of the holder's last write plus its TTL (on the
+// mutex, leader and permit. It asks the bucket stream's leader for the
+// subjects that hold messages, then reads each key whose name has the
+// prefix from the leader (see get), skipping markers and keys the driver
+// does not write: a listing made just after an acquisition shows it.
+// Owner is the holder's owner value, Token its token, Expires the
+// server's timestamp of the holder's last write plus its TTL (on the
 // server's clock), and Waiters -1: waiters leave nothing in the bucket.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	watcher, err := d.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	rctx, cancel := d.reqCtx(ctx)
+	info, err := d.stream.Info(rctx, jetstream.WithSubjectFilter(d.subjects+">"))
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("natslock: inspect: %w", err)
 	}
-	defer stopWatch(watcher)
 	type listed struct {
 		info driver.LockInfo
 		slot int
 	}
 	var all []listed
-	for {
-		var kve jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case kve, ok = <-watcher.Updates():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("natslock: inspect: %w", ctx.Err())
-		}
-		if !ok {
-			return nil, fmt.Errorf("natslock: inspect: %w", driver.ErrClosed)
-		}
-		if kve == nil {
-			break
-		}
-		p, ok := parseKey(kve.Key())
+	for subject := range info.State.Subjects {
+		key := strings.TrimPrefix(subject, d.subjects)
+		p, ok := parseKey(key)
 		if !ok || !strings.HasPrefix(p.name, prefix) {
 			continue
 		}
-		e := fromKV(kve)
+		e, err := d.get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("natslock: inspect: read %s: %w", key, err)
+		}
 		if !e.held {
 			continue
 		}

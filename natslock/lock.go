@@ -169,7 +169,7 @@ func (d *Driver) granted(r driver.Request, key string, rev, token uint64, start 
 	if token == 0 {
 		token = rev
 	}
-	d.holds.set(r.Owner, hold{key: key, rev: rev, token: token})
+	d.holds.set(r.Owner, hold{key: key, rev: rev, token: token, value: r.Value})
 	d.marks.drop(key)
 	return driver.Grant{Token: token, Expires: start.Add(r.TTL)}
 }
@@ -190,6 +190,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 		return time.Time{}, err
 	}
 	start := time.Now()
+	r.Value = h.value
 	b := data(r, h.token)
 	ttl := storeTTL(r.TTL)
 	for range 2 {
@@ -274,7 +275,7 @@ func (d *Driver) holdOf(ctx context.Context, r driver.Request) (hold, error) {
 			return hold{}, fmt.Errorf("natslock: lock %q: read %s: %w", r.Name, key, err)
 		}
 		if e.held && e.rec.owner == r.Owner {
-			h := hold{key: key, rev: e.rev, token: e.rec.tokenAt(e.rev)}
+			h := hold{key: key, rev: e.rev, token: e.rec.tokenAt(e.rev), value: e.rec.value}
 			d.holds.set(r.Owner, h)
 			return h, nil
 		}

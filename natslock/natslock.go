@@ -89,6 +89,7 @@ type Driver struct {
 	nc         *nats.Conn // closed by Close when the driver opened it
 	bucket     string
 	subjects   string // "$KV.<bucket>.", before every key's subject
+	msgGet     string // the API subject of message gets of the bucket's stream
 	reqTimeout time.Duration
 	markerTTL  string // a release marker's Nats-TTL header
 
@@ -137,6 +138,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 		js:         js,
 		bucket:     opt.Bucket,
 		subjects:   "$KV." + opt.Bucket + ".",
+		msgGet:     "$JS.API.STREAM.MSG.GET.KV_" + opt.Bucket,
 		reqTimeout: opt.RequestTimeout,
 		markerTTL:  strconv.FormatInt(int64(storeTTL(opt.MarkerTTL)/time.Second), 10),
 		done:       make(chan struct{}),
@@ -173,9 +175,16 @@ func parseVersion(v string) (major, minor int, ok bool) {
 	return major, minor, err1 == nil && err2 == nil
 }
 
+// bindTimeout bounds NewDriver's requests, within its context: a server
+// that drops a request it may not serve (a permission denied) answers
+// nothing.
+const bindTimeout = 10 * time.Second
+
 // bind finds the bucket, creating it if it does not exist, and checks
 // that it keeps per-key TTLs.
 func (d *Driver) bind(ctx context.Context, opt Options) error {
+	ctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	defer cancel()
 	kv, err := d.js.KeyValue(ctx, opt.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = d.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{

@@ -2,11 +2,13 @@ package natslock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,10 +35,21 @@ func init() {
 // bucket, so that a wrong address or a server without per-key TTL fails
 // here rather than at the first lock.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
-	servers, nopts, err := connOptions(u)
+	servers, nopts, tlsConfig, err := connOptions(u)
 	if err != nil {
 		return nil, err
 	}
+	// The server reports a denied publish asynchronously, and the request
+	// gets no answer: keep the report for the error, and end Open's wait.
+	var refusal atomic.Pointer[error]
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nopts = append(nopts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) {
+			refusal.Store(&err)
+			cancel()
+		}
+	}))
 	o, err := driverOptions(u)
 	if err == nil {
 		err = u.Unknown()
@@ -46,7 +59,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	nc, err := nats.Connect(strings.Join(servers, ","), nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("natslock: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("natslock: open %s: %w%s", u.Redacted(), err, tlsHint(err, tlsConfig))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -56,25 +69,44 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	d, err := NewDriver(ctx, js, o)
 	if err != nil {
 		nc.Close()
+		if r := refusal.Load(); r != nil {
+			return nil, fmt.Errorf("natslock: open %s: %w (the server refused: %v)", u.Redacted(), err, *r)
+		}
 		return nil, fmt.Errorf("natslock: open %s: %w", u.Redacted(), err)
 	}
 	d.nc = nc
 	return d, nil
 }
 
+// tlsHint says what a failed TLS handshake most likely means: the server
+// requires TLS the URL did not ask for, or a client certificate it did
+// not give (nats.go reports only the handshake's end).
+func tlsHint(err error, c *tls.Config) string {
+	if !strings.Contains(err.Error(), "tls") {
+		return ""
+	}
+	switch {
+	case c == nil:
+		return " (the server requires TLS: add tls=true, and cacert= if its certificate is not from a system authority)"
+	case len(c.Certificates) == 0:
+		return " (if the server verifies clients, give the client's certificate: cert= and key=)"
+	}
+	return ""
+}
+
 // connOptions reads the servers, the credentials, TLS and the connection
 // parameters.
-func connOptions(u driver.URL) ([]string, []nats.Option, error) {
+func connOptions(u driver.URL) ([]string, []nats.Option, *tls.Config, error) {
 	if u.Host == "" {
-		return nil, nil, u.Err("host", "", errors.New("missing: the URL must name at least one server, as in nats://127.0.0.1:4222/dlock"))
+		return nil, nil, nil, u.Err("host", "", errors.New("missing: the URL must name at least one server, as in nats://127.0.0.1:4222/dlock"))
 	}
 	addrs, err := redisutil.HostList(u, strings.Split(u.Host, ","), DefaultPort, "listed twice")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tlsConfig, err := u.TLS(false)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	scheme := "nats://"
 	if tlsConfig != nil {
@@ -89,7 +121,7 @@ func connOptions(u driver.URL) ([]string, []nats.Option, error) {
 		err = u.Err("dial_timeout", "0s", errors.New("must be positive"))
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts := []nats.Option{
 		nats.Timeout(dial),
@@ -107,9 +139,9 @@ func connOptions(u driver.URL) ([]string, []nats.Option, error) {
 	}
 	auth, err := authOptions(u)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return servers, append(opts, auth...), nil
+	return servers, append(opts, auth...), tlsConfig, nil
 }
 
 // authOptions reads the credentials: the user information (user and

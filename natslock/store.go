@@ -2,7 +2,9 @@ package natslock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -81,24 +83,61 @@ type entry struct {
 	time   time.Time
 }
 
-// get reads the last message of key (a direct get, which any replica of
-// the stream may answer).
+// msgGetResponse is the stream leader's answer to a message get.
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs,omitempty"`
+		Data     []byte    `json:"data,omitempty"`
+		Time     time.Time `json:"time"`
+	} `json:"message,omitempty"`
+}
+
+// get reads the last message of key from the bucket stream's leader (a
+// message get of the JetStream API, not a direct get, which any replica
+// answers, possibly before it has a write the leader acknowledged: a
+// holder's Leader would then not show it leading, and a free lock would
+// look held). The stream's leader orders every write, so it has every
+// acknowledged one.
 func (d *Driver) get(ctx context.Context, key string) (entry, error) {
 	rctx, cancel := d.reqCtx(ctx)
 	defer cancel()
-	m, err := d.stream.GetLastMsgForSubject(rctx, d.subjects+key)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return entry{}, nil
-	}
+	req := make([]byte, 0, 32+len(d.subjects)+len(key))
+	req = append(req, `{"last_by_subj":"`...)
+	req = append(req, d.subjects...) // subjects and keys need no JSON escaping
+	req = append(req, key...)
+	req = append(req, `"}`...)
+	m, err := d.js.Conn().RequestWithContext(rctx, d.msgGet, req)
 	if err != nil {
 		return entry{}, err
 	}
-	e := entry{found: true, rev: m.Sequence, time: m.Time}
-	if m.Header.Get(kvOperationHeader) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
-		e.marker = true
-		return e, nil
+	var resp msgGetResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return entry{}, fmt.Errorf("message get of %s: %w", key, err)
 	}
-	e.rec, e.held = parseRecord(m.Data)
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return entry{}, nil
+		}
+		return entry{}, resp.Error
+	}
+	if resp.Message == nil {
+		return entry{}, fmt.Errorf("message get of %s: %w", key, jetstream.ErrInvalidJetStreamResponse)
+	}
+	msg := resp.Message
+	e := entry{found: true, rev: msg.Sequence, time: msg.Time}
+	if len(msg.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(msg.Header)
+		if err != nil {
+			return entry{}, fmt.Errorf("message get of %s: %w", key, err)
+		}
+		if h.Get(kvOperationHeader) != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
+			e.marker = true
+			return e, nil
+		}
+	}
+	e.rec, e.held = parseRecord(msg.Data)
 	return e, nil
 }
 
@@ -136,12 +175,14 @@ func refused(err error) bool {
 }
 
 // hold is what the driver remembers of a lock it holds: its key, the
-// revision of its last write (the condition of the next one) and its
-// token.
+// revision of its last write (the condition of the next one), its token
+// and, for an election, the candidate's value, which a lock resumed from
+// a handle (which does not carry it) must keep writing.
 type hold struct {
 	key   string
 	rev   uint64
 	token uint64
+	value string
 }
 
 // holds maps the owner of each lock the driver holds to its hold. An
