@@ -91,7 +91,24 @@ type NATSCluster struct {
 	t       testing.TB
 	bin     string
 	dir     string
+	o       NATSOptions
 	Servers []*NATSServer
+}
+
+// NATSOptions configure StartNATSWith. The zero value is StartNATS's:
+// plain connections, no authentication.
+type NATSOptions struct {
+	// TLS, when set, makes the servers accept TLS connections only, with
+	// the PKI's server certificate, and verify client certificates
+	// against its CA; Conn and the readiness check use the PKI's client
+	// certificate.
+	TLS *PKI
+	// Authorization, when set, is the body of the servers'
+	// authorization block (users and their permissions).
+	Authorization string
+	// User and Password are what Conn and the readiness check
+	// authenticate with, for servers with Authorization.
+	User, Password string
 }
 
 // NATSServer is one process of a NATSCluster.
@@ -115,11 +132,17 @@ type NATSServer struct {
 // missing or too old (see NATSBinary).
 func StartNATS(t testing.TB, n int) *NATSCluster {
 	t.Helper()
+	return StartNATSWith(t, n, NATSOptions{})
+}
+
+// StartNATSWith is StartNATS with the options o.
+func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
+	t.Helper()
 	bin := NATSBinary(t)
 	if n <= 0 {
 		n = 1
 	}
-	c := &NATSCluster{t: t, bin: bin, dir: t.TempDir()}
+	c := &NATSCluster{t: t, bin: bin, dir: t.TempDir(), o: o}
 	routes := make([]string, n)
 	clusterPorts := make([]int, n)
 	for i := range n {
@@ -134,6 +157,13 @@ func StartNATS(t testing.TB, n int) *NATSCluster {
 		fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", s.Name, s.Addr)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n",
 			filepath.Join(c.dir, s.Name))
+		if p := o.TLS; p != nil {
+			fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n}\n",
+				p.ServerCert, p.ServerKey, p.CA)
+		}
+		if o.Authorization != "" {
+			fmt.Fprintf(&b, "authorization {\n%s\n}\n", o.Authorization)
+		}
 		if n > 1 {
 			fmt.Fprintf(&b, "cluster {\n  name: dlock-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
 				clusterPorts[i], strings.Join(routes, ", "))
@@ -181,13 +211,25 @@ func (c *NATSCluster) ServerURLs() string {
 // when the test ends.
 func (c *NATSCluster) Conn(t testing.TB) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(c.ServerURLs(), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+	nc, err := nats.Connect(c.ServerURLs(), append(c.clientOptions(t), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))...)
 	if err != nil {
 		t.Fatalf("connect to nats-server %s: %v", c.URL(), err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// clientOptions are the credentials and TLS of the cluster's admin.
+func (c *NATSCluster) clientOptions(t testing.TB) []nats.Option {
+	var opts []nats.Option
+	if c.o.User != "" {
+		opts = append(opts, nats.UserInfo(c.o.User, c.o.Password))
+	}
+	if c.o.TLS != nil {
+		opts = append(opts, nats.Secure(c.o.TLS.ClientTLS(t)))
+	}
+	return opts
 }
 
 // StreamLeader returns the server that leads stream now, asking the
@@ -294,7 +336,7 @@ func (s *NATSServer) waitReady(timeout time.Duration) {
 }
 
 func (s *NATSServer) ready() error {
-	nc, err := nats.Connect("nats://"+s.Addr, nats.Timeout(time.Second), nats.NoReconnect())
+	nc, err := nats.Connect("nats://"+s.Addr, append(s.c.clientOptions(s.c.t), nats.Timeout(time.Second), nats.NoReconnect())...)
 	if err != nil {
 		return err
 	}

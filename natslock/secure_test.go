@@ -1,0 +1,64 @@
+package natslock_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
+	"github.com/dlockgo/dlock/natslock"
+)
+
+// lockUserPermissions are the least permissions natslock needs on the
+// bucket "locks", as the package documentation gives them.
+const lockUserPermissions = `publish: ["$KV.locks.>", "$JS.API.INFO", "$JS.API.STREAM.INFO.KV_locks",
+  "$JS.API.STREAM.CREATE.KV_locks", "$JS.API.STREAM.MSG.GET.KV_locks", "$JS.API.CONSUMER.CREATE.KV_locks.>",
+  "$JS.API.CONSUMER.DELETE.KV_locks.>", "$JS.FC.KV_locks.>"]
+subscribe: ["_INBOX.>"]`
+
+// TestSecured runs the conformance suite through a user with the least
+// permissions the package documentation gives, against a server that
+// accepts TLS only and verifies client certificates; the user cannot
+// lock in another bucket, and each wrong URL fails Open naming its cause
+// without showing the password.
+func TestSecured(t *testing.T) {
+	const adminPassword, password = "admin-s3cret", "locks-s3cret"
+	pki := testenv.NewPKI(t)
+	auth := fmt.Sprintf("users: [\n  {user: admin, password: %q}\n  {user: locks, password: %q, permissions: {%s}}\n]",
+		adminPassword, password, lockUserPermissions)
+	c := testenv.StartNATSWith(t, 1, testenv.NATSOptions{TLS: pki, Authorization: auth, User: "admin", Password: adminPassword})
+	files := "cacert=" + pki.CA + "&cert=" + pki.ClientCert + "&key=" + pki.ClientKey
+	url := "nats://locks:" + password + "@" + c.URL() + "/locks?tls=true&" + files
+
+	ctx := ctxTimeout(t, 30*time.Second)
+	first, err := dlock.Open(ctx, url) // creates the bucket, as the user
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+	kv := admin(t, c, "locks")
+	locktest.Run(t, locktest.Harness{
+		NewLocker: locktest.Opener(url),
+		TakeAway: func(t *testing.T, name string) {
+			if err := kv.Purge(ctxTimeout(t, 10*time.Second), "mutex."+natslock.EncodeName(name)); err != nil {
+				t.Fatalf("purge %q: %v", name, err)
+			}
+		},
+		TTL: time.Second,
+	})
+
+	secrets := []string{password, adminPassword}
+	host := c.URL()
+	locktest.RefusesBadURLs(t, secrets, []locktest.BadURL{
+		{What: "another bucket", URL: strings.Replace(url, "/locks?", "/others?", 1), Cause: "permission"},
+		{What: "wrong password", URL: "nats://locks:wrong@" + host + "/locks?tls=true&" + files, Cause: "authorization"},
+		{What: "no TLS", URL: "nats://locks:" + password + "@" + host + "/locks", Cause: "tls"},
+		{What: "unknown CA", URL: "nats://locks:" + password + "@" + host + "/locks?tls=true&cacert=" + pki.OtherCA +
+			"&cert=" + pki.ClientCert + "&key=" + pki.ClientKey, Cause: "certificate"},
+		{What: "no client certificate", URL: "nats://locks:" + password + "@" + host + "/locks?tls=true&cacert=" + pki.CA, Cause: "certificate"},
+		{What: "missing CA file", URL: "nats://locks:" + password + "@" + host + "/locks?tls=true&cacert=/nonexistent/ca.pem", Cause: "cacert"},
+	})
+}
