@@ -2,185 +2,50 @@ package etcdlock_test
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestLeaderStop runs 8 contenders over 4 clients on one lock of a
 // 3-member cluster, kills the leader mid-run (SIGKILL), and later brings
-// it back. Throughout, no two contenders hold the lock at once and the
-// tokens increase in critical-section order; after the kill the lock is
-// granted again within bounds. It reports how long the cluster took to
-// elect a new leader, to grant a free lock (a TryAcquire probe), and to
-// hand the contended lock on.
+// it back (locktest.RunLeaderKill). Throughout, no two contenders hold
+// the lock at once and the tokens increase in critical-section order;
+// after the kill the lock is granted again within bounds. It reports how
+// long the cluster took to elect a new leader, to grant a free lock (a
+// TryAcquire probe), and to hand the contended lock on.
 func TestLeaderStop(t *testing.T) {
 	cluster := testenv.StartEtcd(t, testenv.EtcdOptions{Members: 3})
 	eps := cluster.Endpoints()
 	prefix := randomPrefix()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	const (
-		ttl        = 3 * time.Second
-		contenders = 8
-		bound      = 10 * time.Second // a free lock granted after the kill, at most
-		// The contended lock's longest gap between grants, at most: the
-		// election (500ms-1s, longer on a split vote) plus the driver's
-		// request timeout (1s). Without that timeout, a release stuck in
-		// the old leader took etcd's own request timeout, 6s here.
-		stallBound = 4 * time.Second
-	)
+	const ttl = 3 * time.Second
 	lockers := make([]*dlock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	}
-
-	var (
-		holders, maxHolders atomic.Int32
-		acquireErrs         atomic.Int32
-		releaseErrs         atomic.Int32
-		lost                atomic.Int32
-		mu                  sync.Mutex
-		tokens              []uint64
-		grants              []time.Time
-		stop                = make(chan struct{})
-		wg                  sync.WaitGroup
-	)
-	for g := range contenders {
-		wg.Go(func() {
-			l := lockers[g%len(lockers)]
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-				lease, err := l.Acquire(actx, "leader-stop")
-				acancel()
-				if err != nil {
-					if acquireErrs.Add(1) <= 3 {
-						t.Logf("contender %d: Acquire: %v", g, err)
-					}
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				n := holders.Add(1)
-				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-				}
-				mu.Lock()
-				tokens = append(tokens, lease.Token())
-				grants = append(grants, time.Now())
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				holders.Add(-1)
-				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				err = lease.Release(rctx)
-				rcancel()
-				switch {
-				case err == nil:
-				case errors.Is(err, dlock.ErrLost):
-					lost.Add(1)
-				default:
-					if releaseErrs.Add(1) <= 3 {
-						t.Logf("contender %d: Release: %v", g, err)
-					}
-				}
-			}
-		})
-	}
-
-	time.Sleep(1500 * time.Millisecond)
-	leader := cluster.WaitLeader(5 * time.Second)
-	mu.Lock()
-	before := len(grants)
-	mu.Unlock()
-	leader.Kill()
-	killed := time.Now()
-	t.Logf("killed the leader %s after %d grants", leader, before)
-
-	// A free lock, taken by a fresh client: how soon can it be had again?
-	probe := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-	var probeAt time.Duration
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		lease, err := probe.TryAcquire(pctx, "leader-stop-probe")
-		pcancel()
-		if err == nil {
-			probeAt = time.Since(killed)
-			_ = lease.Release(ctx)
-			break
-		}
-		if time.Since(killed) > bound {
-			t.Fatalf("no free lock could be taken within %v of the leader's kill: %v", bound, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	newLeader := cluster.WaitLeader(bound)
-	electedBy := time.Since(killed)
-
-	time.Sleep(2 * time.Second)
-	leader.Start() // the old leader rejoins as a follower
-	rejoined := time.Now()
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
-	if m := maxHolders.Load(); m > 1 {
-		t.Errorf("holders gauge reached %d: mutual exclusion broken", m)
-	}
-	checkIncreasing(t, tokens)
-	var firstAfter, stall time.Duration = -1, 0
-	for i, at := range grants {
-		if i > 0 && at.After(killed) {
-			stall = max(stall, at.Sub(grants[i-1]))
-		}
-		if firstAfter < 0 && at.After(killed) {
-			firstAfter = at.Sub(killed)
-		}
-	}
-	afterKill := len(grants) - before
-	afterRejoin := 0
-	for _, at := range grants {
-		if at.After(rejoined) {
-			afterRejoin++
-		}
-	}
-	t.Logf("new leader %s known %v after the kill; a free lock granted after %v; the contended lock granted %v after the kill, longest gap between grants %v",
-		newLeader, electedBy, probeAt, firstAfter, stall)
-	t.Logf("%d grants in all, %d after the kill, %d after the old leader rejoined; %d acquire errors, %d release errors, %d leases lost",
-		len(grants), afterKill, afterRejoin, acquireErrs.Load(), releaseErrs.Load(), lost.Load())
-	if firstAfter < 0 || stall > stallBound {
-		t.Errorf("the contended lock went %v without a grant around the leader's kill, want at most %v", stall, stallBound)
-	}
-	if afterRejoin == 0 {
-		t.Error("no grant after the old leader rejoined")
-	}
-}
-
-func checkIncreasing(t *testing.T, tokens []uint64) {
-	t.Helper()
-	if len(tokens) == 0 {
-		t.Error("no tokens")
-		return
-	}
-	bad := 0
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			if bad < 5 {
-				t.Errorf("token %d (#%d) is not greater than token %d (#%d)", tokens[i], i, tokens[i-1], i-1)
-			}
-			bad++
-		}
-	}
-	if bad > 5 {
-		t.Errorf("... %d tokens out of order in all", bad)
-	}
+	var leader *testenv.EtcdMember
+	locktest.RunLeaderKill(t, ctx, locktest.LeaderKill{
+		Lockers: lockers,
+		Probe:   newLocker(t, eps, prefix, dlock.WithTTL(ttl)),
+		Name:    "leader-stop",
+		Kill: func(t *testing.T) string {
+			leader = cluster.WaitLeader(5 * time.Second)
+			leader.Kill()
+			return leader.String()
+		},
+		NewLeader: func(t *testing.T) string { return cluster.WaitLeader(10 * time.Second).String() },
+		Restart:   func(t *testing.T) { leader.Start() },
+		Bound:     10 * time.Second,
+		// The contended lock's longest gap between grants, at most: the
+		// election (500ms-1s, longer on a split vote) plus the driver's
+		// request timeout (1s). Without that timeout, a release stuck in
+		// the old leader took etcd's own request timeout, 6s here.
+		StallBound: 4 * time.Second,
+		Rejoin:     2 * time.Second,
+	})
 }

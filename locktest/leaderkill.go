@@ -1,0 +1,209 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+)
+
+// LeaderKill describes the failover check of a replicated backend, which
+// RunLeaderKill runs: contenders take one mutex in turn while the store's
+// leader is killed and later brought back.
+type LeaderKill struct {
+	// Lockers are the contenders' clients; contender i uses
+	// Lockers[i%len(Lockers)].
+	Lockers []*dlock.Locker
+	// Probe is a client of its own that takes a free lock after the kill,
+	// to time how soon the store grants again.
+	Probe *dlock.Locker
+	// Name is the contended lock's name; the probe takes Name+"-probe".
+	Name string
+	// Contenders is how many goroutines contend; 8 when zero.
+	Contenders int
+	// Kill kills the leader (SIGKILL) and describes it, for the log.
+	Kill func(t *testing.T) string
+	// NewLeader waits until a leader is known again, up to Bound, and
+	// describes it.
+	NewLeader func(t *testing.T) string
+	// Restart starts the killed leader again; it rejoins as a follower.
+	Restart func(t *testing.T)
+	// Bound is how soon after the kill the probe must have a free lock,
+	// and StallBound the longest the contended lock may go without a
+	// grant around the kill.
+	Bound, StallBound time.Duration
+	// Warmup runs the contenders before the kill; Rejoin waits between
+	// the new leader and the restart, and After after the restart. Each
+	// is 1.5s when zero.
+	Warmup, Rejoin, After time.Duration
+}
+
+// RunLeaderKill runs k: throughout, no two contenders hold the lock at
+// once (a holders gauge) and the tokens increase in critical-section
+// order; the probe gets a free lock within Bound of the kill, the
+// contended lock goes at most StallBound without a grant, and it is
+// granted after the old leader rejoined. It logs how long each took.
+func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
+	t.Helper()
+	if k.Contenders == 0 {
+		k.Contenders = 8
+	}
+	for _, d := range []*time.Duration{&k.Warmup, &k.Rejoin, &k.After} {
+		if *d == 0 {
+			*d = 1500 * time.Millisecond
+		}
+	}
+	var (
+		holders, maxHolders atomic.Int32
+		acquireErrs         atomic.Int32
+		releaseErrs         atomic.Int32
+		lost                atomic.Int32
+		mu                  sync.Mutex
+		tokens              []uint64
+		grants              []time.Time
+		stop                = make(chan struct{})
+		wg                  sync.WaitGroup
+	)
+	for g := range k.Contenders {
+		wg.Go(func() {
+			l := k.Lockers[g%len(k.Lockers)]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+				lease, err := l.Acquire(actx, k.Name)
+				acancel()
+				if err != nil {
+					if acquireErrs.Add(1) <= 3 {
+						t.Logf("contender %d: Acquire: %v", g, err)
+					}
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				n := holders.Add(1)
+				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
+				}
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				grants = append(grants, time.Now())
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+				err = lease.Release(rctx)
+				rcancel()
+				switch {
+				case err == nil:
+				case errors.Is(err, dlock.ErrLost):
+					lost.Add(1)
+				default:
+					if releaseErrs.Add(1) <= 3 {
+						t.Logf("contender %d: Release: %v", g, err)
+					}
+				}
+			}
+		})
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+		}
+	}()
+
+	time.Sleep(k.Warmup)
+	mu.Lock()
+	before := len(grants)
+	mu.Unlock()
+	what := k.Kill(t)
+	killed := time.Now()
+	t.Logf("killed the leader %s after %d grants", what, before)
+
+	var probeAt time.Duration
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		lease, err := k.Probe.TryAcquire(pctx, k.Name+"-probe")
+		pcancel()
+		if err == nil {
+			probeAt = time.Since(killed)
+			_ = lease.Release(ctx)
+			break
+		}
+		if time.Since(killed) > k.Bound {
+			t.Fatalf("no free lock could be taken within %v of the leader's kill: %v", k.Bound, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	newLeader := k.NewLeader(t)
+	electedBy := time.Since(killed)
+
+	time.Sleep(k.Rejoin)
+	k.Restart(t)
+	rejoined := time.Now()
+	time.Sleep(k.After)
+	close(stop)
+	wg.Wait()
+	stopped = true
+
+	mu.Lock()
+	defer mu.Unlock()
+	if m := maxHolders.Load(); m > 1 {
+		t.Errorf("holders gauge reached %d: mutual exclusion broken", m)
+	}
+	CheckIncreasing(t, tokens)
+	var firstAfter, stall time.Duration = -1, 0
+	for i, at := range grants {
+		if i > 0 && at.After(killed) {
+			stall = max(stall, at.Sub(grants[i-1]))
+		}
+		if firstAfter < 0 && at.After(killed) {
+			firstAfter = at.Sub(killed)
+		}
+	}
+	afterRejoin := 0
+	for _, at := range grants {
+		if at.After(rejoined) {
+			afterRejoin++
+		}
+	}
+	t.Logf("new leader %s known %v after the kill; a free lock granted after %v; the contended lock granted %v after the kill, longest gap between grants %v",
+		newLeader, electedBy, probeAt, firstAfter, stall)
+	t.Logf("%d grants in all, %d after the kill, %d after the old leader rejoined; %d acquire errors, %d release errors, %d leases lost",
+		len(grants), len(grants)-before, afterRejoin, acquireErrs.Load(), releaseErrs.Load(), lost.Load())
+	if firstAfter < 0 || stall > k.StallBound {
+		t.Errorf("the contended lock went %v without a grant around the leader's kill, want at most %v", stall, k.StallBound)
+	}
+	if afterRejoin == 0 {
+		t.Error("no grant after the old leader rejoined")
+	}
+}
+
+// CheckIncreasing reports tokens that are not greater than the one
+// before them (the first five, then a count).
+func CheckIncreasing(t *testing.T, tokens []uint64) {
+	t.Helper()
+	if len(tokens) == 0 {
+		t.Error("no tokens")
+		return
+	}
+	bad := 0
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			if bad < 5 {
+				t.Errorf("token %d (#%d) is not greater than token %d (#%d)", tokens[i], i, tokens[i-1], i-1)
+			}
+			bad++
+		}
+	}
+	if bad > 5 {
+		t.Errorf("... %d tokens out of order in all", bad)
+	}
+}
