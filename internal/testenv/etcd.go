@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,9 +69,7 @@ type EtcdMember struct {
 	dataDir string
 	logPath string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
+	process
 }
 
 // EtcdBinary returns the etcd server binary: DLOCK_ETCD_BIN, else etcd on
@@ -360,31 +357,12 @@ func (c *EtcdCluster) scheme() string {
 // start runs the member's process (again, keeping its data).
 func (m *EtcdMember) start() {
 	m.c.t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd != nil {
-		return
-	}
-	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		m.c.t.Fatalf("etcd %s: log file: %v", m.Name, err)
-	}
-	cmd := exec.Command(m.c.bin, m.args()...)
-	if m.Host != nil {
-		cmd = m.Host.Command(m.c.bin, m.args()...)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		m.c.t.Fatalf("start etcd %s: %v", m.Name, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(exited)
-	}()
-	m.cmd, m.exited = cmd, exited
+	m.process.start(m.c.t, "etcd "+m.Name, m.logPath, func() *exec.Cmd {
+		if m.Host != nil {
+			return m.Host.Command(m.c.bin, m.args()...)
+		}
+		return exec.Command(m.c.bin, m.args()...)
+	})
 }
 
 // Start restarts a stopped member with its data and waits until it
@@ -393,33 +371,6 @@ func (m *EtcdMember) Start() {
 	m.c.t.Helper()
 	m.start()
 	m.waitHealthy(30 * time.Second)
-}
-
-// Kill stops the member at once (SIGKILL), as a crash would.
-func (m *EtcdMember) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return
-	}
-	_ = m.cmd.Process.Kill()
-	<-m.exited
-	m.cmd = nil
-}
-
-// Running reports whether the member's process runs.
-func (m *EtcdMember) Running() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return false
-	}
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 // waitHealthy waits until the member's /health says it has a leader.
@@ -431,11 +382,8 @@ func (m *EtcdMember) waitHealthy(timeout time.Duration) {
 		if err == nil {
 			return
 		}
-		m.mu.Lock()
-		exited := m.exited
-		m.mu.Unlock()
 		select {
-		case <-exited:
+		case <-m.exitedCh():
 			m.c.t.Fatalf("etcd %s exited at start-up:\n%s", m.Name, logTail(m.logPath))
 		default:
 		}

@@ -122,9 +122,7 @@ type NATSServer struct {
 	conf    string
 	logPath string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	process
 }
 
 // StartNATS starts n JetStream servers (a cluster of n when n > 1) and
@@ -253,28 +251,9 @@ func (c *NATSCluster) StreamLeader(ctx context.Context, js jetstream.JetStream, 
 
 func (s *NATSServer) start() {
 	s.c.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		return
-	}
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		s.c.t.Fatalf("nats-server %s: log file: %v", s.Name, err)
-	}
-	cmd := exec.Command(s.c.bin, "-c", s.conf)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		s.c.t.Fatalf("start nats-server %s: %v", s.Name, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
+	s.process.start(s.c.t, "nats-server "+s.Name, s.logPath, func() *exec.Cmd {
+		return exec.Command(s.c.bin, "-c", s.conf)
+	})
 }
 
 // Start starts a killed server again with its store and waits until its
@@ -285,33 +264,6 @@ func (s *NATSServer) Start() {
 	s.waitReady(30 * time.Second)
 }
 
-// Kill stops the server at once (SIGKILL), as a crash would.
-func (s *NATSServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
-}
-
-// Running reports whether the server's process runs.
-func (s *NATSServer) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
 // waitReady waits until a client of this server alone gets JetStream's
 // account information (in a cluster, once a meta leader is elected).
 func (s *NATSServer) waitReady(timeout time.Duration) {
@@ -319,11 +271,8 @@ func (s *NATSServer) waitReady(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		s.mu.Lock()
-		exited := s.exited
-		s.mu.Unlock()
 		select {
-		case <-exited:
+		case <-s.exitedCh():
 			s.c.t.Fatalf("nats-server %s exited at start-up:\n%s", s.Name, logTail(s.logPath))
 		default:
 		}
