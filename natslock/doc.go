@@ -31,8 +31,9 @@
 // The host part lists servers of one cluster (port 4222 by default); the
 // client picks one and fails over to the others, and to those the cluster
 // announces. The path is the bucket (Options.Bucket), DefaultBucket
-// ("dlock") when empty. User information authenticates: user and
-// password, or a token alone (nats://s3cr3t@host). Parameters, besides
+// ("dlock") when empty. User information authenticates, user and
+// password both (a token goes in the token parameter, which messages hide
+// as they hide passwords). Parameters, besides
 // dlock's own ttl and renew (see dlock.Open):
 //
 //	replicas=1          servers that store a bucket the driver creates (Options.Replicas), 1 to 5
@@ -47,6 +48,8 @@
 //	                    nats://127.0.0.1:4222?dial_timeout=1s
 //	client_name=        the connection's name, shown by the server's monitoring
 //	                    nats://127.0.0.1:4222?client_name=billing-worker
+//	token=              an authentication token
+//	                    nats://127.0.0.1:4222?token=s3cr3t
 //	creds=              a .creds file: a user JWT and its nkey seed (decentralised auth)
 //	                    nats://127.0.0.1:4222?creds=/etc/dlock/locks.creds
 //	nkey=               a file holding a user's nkey seed
@@ -58,7 +61,7 @@
 //	server_name=        the name the servers' certificates must carry; default the host dialled
 //	insecure_skip_verify=false   accept any certificate: for tests only
 //
-// One kind of credentials at most: user information, creds or nkey. The
+// One kind of credentials at most: user information, token, creds or nkey. The
 // files are checked when the URL is opened; a missing or unreadable one,
 // a bad value or an unknown parameter is a *dlock.ParamError naming its
 // parameter. Opening connects and binds the bucket (creating it if it
@@ -234,5 +237,10 @@
 //
 // Over a network use TLS (tls=true), with cert and key when the servers
 // verify client certificates. Passwords are never shown: every URL in a
-// message is redacted.
+// message is redacted. TestSecured runs the conformance suite as exactly
+// that user against a server that accepts TLS only and verifies client
+// certificates, and checks that the user cannot open another bucket (Open
+// names the server's permission refusal) and that a wrong password, a
+// plain connection, an unknown CA, a missing client certificate and a
+// missing file each fail Open naming the cause.
 package natslock

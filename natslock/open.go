@@ -145,47 +145,50 @@ func connOptions(u driver.URL) ([]string, []nats.Option, *tls.Config, error) {
 }
 
 // authOptions reads the credentials: the user information (user and
-// password, or a token alone), creds (a .creds file: a user JWT and its
-// nkey seed) or nkey (a file holding an nkey seed), one kind at most.
+// password), token, creds (a .creds file: a user JWT and its nkey seed)
+// or nkey (a file holding an nkey seed), one kind at most. A token is a
+// parameter, not the user information nats.go also takes it from, so that
+// messages hide it as they hide passwords.
 func authOptions(u driver.URL) ([]nats.Option, error) {
+	token := u.String("token", "")
 	creds := u.String("creds", "")
 	nkey := u.String("nkey", "")
 	var opts []nats.Option
-	kinds := 0
+	var kinds []string
 	if u.User != nil {
-		kinds++
+		kinds = append(kinds, "userinfo")
 		user := u.User.Username()
 		password, hasPassword := u.User.Password()
 		switch {
 		case user == "":
 			return nil, u.Err("userinfo", "", errors.New("a password without a user name"))
-		case hasPassword:
-			opts = append(opts, nats.UserInfo(user, password))
-		default:
-			opts = append(opts, nats.Token(user))
+		case !hasPassword:
+			return nil, u.Err("userinfo", "", errors.New("a user name without a password; for a token, use the token parameter"))
 		}
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	if token != "" {
+		kinds = append(kinds, "token")
+		opts = append(opts, nats.Token(token))
 	}
 	if creds != "" {
-		kinds++
+		kinds = append(kinds, "creds")
 		if err := readable(creds); err != nil {
 			return nil, u.Err("creds", creds, err)
 		}
 		opts = append(opts, nats.UserCredentials(creds))
 	}
 	if nkey != "" {
-		kinds++
+		kinds = append(kinds, "nkey")
 		opt, err := nats.NkeyOptionFromSeed(nkey)
 		if err != nil {
 			return nil, u.Err("nkey", nkey, err)
 		}
 		opts = append(opts, opt)
 	}
-	if kinds > 1 {
-		param, value := "creds", creds
-		if creds == "" {
-			param, value = "nkey", nkey
-		}
-		return nil, u.Err(param, value, errors.New("one kind of credentials only: user information, creds or nkey"))
+	if len(kinds) > 1 {
+		last := kinds[len(kinds)-1]
+		return nil, u.Err(last, u.String(last, ""), fmt.Errorf("one kind of credentials only, not %s", strings.Join(kinds, " and ")))
 	}
 	return opts, nil
 }

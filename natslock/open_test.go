@@ -125,6 +125,8 @@ func TestURLErrors(t *testing.T) {
 		{"nats://" + h + "?dial_timeout=0s", "dial_timeout"},
 		{"nats://" + h + "?ttl=1ms", "ttl"},
 		{"nats://:secret@" + h, "userinfo"},
+		{"nats://secret@" + h, "userinfo"},
+		{"nats://" + h + "?token=secret&creds=" + junk, "creds"},
 		{"nats://" + h + "?cacert=/etc/ca.pem", "cacert"},
 		{"nats://" + h + "?tls=true&cacert=/nonexistent/ca.pem", "cacert"},
 		{"nats://" + h + "?tls=true&cert=" + junk, "cert"},
