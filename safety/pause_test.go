@@ -93,6 +93,23 @@ func TestPausedHolder(t *testing.T) {
 		report(t, "etcd", "holder paused past its TTL (SIGSTOP)", true, 1, r)
 		checkPaused(t, r)
 	})
+	t.Run("nats", func(t *testing.T) {
+		// A paused holder stops renewing: its key's per-key TTL runs
+		// out on the server and another client's Create succeeds.
+		const ttl, hold = time.Second, 100 * time.Millisecond
+		c := testenv.StartNATS(t, 1)
+		wl := workload{
+			url:     "nats://" + c.URL() + "/dlock-safety",
+			clients: scale(3, 5),
+			dur:     scale(5*time.Second, 20*time.Second),
+			ttl:     ttl,
+			hold:    hold,
+			guard:   true,
+		}
+		r, _ := run(t, wl, pauser(hold, 3*ttl, 300*time.Millisecond))
+		report(t, "nats", "holder paused past its TTL (SIGSTOP)", true, 1, r)
+		checkPaused(t, r)
+	})
 	t.Run("zookeeper", func(t *testing.T) {
 		// A paused client stops its heartbeats: the server expires its
 		// session (and the lock's ephemeral node) after the timeout.

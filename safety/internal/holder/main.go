@@ -39,6 +39,7 @@ import (
 	_ "github.com/dlockgo/dlock/etcdlock"
 	_ "github.com/dlockgo/dlock/filelock"
 	_ "github.com/dlockgo/dlock/mysqllock"
+	_ "github.com/dlockgo/dlock/natslock"
 	_ "github.com/dlockgo/dlock/pglock"
 	_ "github.com/dlockgo/dlock/redislock"
 	_ "github.com/dlockgo/dlock/redlock"

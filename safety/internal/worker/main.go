@@ -33,6 +33,7 @@ import (
 	"github.com/dlockgo/dlock"
 	_ "github.com/dlockgo/dlock/etcdlock"
 	_ "github.com/dlockgo/dlock/mysqllock"
+	_ "github.com/dlockgo/dlock/natslock"
 	_ "github.com/dlockgo/dlock/pglock"
 	_ "github.com/dlockgo/dlock/redislock"
 	_ "github.com/dlockgo/dlock/redlock"
