@@ -2,9 +2,13 @@ package natslock_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -61,4 +65,49 @@ func TestSecured(t *testing.T) {
 		{What: "no client certificate", URL: "nats://locks:" + password + "@" + host + "/locks?tls=true&cacert=" + pki.CA, Cause: "certificate"},
 		{What: "missing CA file", URL: "nats://locks:" + password + "@" + host + "/locks?tls=true&cacert=/nonexistent/ca.pem", Cause: "cacert"},
 	})
+}
+
+// TestSecuredNKey opens a URL with nkey= against a server whose lock user
+// is an nkey: the seed file signs the server's challenge, the user locks
+// and releases, and a seed the server does not know is refused.
+func TestSecuredNKey(t *testing.T) {
+	const adminPassword = "admin-s3cret"
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	dir := t.TempDir()
+	seedFile, otherFile := filepath.Join(dir, "locks.nk"), filepath.Join(dir, "other.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(otherFile, otherSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth := fmt.Sprintf("users: [\n  {user: admin, password: %q}\n  {nkey: %q, permissions: {%s}}\n]", adminPassword, pub, lockUserPermissions)
+	c := testenv.StartNATSWith(t, 1, testenv.NATSOptions{Authorization: auth, User: "admin", Password: adminPassword})
+
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := dlock.Open(ctx, "nats://"+c.URL()+"/locks?nkey="+seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "orders/42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l2, err := dlock.Open(ctx, "nats://"+c.URL()+"/locks?nkey="+otherFile); err == nil {
+		_ = l2.Close()
+		t.Fatal("Open with an nkey the server does not know succeeded")
+	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Errorf("Open with an unknown nkey: %v, want an authorization error", err)
+	}
 }
