@@ -21,8 +21,6 @@ import (
 const (
 	nodePrefix = "_c_"
 	guidLen    = 32
-	nodeTag    = "-lock#"
-	seqAt      = len(nodePrefix) + guidLen + len(nodeTag)
 )
 
 // The kinds of lock node, as they appear in node names.
@@ -112,16 +110,3 @@ func parseChild(name string) (c child, ok bool) {
 // order survives the wrap-around of the parent's 32-bit cversion (live
 // nodes always lie within 2^31 of each other).
 func before(a, b uint32) bool { return int32(a-b) < 0 }
-
-// lockChildren returns the lock nodes among a parent's children, in queue
-// order: the first holds the lock.
-func lockChildren(names []string) []child {
-	locks := make([]child, 0, len(names))
-	for _, n := range names {
-		if c, ok := parseChild(n); ok {
-			locks = append(locks, c)
-		}
-	}
-	sortChildren(locks)
-	return locks
-}

@@ -49,8 +49,9 @@ func TestQueueOrderWraps(t *testing.T) {
 		"_c_" + g + "-lock#-2147483648",
 		"_c_" + g + "-lock#2147483647",
 	}
+	const seqAt = len(nodePrefix) + guidLen + len("-lock#")
 	var got []string
-	for _, c := range lockChildren(names) {
+	for _, c := range dlockFormat.children(names) {
 		got = append(got, c.name[seqAt:])
 	}
 	if want := []string{"2147483646", "2147483647", "-2147483648", "-2147483647"}; !slices.Equal(got, want) {
