@@ -123,14 +123,14 @@ func (f *format) supports(m driver.Mode) bool {
 	return ok
 }
 
-// nodeName returns the name a node of the given kind and guid is created
-// with; the server appends the sequence number.
-func (f *format) nodeName(guid, kind string) string {
-	g := guid
+// nodePath returns the path a node of the given kind and guid is created
+// with under parent; the server appends the sequence number. It is one
+// concatenation (one allocation) on every acquisition.
+func (f *format) nodePath(parent, guid, kind string) string {
 	if f.dashed {
-		g = guid[:8] + "-" + guid[8:12] + "-" + guid[12:16] + "-" + guid[16:20] + "-" + guid[20:]
+		guid = guid[:8] + "-" + guid[8:12] + "-" + guid[12:16] + "-" + guid[16:20] + "-" + guid[20:]
 	}
-	return f.head + g + f.tags[kind]
+	return parent + "/" + f.head + guid + f.tags[kind]
 }
 
 // parse parses a lock node's name; ok is false for other children (the

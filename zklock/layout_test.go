@@ -18,7 +18,7 @@ func TestFormatNames(t *testing.T) {
 	for _, c := range []struct {
 		f    *format
 		kind string
-		made string // nodeName(guid, kind)
+		made string // nodePath("/p", guid, kind) without "/p/"
 		seen string // a name as the server makes it
 		seq  uint32
 	}{
@@ -30,8 +30,8 @@ func TestFormatNames(t *testing.T) {
 		{kazooFormat, kindWrite, guid + "__lock__", guid + "__lock__0000000030", 30},
 		{kazooFormat, kindRead, guid + "__rlock__", guid + "__rlock__0000000027", 27},
 	} {
-		if got := c.f.nodeName(guid, c.kind); got != c.made {
-			t.Errorf("%s nodeName(%s) = %q, want %q", c.f.layout, c.kind, got, c.made)
+		if got := c.f.nodePath("/p", guid, c.kind); got != "/p/"+c.made {
+			t.Errorf("%s nodePath(/p, %s) = %q, want %q", c.f.layout, c.kind, got, "/p/"+c.made)
 		}
 		got, ok := c.f.parse(c.seen)
 		if want := (child{name: c.seen, guid: guid, kind: c.kind, seq: c.seq}); !ok || got != want {

@@ -135,7 +135,7 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{
-		&zk.CreateRequest{Path: n.parent + "/" + d.format.nodeName(n.guid, n.kind), Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: d.format.nodePath(n.parent, n.guid, n.kind), Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.parent, Version: -1},
 	}
 	pause := 2 * time.Millisecond
