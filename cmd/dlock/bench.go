@@ -30,6 +30,13 @@ every command) in three phases of --duration each:
               (N-1)/N; a backend that lets the releaser barge back in gives
               less)
 
+With --scale it sweeps instead how the cost grows with the work, for each
+backend: waiters on one name (--waiters), names held at once (--held) and
+clients each on a name of its own (--clients); every point is bounded in
+time, and a point a backend cannot reach is reported with what it reached
+and why. It writes scale.csv and one SVG chart per sweep to --out, and a
+summary to stdout. docs/SCALING.md explains each figure.
+
 Progress goes to stderr; the table, one column per backend, to stdout. The
 names used are under dlock-bench/ and unique to the run.
 `
@@ -37,6 +44,7 @@ names used are under dlock-bench/ and unique to the run.
 const benchExamples = `  dlock bench
   dlock bench --backend redis://127.0.0.1:6379 --backend zk://127.0.0.1:2181 --duration 5s
   dlock bench --backend postgres://postgres@127.0.0.1:5432/test --concurrency 16
+  dlock bench --scale --backend redis://127.0.0.1:6379 --out scale/
 `
 
 // benchResult is what one backend measured.
@@ -52,6 +60,7 @@ func cmdBench(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("bench", benchHelp, benchExamples)
 	dur := f.Duration("duration", 2*time.Second, "how long each phase runs")
 	conc := f.Int("concurrency", 8, "goroutines in the parallel and contended phases")
+	sf := addScaleFlags(f)
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
 		return code
@@ -71,6 +80,9 @@ func cmdBench(ctx context.Context, sio *stdio, args []string) int {
 	backends := []string(f.backends)
 	if len(backends) == 0 {
 		backends = []string{f.backend()}
+	}
+	if *sf.on {
+		return runScale(ctx, sio, f.cmd, sf, backends, dlock.WithLogger(log))
 	}
 	// Open every backend first: a bad URL fails before minutes of
 	// measurement.

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlockgo/dlock/mysqllock"
+	"github.com/dlockgo/dlock/natslock"
+	"github.com/dlockgo/dlock/pglock"
+)
+
+// storeEntries returns a counter of what a backend's store holds, for
+// the held sweep's growth and leftovers: keys (Redis, all nodes), rows of
+// the token table (PostgreSQL, MySQL), keys (etcd), znodes (ZooKeeper's
+// mntr), messages of the bucket's stream (NATS). It is nil for the other
+// schemes. It counts the whole store, not dlock's keys alone: the sweep
+// reports differences, which a busy store blurs.
+func storeEntries(raw string) func(context.Context) (int, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	hosts := serverAddrs(raw)
+	if len(hosts) == 0 {
+		return nil
+	}
+	switch u.Scheme {
+	case "redis", "redlock":
+		return func(ctx context.Context) (int, error) {
+			n := 0
+			for _, h := range hosts {
+				o := &redis.Options{Addr: h}
+				if u.User != nil {
+					o.Username = u.User.Username()
+					o.Password, _ = u.User.Password()
+				}
+				c := redis.NewClient(o)
+				k, err := c.DBSize(ctx).Result()
+				_ = c.Close()
+				if err != nil {
+					return 0, err
+				}
+				n += int(k)
+			}
+			return n, nil
+		}
+	case "postgres", "postgresql":
+		table := u.Query().Get("table")
+		if table == "" {
+			table = pglock.DefaultTable
+		}
+		conn := *u
+		conn.RawQuery = ""
+		return func(ctx context.Context) (int, error) {
+			c, err := pgx.Connect(ctx, conn.String())
+			if err != nil {
+				return 0, err
+			}
+			defer c.Close(context.Background())
+			var n int
+			err = c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&n)
+			return n, err
+		}
+	case "mysql":
+		table := u.Query().Get("table")
+		if table == "" {
+			table = mysqllock.DefaultTable
+		}
+		cfg := mysql.NewConfig()
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", hosts[0], strings.TrimPrefix(u.Path, "/")
+		if u.User != nil {
+			cfg.User = u.User.Username()
+			cfg.Passwd, _ = u.User.Password()
+		}
+		return func(ctx context.Context) (int, error) {
+			db, err := sql.Open("mysql", cfg.FormatDSN())
+			if err != nil {
+				return 0, err
+			}
+			defer db.Close()
+			quoted := "`" + strings.ReplaceAll(strings.ReplaceAll(table, "`", "``"), ".", "`.`") + "`"
+			var n int
+			err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quoted).Scan(&n)
+			return n, err
+		}
+	case "etcd":
+		return func(ctx context.Context) (int, error) {
+			c, err := clientv3.New(clientv3.Config{Endpoints: hosts, DialTimeout: 5 * time.Second, Context: ctx})
+			if err != nil {
+				return 0, err
+			}
+			defer c.Close()
+			r, err := c.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
+			}
+			return int(r.Count), nil
+		}
+	case "zk":
+		return func(ctx context.Context) (int, error) { return zkZnodes(ctx, hosts[0]) }
+	case "nats":
+		bucket := strings.Trim(u.Path, "/")
+		if bucket == "" {
+			bucket = natslock.DefaultBucket
+		}
+		return func(ctx context.Context) (int, error) {
+			nc, err := nats.Connect(strings.Join(hosts, ","), natsUser(u)...)
+			if err != nil {
+				return 0, err
+			}
+			defer nc.Close()
+			js, err := nc.JetStream(nats.Context(ctx))
+			if err != nil {
+				return 0, err
+			}
+			si, err := js.StreamInfo("KV_"+bucket, nats.Context(ctx))
+			if err != nil {
+				return 0, err
+			}
+			return int(si.State.Msgs), nil
+		}
+	}
+	return nil
+}
+
+func natsUser(u *url.URL) []nats.Option {
+	if u.User == nil {
+		return nil
+	}
+	p, _ := u.User.Password()
+	return []nats.Option{nats.UserInfo(u.User.Username(), p)}
+}
+
+// zkZnodes reads zk_znode_count from a ZooKeeper server's mntr command
+// (which must be allowed by 4lw.commands.whitelist).
+func zkZnodes(ctx context.Context, addr string) (int, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("mntr")); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "zk_znode_count"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("mntr on %s: no zk_znode_count (is mntr in 4lw.commands.whitelist?)", addr)
+}
