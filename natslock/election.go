@@ -77,15 +77,13 @@ type observer struct {
 	sent, hasPrev bool
 }
 
-func (o *observer) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	rctx, cancel := o.d.reqCtx(ctx)
-	defer cancel()
-	return o.d.kv.Watch(rctx, o.key)
+func (o *observer) watch(ctx context.Context) (*kvWatch, error) {
+	return o.d.watch(ctx, o.key)
 }
 
 // run follows the watch until ctx ends or the driver closes, watching
 // again when the watch's subscription ends.
-func (o *observer) run(ctx context.Context, watcher jetstream.KeyWatcher) {
+func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	defer func() { stopWatch(watcher) }()

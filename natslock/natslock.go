@@ -95,6 +95,7 @@ type Driver struct {
 
 	holds holds
 	marks marks
+	gates gates
 
 	closed    atomic.Bool
 	done      chan struct{}

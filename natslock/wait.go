@@ -40,8 +40,11 @@ type slot struct {
 // again when a key reports a marker: a release's purge, a deletion, or
 // the marker the server leaves where a key's TTL ran out. Each such try is
 // one write naming the marker's revision, so of all the waiters woken
-// only one gets each free key; the others go on waiting. There is no
-// queue: waiters are not served in order of arrival. A timer at each
+// only one gets each free key; the others go on waiting. Of one driver's
+// waiters for a lock, only the first waits so on the server; the others
+// queue behind it in the process, in order of arrival, so that a handoff
+// costs the same however many waiters a driver has. Across drivers there
+// is no queue: waiters are not served in order of arrival. A timer at each
 // holder's expiry, counted from when the waiter saw its last write, makes
 // the waiter try even if no marker came (the watch's consumer was being
 // recreated), and errors (a stream leader's election) are retried with a
@@ -64,6 +67,17 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		return driver.Grant{}, err
 	}
+	leave, gerr := d.gates.enter(ctx, r, d.done)
+	if gerr != nil {
+		if o.maybe {
+			d.abandon(r)
+		}
+		if errors.Is(gerr, driver.ErrClosed) {
+			return driver.Grant{}, gerr
+		}
+		return driver.Grant{}, fmt.Errorf("natslock: lock %q: %w", r.Name, gerr)
+	}
+	defer leave()
 	w := &wait{d: d, r: r, b: data(r, 0), maybe: o.maybe}
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		w.failed(err)
@@ -114,7 +128,7 @@ func (w *wait) run(ctx context.Context, ks []string) (driver.Grant, error) {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var watcher jetstream.KeyWatcher
+	var watcher *kvWatch
 	defer func() { stopWatch(watcher) }()
 	var watchAt time.Time // when to watch again, after a failure
 	for {
@@ -177,30 +191,53 @@ func (w *wait) rewatched() {
 	}
 }
 
-// watch starts the watch of the lock's keys; the first request is
-// bounded by the request timeout.
-func (w *wait) watch(ctx context.Context, filter string) (jetstream.KeyWatcher, error) {
-	rctx, cancel := w.d.reqCtx(ctx)
-	defer cancel()
-	watcher, err := w.d.kv.Watch(rctx, filter)
+// watch starts the watch of the lock's keys.
+func (w *wait) watch(ctx context.Context, filter string) (*kvWatch, error) {
+	watcher, err := w.d.watch(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.r.Name, filter, err)
 	}
 	return watcher, nil
 }
 
+// A kvWatch is a KV watch that lives until Stop.
+type kvWatch struct {
+	jetstream.KeyWatcher
+	cancel context.CancelFunc
+}
+
+// watch starts a KV watch of filter, which lives until it is stopped or
+// ctx ends: nats.go ends a watch's subscription with the context it was
+// made with. Making it is bounded by the request timeout.
+func (d *Driver) watch(ctx context.Context, filter string) (*kvWatch, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	t := time.AfterFunc(d.reqTimeout, cancel)
+	watcher, err := d.kv.Watch(wctx, filter)
+	if !t.Stop() && err == nil {
+		// The timeout cut the watch off as it was made.
+		err = context.DeadlineExceeded
+		stopWatch(&kvWatch{watcher, cancel})
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &kvWatch{watcher, cancel}, nil
+}
+
 // stopWatch ends a watch. nats.go's watcher hands entries over on a
 // buffered channel from the subscription's goroutine, blocking when it is
 // full; reading it until its closing lets that goroutine finish.
-func stopWatch(watcher jetstream.KeyWatcher) {
-	if watcher == nil {
+func stopWatch(w *kvWatch) {
+	if w == nil {
 		return
 	}
-	_ = watcher.Stop()
+	_ = w.Stop()
+	w.cancel()
 	go func(ch <-chan jetstream.KeyValueEntry) {
 		for range ch {
 		}
-	}(watcher.Updates())
+	}(w.Updates())
 }
 
 // event takes in what the watch reported: nil once every key's last
