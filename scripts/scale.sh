@@ -3,7 +3,8 @@
 # loopback server of this machine, with the sweeps of docs/SCALING.md.
 #
 #   bash scripts/scale.sh            # all backends, into docs/scaling/
-#   OUT=/tmp/s bash scripts/scale.sh redis pg   # some, elsewhere
+#   OUT=/tmp/s bash scripts/scale.sh redis postgres   # some, elsewhere
+#   SCALE_ARGS="--held 1,1000" bash scripts/scale.sh  # other sweeps
 #
 # It starts, on ports of its own and only for the run, the 5 Redis
 # masters of redlock:// and a nats-server with JetStream (2.11 or later,
@@ -57,4 +58,4 @@ for n in "${names[@]}"; do
   args+=(--backend "${url[$n]}")
 done
 mkdir -p "$out"
-go run ./cmd/dlock bench --scale --out "$out" "${args[@]}" | tee "$out/summary.txt"
+go run ./cmd/dlock bench --scale --out "$out" ${SCALE_ARGS:-} "${args[@]}" | tee "$out/summary.txt"

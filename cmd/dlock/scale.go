@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -109,9 +107,6 @@ func runScale(ctx context.Context, sio *stdio, cmd string, sf scaleFlags, backen
 		}
 		_ = l.Close()
 	}
-	if err := os.MkdirAll(*sf.out, 0o755); err != nil {
-		return failf(sio, exitFailure, cmd, "%v", err)
-	}
 	c.Progress = func(msg string) { fmt.Fprintf(sio.err, "bench: %s\n", msg) }
 	var all []scale.Point
 	seen := map[string]int{}
@@ -136,7 +131,7 @@ func runScale(ctx context.Context, sio *stdio, cmd string, sf scaleFlags, backen
 		}
 		fmt.Fprintf(sio.err, "bench: %s (%s): sweeps done in %v\n", t.Name, redact(b), time.Since(start).Round(time.Second))
 	}
-	if err := writeScale(*sf.out, all); err != nil {
+	if err := scale.WriteDir(*sf.out, all); err != nil {
 		return failf(sio, exitFailure, cmd, "%v", err)
 	}
 	printScale(sio.out, all)
@@ -153,29 +148,6 @@ func label(raw string, seen map[string]int) string {
 		return s + "#" + strconv.Itoa(n)
 	}
 	return s
-}
-
-func writeScale(dir string, ps []scale.Point) error {
-	write := func(name string, fn func(io.Writer) error) error {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	if err := write("scale.csv", func(w io.Writer) error { return scale.WriteCSV(w, ps) }); err != nil {
-		return err
-	}
-	for _, s := range []string{scale.SweepWaiters, scale.SweepHeld, scale.SweepClients} {
-		if err := write(s+".svg", func(w io.Writer) error { return scale.WriteSVG(w, s, ps) }); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // printScale prints a line per point with its main figures.

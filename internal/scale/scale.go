@@ -198,8 +198,9 @@ func (s *run) count(gc bool) counter {
 	return counter{at: time.Now(), client: selfCPU(), server: srv, serverOK: ok, goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc}
 }
 
-// waiters runs w goroutines on one name for Step, each waiting, holding
-// for no time and releasing, over min(w, Fleet) clients.
+// waiters runs w goroutines on one name, each waiting, holding for no
+// time and releasing, over min(w, Fleet) clients: one Step for the
+// waiters to queue up, then one Step measured.
 func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	p := Point{Target: s.t.Name, Sweep: SweepWaiters, X: w, Values: map[string]float64{}}
 	s.say("%d waiters on one name (%v)", w, s.c.Step)
@@ -219,11 +220,15 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 			return p, ctx.Err()
 		}
 	}
-	before := s.count(true)
-	end := time.Now().Add(s.c.Step)
+	base := s.count(true)
+	// The waiters first queue up for one Step; the next Step is measured.
+	// An acquisition counts when it returns inside the measured window,
+	// with its whole wait.
+	var from, end time.Time
 	wctx, cancel := context.WithCancel(ctx)
 	var (
 		mu      sync.Mutex
+		window  bool
 		waits   []time.Duration
 		maxWait time.Duration
 		last    = -1
@@ -231,26 +236,25 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 		other   int
 		errs    int
 		firstE  error
-		started sync.WaitGroup
 		wg      sync.WaitGroup
 	)
-	started.Add(w)
 	for g := range w {
 		wg.Go(func() {
 			l := ls[g%len(ls)]
-			started.Done()
-			for time.Now().Before(end) {
+			for wctx.Err() == nil {
 				t0 := time.Now()
 				h, err := l.Acquire(wctx, name)
 				d := time.Since(t0)
 				mu.Lock()
-				maxWait = max(maxWait, d)
 				if err != nil {
-					if wctx.Err() == nil {
+					if wctx.Err() == nil && window {
 						errs++
 						if firstE == nil {
 							firstE = err
 						}
+					}
+					if window || wctx.Err() != nil {
+						maxWait = max(maxWait, d) // a cancelled wait counts as far as it got
 					}
 					mu.Unlock()
 					if wctx.Err() != nil {
@@ -259,8 +263,9 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
-				if !time.Now().After(end) {
+				if window {
 					waits = append(waits, d)
+					maxWait = max(maxWait, d)
 					n++
 					if last >= 0 && last != g {
 						other++
@@ -268,7 +273,7 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 					last = g
 				}
 				mu.Unlock()
-				if err := h.Release(ctx); err != nil {
+				if err := h.Release(ctx); err != nil && wctx.Err() == nil {
 					mu.Lock()
 					errs++
 					if firstE == nil {
@@ -279,15 +284,21 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 			}
 		})
 	}
-	started.Wait()
-	// Halfway through, every waiter is queued: count goroutines and heap.
+	time.Sleep(s.c.Step)
+	before := s.count(false)
+	mu.Lock()
+	window, from, end = true, time.Now(), time.Now().Add(s.c.Step)
+	mu.Unlock()
 	time.Sleep(s.c.Step / 2)
-	mid := s.count(false)
+	mid := s.count(true)
 	time.Sleep(time.Until(end))
+	mu.Lock()
+	window = false
 	at := s.count(false)
+	mu.Unlock()
 	cancel()
 	wg.Wait()
-	elapsed := at.at.Sub(before.at)
+	elapsed := at.at.Sub(from)
 	p.Reached = w
 	p.Values[MAcqRate] = float64(n) / elapsed.Seconds()
 	p.Values[MWaitP50] = ms(percentile(waits, 50))
@@ -296,8 +307,8 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	if n > 1 {
 		p.Values[MHandoff] = 100 * float64(other) / float64(n-1)
 	}
-	p.Values[MGoroutinesPerWaiter] = float64(mid.goroutines-before.goroutines) / float64(w)
-	p.Values[MHeapPerWaiter] = float64(int64(mid.heap)-int64(before.heap)) / float64(w)
+	p.Values[MGoroutinesPerWaiter] = float64(mid.goroutines-base.goroutines) / float64(w)
+	p.Values[MHeapPerWaiter] = float64(int64(mid.heap)-int64(base.heap)) / float64(w)
 	if before.serverOK && at.serverOK && n > 0 {
 		p.Values[MServerCPUPerAcq] = us(at.server-before.server) / float64(n)
 	}

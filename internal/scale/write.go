@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,4 +219,32 @@ func label(v float64) string {
 	default:
 		return strconv.FormatFloat(v, 'g', 4, 64)
 	}
+}
+
+// WriteDir writes scale.csv and one chart per sweep (waiters.svg,
+// held.svg, clients.svg) into dir, which it makes if need be.
+func WriteDir(dir string, ps []Point) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write("scale.csv", func(w io.Writer) error { return WriteCSV(w, ps) }); err != nil {
+		return err
+	}
+	for _, s := range []string{SweepWaiters, SweepHeld, SweepClients} {
+		if err := write(s+".svg", func(w io.Writer) error { return WriteSVG(w, s, ps) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
