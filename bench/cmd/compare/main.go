@@ -83,6 +83,7 @@ func run() error {
 	defer harness.KillServers(servers)
 	costAddr := servers[5].Addr
 	var natsURL, natsVer string
+	natsPid := 0
 	if harness.NeedNATS(specs) {
 		_, natsVer, err = harness.NATSBinary()
 		if err != nil {
@@ -94,7 +95,7 @@ func run() error {
 		}
 		defer ns.Kill()
 		servers = append(servers, ns) // killed with the others on a signal
-		natsURL = ns.Addr
+		natsURL, natsPid = ns.Addr, ns.Pid()
 	}
 	sig := make(chan os.Signal, 1)
 	env := harness.NewEnv(*shared, harness.Addrs(servers[:5]), natsURL)
@@ -199,18 +200,15 @@ func run() error {
 				if _, ok := impls[s.Name]; !ok {
 					continue
 				}
-				if s.NATS {
-					continue // its server's CPU is not read yet
-				}
 				if g.limit > 0 {
 					waitQuiet(exclude, sharedPort, g.limit, g.wait)
 				}
-				c, err := harness.MeasureCost(ctx, s, env, costAddr, k, *cost)
+				c, err := harness.MeasureCost(ctx, s, env, costAddr, natsPid, k, *cost)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "cost of %s %s: %v\n", k, s.Name, err)
 					continue
 				}
-				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op redis %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
+				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op server %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
 				costs = append(costs, c)
 			}
 		}
