@@ -1,6 +1,7 @@
 // Package harness runs dlock's benchmark scenarios against dlock and its
 // peers (bsm/redislock, redsync, a raw go-redis loop) on the same Redis
-// servers, for the Go benchmarks and for cmd/compare.
+// servers, and dlock's NATS backend against a raw jetstream KV loop on a
+// nats-server of its own, for the Go benchmarks and for cmd/compare.
 package harness
 
 import (
