@@ -1,4 +1,6 @@
-// Benchmarks of dlock against its peers on the same Redis servers.
+// Benchmarks of dlock against its peers on the same Redis servers, and of
+// dlock's nats:// backend against a raw jetstream KV loop on a nats-server
+// of their own.
 //
 //	cd bench && go test -run '^$' -bench . -benchmem -count 5 > new.txt
 //	benchstat -col /impl new.txt
@@ -46,7 +48,15 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer harness.KillServers(servers)
-	env = harness.NewEnv(*sharedAddr, harness.Addrs(servers))
+	// The NATS implementations are not opt-in: a missing or old
+	// nats-server fails the run, naming the script that installs one.
+	ns, err := harness.StartNATS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	defer ns.Kill()
+	env = harness.NewEnv(*sharedAddr, harness.Addrs(servers), ns.Addr)
 	code := m.Run()
 	for _, im := range impls {
 		_ = im.Close()

@@ -8,7 +8,9 @@
 //
 // It starts 5 redis-server processes of its own (no persistence) on free
 // loopback ports for the multi-node implementations, and a sixth for the
-// CPU-cost pass, and kills them at the end. On the shared Redis (-redis) it
+// CPU-cost pass, and, when a NATS implementation is selected, a
+// nats-server with JetStream (2.11 or later, see harness.NATSBinary), and
+// kills them at the end. On the shared Redis (-redis) it
 // only uses keys holding the run's unique id, and deletes them at the end;
 // it never flushes it.
 package main
@@ -79,9 +81,24 @@ func run() error {
 		return err
 	}
 	defer harness.KillServers(servers)
-	sig := make(chan os.Signal, 1)
-	env := harness.NewEnv(*shared, harness.Addrs(servers[:5]))
 	costAddr := servers[5].Addr
+	var natsURL, natsVer string
+	natsPid := 0
+	if harness.NeedNATS(specs) {
+		_, natsVer, err = harness.NATSBinary()
+		if err != nil {
+			return err
+		}
+		ns, err := harness.StartNATS()
+		if err != nil {
+			return err
+		}
+		defer ns.Kill()
+		servers = append(servers, ns) // killed with the others on a signal
+		natsURL, natsPid = ns.Addr, ns.Pid()
+	}
+	sig := make(chan os.Signal, 1)
+	env := harness.NewEnv(*shared, harness.Addrs(servers[:5]), natsURL)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
@@ -186,12 +203,12 @@ func run() error {
 				if g.limit > 0 {
 					waitQuiet(exclude, sharedPort, g.limit, g.wait)
 				}
-				c, err := harness.MeasureCost(ctx, s, env, costAddr, k, *cost)
+				c, err := harness.MeasureCost(ctx, s, env, costAddr, natsPid, k, *cost)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "cost of %s %s: %v\n", k, s.Name, err)
 					continue
 				}
-				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op redis %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
+				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op server %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
 				costs = append(costs, c)
 			}
 		}
@@ -207,6 +224,9 @@ func run() error {
 	fmt.Fprintf(w, "- command: `go run ./cmd/compare %s`\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), *shared)
+	if natsURL != "" {
+		fmt.Fprintf(w, "- NATS: a private nats-server %s on loopback, JetStream with file storage in a temporary directory; a bucket per implementation (one replica)\n", natsVer)
+	}
 	fmt.Fprintf(w, "- context kinds of the lock calls (a new context per call): %s\n", strings.Join(kinds, ", "))
 	fmt.Fprintf(w, "- each scenario: %v warm-up, then %v measured, per implementation and context kind; %d round(s)\n", *warm, *d, *rounds)
 	if *slice > 0 {
@@ -214,10 +234,10 @@ func run() error {
 	} else {
 		fmt.Fprintf(w, "- every scenario runs each implementation under each context kind for %v in one go, one after another\n", *d)
 	}
-	fmt.Fprintf(w, "- TTL %v for every implementation; dlock opened from its URL, automatic renewal on (default); peers on go-redis clients with default options\n", harness.TTL)
-	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loop fixed %v\n",
+	fmt.Fprintf(w, "- TTL %v for every implementation; dlock opened from its URL, automatic renewal on (default); peers on go-redis clients with default options, raw-jetstream on a nats.go connection with default options\n", harness.TTL)
+	fmt.Fprintf(w, "- peers' waiting: bsm/redislock ExponentialBackoff(%v, %v); redsync defaults (32 tries, 50–250 ms); raw loops (raw-goredis, raw-jetstream) fixed %v\n",
 		harness.BSMMinBackoff, harness.BSMMaxBackoff, harness.RawRetry)
-	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f, at most %d tries; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.tries, g.repeats)
+	fmt.Fprintf(w, "- other processes on the machine (not this one, its redis-servers and nats-server, or the shared Redis) used at most %.2f CPU during any kept measurement (threshold %.2f, at most %d tries; %d measurements repeated because of them)\n", g.maxForeign, g.limit, g.tries, g.repeats)
 	fmt.Fprintln(w)
 	harness.WriteTables(w, results, kinds, order)
 	harness.WriteErrors(w, results, kinds, order)
@@ -232,7 +252,7 @@ func run() error {
 
 // quietGuard keeps other processes' CPU use out of the measurements.
 type quietGuard struct {
-	exclude map[int]bool // this run's redis-servers
+	exclude map[int]bool // this run's servers
 	port    string       // the shared Redis's port
 	limit   float64      // most CPU other processes may use during a kept measurement; 0: no guard
 	wait    time.Duration

@@ -7,17 +7,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlockgo/dlock/bench/internal/harness"
 )
 
 // cpuSnapshot is the CPU time (clock ticks) used so far by every process
-// other than this one, its redis-servers and the shared Redis, by pid: the
+// other than this one, its servers and the shared Redis, by pid: the
 // load other programs put on the machine during a measurement.
 type cpuSnapshot struct {
 	at    time.Time
 	ticks map[int]uint64
 }
-
-const clockTicks = 100 // USER_HZ on Linux
 
 func snapshotForeign(exclude map[int]bool, sharedPort string) cpuSnapshot {
 	s := cpuSnapshot{at: time.Now(), ticks: map[int]uint64{}}
@@ -28,30 +28,18 @@ func snapshotForeign(exclude map[int]bool, sharedPort string) cpuSnapshot {
 		if err != nil || pid == self || exclude[pid] {
 			continue
 		}
-		b, err := os.ReadFile(d + "/stat")
+		comm, ticks, err := harness.ProcStat(pid)
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ... utime(14) stime(15)
-		line := string(b)
-		open, close := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		if line[open+1:close] == "redis-server" {
+		if comm == "redis-server" {
 			// The shared server works for this benchmark too (and for
 			// others, which cannot be told apart): not counted.
 			if cmd, err := os.ReadFile(d + "/cmdline"); err == nil && strings.Contains(string(cmd), ":"+sharedPort) {
 				continue
 			}
 		}
-		f := strings.Fields(line[close+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseUint(f[11], 10, 64)
-		st, _ := strconv.ParseUint(f[12], 10, 64)
-		s.ticks[pid] = ut + st
+		s.ticks[pid] = ticks
 	}
 	return s
 }
@@ -73,7 +61,7 @@ func foreignCPU(a, b cpuSnapshot) float64 {
 	if sec <= 0 {
 		return 0
 	}
-	return float64(sum) / clockTicks / sec
+	return float64(sum) / harness.ClockTicks / sec
 }
 
 // waitQuiet waits until other processes used at most limit CPU over half

@@ -11,14 +11,17 @@ import (
 )
 
 // Cost is the CPU an implementation spends per operation in S2, on the
-// client (this whole process) and on the Redis servers it uses. On a
-// small machine where client and servers share the CPUs, their sum bounds
-// the throughput.
+// client (this whole process) and on the servers it uses (Redis's or the
+// nats-server). On a small machine where client and servers share the
+// CPUs, their sum bounds the throughput.
 type Cost struct {
 	Impl, Ctx   string
 	OpsPerSec   float64
 	ClientPerOp time.Duration
 	ServerPerOp time.Duration // summed over the nodes the implementation uses
+	// Commands is true when the figures below were read, from Redis's
+	// INFO commandstats; a nats-server has none.
+	Commands bool
 	// From INFO commandstats, all nodes summed, per operation: the script
 	// calls (EVAL, EVALSHA) and the time Redis spent in them (their inner
 	// commands included), and the other commands and their time. Redis
@@ -30,21 +33,30 @@ type Cost struct {
 }
 
 // MeasureCost runs S2 for d, lock calls with contexts of the kind, with a
-// fresh instance of s whose single-node server is private (addr) rather
-// than the shared one, so that the servers' CPU is the implementation's
-// alone.
-func MeasureCost(ctx context.Context, s Spec, e *Env, addr, kind string, d time.Duration) (Cost, error) {
-	ce := &Env{Shared: addr, Nodes: e.Nodes, Run: e.Run}
-	addrs := []string{addr}
+// fresh instance of s whose servers are all private, so that their CPU is
+// the implementation's alone: a Redis implementation's single-node server
+// is the one at redisAddr rather than the shared one, and its servers'
+// CPU is read from INFO cpu; a NATS implementation's is the benchmark's
+// nats-server (already private), process natsPid, whose CPU is read from
+// /proc.
+func MeasureCost(ctx context.Context, s Spec, e *Env, redisAddr string, natsPid int, kind string, d time.Duration) (Cost, error) {
+	ce := &Env{Shared: redisAddr, Nodes: e.Nodes, NATS: e.NATS, Run: e.Run}
+	addrs := []string{redisAddr}
 	if s.Private {
 		addrs = e.Nodes
 	}
-	for _, a := range append([]string{addr}, e.Nodes...) {
-		c := NewClient(a)
-		err := c.FlushAll(ctx).Err()
-		_ = c.Close()
-		if err != nil {
-			return Cost{}, err
+	serverCPU := func() (time.Duration, error) { return ServerCPU(ctx, addrs) }
+	if s.NATS {
+		addrs = nil
+		serverCPU = func() (time.Duration, error) { return ProcessCPU(natsPid) }
+	} else {
+		for _, a := range append([]string{redisAddr}, e.Nodes...) {
+			c := NewClient(a)
+			err := c.FlushAll(ctx).Err()
+			_ = c.Close()
+			if err != nil {
+				return Cost{}, err
+			}
 		}
 	}
 	im, err := s.New(ce)
@@ -61,17 +73,28 @@ func MeasureCost(ctx context.Context, s Spec, e *Env, addr, kind string, d time.
 			return Cost{}, err
 		}
 	}
-	s0, err := ServerCPU(ctx, addrs)
+	s0, err := serverCPU()
 	if err != nil {
 		return Cost{}, err
 	}
 	r := Run(S2, im, ce.Key(s.Name, "cost", kind), kind, Budget{D: d}, Hooks{})
-	s1, err := ServerCPU(ctx, addrs)
+	s1, err := serverCPU()
 	if err != nil {
 		return Cost{}, err
 	}
 	if r.Ops == 0 {
 		return Cost{}, fmt.Errorf("no operations")
+	}
+	c := Cost{
+		Impl:        s.Name,
+		Ctx:         kind,
+		OpsPerSec:   r.OpsPerSec(),
+		ClientPerOp: r.ClientCPU / time.Duration(r.Ops),
+		ServerPerOp: (s1 - s0) / time.Duration(r.Ops),
+		Nodes:       max(len(addrs), 1),
+	}
+	if s.NATS {
+		return c, nil
 	}
 	// INFO itself and CONFIG are not the implementation's.
 	st, err := commandStats(ctx, addrs)
@@ -81,18 +104,10 @@ func MeasureCost(ctx context.Context, s Spec, e *Env, addr, kind string, d time.
 	perOp := func(usec float64) time.Duration {
 		return time.Duration(usec * float64(time.Microsecond) / float64(r.Ops))
 	}
-	return Cost{
-		Scripts:     st.scripts / float64(r.Ops),
-		Others:      st.others / float64(r.Ops),
-		ScriptTime:  perOp(st.scriptUsec),
-		OthersTime:  perOp(st.otherUsec),
-		Impl:        s.Name,
-		Ctx:         kind,
-		OpsPerSec:   r.OpsPerSec(),
-		ClientPerOp: r.ClientCPU / time.Duration(r.Ops),
-		ServerPerOp: (s1 - s0) / time.Duration(r.Ops),
-		Nodes:       len(addrs),
-	}, nil
+	c.Commands = true
+	c.Scripts, c.Others = st.scripts/float64(r.Ops), st.others/float64(r.Ops)
+	c.ScriptTime, c.OthersTime = perOp(st.scriptUsec), perOp(st.otherUsec)
+	return c, nil
 }
 
 type cmdStats struct{ scripts, others, scriptUsec, otherUsec float64 }
@@ -140,12 +155,15 @@ func commandStats(ctx context.Context, addrs []string) (cmdStats, error) {
 
 // WriteCosts writes the CPU-cost table.
 func WriteCosts(w io.Writer, cs []Cost, d time.Duration) {
-	fmt.Fprintf(w, "**CPU per operation** — S2 again for %v, every server private (so Redis's CPU is this implementation's alone); the Redis command counts and times are from INFO commandstats, where a script's time includes the commands it calls, and those are also counted among the other commands\n\n", d)
-	fmt.Fprintf(w, "| ctx | impl | ops/s | client CPU µs/op | Redis CPU µs/op (all nodes) | total µs/op | scripts/op | script time µs/op | other commands/op | their time µs/op |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "**CPU per operation** — S2 again for %v, every server private (so the servers' CPU is this implementation's alone): Redis's from INFO cpu, the nats-server's from /proc/<pid>/stat (10 ms ticks); the Redis command counts and times are from INFO commandstats, where a script's time includes the commands it calls, and those are also counted among the other commands (– for the nats-server, which has no such counts)\n\n", d)
+	fmt.Fprintf(w, "| ctx | impl | ops/s | client CPU µs/op | server CPU µs/op (all nodes) | total µs/op | scripts/op | script time µs/op | other commands/op | their time µs/op |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cs {
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", c.Ctx, c.Impl, c.OpsPerSec,
-			micro(c.ClientPerOp), micro(c.ServerPerOp), micro(c.ClientPerOp+c.ServerPerOp),
-			c.Scripts, micro(c.ScriptTime), c.Others, micro(c.OthersTime))
+		stats := "– | – | – | –"
+		if c.Commands {
+			stats = fmt.Sprintf("%.1f | %.1f | %.1f | %.1f", c.Scripts, micro(c.ScriptTime), c.Others, micro(c.OthersTime))
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f | %.1f | %.1f | %s |\n", c.Ctx, c.Impl, c.OpsPerSec,
+			micro(c.ClientPerOp), micro(c.ServerPerOp), micro(c.ClientPerOp+c.ServerPerOp), stats)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dlockgo/dlock"
+	_ "github.com/dlockgo/dlock/natslock" // the nats:// scheme
 	dlockredis "github.com/dlockgo/dlock/redislock"
 	_ "github.com/dlockgo/dlock/redlock" // the redlock:// scheme
 	"github.com/redis/go-redis/v9"
@@ -17,6 +18,7 @@ func init() {
 		{Name: DlockRedisClient, OptIn: true, New: newDlockRedisClient},
 		{Name: DlockRedisAutoPipe, OptIn: true, New: newDlockRedisAutoPipe},
 		{Name: DlockRedlock, Private: true, New: newDlockRedlock},
+		{Name: DlockNATS, NATS: true, New: newDlockNATS},
 	}, specs...)
 }
 
@@ -42,6 +44,18 @@ func newDlockRedlock(e *Env) (Impl, error) {
 		return nil, fmt.Errorf("%s needs 5 nodes, have %d", DlockRedlock, len(e.Nodes))
 	}
 	return open("redlock://" + strings.Join(e.Nodes[:5], ","))
+}
+
+// newDlockNATS is dlock's nats backend as a new user opens it:
+// dlock.Open("nats://127.0.0.1:port/bucket", dlock.WithTTL(10s)), so with
+// the connection that URL builds and a bucket it creates (file storage,
+// one replica, the defaults), automatic renewal on. The bucket is this
+// run's.
+func newDlockNATS(e *Env) (Impl, error) {
+	if e.NATS == "" {
+		return nil, fmt.Errorf("%s needs the benchmark's nats-server (StartNATS)", DlockNATS)
+	}
+	return open(e.NATS + "/" + e.Bucket(DlockNATS))
 }
 
 func open(url string) (Impl, error) {

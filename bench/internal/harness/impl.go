@@ -1,6 +1,7 @@
 // Package harness runs dlock's benchmark scenarios against dlock and its
 // peers (bsm/redislock, redsync, a raw go-redis loop) on the same Redis
-// servers, for the Go benchmarks and for cmd/compare.
+// servers, and dlock's NATS backend against a raw jetstream KV loop on a
+// nats-server of its own, for the Go benchmarks and for cmd/compare.
 package harness
 
 import (
@@ -32,8 +33,8 @@ type Held interface {
 	Release(ctx context.Context) error
 }
 
-// Env is what implementations are built on: the shared Redis server and the
-// benchmark's private masters.
+// Env is what implementations are built on: the shared Redis server, the
+// benchmark's private masters and its private nats-server.
 type Env struct {
 	// Shared is the address of the machine's Redis (127.0.0.1:6379). It is
 	// never flushed; keys there carry the run's unique prefix.
@@ -41,15 +42,20 @@ type Env struct {
 	// Nodes are the addresses of the private redis-servers (5) the
 	// benchmark started; they may be flushed between implementations.
 	Nodes []string
+	// NATS is the URL (nats://127.0.0.1:port) of the nats-server with
+	// JetStream the benchmark started (StartNATS); the NATS
+	// implementations make their buckets there (Bucket), and it is killed,
+	// buckets and all, at the end.
+	NATS string
 	// Run is unique to this run; every key starts with "dlockbench/"+Run.
 	Run string
 }
 
 // NewEnv returns an Env with a fresh run id.
-func NewEnv(shared string, nodes []string) *Env {
+func NewEnv(shared string, nodes []string, natsURL string) *Env {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Env{Shared: shared, Nodes: nodes, Run: time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])}
+	return &Env{Shared: shared, Nodes: nodes, NATS: natsURL, Run: time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])}
 }
 
 // Key returns a key (and dlock name) unique to this run, implementation,
@@ -68,6 +74,9 @@ type Spec struct {
 	// Private is true when the implementation uses the private nodes (and
 	// so those may be flushed before it runs).
 	Private bool
+	// NATS is true when the implementation uses the private nats-server
+	// (Env.NATS) rather than Redis.
+	NATS bool
 	// OptIn is true for a diagnostic implementation, run only when named.
 	OptIn bool
 	New   func(e *Env) (Impl, error)
@@ -96,6 +105,11 @@ const (
 	// makes its per-node calls (a diagnostic, run only when named): it
 	// shows what that hand-off alone does to latency.
 	RawHop = "raw-goredis-hop"
+	// DlockNATS is dlock's nats:// backend on the private nats-server.
+	DlockNATS = "dlock-nats"
+	// RawJetStream is a hand-written loop over nats.go's jetstream KV
+	// API, the NATS floor.
+	RawJetStream = "raw-jetstream"
 )
 
 // specs lists every implementation in the order they are run and shown.
@@ -106,6 +120,17 @@ var specs = []Spec{
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},
+	{Name: RawJetStream, NATS: true, New: newRawJetStream},
+}
+
+// NeedNATS reports whether any of specs uses the private nats-server.
+func NeedNATS(specs []Spec) bool {
+	for _, s := range specs {
+		if s.NATS {
+			return true
+		}
+	}
+	return false
 }
 
 // Specs returns the implementations, dlock's first.

@@ -82,15 +82,30 @@ func (r *raw) Acquire(ctx context.Context, key string) (Held, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	val := hex.EncodeToString(b[:])
-	var t *time.Timer
-	for {
+	return poll(ctx, func() (Held, error) {
 		// SET key val NX PX ttl
 		err := r.c.Do(ctx, "set", key, val, "nx", "px", r.ttlMS).Err()
 		if err == nil {
 			return &rawHeld{c: r.c, key: key, val: val}, nil
 		}
-		if !errors.Is(err, redis.Nil) {
-			return nil, err
+		if errors.Is(err, redis.Nil) {
+			return nil, errHeld
+		}
+		return nil, err
+	})
+}
+
+// errHeld is what a raw loop's attempt returns when the key is held.
+var errHeld = errors.New("held")
+
+// poll is the raw loops' waiting: it calls try until it returns anything
+// but errHeld, sleeping RawRetry between attempts, or until ctx ends.
+func poll(ctx context.Context, try func() (Held, error)) (Held, error) {
+	var t *time.Timer
+	for {
+		h, err := try()
+		if !errors.Is(err, errHeld) {
+			return h, err
 		}
 		if t == nil {
 			t = time.NewTimer(RawRetry)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,8 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Server is a redis-server process the benchmark started on a free
-// loopback port, without persistence. Kill stops it.
+// A Server is a server process the benchmark started on a free loopback
+// port, with a temporary directory of its own: a redis-server without
+// persistence (StartServers) or a nats-server with JetStream (StartNATS).
+// Kill stops it.
 type Server struct {
 	Addr string
 	dir  string
@@ -46,33 +49,61 @@ func startServer() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "dlockbench-redis-")
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	return launch("redis-server", addr, ping, func(dir string) *exec.Cmd {
+		return exec.Command("redis-server",
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	})
+}
+
+// launch starts the server command makes, given a new temporary directory
+// of its own, and waits (up to 10 s) until ready(addr) succeeds. The
+// server's output goes to a file in that directory, whose end an error
+// quotes.
+func launch(name, addr string, ready func(addr string) error, command func(dir string) *exec.Cmd) (*Server, error) {
+	dir, err := os.MkdirTemp("", "dlockbench-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir}
-	s.cmd = exec.Command("redis-server",
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	s := &Server{Addr: addr, dir: dir}
+	logPath := filepath.Join(dir, "server.log")
+	out, err := os.Create(logPath)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer out.Close() // the child has its own descriptor
+	s.cmd = command(dir)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
 	// If the benchmark process dies without cleaning up, the kernel kills
 	// the server too.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := ping(s.Addr)
+		err := ready(s.Addr)
 		if err == nil {
 			return s, nil
 		}
 		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logPath)
 			s.Kill()
-			return nil, fmt.Errorf("redis-server on %s did not answer: %w", s.Addr, err)
+			return nil, fmt.Errorf("%s on %s did not answer: %w\n%s", name, s.Addr, err, tail(log, 2000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tail returns the last n bytes of b, as text.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Kill stops the server (SIGKILL) and removes its directory.
