@@ -242,5 +242,13 @@
 // certificates, and checks that the user cannot open another bucket (Open
 // names the server's permission refusal) and that a wrong password, a
 // plain connection, an unknown CA, a missing client certificate and a
-// missing file each fail Open naming the cause.
+// missing file each fail Open naming the cause. Each other kind of
+// credentials is tested against a real server as well: TestSecuredCreds
+// runs the suite through creds= against a server in operator
+// (decentralised JWT) mode, as a user whose JWT grants exactly those
+// permissions, and a user of an account the server does not know is
+// refused; TestSecuredNKey locks and releases through nkey= as an nkey
+// user with those permissions, and an unknown seed is refused;
+// TestSecuredToken locks and releases through token=, and a wrong token
+// is refused without being shown.
 package natslock

@@ -1,13 +1,16 @@
 package natslock_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/dlockgo/dlock"
@@ -16,12 +19,25 @@ import (
 	"github.com/dlockgo/dlock/natslock"
 )
 
-// lockUserPermissions are the least permissions natslock needs on the
-// bucket "locks", as the package documentation gives them.
-const lockUserPermissions = `publish: ["$KV.locks.>", "$JS.API.INFO", "$JS.API.STREAM.INFO.KV_locks",
-  "$JS.API.STREAM.CREATE.KV_locks", "$JS.API.STREAM.MSG.GET.KV_locks", "$JS.API.CONSUMER.CREATE.KV_locks.>",
-  "$JS.API.CONSUMER.DELETE.KV_locks.>", "$JS.FC.KV_locks.>"]
-subscribe: ["_INBOX.>"]`
+// lockUserPublish and lockUserSubscribe are the least permissions
+// natslock needs on the bucket "locks", as the package documentation gives
+// them; lockUserPermissions is their server configuration form.
+var (
+	lockUserPublish = []string{"$KV.locks.>", "$JS.API.INFO", "$JS.API.STREAM.INFO.KV_locks",
+		"$JS.API.STREAM.CREATE.KV_locks", "$JS.API.STREAM.MSG.GET.KV_locks", "$JS.API.CONSUMER.CREATE.KV_locks.>",
+		"$JS.API.CONSUMER.DELETE.KV_locks.>", "$JS.FC.KV_locks.>"}
+	lockUserSubscribe   = []string{"_INBOX.>"}
+	lockUserPermissions = "publish: " + confList(lockUserPublish) + "\nsubscribe: " + confList(lockUserSubscribe)
+)
+
+// confList writes subjects as a server configuration's list.
+func confList(subjects []string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
 
 // TestSecured runs the conformance suite through a user with the least
 // permissions the package documentation gives, against a server that
@@ -37,22 +53,7 @@ func TestSecured(t *testing.T) {
 	files := "cacert=" + pki.CA + "&cert=" + pki.ClientCert + "&key=" + pki.ClientKey
 	url := "nats://locks:" + password + "@" + c.URL() + "/locks?tls=true&" + files
 
-	ctx := ctxTimeout(t, 30*time.Second)
-	first, err := dlock.Open(ctx, url) // creates the bucket, as the user
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = first.Close()
-	kv := admin(t, c, "locks")
-	locktest.Run(t, locktest.Harness{
-		NewLocker: locktest.Opener(url),
-		TakeAway: func(t *testing.T, name string) {
-			if err := kv.Purge(ctxTimeout(t, 10*time.Second), "mutex."+natslock.EncodeName(name)); err != nil {
-				t.Fatalf("purge %q: %v", name, err)
-			}
-		},
-		TTL: time.Second,
-	})
+	runAsUser(t, c, url)
 
 	secrets := []string{password, adminPassword}
 	host := c.URL()
@@ -91,23 +92,182 @@ func TestSecuredNKey(t *testing.T) {
 	auth := fmt.Sprintf("users: [\n  {user: admin, password: %q}\n  {nkey: %q, permissions: {%s}}\n]", adminPassword, pub, lockUserPermissions)
 	c := testenv.StartNATSWith(t, 1, testenv.NATSOptions{Authorization: auth, User: "admin", Password: adminPassword})
 
-	ctx := ctxTimeout(t, 30*time.Second)
-	l, err := dlock.Open(ctx, "nats://"+c.URL()+"/locks?nkey="+seedFile)
+	lockAndRelease(t, "nats://"+c.URL()+"/locks?nkey="+seedFile)
+	locktest.RefusesBadURLs(t, nil, []locktest.BadURL{
+		{What: "unknown nkey", URL: "nats://" + c.URL() + "/locks?nkey=" + otherFile, Cause: "authorization"},
+	})
+}
+
+// TestSecuredToken opens a URL with token= against a server that takes
+// a token: the token locks and releases, and a wrong token or none is
+// refused, without the token in the error.
+func TestSecuredToken(t *testing.T) {
+	const token, wrong = "locks-t0ken-s3cret", "wrong-t0ken-s3cret"
+	c := testenv.StartNATSWith(t, 1, testenv.NATSOptions{Authorization: fmt.Sprintf("token: %q", token), Token: token})
+	lockAndRelease(t, "nats://"+c.URL()+"/locks?token="+token)
+	locktest.RefusesBadURLs(t, []string{token, wrong}, []locktest.BadURL{
+		{What: "wrong token", URL: "nats://" + c.URL() + "/locks?token=" + wrong, Cause: "authorization"},
+		{What: "no token", URL: "nats://" + c.URL() + "/locks", Cause: "authorization"},
+	})
+}
+
+// TestSecuredCreds runs the conformance suite through creds= against a
+// server in operator (decentralised JWT) mode, as a user whose JWT grants
+// the least permissions the package documentation gives; the user cannot
+// lock in another bucket, and a user of an account the server does not
+// know is refused.
+func TestSecuredCreds(t *testing.T) {
+	dir := t.TempDir()
+	config, account := operatorMode(t)
+	adminCreds := userCreds(t, dir, "admin", account, nil)
+	c := testenv.StartNATSWith(t, 1, testenv.NATSOptions{Config: config, Creds: adminCreds})
+	lockCreds := userCreds(t, dir, "locks", account, &jwt.Permissions{
+		Pub: jwt.Permission{Allow: lockUserPublish},
+		Sub: jwt.Permission{Allow: lockUserSubscribe},
+	})
+	url := "nats://" + c.URL() + "/locks?creds=" + lockCreds
+
+	runAsUser(t, c, url)
+
+	unknown, err := nkeys.CreateAccount()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "orders/42")
+	strangerCreds := userCreds(t, dir, "stranger", unknown, nil)
+	locktest.RefusesBadURLs(t, nil, []locktest.BadURL{
+		{What: "another bucket", URL: strings.Replace(url, "/locks?", "/others?", 1), Cause: "permission"},
+		{What: "unknown account", URL: "nats://" + c.URL() + "/locks?creds=" + strangerCreds, Cause: "authorization"},
+	})
+}
+
+// operatorMode returns a server configuration in operator (decentralised
+// JWT) mode: an operator, its system account, and the account it returns,
+// whose JWT enables JetStream without limits; the server knows both
+// accounts' JWTs from the start (a MEMORY resolver).
+func operatorMode(t *testing.T) (config string, account nkeys.KeyPair) {
+	t.Helper()
+	opKey, err := nkeys.CreateOperator()
 	if err != nil {
 		t.Fatal(err)
+	}
+	sysKey, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acctKey, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opPub, _ := opKey.PublicKey()
+	sysPub, _ := sysKey.PublicKey()
+	acctPub, _ := acctKey.PublicKey()
+
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "dlock-test"
+	oc.SystemAccount = sysPub
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	ac := jwt.NewAccountClaims(acctPub)
+	ac.Name = "LOCKS"
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	opJWT, err := oc.Encode(opKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysJWT, err := sc.Encode(opKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acctJWT, err := ac.Encode(opKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %q\n  %s: %q\n}",
+		opJWT, sysPub, acctPub, acctJWT, sysPub, sysJWT)
+	return config, acctKey
+}
+
+// userCreds writes the .creds file of a new user of account, with
+// permissions (nil: all), signed by account, and returns its path.
+func userCreds(t *testing.T, dir, name string, account nkeys.KeyPair, permissions *jwt.Permissions) string {
+	t.Helper()
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = name
+	if permissions != nil {
+		uc.Permissions = *permissions
+	}
+	userJWT, err := uc.Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(userJWT, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".creds")
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runAsUser runs the conformance suite on the bucket "locks" through
+// url, which the user creates; the takeaways purge keys as c's admin.
+func runAsUser(t *testing.T, c *testenv.NATSCluster, url string) {
+	t.Helper()
+	first, err := dlock.Open(ctxTimeout(t, 30*time.Second), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Close()
+	kv := admin(t, c, "locks")
+	locktest.Run(t, locktest.Harness{
+		NewLocker: locktest.Opener(url),
+		TakeAway: func(t *testing.T, name string) {
+			if err := kv.Purge(ctxTimeout(t, 10*time.Second), "mutex."+natslock.EncodeName(name)); err != nil {
+				t.Fatalf("purge %q: %v", name, err)
+			}
+		},
+		TTL: time.Second,
+	})
+}
+
+// lockAndRelease opens url twice, as two processes would: a lock one
+// holds the other cannot take, and can once it is released.
+func lockAndRelease(t *testing.T, url string) {
+	t.Helper()
+	ctx := ctxTimeout(t, 30*time.Second)
+	var lockers [2]*dlock.Locker
+	for i := range lockers {
+		l, err := dlock.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		lockers[i] = l
+	}
+	lease, err := lockers[0].Acquire(ctx, "orders/42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *dlock.HeldError
+	if _, err := lockers[1].TryAcquire(ctx, "orders/42"); !errors.As(err, &held) {
+		t.Fatalf("TryAcquire of a held lock: %v, want a *dlock.HeldError", err)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l2, err := dlock.Open(ctx, "nats://"+c.URL()+"/locks?nkey="+otherFile); err == nil {
-		_ = l2.Close()
-		t.Fatal("Open with an nkey the server does not know succeeded")
-	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-		t.Errorf("Open with an unknown nkey: %v, want an authorization error", err)
+	second, err := lockers[1].TryAcquire(ctx, "orders/42")
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

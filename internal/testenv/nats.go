@@ -106,9 +106,16 @@ type NATSOptions struct {
 	// Authorization, when set, is the body of the servers'
 	// authorization block (users and their permissions).
 	Authorization string
-	// User and Password are what Conn and the readiness check
-	// authenticate with, for servers with Authorization.
+	// Config, when set, is added to the servers' configuration as it
+	// is: for settings no other field gives, such as operator mode's
+	// operator, system_account and resolver.
+	Config string
+	// User and Password, Token, or Creds (a .creds file) are what Conn
+	// and the readiness check authenticate with, for servers with
+	// Authorization or Config.
 	User, Password string
+	Token          string
+	Creds          string
 }
 
 // NATSServer is one process of a NATSCluster.
@@ -161,6 +168,9 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 		}
 		if o.Authorization != "" {
 			fmt.Fprintf(&b, "authorization {\n%s\n}\n", o.Authorization)
+		}
+		if o.Config != "" {
+			fmt.Fprintf(&b, "%s\n", o.Config)
 		}
 		if n > 1 {
 			fmt.Fprintf(&b, "cluster {\n  name: dlock-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
@@ -223,6 +233,12 @@ func (c *NATSCluster) clientOptions(t testing.TB) []nats.Option {
 	var opts []nats.Option
 	if c.o.User != "" {
 		opts = append(opts, nats.UserInfo(c.o.User, c.o.Password))
+	}
+	if c.o.Token != "" {
+		opts = append(opts, nats.Token(c.o.Token))
+	}
+	if c.o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.o.Creds))
 	}
 	if c.o.TLS != nil {
 		opts = append(opts, nats.Secure(c.o.TLS.ClientTLS(t)))
