@@ -1,0 +1,166 @@
+// Command scale runs the scaling sweeps of dlock bench --scale (waiters on
+// one name, names held at once, clients on names of their own; see
+// docs/SCALING.md) for dlock and its peers on the same Redis servers, and
+// writes scale.csv and one SVG chart per sweep.
+//
+//	cd bench && go run ./cmd/scale -out ../docs/scaling/peers
+//
+// It starts 5 redis-server processes of its own (no persistence) on free
+// loopback ports for the multi-node implementations, and kills them at the
+// end. On the shared Redis (-redis) it only uses keys holding the run's
+// unique id, and deletes them at the end.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock/bench/internal/harness"
+	"github.com/dlockgo/dlock/internal/scale"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	d := scale.DefaultConfig("")
+	out := flag.String("out", "scale-peers", "directory for scale.csv and the charts")
+	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
+	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+names())
+	waiters := flag.String("waiters", join(d.Waiters), "waiters on one name")
+	held := flag.String("held", join(d.Held), "names held at once (ascending)")
+	clients := flag.String("clients", join(d.Clients), "clients, each on a name of its own")
+	flag.DurationVar(&d.Step, "step", d.Step, "duration of each point of the waiters and clients sweeps")
+	flag.DurationVar(&d.Fill, "fill", d.Fill, "most time to reach each level of the held sweep")
+	flag.IntVar(&d.Fleet, "fleet", d.Fleet, "clients (connections) a sweep spreads its goroutines over")
+	flag.DurationVar(&harness.TTL, "ttl", 10*time.Minute, "the locks' TTL: long, so that the peers, which do not renew, hold their locks through the held sweep")
+	flag.Parse()
+	if err := harness.Loopback(*shared); err != nil {
+		return err
+	}
+	specs, err := harness.Select(*implList)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		dst  *[]int
+		flag string
+	}{{&d.Waiters, *waiters}, {&d.Held, *held}, {&d.Clients, *clients}} {
+		if *l.dst, err = parse(l.flag); err != nil {
+			return err
+		}
+	}
+	servers, err := harness.StartServers(5)
+	if err != nil {
+		return err
+	}
+	defer harness.KillServers(servers)
+	var natsURL string
+	if harness.NeedNATS(specs) {
+		ns, err := harness.StartNATS()
+		if err != nil {
+			return err
+		}
+		defer ns.Kill()
+		natsURL = ns.Addr
+	}
+	env := harness.NewEnv(*shared, harness.Addrs(servers), natsURL)
+	defer func() {
+		if n, err := harness.Cleanup(context.Background(), env); err != nil {
+			fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", *shared, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
+		}
+	}()
+	ctx := context.Background()
+	var all []scale.Point
+	for _, s := range specs {
+		if s.Private {
+			if err := harness.FlushNodes(ctx, env); err != nil {
+				return err
+			}
+		}
+		c := d
+		c.Prefix = env.Key(s.Name, "scale", "") + "/"
+		c.Progress = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
+		addrs := []string{env.Shared}
+		switch {
+		case s.NATS:
+			addrs = []string{strings.TrimPrefix(env.NATS, "nats://")}
+		case s.Private:
+			addrs = env.Nodes
+		}
+		t := scale.Target{
+			Name:    s.Name,
+			Servers: addrs,
+			Open: func(context.Context) (scale.Locker, error) {
+				im, err := s.New(env)
+				if err != nil {
+					return nil, err
+				}
+				return locker{im}, nil
+			},
+		}
+		start := time.Now()
+		ps, err := scale.Run(ctx, t, c)
+		all = append(all, ps...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		fmt.Fprintf(os.Stderr, "%s: sweeps done in %v\n", s.Name, time.Since(start).Round(time.Second))
+	}
+	if err := scale.WriteDir(*out, all); err != nil {
+		return err
+	}
+	return scale.WriteCSV(os.Stdout, all)
+}
+
+// locker runs the sweeps on a harness implementation.
+type locker struct{ im harness.Impl }
+
+func (l locker) Acquire(ctx context.Context, name string) (scale.Held, error) {
+	h, err := l.im.Acquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l locker) Close() error { return l.im.Close() }
+
+func names() string {
+	var n []string
+	for _, s := range harness.Specs() {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func join(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func parse(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want a comma-separated list of whole numbers from 1", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
