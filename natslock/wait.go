@@ -67,7 +67,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		return driver.Grant{}, err
 	}
-	leave, gerr := d.gates.enter(ctx, r, d.done)
+	gate, gerr := d.gates.enter(ctx, r, d.done)
 	if gerr != nil {
 		if o.maybe {
 			d.abandon(r)
@@ -77,12 +77,11 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		return driver.Grant{}, fmt.Errorf("natslock: lock %q: %w", r.Name, gerr)
 	}
-	defer leave()
 	w := &wait{d: d, r: r, b: data(r, 0), maybe: o.maybe}
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		w.failed(err)
 	}
-	g, err := w.run(ctx, ks)
+	g, err := w.run(ctx, ks, gate)
 	if err != nil && w.maybe {
 		d.abandon(r)
 	}
@@ -116,20 +115,32 @@ type wait struct {
 	pause time.Duration
 }
 
-// run waits for one of ks.
-func (w *wait) run(ctx context.Context, ks []string) (driver.Grant, error) {
-	w.slots = make([]slot, len(ks))
-	for i, k := range ks {
-		w.slots[i] = slot{key: k}
+// run waits for one of ks, the waiter in gate's slot; it leaves the gate,
+// and its watch to the next waiter when it got the lock.
+func (w *wait) run(ctx context.Context, ks []string, gate *gate) (g driver.Grant, err error) {
+	var watcher *kvWatch
+	if h := gate.take(ks); h != nil {
+		watcher, w.slots, w.init = h.w, h.slots, h.init
+	} else {
+		w.slots = make([]slot, len(ks))
+		for i, k := range ks {
+			w.slots[i] = slot{key: k}
+		}
 	}
+	defer func() {
+		if err == nil && watcher != nil {
+			gate.leave(handOver(watcher, w.slots, w.init, storeTTL(w.r.TTL)))
+			return
+		}
+		stopWatch(watcher)
+		gate.leave(nil)
+	}()
 	filter := ks[0]
 	if w.r.Mode == driver.Permit {
 		filter = semaphoreBase(w.r.Name) + "*"
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var watcher *kvWatch
-	defer func() { stopWatch(watcher) }()
 	var watchAt time.Time // when to watch again, after a failure
 	for {
 		if watcher == nil && !time.Now().Before(watchAt) {
