@@ -478,7 +478,7 @@ func (s *run) measureAt(ctx context.Context, l Locker, probe string, p *Point, b
 	p.Values[MCycleP99] = us(percentile(lat, 99))
 	idle0 := s.count(true)
 	mem, ok := s.procs.memory()
-	time.Sleep(time.Second)
+	time.Sleep(s.c.Step) // renewals come every TTL/3: a longer window sees more of them
 	idle1 := s.count(false)
 	if n >= 100 { // fewer: the per-lock figures are noise
 		p.Values[MHeapPerHeld] = float64(int64(idle0.heap)-int64(base.heap)) / float64(n)
