@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,8 @@ import (
 )
 
 // storeEntries returns a counter of what a backend's store holds, for
-// the held sweep's growth and leftovers: keys (Redis, all nodes), rows of
+// the held sweep's growth and leftovers: files (a file:// directory named
+// in the URL), keys (Redis, all nodes), rows of
 // the token table (PostgreSQL, MySQL), keys (etcd), znodes (ZooKeeper's
 // mntr), messages of the bucket's stream (NATS). It is nil for the other
 // schemes. It counts the whole store, not dlock's keys alone: the sweep
@@ -32,6 +34,12 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil
+	}
+	if u.Scheme == "file" && u.Path != "" {
+		return func(context.Context) (int, error) {
+			es, err := os.ReadDir(u.Path)
+			return len(es), err
+		}
 	}
 	hosts := serverAddrs(raw)
 	if len(hosts) == 0 {
