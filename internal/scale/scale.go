@@ -483,7 +483,8 @@ func (s *run) measureAt(ctx context.Context, l Locker, probe string, p *Point, b
 	if n >= 100 { // fewer: the per-lock figures are noise
 		p.Values[MHeapPerHeld] = float64(int64(idle0.heap)-int64(base.heap)) / float64(n)
 		p.Values[MGoroutinesPerHeld] = float64(idle0.goroutines-base.goroutines) / float64(n)
-		if ok && memOK {
+		// Fewer locks move a server's memory less than its allocator does.
+		if ok && memOK && n >= 10000 {
 			p.Values[MServerMemPerHeld] = float64(mem-baseMem) / float64(n)
 		}
 	}

@@ -93,15 +93,17 @@ func run() error {
 		c.Prefix = env.Key(s.Name, "scale", "") + "/"
 		c.Progress = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
 		addrs := []string{env.Shared}
-		switch {
-		case s.NATS:
-			addrs = []string{strings.TrimPrefix(env.NATS, "nats://")}
-		case s.Private:
+		if s.Private {
 			addrs = env.Nodes
+		}
+		keys := redisKeys(addrs) // what the store keeps: keys
+		if s.NATS {
+			addrs, keys = []string{strings.TrimPrefix(env.NATS, "nats://")}, nil
 		}
 		t := scale.Target{
 			Name:    s.Name,
 			Servers: addrs,
+			Entries: keys,
 			Open: func(context.Context) (scale.Locker, error) {
 				im, err := s.New(env)
 				if err != nil {
@@ -122,6 +124,23 @@ func run() error {
 		return err
 	}
 	return scale.WriteCSV(os.Stdout, all)
+}
+
+// redisKeys counts the keys of the Redis servers at addrs (DBSIZE).
+func redisKeys(addrs []string) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		n := 0
+		for _, a := range addrs {
+			c := harness.NewClient(a)
+			k, err := c.DBSize(ctx).Result()
+			_ = c.Close()
+			if err != nil {
+				return 0, err
+			}
+			n += int(k)
+		}
+		return n, nil
+	}
 }
 
 // locker runs the sweeps on a harness implementation.
