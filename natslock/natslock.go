@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // Defaults of Options.
@@ -95,7 +96,7 @@ type Driver struct {
 
 	holds holds
 	marks marks
-	gates gates
+	gates gate.Set // one waiter per lock on the server (internal/gate)
 
 	closed    atomic.Bool
 	done      chan struct{}

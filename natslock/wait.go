@@ -67,7 +67,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		return driver.Grant{}, err
 	}
-	leave, gerr := d.gates.enter(ctx, r, d.done)
+	leave, gerr := d.gates.Enter(ctx, r.Mode.String()+"\x00"+r.Name, d.done)
 	if gerr != nil {
 		if o.maybe {
 			d.abandon(r)
