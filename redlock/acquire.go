@@ -21,6 +21,9 @@ type outcome struct {
 	// remaining is the shortest remaining TTL among other owners' keys;
 	// 0 when unknown or when there were none.
 	remaining time.Duration
+	// refused is how many nodes refused the request for good (see
+	// refusal): with fewer than a quorum left, waiting is pointless.
+	refused int
 }
 
 // TryLock makes one attempt to take the lock on a quorum of the nodes, all
@@ -85,6 +88,9 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 			rp.err = errUnexpected
 		}
 		o.failed++
+		if refusal(rp.err) {
+			o.refused++
+		}
 		if first.err == nil {
 			first = nodeErr{rp.node, rp.err}
 		}
