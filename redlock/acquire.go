@@ -88,7 +88,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 			rp.err = errUnexpected
 		}
 		o.failed++
-		if refusal(rp.err) {
+		if rp.err != errNodeTimeout && refusal(rp.err) { // the nodes a quorum left behind: no need to look
 			o.refused++
 		}
 		if first.err == nil {
