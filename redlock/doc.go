@@ -37,7 +37,8 @@
 // A failed attempt's error is a *driver.HeldError (matching
 // dlock.ErrNotAcquired) when a quorum answered and the lock is held, with
 // the shortest remaining TTL seen; it wraps dlock.ErrNoQuorum, and the
-// first node's error, when too few nodes answered to decide.
+// first node's error (the first refusal, if a node refused for good),
+// when too few nodes answered to decide.
 //
 // Refresh extends the key on every node where the caller holds it and
 // needs a quorum; when fewer nodes can still hold it, the lease is lost.
