@@ -21,6 +21,9 @@ type outcome struct {
 	// remaining is the shortest remaining TTL among other owners' keys;
 	// 0 when unknown or when there were none.
 	remaining time.Duration
+	// refused is how many nodes refused the request for good (see
+	// refusal): with fewer than a quorum left, waiting is pointless.
+	refused int
 }
 
 // TryLock makes one attempt to take the lock on a quorum of the nodes, all
@@ -29,8 +32,10 @@ type outcome struct {
 // When another owner holds the lock the error is a *driver.HeldError with
 // the shortest remaining TTL seen. When too few nodes answered to decide,
 // or a quorum answered too late to leave any validity, the error wraps
-// driver.ErrNoQuorum and the first node's error. Either way the attempt
-// was undone on every node first: TryLock leaves nothing held.
+// driver.ErrNoQuorum and a node's error: the first refusal (NOPERM,
+// WRONGPASS, NOAUTH, a rejected certificate) if any node refused, else
+// the first node's. Either way the attempt was undone on every node
+// first: TryLock leaves nothing held.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	g, _, err := d.acquire(ctx, r)
 	return g, err
@@ -85,7 +90,12 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 			rp.err = errUnexpected
 		}
 		o.failed++
-		if first.err == nil {
+		// errNodeTimeout: the nodes a quorum left behind, no need to look.
+		refused := rp.err != errNodeTimeout && refusal(rp.err)
+		if refused {
+			o.refused++
+		}
+		if first.err == nil || refused && o.refused == 1 { // a refusal is the cause to report
 			first = nodeErr{rp.node, rp.err}
 		}
 	}

@@ -37,7 +37,8 @@
 // A failed attempt's error is a *driver.HeldError (matching
 // dlock.ErrNotAcquired) when a quorum answered and the lock is held, with
 // the shortest remaining TTL seen; it wraps dlock.ErrNoQuorum, and the
-// first node's error, when too few nodes answered to decide.
+// first node's error (the first refusal, if a node refused for good),
+// when too few nodes answered to decide.
 //
 // Refresh extends the key on every node where the caller holds it and
 // needs a quorum; when fewer nodes can still hold it, the lease is lost.
@@ -63,11 +64,18 @@
 // would otherwise pay for both within the node timeout.
 //
 // Waiting (Acquire) subscribes once per Driver, on every node, to the
-// release channel ("<prefix>released"); a release wakes the local waiters
-// of that name, which retry after a short random pause. Without a message
-// a waiter retries when the holder's key would expire, or, after a split
-// vote, after a random pause that grows with each split in a row. It never
-// polls on a fixed interval.
+// release channel ("<prefix>released"). Of one Driver's waiters for a
+// name, only the first waits on the nodes; the others queue behind it in
+// the process, in order of arrival, so that a release sets off one attempt
+// per Driver rather than one per waiter. A release wakes that first
+// waiter, which retries after a short random pause. Without a message it
+// retries when the holder's key would expire, or, after a split vote or
+// an attempt that too few nodes answered in time, after a random pause
+// that grows with each such attempt in a row, up to 100ms. It never polls
+// on a fixed interval, and a lack of quorum does not end the wait: only
+// ctx does (its error is then joined with the last attempt's), Close, or
+// so many nodes refusing the requests for good (NOPERM, WRONGPASS, a
+// rejected certificate) that no quorum is left.
 //
 // # Keys
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // Defaults and limits of Options.
@@ -120,7 +121,8 @@ type Driver struct {
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 
-	sub subscriber
+	sub   subscriber
+	gates gate.Set // one waiter per name on the nodes (Lock)
 
 	// writeBacks counts acquisitions that needed phase 2 (the nodes of
 	// the quorum returned different counters).

@@ -59,10 +59,13 @@ func TestSecured(t *testing.T) {
 	})
 
 	t.Run("BadCredentials", func(t *testing.T) {
-		for _, c := range []struct{ what, url, cause string }{
-			{"wrong password", mk("wrong-"+nodeLockPW, files...), "WRONGPASS"},
-			{"wrong CA", mk(nodeLockPW, "cacert", pki.OtherCA, "cert", pki.ClientCert, "key", pki.ClientKey), "unknown authority"},
-			{"no client certificate", mk(nodeLockPW, "cacert", pki.CA), "certificate"},
+		for _, c := range []struct {
+			what, url, cause string
+			refusal          bool // a waiting Acquire gives up at once
+		}{
+			{"wrong password", mk("wrong-"+nodeLockPW, files...), "WRONGPASS", true},
+			{"wrong CA", mk(nodeLockPW, "cacert", pki.OtherCA, "cert", pki.ClientCert, "key", pki.ClientKey), "unknown authority", true},
+			{"no client certificate", mk(nodeLockPW, "cacert", pki.CA), "certificate", false},
 		} {
 			l := locktest.Opener(c.url)(t)
 			// Prepare dials every node without the node timeout, which a
@@ -70,6 +73,18 @@ func TestSecured(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			err := l.Driver().(*Driver).Prepare(ctx)
 			cancel()
+			if c.refusal {
+				// Refused for good on every node: a waiting Acquire does
+				// not wait out its context (which only attempts whose
+				// handshake outlasts the node timeout leave it to).
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				_, aerr := l.Acquire(ctx, uniqueName("refused"))
+				waited := ctx.Err() != nil
+				cancel()
+				if waited || aerr == nil || !strings.Contains(aerr.Error(), c.cause) {
+					t.Errorf("%s: Acquire = %v (context ended: %v), want it to give up saying %q", c.what, aerr, waited, c.cause)
+				}
+			}
 			_ = l.Close()
 			t.Logf("%s: %v", c.what, err)
 			if err == nil || !strings.Contains(err.Error(), c.cause) {

@@ -2,9 +2,12 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -17,59 +20,60 @@ const (
 )
 
 // Lock takes the lock, waiting as long as ctx allows. It never polls on a
-// fixed interval. After a failed attempt it waits for one of:
+// fixed interval.
+//
+// It makes one attempt at once. If that fails, the call queues behind the
+// Driver's other waiters for the name, in the process, in order of
+// arrival: of one Driver's waiters for a name only the first waits on the
+// nodes, so that a release sets off one attempt per Driver, not one per
+// waiter (without the queue, W waiters sent 5×W requests at every release
+// and split the vote among themselves). Across Drivers there is no queue.
+// The first waiter, after each failed attempt, waits for one of:
 //
 //   - a release message for the name from any node (every Unlock
 //     publishes one on each node where it deleted the lock), then a short
-//     random pause, so that the waiters woken together spread out;
+//     random pause, so that the Drivers' waiters woken together spread
+//     out;
 //   - when another owner holds a quorum, that owner's shortest remaining
 //     TTL, in case it died without releasing;
-//   - when nobody holds a quorum (a split vote between contenders, or a
-//     holder behind nodes that did not answer), a random pause that grows
-//     with each such attempt in a row.
+//   - when nobody holds a quorum (a split vote between contenders, a
+//     holder behind nodes that did not answer, or too few nodes answering
+//     at all), a random pause that grows with each such attempt in a row,
+//     up to maxSpread.
 //
-// When ctx ends first, Lock returns ctx's error and holds nothing: every
-// attempt undoes itself on every node before it returns. An attempt that
-// too few nodes answered counts as a miss, up to maxNoQuorum in a row,
-// after which Lock returns its error (wrapping driver.ErrNoQuorum); any
-// other error but "held by another owner" ends the wait at once.
+// An attempt that too few nodes answered in time is retried like a split
+// vote: a slow moment must not end a wait. When ctx ends first, Lock
+// returns ctx's error, joined with the last attempt's error unless that
+// was "held by another owner", and holds nothing: every attempt undoes
+// itself on every node before it returns. The wait ends early only when
+// the Driver closes (driver.ErrClosed), when so many nodes refuse the
+// requests for good (a denied permission or password, a rejected
+// certificate) that no quorum is left, or on an error other than "held"
+// or "no quorum".
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	var (
-		w        *waiter // nil until the lock is found held
-		timer    *time.Timer
-		misses   int // attempts in a row that saw no holder with a quorum
-		noQuorum int // attempts in a row that too few nodes answered
-	)
-	defer func() {
-		if w != nil {
-			d.sub.unwatch(w)
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	g, o, err := d.acquire(ctx, r)
+	if d.settled(ctx, err, o) {
+		return g, d.final(ctx, err)
+	}
+	leave, gerr := d.gates.Enter(ctx, r.Name, d.done)
+	if gerr != nil {
+		return driver.Grant{}, d.final(ctx, err)
+	}
+	defer leave()
+	// Watch before the next attempt: a release after it is then heard.
+	w, werr := d.sub.watch(ctx, r.Name)
+	if werr != nil {
+		return driver.Grant{}, d.final(ctx, err)
+	}
+	defer d.sub.unwatch(w)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	misses := 0 // attempts in a row that saw no holder with a quorum
 	for {
 		start := time.Now()
-		g, o, err := d.acquire(ctx, r)
-		if errors.Is(err, driver.ErrNoQuorum) {
-			noQuorum++
-		} else {
-			noQuorum = 0
-		}
-		if done, err := d.settled(ctx, err, noQuorum); done {
-			return g, err
-		}
-		if w == nil && noQuorum == 0 {
-			// Held: watch for its release. Watching begins after this
-			// attempt, and a release in between would go unnoticed, so
-			// try again at once.
-			if w, err = d.sub.watch(ctx, r.Name); err != nil {
-				return driver.Grant{}, err
-			}
-			continue
-		}
-		if timer == nil {
-			timer = time.NewTimer(time.Hour)
+		g, o, err = d.acquire(ctx, r)
+		if d.settled(ctx, err, o) {
+			return g, d.final(ctx, err)
 		}
 		took := time.Since(start)
 		spread := spreadWindow(took, misses)
@@ -88,57 +92,72 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 				delay = min(delay, o.remaining)
 			}
 		}
-		var wake <-chan struct{} // nil, which never fires, until watching
-		if w != nil {
-			wake = w.wake
-		}
 		timer.Reset(delay)
 		select {
 		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
+			return driver.Grant{}, d.final(ctx, err)
 		case <-d.done:
 			return driver.Grant{}, driver.ErrClosed
 		case <-timer.C:
 			continue
-		case <-wake:
+		case <-w.wake:
 		}
-		// Released: everyone waiting heard it at once.
+		// Released: every Driver's first waiter heard it at once.
 		timer.Reset(rand.N(spread))
 		select {
 		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
+			return driver.Grant{}, d.final(ctx, err)
 		case <-d.done:
 			return driver.Grant{}, driver.ErrClosed
 		case <-timer.C:
 		}
 		select { // the other nodes' messages for the same release
-		case <-wake:
+		case <-w.wake:
 		default:
 		}
 	}
 }
 
-// maxNoQuorum is how many attempts in a row that too few nodes answered
-// Lock makes before it gives up with their error: enough to ride out a
-// slow moment (a cold connection pool, a pause), few enough that a lost
-// quorum is reported within a fraction of a second.
-const maxNoQuorum = 4
+// settled reports whether an attempt's result, err and o, ends Lock:
+// success, ctx's end, the Driver's close, or an error other than "held by
+// another owner" and a transient lack of quorum.
+func (d *Driver) settled(ctx context.Context, err error, o outcome) bool {
+	switch {
+	case err == nil || ctx.Err() != nil || d.closed.Load():
+		return true
+	case errors.Is(err, driver.ErrNotAcquired):
+		return false
+	case errors.Is(err, driver.ErrNoQuorum):
+		return len(d.nodes)-o.refused < d.quorum
+	}
+	return true
+}
 
-// settled reports whether an attempt's result ends Lock, and with what
-// error: success, ctx's end, the maxNoQuorum-th attempt in a row without
-// a quorum of answers, or any other error but "held by another owner".
-func (d *Driver) settled(ctx context.Context, err error, noQuorum int) (bool, error) {
+// final is Lock's error once it is settled, err being the last attempt's:
+// driver.ErrClosed once the Driver closed; when ctx has ended, ctx's
+// error, joined with err unless err only said the lock was held; err
+// otherwise.
+func (d *Driver) final(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
-		return true, nil
-	case ctx.Err() != nil:
-		return true, ctx.Err()
-	case errors.Is(err, driver.ErrNotAcquired):
-		return false, nil
-	case errors.Is(err, driver.ErrNoQuorum) && noQuorum < maxNoQuorum:
-		return false, nil
+		return nil
+	case d.closed.Load():
+		return driver.ErrClosed
+	case ctx.Err() == nil:
+		return err
+	case errors.Is(err, driver.ErrNotAcquired) || errors.Is(err, ctx.Err()):
+		return ctx.Err()
 	}
-	return true, err
+	return errors.Join(ctx.Err(), err)
+}
+
+// refusal reports whether a node's error refuses the request for good,
+// so that retrying cannot help: a denied command or key (NOPERM), a wrong
+// or missing password, a certificate the client rejected.
+func refusal(err error) bool {
+	var cert *tls.CertificateVerificationError
+	return redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGPASS") ||
+		redis.HasErrorPrefix(err, "NOAUTH") || errors.As(err, &cert)
 }
 
 // spreadWindow is the span of a random pause: a millisecond plus twice

@@ -33,6 +33,15 @@ func (h *attemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
+// clients returns c.clients(t), counted by h.
+func (h *attemptCounter) clients(t testing.TB, c *cluster) []redis.UniversalClient {
+	cs := c.clients(t)
+	for _, rc := range cs {
+		rc.(*redis.Client).AddHook(h)
+	}
+	return cs
+}
+
 func (h *attemptCounter) see(cmd redis.Cmder) {
 	if a := cmd.Args(); len(a) > 1 && (a[1] == acquireScript.Hash() || a[1] == acquireLua) {
 		h.n.Add(1)
@@ -46,11 +55,7 @@ func TestWaitIsNotified(t *testing.T) {
 	ctx := t.Context()
 	holder := c.locker(t, nil, dlock.WithTTL(3*time.Second))
 	counter := &attemptCounter{}
-	cs := c.clients(t)
-	for _, rc := range cs {
-		rc.(*redis.Client).AddHook(counter)
-	}
-	waiter, err := New(cs, testOptions(nil), dlock.WithTTL(3*time.Second))
+	waiter, err := New(counter.clients(t, c), testOptions(nil), dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
