@@ -115,6 +115,8 @@ type Driver struct {
 	closed bool
 	held   map[string]*lock // by owner
 
+	gates gates // waiting Lock calls, by name
+
 	freeze  atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
 	noWatch atomic.Bool                   // test hook: no watch goroutine
 }
