@@ -54,11 +54,14 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	defer d.wg.Done()
 	if wait {
-		g, err := d.gates.enter(ctx, r.Name, d.ctx.Done())
+		// Of the driver's waiters for a name, one at a time waits on the
+		// server, with a connection; the others queue here, with none, so
+		// that a thousand of them do not pass the server's max_connections.
+		g, err := d.gates.Enter(ctx, r.Name, d.ctx.Done())
 		if err != nil {
 			return driver.Grant{}, d.cancelled(ctx)
 		}
-		defer g.leave()
+		defer g.Leave(struct{}{})
 	}
 	c, err := d.db.Conn(ctx)
 	if err != nil {

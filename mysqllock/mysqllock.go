@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // Defaults of Options and of mysql:// URLs.
@@ -115,7 +116,7 @@ type Driver struct {
 	closed bool
 	held   map[string]*lock // by owner
 
-	gates gates // waiting Lock calls, by name
+	gates gate.Set[struct{}] // waiting Lock calls, by name
 
 	freeze  atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
 	noWatch atomic.Bool                   // test hook: no watch goroutine
