@@ -217,3 +217,44 @@ func TestWaitersQueueInProcess(t *testing.T) {
 		t.Errorf("%d connections in use at once, want at most 4", maxInUse)
 	}
 }
+
+// TestCloseEndsQueuedWaiters: Close ends the driver's waiters for a name,
+// the one at the server and those queued in the process, with ErrClosed,
+// and leaves nothing queued on the server.
+func TestCloseEndsQueuedWaiters(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	o := mysqllock.Options{Table: testTable(t)}
+	holder, d := newLocker(t, o)
+	adm := newAdmin(t)
+	const name, n = "queue/close", 5
+	key := d.LockName(name)
+	lease, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	waiter, wd := newLocker(t, o)
+	errc := make(chan error, n)
+	for range n {
+		go func() { _, err := waiter.Acquire(ctx, name); errc <- err }()
+	}
+	if !eventually(5*time.Second, func() bool { return adm.waiters(key) == 1 }) {
+		t.Fatal("no waiter showed on the server")
+	}
+	time.Sleep(50 * time.Millisecond) // the others reach the queue
+	start := time.Now()
+	if err := wd.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	for range n {
+		if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Acquire = %v, want ErrClosed", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the waiters returned %v after Close", took)
+	}
+	if w := adm.waiters(key); w != 0 {
+		t.Errorf("%d statements still queued on the server after Close", w)
+	}
+}
