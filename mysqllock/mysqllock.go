@@ -125,9 +125,10 @@ type Driver struct {
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
 // the defaults). The driver does not close db: the caller keeps owning
-// it. Every held lock and every waiting Acquire keeps one of db's
-// connections, and cancelling a wait takes one more for a moment: size
-// db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
+// it. Every held lock keeps one of db's connections, and so does each
+// name with Acquire calls waiting (one of them waits on the server, the
+// others in the process); cancelling a wait takes one more for a moment:
+// size db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
 // db is nil and returns an error for invalid options.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
