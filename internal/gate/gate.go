@@ -21,12 +21,14 @@ type Set[T any] struct {
 	// called with the Set's lock held.
 	Discard func(T)
 
-	mu sync.Mutex
-	m  map[string]*Gate[T]
+	mu   sync.Mutex
+	m    map[string]*Gate[T]
+	free sync.Pool // gates no waiter holds, so that an uncontended Lock allocates none
 }
 
 // Gate is one key's queue. Only the waiter in its slot (between Enter and
-// Leave) may call Take and Leave.
+// Leave) may call Take and Leave, and no one may use the gate after
+// leaving it: a gate with no waiters is reused for another key.
 type Gate[T any] struct {
 	s    *Set[T]
 	key  string
@@ -49,7 +51,11 @@ func (s *Set[T]) Enter(ctx context.Context, key string, done <-chan struct{}) (*
 	}
 	g := s.m[key]
 	if g == nil {
-		g = &Gate[T]{s: s, key: key, slot: make(chan struct{}, 1)}
+		g, _ = s.free.Get().(*Gate[T])
+		if g == nil {
+			g = &Gate[T]{s: s, slot: make(chan struct{}, 1)}
+		}
+		g.key = key
 		s.m[key] = g
 	}
 	g.refs++
@@ -78,22 +84,25 @@ func (g *Gate[T]) Take() T {
 // Leave gives the slot to the next waiter, with v for it.
 func (g *Gate[T]) Leave(v T) {
 	g.left = v
-	g.drop()
 	<-g.slot
+	g.drop()
 }
 
-// drop forgets one waiter; the last one removes the gate and discards
-// what was left in it.
+// drop forgets one waiter; the last one removes the gate, discards what
+// was left in it and frees it for reuse. The slot is empty then: the
+// waiter in it counts until it has emptied it.
 func (g *Gate[T]) drop() {
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if g.refs--; g.refs == 0 {
-		delete(s.m, g.key)
-		if s.Discard != nil {
-			s.Discard(g.left)
-		}
-		var zero T
-		g.left = zero
+	if g.refs--; g.refs > 0 {
+		return
 	}
+	delete(s.m, g.key)
+	if s.Discard != nil {
+		s.Discard(g.left)
+	}
+	var zero T
+	g.left = zero
+	s.free.Put(g)
 }
