@@ -203,7 +203,7 @@
 // SetMaxIdleConns for that (database/sql keeps only 2 idle connections by
 // default), and the server's max_connections for every client's: past it,
 // an acquisition fails with "Error 1040: Too many connections". With 151,
-// MariaDB's default, one process held at most 135 to 145 names at once
+// MariaDB's default, one process held at most 122 to 145 names at once
 // (dlock bench --scale, docs/MYSQL.md). SetConnMaxLifetime and SetConnMaxIdleTime
 // never close a connection that holds a lock: database/sql closes only
 // connections back in the pool.
