@@ -122,6 +122,16 @@
 // ended a second after it, the driver closes the connection after all.
 // Close ends waits the same way, with dlock.ErrClosed.
 //
+// Of a driver's Acquire calls waiting for one name, one at a time waits
+// on the server, on a connection; the others queue in the process, in
+// order of arrival, with no connection, and each one starts its own
+// server-side wait when the one before it has the lock or gave up. A
+// queued Acquire whose context ends leaves the queue at once, with the
+// context's error (dlock.ErrClosed after Close). So a thousand goroutines
+// waiting on one name through one driver cost one waiting connection, and
+// SHOW PROCESSLIST (or Inspect's Waiters) shows one waiter per driver, not
+// per goroutine. Drivers, and processes, still queue on the server.
+//
 // # Fencing token
 //
 // Once GET_LOCK has granted the lock, the same connection advances the
@@ -187,10 +197,14 @@
 //
 // # Pools
 //
-// Every held lock and every waiting Acquire holds one connection of the
-// *sql.DB, and cancelling a wait takes one more for a moment; size
-// SetMaxOpenConns and SetMaxIdleConns for that (database/sql keeps only 2
-// idle connections by default). SetConnMaxLifetime and SetConnMaxIdleTime
+// Every held lock holds one connection of the *sql.DB, and so does every
+// name the driver is waiting for (one waiter per name, see Waiting);
+// cancelling a wait takes one more for a moment. Size SetMaxOpenConns and
+// SetMaxIdleConns for that (database/sql keeps only 2 idle connections by
+// default), and the server's max_connections for every client's: past it,
+// an acquisition fails with "Error 1040: Too many connections". With 151,
+// MariaDB's default, one process held at most 122 to 145 names at once
+// (dlock bench --scale, docs/MYSQL.md). SetConnMaxLifetime and SetConnMaxIdleTime
 // never close a connection that holds a lock: database/sql closes only
 // connections back in the pool.
 //

@@ -29,7 +29,8 @@ const inspectBatch = 200
 // which the holder advanced after GET_LOCK granted it the lock: for a
 // moment after a grant it is still the previous holder's. Waiters counts
 // the statements waiting in GET_LOCK for the lock in the server's process
-// list; it is -1 when the account lacks the PROCESS privilege, without
+// list, one per driver that waits for it however many of its Acquire calls
+// do (see Waiting in the package documentation); it is -1 when the account lacks the PROCESS privilege, without
 // which it would see its own connections only. A lock lasts as long as its
 // connection, so Expires is zero (a silent connection is dropped after
 // its wait_timeout, the lock's TTL).

@@ -48,12 +48,14 @@ func TestInspect(t *testing.T) {
 	take(l.Acquire(ctx, "elsewhere"))
 	take(stranger.Acquire(ctx, "jobs/c"))
 
-	// Two waiters queue behind jobs/a.
+	// Two waiters queue behind jobs/a, from two Lockers: of one Locker's
+	// waiters for a name, one at a time waits on the server.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waiting := make(chan error, 2)
-	for range 2 {
-		go func() { _, err := l.Acquire(wctx, "jobs/a"); waiting <- err }()
+	second, _ := newLocker(t, o)
+	for _, w := range []*dlock.Locker{l, second} {
+		go func() { _, err := w.Acquire(wctx, "jobs/a"); waiting <- err }()
 	}
 	if !eventually(5*time.Second, func() bool { return adm.waiters(d.LockName("jobs/a")) == 2 }) {
 		t.Fatal("the waiters did not queue")

@@ -36,7 +36,10 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 // Lock implements driver.Waiter: the server queues the wait (GET_LOCK with
 // a timeout), and ctx ends it with a KILL QUERY of the waiting statement
 // from another connection, so that nothing stays queued when Lock
-// returns.
+// returns. Of the driver's Lock calls for one name, one at a time waits on
+// the server; the others queue in the process, in order of arrival, with
+// no connection, and a ctx that ends takes its call out of the queue at
+// once.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -50,6 +53,16 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		return driver.Grant{}, err
 	}
 	defer d.wg.Done()
+	if wait {
+		// Of the driver's waiters for a name, one at a time waits on the
+		// server, with a connection; the others queue here, with none, so
+		// that a thousand of them do not pass the server's max_connections.
+		g, err := d.gates.Enter(ctx, r.Name, d.ctx.Done())
+		if err != nil {
+			return driver.Grant{}, d.cancelled(ctx)
+		}
+		defer g.Leave(struct{}{})
+	}
 	c, err := d.db.Conn(ctx)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", r.Name, err)

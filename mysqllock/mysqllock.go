@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // Defaults of Options and of mysql:// URLs.
@@ -115,6 +116,8 @@ type Driver struct {
 	closed bool
 	held   map[string]*lock // by owner
 
+	gates gate.Set[struct{}] // waiting Lock calls, by name
+
 	freeze  atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
 	noWatch atomic.Bool                   // test hook: no watch goroutine
 }
@@ -122,9 +125,10 @@ type Driver struct {
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
 // the defaults). The driver does not close db: the caller keeps owning
-// it. Every held lock and every waiting Acquire keeps one of db's
-// connections, and cancelling a wait takes one more for a moment: size
-// db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
+// it. Every held lock keeps one of db's connections, and so does each
+// name with Acquire calls waiting (one of them waits on the server, the
+// others in the process); cancelling a wait takes one more for a moment:
+// size db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
 // db is nil and returns an error for invalid options.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {

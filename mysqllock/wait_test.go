@@ -3,6 +3,9 @@ package mysqllock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +126,135 @@ func TestCancelFallback(t *testing.T) {
 		t.Error("the waiter is still queued 5s after its connection was closed")
 	}
 	t.Logf("the closed waiter left the server's queue %v after Acquire returned", time.Since(returned).Round(time.Millisecond))
+}
+
+// TestWaitersQueueInProcess: 300 goroutines waiting on one name through
+// one driver each get the lock in turn, one at a time, while the driver
+// has at most one of them waiting on the server and a handful of
+// connections in use (one per waiter would pass the server's
+// max_connections of 151); a waiter whose context ends leaves the queue
+// at once with its context's error.
+func TestWaitersQueueInProcess(t *testing.T) {
+	ctx := testContext(t, 120*time.Second)
+	l, d := newLocker(t, mysqllock.Options{})
+	adm := newAdmin(t)
+	const name, n = "queue/one", 300
+	key := d.LockName(name)
+	first, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var inside, got atomic.Int32
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease, err := l.Acquire(ctx, name)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if k := inside.Add(1); k != 1 {
+				errs <- fmt.Errorf("%d holders at once", k)
+			}
+			got.Add(1)
+			inside.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+
+	// A waiter that gives up while queued behind the others.
+	late, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := l.Acquire(late, name); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("queued Acquire = %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the queued Acquire returned %v after its start (deadline 300ms)", took)
+	}
+	if !eventually(5*time.Second, func() bool { return adm.waiters(key) == 1 }) {
+		t.Errorf("%d statements queued on the server for %d waiters of one driver, want 1", adm.waiters(key), n)
+	}
+
+	var maxInUse, maxWaiting int
+	sample := func() {
+		maxInUse = max(maxInUse, d.DB().Stats().InUse)
+		maxWaiting = max(maxWaiting, adm.waiters(key))
+	}
+	sample()
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(5 * time.Millisecond):
+			sample()
+		}
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got.Load() != n {
+		t.Errorf("%d of %d waiters got the lock", got.Load(), n)
+	}
+	t.Logf("at most %d connections in use and %d waiting on the server", maxInUse, maxWaiting)
+	if maxWaiting > 1 {
+		t.Errorf("%d statements waited on the server at once, want at most 1", maxWaiting)
+	}
+	// A holder, the next waiter, and one releasing or being checked out.
+	if maxInUse > 4 {
+		t.Errorf("%d connections in use at once, want at most 4", maxInUse)
+	}
+}
+
+// TestCloseEndsQueuedWaiters: Close ends the driver's waiters for a name,
+// the one at the server and those queued in the process, with ErrClosed,
+// and leaves nothing queued on the server.
+func TestCloseEndsQueuedWaiters(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	o := mysqllock.Options{Table: testTable(t)}
+	holder, d := newLocker(t, o)
+	adm := newAdmin(t)
+	const name, n = "queue/close", 5
+	key := d.LockName(name)
+	lease, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	waiter, wd := newLocker(t, o)
+	errc := make(chan error, n)
+	for range n {
+		go func() { _, err := waiter.Acquire(ctx, name); errc <- err }()
+	}
+	if !eventually(5*time.Second, func() bool { return adm.waiters(key) == 1 }) {
+		t.Fatal("no waiter showed on the server")
+	}
+	time.Sleep(50 * time.Millisecond) // the others reach the queue
+	start := time.Now()
+	if err := wd.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	for range n {
+		if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Acquire = %v, want ErrClosed", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the waiters returned %v after Close", took)
+	}
+	if w := adm.waiters(key); w != 0 {
+		t.Errorf("%d statements still queued on the server after Close", w)
+	}
 }

@@ -1,35 +1,23 @@
 package natslock
 
 import (
-	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // gates let one waiting Lock per lock of a driver wait on the server at a
-// time; the driver's other waiters for that lock queue behind it in the
-// process, in order of arrival. Without them every waiter holds a KV
-// watch, a consumer on the server, and answers every release with a
-// write, so that a handoff costs more the more waiters there are
-// (docs/SCALING.md). A waiter that gets the lock leaves its watch to the
-// next one, which so starts waiting without making a consumer.
-type gates struct {
-	mu sync.Mutex
-	m  map[string]*gate
-}
+// time (see internal/gate). Without them every waiter holds a KV watch, a
+// consumer on the server, and answers every release with a write, so that
+// a handoff costs more the more waiters there are (docs/SCALING.md). A
+// waiter that gets the lock leaves its watch to the next one, which so
+// starts waiting without making a consumer; the last to leave stops it.
+type gates = gate.Set[*handover]
 
-type gate struct {
-	gs   *gates
-	k    string
-	slot chan struct{} // full while a waiter waits on the server
-	refs int           // waiters queued or waiting, under gs.mu
-	// left is the watch the last waiter left, for the next; only the
-	// waiter in the slot touches it, and the last to leave stops it.
-	left *handover
-}
+// waitGate is one lock's queue of waiters.
+type waitGate = gate.Gate[*handover]
 
 // A handover is a watch one waiter leaves to the next, with what it had
 // learnt of the keys.
@@ -39,63 +27,25 @@ type handover struct {
 	init  bool
 }
 
-// enter waits for r's gate, as long as ctx allows and the driver is
-// open; the caller must leave it.
-func (gs *gates) enter(ctx context.Context, r driver.Request, closed <-chan struct{}) (*gate, error) {
-	k := r.Mode.String() + "\x00" + r.Name
-	gs.mu.Lock()
-	if gs.m == nil {
-		gs.m = map[string]*gate{}
-	}
-	g := gs.m[k]
-	if g == nil {
-		g = &gate{gs: gs, k: k, slot: make(chan struct{}, 1)}
-		gs.m[k] = g
-	}
-	g.refs++
-	gs.mu.Unlock()
-	select {
-	case g.slot <- struct{}{}:
-		return g, nil
-	case <-ctx.Done():
-		g.drop()
-		return nil, ctx.Err()
-	case <-closed:
-		g.drop()
-		return nil, driver.ErrClosed
+// gateKey is r's gate: a lock's modes wait apart.
+func gateKey(r driver.Request) string { return r.Mode.String() + "\x00" + r.Name }
+
+// discardHandover stops the watch no waiter is left to take.
+func discardHandover(h *handover) {
+	if h != nil {
+		stopWatch(h.w)
 	}
 }
 
-// take returns the watch the last waiter left, if it watches keys.
-func (g *gate) take(keys []string) *handover {
-	h := g.left
-	g.left = nil
+// takeHandover returns the watch the last waiter left in g, if it watches
+// keys.
+func takeHandover(g *waitGate, keys []string) *handover {
+	h := g.Take()
 	if h != nil && !slices.EqualFunc(h.slots, keys, func(s slot, k string) bool { return s.key == k }) {
 		stopWatch(h.w)
 		return nil
 	}
 	return h
-}
-
-// leave gives the slot to the next waiter, with h (nil: none) for it.
-func (g *gate) leave(h *handover) {
-	g.left = h
-	g.drop()
-	<-g.slot
-}
-
-// drop forgets one waiter; the last one stops the watch left behind.
-func (g *gate) drop() {
-	gs := g.gs
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	if g.refs--; g.refs == 0 {
-		delete(gs.m, g.k)
-		if g.left != nil {
-			stopWatch(g.left.w)
-			g.left = nil
-		}
-	}
 }
 
 // handOver is what a waiter granted the lock leaves to the next: its

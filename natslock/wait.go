@@ -67,7 +67,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		return driver.Grant{}, err
 	}
-	gate, gerr := d.gates.enter(ctx, r, d.done)
+	gate, gerr := d.gates.Enter(ctx, gateKey(r), d.done)
 	if gerr != nil {
 		if o.maybe {
 			d.abandon(r)
@@ -117,9 +117,9 @@ type wait struct {
 
 // run waits for one of ks, the waiter in gate's slot; it leaves the gate,
 // and its watch to the next waiter when it got the lock.
-func (w *wait) run(ctx context.Context, ks []string, gate *gate) (g driver.Grant, err error) {
+func (w *wait) run(ctx context.Context, ks []string, gate *waitGate) (g driver.Grant, err error) {
 	var watcher *kvWatch
-	if h := gate.take(ks); h != nil {
+	if h := takeHandover(gate, ks); h != nil {
 		watcher, w.slots, w.init = h.w, h.slots, h.init
 	} else {
 		w.slots = make([]slot, len(ks))
@@ -129,11 +129,11 @@ func (w *wait) run(ctx context.Context, ks []string, gate *gate) (g driver.Grant
 	}
 	defer func() {
 		if err == nil && watcher != nil {
-			gate.leave(handOver(watcher, w.slots, w.init, storeTTL(w.r.TTL)))
+			gate.Leave(handOver(watcher, w.slots, w.init, storeTTL(w.r.TTL)))
 			return
 		}
 		stopWatch(watcher)
-		gate.leave(nil)
+		gate.Leave(nil)
 	}()
 	filter := ks[0]
 	if w.r.Mode == driver.Permit {

@@ -122,7 +122,7 @@ type Driver struct {
 	closeOnce sync.Once
 
 	sub   subscriber
-	gates gate.Set // one waiter per name on the nodes (Lock)
+	gates gate.Set[struct{}] // one waiter per name on the nodes (Lock)
 
 	// writeBacks counts acquisitions that needed phase 2 (the nodes of
 	// the quorum returned different counters).

@@ -55,11 +55,11 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if d.settled(ctx, err, o) {
 		return g, d.final(ctx, err)
 	}
-	leave, gerr := d.gates.Enter(ctx, r.Name, d.done)
+	gt, gerr := d.gates.Enter(ctx, r.Name, d.done)
 	if gerr != nil {
 		return driver.Grant{}, d.final(ctx, err)
 	}
-	defer leave()
+	defer gt.Leave(struct{}{})
 	// Watch before the next attempt: a release after it is then heard.
 	w, werr := d.sub.watch(ctx, r.Name)
 	if werr != nil {
