@@ -75,7 +75,7 @@ func (w *predWatch) nextProbe() {
 
 // wait waits until the caller's key, created at myRev, holds the lock.
 // t is what it waits for, read at revision seen; a zero t means it must
-// be looked up first.
+// be looked up first, at seen, a revision the caller's member applied.
 func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys, myRev int64, t target, seen int64) (driver.Grant, error) {
 	w := &predWatch{probe: time.NewTimer(time.Hour)}
 	w.probe.Stop()
@@ -84,7 +84,10 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 	recheck := time.NewTimer(every) // a safety net: a watch is not trusted for ever
 	defer recheck.Stop()
 	needCheck := t.key == ""
-	var at int64    // a revision applied where the watch runs, to read at; 0: now
+	var at int64 // a revision applied where the watch runs, to read at; 0: now
+	if needCheck {
+		at = seen
+	}
 	watchFails := 0 // in a row, for the pause before the next try
 	for {
 		if needCheck {
