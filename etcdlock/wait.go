@@ -280,9 +280,7 @@ type checked struct {
 // ctx ends.
 func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at int64) (checked, error) {
 	if at > 0 {
-		rctx, cancel := d.req(ctx)
-		resps, hdr, err := d.read(rctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
-		cancel()
+		resps, hdr, err := d.read(ctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
 		if err == nil {
 			return readCheck(r, k, myRev, at, hdr, resps), nil
 		}
@@ -292,9 +290,7 @@ func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at 
 	}
 	ops := checkOps(r, k, myRev)
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := d.req(ctx)
-		resps, hdr, err := d.read(rctx, ops)
-		cancel()
+		resps, hdr, err := d.read(ctx, ops)
 		if err == nil {
 			return readCheck(r, k, myRev, hdr, hdr, resps), nil
 		}
@@ -307,10 +303,30 @@ func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at 
 	}
 }
 
-// read runs ops, ranges all, in one request: a range, or a transaction of
-// ranges (served without a round of Raft when they are serializable). It
+// queueReads bounds the driver's reads of queues in flight. etcd filters
+// and sorts a range only after reading every key of it, so a check costs
+// etcd O(queue length), and it finishes a read whose caller gave up. 1000
+// waiters checking at once (as they queue up) made 1000 such reads of up
+// to 1000 keys: each ran past RequestTimeout and was tried again, adding
+// to what etcd still had to read, and handoffs stopped. Waiting for a turn
+// here, out of the request's timeout, each read takes milliseconds.
+const queueReads = 2
+
+// read runs ops, ranges all, in one request bounded by RequestTimeout: a
+// range, or a transaction of ranges (served without a round of Raft when
+// they are serializable), once one of the queueReads turns is free. It
 // returns each range's response and the header's revision.
 func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+	select {
+	case d.reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-d.ctx.Done():
+		return nil, 0, driver.ErrClosed
+	}
+	defer func() { <-d.reads }()
+	ctx, cancel := d.req(ctx)
+	defer cancel()
 	if len(ops) == 1 {
 		resp, err := d.c.Do(ctx, ops[0])
 		if err != nil {
