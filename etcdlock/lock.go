@@ -285,7 +285,19 @@ func (d *Driver) held(r driver.Request, unlock bool) *lock {
 // again while ctx, the caller's context, lasts: the cluster could not serve
 // it for now, or it ran past RequestTimeout.
 func transient(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && (retryable(err) || errors.Is(err, context.DeadlineExceeded))
+	return ctx.Err() == nil && (retryable(err) || timedOut(err))
+}
+
+// timedOut reports whether err is a request's deadline passing, on the
+// client or on the member: a linearizable read still waiting there at
+// the deadline fails with the context's error, which reaches the client
+// as code Unknown, often before the client's own timer fires.
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	return ok && (s.Code() == codes.DeadlineExceeded || s.Message() == context.DeadlineExceeded.Error())
 }
 
 // retryable reports whether err says the cluster could not serve the
