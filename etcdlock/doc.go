@@ -21,11 +21,15 @@
 //   - The fencing token is the holder's create revision: etcd's global
 //     revision, which only grows, so every later holder of any name gets a
 //     greater token.
-//   - An uncontended acquisition is one transaction: "if no key exists
-//     under the name, put mine". TryAcquire on a held lock writes nothing.
-//   - A waiting Acquire queues its key in that same transaction, which
-//     also reads the key just before it (by create revision). It watches
-//     only that key's deletion, so a release wakes one waiter, not all.
+//   - An uncontended acquisition is one transaction: "count the keys
+//     under the name, put mine", the lock granted when there were none.
+//     TryAcquire's is "if no key exists under the name, put mine": on a
+//     held lock it writes nothing.
+//   - A waiting Acquire's key is queued by that same transaction; it then
+//     reads the key just before it (by create revision), off etcd's apply
+//     loop, which would otherwise read the whole queue for every waiter
+//     queued (see docs/ETCD.md, "Long queues"). It watches only that
+//     key's deletion, so a release wakes one waiter, not all.
 //     After each deletion it reads, in one request, whether its own key
 //     still exists with its create revision — which proves its lease alive
 //     — and whether an older key is left. A waiter never reports a lock

@@ -88,6 +88,7 @@ type Driver struct {
 	timeout time.Duration // RequestTimeout
 	hooks   *testHooks    // nil outside tests
 	base    time.Time     // origin of the sessions' lossAt, with a monotonic reading
+	reads   chan struct{} // a turn for each read of a queue in flight (see queueReads)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -158,6 +159,7 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 		layout:  layout,
 		timeout: opt.RequestTimeout,
 		base:    time.Now(),
+		reads:   make(chan struct{}, queueReads),
 		slots:   map[int64]*slot{},
 		locks:   map[string]*lock{},
 	}

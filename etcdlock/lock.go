@@ -36,10 +36,11 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return d.acquire(ctx, r, false)
 }
 
-// Lock implements driver.Waiter. When the lock is free it takes it in one
-// transaction, like TryLock; otherwise the same transaction queues the
-// caller's key and reads the key just before it (by create revision),
-// and Lock watches only that key's deletion. After each deletion it
+// Lock implements driver.Waiter. One transaction counts the keys under
+// the name and puts the caller's key: when there were none, the lock is
+// the caller's; otherwise the key is queued, Lock reads (serializable, at
+// the transaction's revision) the key just before it by create revision,
+// and watches only that key's deletion. After each deletion it
 // checks, in one read, that its own key still exists (so its lease is
 // alive) and whether an older key remains. A waiter whose key or session
 // is gone queues again with a live session. When ctx ends, Lock deletes
@@ -116,32 +117,42 @@ func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k ke
 	value := d.keyValue(r)
 	put := clientv3.OpPut(k.key, value, clientv3.WithLease(s.id))
 	rctx, cancel := d.req(ctx)
-	txn := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(block), "=", 0).WithPrefix()).Then(put)
+	var resp *clientv3.TxnResponse
+	var err error
 	if wait {
-		txn = txn.Else(
-			clientv3.OpGet(block, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
-			clientv3.OpPut(k.key, value, clientv3.WithLease(s.id), clientv3.WithPrevKV()))
+		// No comparison over the queue and no sorted read of it here: etcd
+		// evaluates both in its apply loop, which serves one write at a
+		// time, by reading every key of the range, so each waiter queued
+		// cost the apply loop O(queue length). A count reads etcd's index
+		// only; the key to wait for is read after, off the apply loop, by
+		// wait's first check.
+		resp, err = d.c.Txn(rctx).Then(
+			clientv3.OpGet(block, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpPut(k.key, value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
+	} else {
+		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(block), "=", 0).WithPrefix()).Then(put).Commit()
 	}
-	resp, err := txn.Commit()
 	cancel()
 	if err != nil {
 		return driver.Grant{}, d.txnErr(ctx, s, k, r, err)
 	}
 	rev := resp.Header.Revision
-	if resp.Succeeded {
-		return d.grant(s, r, k, rev, uint64(rev))
-	}
 	if !wait {
+		if resp.Succeeded {
+			return d.grant(s, r, k, rev, uint64(rev))
+		}
 		d.free(s, k.slot) // nothing was written
 		return driver.Grant{}, &driver.HeldError{Name: r.Name}
 	}
-	myRev, t := rev, target{}
-	if prev := resp.Responses[1].GetResponsePut().GetPrevKv(); prev != nil {
-		myRev = prev.CreateRevision // defensive: the slot's key was left
-	} else if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		t = target{key: string(kvs[0].Key), rev: kvs[0].CreateRevision}
+	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
+	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() == 0 {
+		return d.grant(s, r, k, rev, uint64(rev))
 	}
-	return d.wait(ctx, s, r, k, myRev, t, rev)
+	myRev := rev
+	if prev != nil {
+		myRev = prev.CreateRevision // defensive: the slot's key was left
+	}
+	return d.wait(ctx, s, r, k, myRev, target{}, rev)
 }
 
 // txnErr handles a failed acquiring transaction: a lease found gone ends
@@ -274,7 +285,19 @@ func (d *Driver) held(r driver.Request, unlock bool) *lock {
 // again while ctx, the caller's context, lasts: the cluster could not serve
 // it for now, or it ran past RequestTimeout.
 func transient(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && (retryable(err) || errors.Is(err, context.DeadlineExceeded))
+	return ctx.Err() == nil && (retryable(err) || timedOut(err))
+}
+
+// timedOut reports whether err is a request's deadline passing, on the
+// client or on the member: a linearizable read still waiting there at
+// the deadline fails with the context's error, which reaches the client
+// as code Unknown, often before the client's own timer fires.
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	return ok && (s.Code() == codes.DeadlineExceeded || s.Message() == context.DeadlineExceeded.Error())
 }
 
 // retryable reports whether err says the cluster could not serve the

@@ -31,15 +31,15 @@ import (
 // also wakes, needlessly, when a waiter behind it gives up.
 
 // attemptPermit is attempt for a semaphore: one transaction counts the
-// keys of the queue (all older than the caller's) and reads the newest,
-// then puts the caller's key.
+// keys of the queue (all older than the caller's) and puts the caller's
+// key. A waiter reads what it waits for at wait's first check, off etcd's
+// apply loop (see attempt).
 // (etcd's comparisons cannot count keys, so TryLock on a full semaphore
 // writes its key and deletes it.)
 func (d *Driver) attemptPermit(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Txn(rctx).Then(
 		clientv3.OpGet(k.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(k.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
 		clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
 	cancel()
 	if err != nil {
@@ -47,27 +47,19 @@ func (d *Driver) attemptPermit(ctx context.Context, s *session, r driver.Request
 	}
 	rev := resp.Header.Revision
 	ahead := resp.Responses[0].GetResponseRange().GetCount()
-	if resp.Responses[2].GetResponsePut().GetPrevKv() != nil {
-		// Defensive: the slot's key was left, and counted.
-		if !wait {
-			d.abandon(s, k, false)
-			return driver.Grant{}, &driver.HeldError{Name: r.Name}
-		}
-		return d.wait(ctx, s, r, k, resp.Responses[2].GetResponsePut().GetPrevKv().CreateRevision, target{}, rev)
-	}
-	if ahead < int64(r.Limit) {
+	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
+	if prev == nil && ahead < int64(r.Limit) {
 		return d.grant(s, r, k, rev, uint64(rev))
 	}
 	if !wait {
 		d.abandon(s, k, false)
 		return driver.Grant{}, &driver.HeldError{Name: r.Name}
 	}
-	t := target{key: k.prefix, whole: true, max: rev, count: ahead + 1}
-	if ahead > int64(r.Limit) {
-		kv := resp.Responses[1].GetResponseRange().GetKvs()[0]
-		t = target{key: string(kv.Key), rev: kv.CreateRevision, puts: true, mod: kv.ModRevision}
+	myRev := rev
+	if prev != nil {
+		myRev = prev.CreateRevision // defensive: the slot's key was left, and counted
 	}
-	return d.wait(ctx, s, r, k, rev, t, rev)
+	return d.wait(ctx, s, r, k, myRev, target{}, rev)
 }
 
 // permitOps is the range a semaphore waiter's check reads: the Limit+2

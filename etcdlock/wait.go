@@ -75,7 +75,7 @@ func (w *predWatch) nextProbe() {
 
 // wait waits until the caller's key, created at myRev, holds the lock.
 // t is what it waits for, read at revision seen; a zero t means it must
-// be looked up first.
+// be looked up first, at seen, a revision the caller's member applied.
 func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys, myRev int64, t target, seen int64) (driver.Grant, error) {
 	w := &predWatch{probe: time.NewTimer(time.Hour)}
 	w.probe.Stop()
@@ -84,7 +84,10 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 	recheck := time.NewTimer(every) // a safety net: a watch is not trusted for ever
 	defer recheck.Stop()
 	needCheck := t.key == ""
-	var at int64    // a revision applied where the watch runs, to read at; 0: now
+	var at int64 // a revision applied where the watch runs, to read at; 0: now
+	if needCheck {
+		at = seen
+	}
 	watchFails := 0 // in a row, for the pause before the next try
 	for {
 		if needCheck {
@@ -277,9 +280,7 @@ type checked struct {
 // ctx ends.
 func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at int64) (checked, error) {
 	if at > 0 {
-		rctx, cancel := d.req(ctx)
-		resps, hdr, err := d.read(rctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
-		cancel()
+		resps, hdr, err := d.read(ctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
 		if err == nil {
 			return readCheck(r, k, myRev, at, hdr, resps), nil
 		}
@@ -289,9 +290,7 @@ func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at 
 	}
 	ops := checkOps(r, k, myRev)
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := d.req(ctx)
-		resps, hdr, err := d.read(rctx, ops)
-		cancel()
+		resps, hdr, err := d.read(ctx, ops)
 		if err == nil {
 			return readCheck(r, k, myRev, hdr, hdr, resps), nil
 		}
@@ -304,10 +303,30 @@ func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at 
 	}
 }
 
-// read runs ops, ranges all, in one request: a range, or a transaction of
-// ranges (served without a round of Raft when they are serializable). It
+// queueReads bounds the driver's reads of queues in flight. etcd filters
+// and sorts a range only after reading every key of it, so a check costs
+// etcd O(queue length), and it finishes a read whose caller gave up. 1000
+// waiters checking at once (as they queue up) made 1000 such reads of up
+// to 1000 keys: each ran past RequestTimeout and was tried again, adding
+// to what etcd still had to read, and handoffs stopped. Waiting for a turn
+// here, out of the request's timeout, each read takes milliseconds.
+const queueReads = 2
+
+// read runs ops, ranges all, in one request bounded by RequestTimeout: a
+// range, or a transaction of ranges (served without a round of Raft when
+// they are serializable), once one of the queueReads turns is free. It
 // returns each range's response and the header's revision.
 func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+	select {
+	case d.reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-d.ctx.Done():
+		return nil, 0, driver.ErrClosed
+	}
+	defer func() { <-d.reads }()
+	ctx, cancel := d.req(ctx)
+	defer cancel()
 	if len(ops) == 1 {
 		resp, err := d.c.Do(ctx, ops[0])
 		if err != nil {

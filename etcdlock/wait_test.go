@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -252,5 +254,107 @@ func TestHandoffIsPrompt(t *testing.T) {
 	}
 	if slow > limit {
 		t.Errorf("%d of %d handoffs took over 50ms: waiters are not woken promptly", slow, n)
+	}
+}
+
+// TestManyWaiters: 1000 waiters (250 under -race), over 4 drivers, queue on one name behind
+// a holder, then take it in turn, each once. Queueing up and the handoffs
+// must each take time proportional to the number of waiters, with one
+// holder at a time, in the order the waiters queued (their tokens, the
+// keys' create revisions, increase in the order of grants). When every
+// waiter's acquiring transaction read the whole queue in etcd's apply
+// loop (a comparison over the name's range, then a sorted read), 1000
+// waiters took seconds to queue, their transactions ran past the request
+// timeout and were tried again with new keys, and etcd refused requests
+// ("too many requests") with almost no handoff done.
+func TestManyWaiters(t *testing.T) {
+	eps := testenv.EtcdEndpoints(t)
+	admin := testenv.EtcdClient(t, eps)
+	prefix := randomPrefix()
+	// Generous per waiter for a loaded 2-core machine; the stall described
+	// above misses it by far. The race detector slows the client so much
+	// that 1000 waiters' own requests run past the request timeout there,
+	// so it gets fewer.
+	waiters, drivers, perWaiter := 1000, 4, 50*time.Millisecond
+	if raceEnabled {
+		waiters = 250
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Duration(waiters)*perWaiter+30*time.Second)
+	defer cancel()
+	lockers := make([]*dlock.Locker, drivers)
+	for i := range lockers {
+		lockers[i] = newLocker(t, eps, prefix)
+	}
+	holder, err := lockers[0].Acquire(ctx, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		tokens  []uint64 // in the order of grants
+		holders atomic.Int32
+		most    atomic.Int32
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range waiters {
+		wg.Go(func() {
+			lease, err := lockers[i%drivers].Acquire(ctx, "many")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			n := holders.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			mu.Lock()
+			tokens = append(tokens, lease.Token())
+			mu.Unlock()
+			holders.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("waiter %d: release: %v", i, err)
+			}
+		})
+	}
+	// A count, serializable: no round of Raft for the test's own reads.
+	for n := int64(0); n < int64(waiters)+1; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > time.Duration(waiters)*perWaiter {
+			t.Fatalf("%d of %d waiters queued in %v", n-1, waiters, time.Since(start))
+		}
+		resp, err := admin.Get(ctx, prefix+"/many/#", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = resp.Count
+	}
+	queued := time.Since(start)
+	start = time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Duration(waiters) * perWaiter):
+		mu.Lock()
+		n := len(tokens)
+		mu.Unlock()
+		t.Fatalf("%d of %d waiters got the lock in %v", n, waiters, time.Since(start))
+	}
+	handoffs := time.Since(start)
+	t.Logf("%d waiters on %d drivers: queued in %v, all granted in %v (%v per handoff)",
+		waiters, drivers, queued, handoffs, handoffs/time.Duration(waiters))
+	if m := most.Load(); m > 1 {
+		t.Errorf("%d holders at once", m)
+	}
+	if len(tokens) != waiters {
+		t.Errorf("%d of %d waiters got the lock", len(tokens), waiters)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Errorf("grant %d has token %d after %d: not in queue order", i, tokens[i], tokens[i-1])
+			break
+		}
 	}
 }
