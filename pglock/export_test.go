@@ -98,3 +98,10 @@ func SetDefaultConnectTimeout(t time.Duration) (restore func()) {
 	connectTimeout = t
 	return func() { connectTimeout = old }
 }
+
+// Sessions returns the number of sessions holding locks.
+func Sessions(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
+}
