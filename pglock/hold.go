@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/sockwatch"
 )
@@ -78,11 +80,11 @@ func (h *hold) check(ctx context.Context) error {
 	default: // take found the server gone, and ended the session
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	}
-	sctx, cancel := s.stmtContext()
-	defer cancel()
 	s.c.begin(false)
 	var held bool
-	err := s.c.pg.QueryRow(sctx, s.d.st.held, h.key).Scan(&held)
+	s.bound()
+	err := s.c.pg.QueryRow(context.Background(), s.d.st.held, h.key).Scan(&held)
+	s.unbound()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("pglock: %q: checking the lock failed, and took its connection with it: %w", h.name, err)
@@ -124,17 +126,18 @@ func (h *hold) release(ctx context.Context) error {
 // session, which this gives back.
 func (h *hold) unlockTaken() error {
 	s := h.s
-	ctx, cancel := s.stmtContext()
-	defer cancel()
 	c := s.c
 	c.begin(false)
 	var ok bool
 	var err error
+	ctx := context.Background() // bounded by s.bound
+	s.bound()
 	if h.channel != "" {
 		err = c.pg.QueryRow(ctx, h.unlock, h.key, h.channel).Scan(&ok, nil)
 	} else {
 		err = c.pg.QueryRow(ctx, h.unlock, h.key).Scan(&ok)
 	}
+	s.unbound()
 	switch {
 	case err == nil && ok:
 		h.loss.CompareAndSwap(nil, &errReleasedCheck)
@@ -144,7 +147,7 @@ func (h *hold) unlockTaken() error {
 		err = fmt.Errorf("pglock: %q: the server says the session did not hold it", h.name)
 		h.end(err)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
-	case c.pg.IsClosed() && !errors.Is(err, context.DeadlineExceeded):
+	case c.pg.IsClosed() && !pgconn.Timeout(err):
 		// The session had ended (terminated, server restarted): its locks
 		// went with it.
 		s.endLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))

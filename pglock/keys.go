@@ -41,11 +41,7 @@ func (k *keyState) conflicts(m driver.Mode) bool {
 // returns false when it conflicts with what the driver has; Driver.mu is
 // held.
 func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
-	k := d.keys[key]
-	if k == nil {
-		k = &keyState{}
-		d.keys[key] = k
-	}
+	k := d.keyLocked(key)
 	if k.conflicts(m) {
 		return false
 	}
@@ -69,8 +65,32 @@ func (d *Driver) dropKeyLocked(key int64) {
 		close(k.changed)
 		k.changed = nil
 	}
-	if k.n == 0 && k.refs == 0 && !k.writer {
-		delete(d.keys, key)
+	d.tidyKeyLocked(key, k)
+}
+
+// keyLocked returns the state of key, made if needed; Driver.mu is held.
+func (d *Driver) keyLocked(key int64) *keyState {
+	k := d.keys[key]
+	if k == nil {
+		k, d.spareKey = d.spareKey, nil
+		if k == nil {
+			k = &keyState{}
+		}
+		d.keys[key] = k
+	}
+	return k
+}
+
+// tidyKeyLocked forgets k, the state of key, once nothing uses it, and
+// keeps it as the spare (see Driver.spareKey); Driver.mu is held.
+func (d *Driver) tidyKeyLocked(key int64, k *keyState) {
+	if k.n != 0 || k.refs != 0 || k.writer {
+		return
+	}
+	delete(d.keys, key)
+	if d.spareKey == nil && k.changed == nil {
+		k.shared = false
+		d.spareKey = k // its gate, if any, is empty: no Lock uses it
 	}
 }
 

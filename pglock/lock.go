@@ -86,11 +86,8 @@ func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, e
 		d.mu.Unlock()
 		return driver.Grant{}, errClosed
 	}
-	k := d.keys[key]
-	if k == nil {
-		k = &keyState{gate: make(chan struct{}, 1)}
-		d.keys[key] = k
-	} else if k.gate == nil {
+	k := d.keyLocked(key)
+	if k.gate == nil {
 		k.gate = make(chan struct{}, 1)
 	}
 	k.refs++
@@ -98,9 +95,7 @@ func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, e
 	defer func() {
 		d.mu.Lock()
 		k.refs--
-		if k.n == 0 && k.refs == 0 && !k.writer {
-			delete(d.keys, key)
-		}
+		d.tidyKeyLocked(key, k)
 		d.mu.Unlock()
 	}()
 	select {
@@ -232,9 +227,8 @@ func (d *Driver) plan(r driver.Request, wait bool) plan {
 
 // tryOn runs p, a try, on a session that is not asked for keys (the
 // keys p may take), and makes the session the holder when the lock was
-// taken. The statement runs under the session's own bound, not ctx, which
-// bounds only the wait for the session: a statement interrupted half-way
-// would take the session's other locks with it.
+// taken. The statement runs under the session's own bound (session.bound),
+// not ctx, which bounds only the wait for the session.
 func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int64) (driver.Grant, error) {
 	period := d.period(r)
 	for retried := false; ; retried = true {
@@ -242,9 +236,9 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		sctx, cancel := s.stmtContext()
-		token, _, err := d.take(sctx, s.c, &p, false, nil)
-		cancel()
+		s.bound()
+		token, _, err := d.take(context.Background(), s.c, &p, false, nil)
+		s.unbound()
 		switch {
 		case err == nil:
 			return d.grantOn(s, r, p, token, keys)
@@ -284,14 +278,14 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 // letGo releases keys on s after a statement that asked for them failed;
 // false when that failed too. The caller has the use of s.
 func (s *session) letGo(m driver.Mode, keys []int64) bool {
-	ctx, cancel := s.stmtContext()
-	defer cancel()
 	sql := s.d.st.letGo
 	if m == driver.Read {
 		sql = s.d.st.letGoShared
 	}
 	s.c.begin(false)
-	_, err := s.c.pg.Exec(ctx, sql, keys)
+	s.bound()
+	_, err := s.c.pg.Exec(context.Background(), sql, keys)
+	s.unbound()
 	return err == nil
 }
 
@@ -330,12 +324,7 @@ func (d *Driver) newHold(s *session, r driver.Request, p plan) *hold {
 // before asking).
 func (d *Driver) adoptLocked(h *hold, r driver.Request) {
 	if r.Mode == driver.Permit {
-		k := d.keys[h.key]
-		if k == nil {
-			k = &keyState{}
-			d.keys[h.key] = k
-		}
-		k.n++
+		d.keyLocked(h.key).n++
 	}
 	h.s.holds[h] = struct{}{}
 	d.held[r.Owner] = h

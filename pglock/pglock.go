@@ -142,6 +142,9 @@ type Driver struct {
 	sessions []*session       // those acquisitions may use
 	held     map[string]*hold // by owner
 	keys     map[int64]*keyState
+	// spareKey is a keyState no key uses, for the next: most acquisitions
+	// then allocate none.
+	spareKey *keyState
 	waiting  map[*conn]context.CancelFunc
 }
 

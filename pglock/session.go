@@ -78,12 +78,16 @@ func (s *session) startKeeper() {
 	}
 }
 
-// stmtContext bounds a statement on the session. It is not the caller's
-// context: a statement interrupted half-way leaves the connection unusable,
-// and would take every lock of the session with it.
-func (s *session) stmtContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), stmtTimeouts*s.timeout)
+// bound bounds the statement about to run on the session, through its
+// socket's deadline: not the caller's context, since a statement
+// interrupted half-way leaves the connection unusable and would take every
+// lock of the session with it; and not a context of its own, which would
+// cost allocations on every statement. unbound lifts it.
+func (s *session) bound() {
+	_ = s.c.pg.PgConn().Conn().SetDeadline(time.Now().Add(stmtTimeouts * s.timeout))
 }
+
+func (s *session) unbound() { _ = s.c.pg.PgConn().Conn().SetDeadline(time.Time{}) }
 
 // acquire takes the use slot, and the socket from the watch, without a
 // look (export_test's Occupy: a check stuck on a silent server);
