@@ -142,6 +142,7 @@ func (d *Driver) session(ctx context.Context, keys []int64, period time.Duration
 				s.keys[k]++
 			}
 			s.n++
+			s.busy++
 		}
 		d.mu.Unlock()
 		if s == nil {
@@ -165,7 +166,7 @@ func (d *Driver) session(ctx context.Context, keys []int64, period time.Duration
 	for _, k := range keys {
 		s.keys[k]++
 	}
-	s.n = 1
+	s.n, s.busy = 1, 1
 	s.use <- struct{}{}
 	s.w.Pause()
 	d.mu.Lock()
@@ -181,18 +182,18 @@ func (d *Driver) session(ctx context.Context, keys []int64, period time.Duration
 }
 
 // pickLocked returns the session to ask for keys, or nil to open one:
-// one that is idle now, else the least loaded one once busySessions are
-// open. Driver.mu is held.
+// one no other acquisition is using, else the one fewest are using once
+// busySessions are open. Driver.mu is held.
 func (d *Driver) pickLocked(keys []int64, period time.Duration) *session {
 	var spare *session
 	for _, s := range d.sessions {
 		if s.n >= d.sessionLocks || s.period != period || s.holdsAny(keys) {
 			continue
 		}
-		if len(s.use) == 0 {
+		if s.busy == 0 {
 			return s
 		}
-		if spare == nil || s.n < spare.n {
+		if spare == nil || s.busy < spare.busy {
 			spare = s
 		}
 	}
@@ -223,6 +224,7 @@ func (s *session) dropReservation(keys []int64) {
 		s.unkeyLocked(k)
 	}
 	s.n--
+	s.busy--
 	empty := s.n == 0
 	d.mu.Unlock()
 	if empty {

@@ -307,6 +307,7 @@ func (d *Driver) grantOn(s *session, r driver.Request, p plan, token int64, keys
 		}
 		s.unkeyLocked(k)
 	}
+	s.busy--
 	d.adoptLocked(h, r)
 	d.mu.Unlock()
 	s.releaseUse()

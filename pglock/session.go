@@ -47,6 +47,7 @@ type session struct {
 	holds map[*hold]struct{}
 	keys  map[int64]int // keys held or being asked for on the session
 	n     int           // holds and acquisitions under way
+	busy  int           // acquisitions under way
 	gone  bool          // no longer among Driver.sessions
 }
 
@@ -291,7 +292,12 @@ func (s *session) endLost(cause error) error {
 // unreserve gives back a reservation that took no lock (see
 // Driver.session): its keys, and its place. The caller has the use of s,
 // and gives it back here.
-func (s *session) unreserve(keys []int64) { s.putBack(keys, 1) }
+func (s *session) unreserve(keys []int64) {
+	s.d.mu.Lock()
+	s.busy--
+	s.d.mu.Unlock()
+	s.putBack(keys, 1)
+}
 
 // putBack gives back the use of s, and with it places places and a count
 // of each of keys. A session left with nothing retires instead: its
