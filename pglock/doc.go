@@ -201,5 +201,11 @@
 // are not replicated: after a failover the locks are gone (their holders'
 // connections fail) while tokens continue from the replicated sequence;
 // with asynchronous replication, a failover that loses committed
-// transactions can repeat tokens handed out just before it.
+// transactions can repeat tokens handed out just before it. A lost
+// connection loses up to SessionLocks locks at once. The advisory locks
+// held at once on a server are bounded by its shared lock table
+// (max_locks_per_transaction × (max_connections +
+// max_prepared_transactions), with some slack): a server with the default
+// settings refuses further locks, with "out of shared memory", at about
+// 12,800.
 package pglock
