@@ -182,25 +182,36 @@ func (d *Driver) session(ctx context.Context, keys []int64, period time.Duration
 }
 
 // pickLocked returns the session to ask for keys, or nil to open one:
-// one no other acquisition is using, else the one fewest are using once
-// busySessions are open. Driver.mu is held.
+// one nothing is using; else a new one, on an idle connection or when
+// every session is in other acquisitions' hands; else one only a release
+// or a ping is using; and once busySessions are open, the one fewest
+// acquisitions are using. Driver.mu is held.
 func (d *Driver) pickLocked(keys []int64, period time.Duration) *session {
-	var spare *session
+	var unused, spare *session
 	for _, s := range d.sessions {
 		if s.n >= d.sessionLocks || s.period != period || s.holdsAny(keys) {
 			continue
 		}
 		if s.busy == 0 {
-			return s
+			if len(s.use) == 0 { // nor is a release or a ping, at a glance
+				return s
+			}
+			unused = s
 		}
 		if spare == nil || s.busy < spare.busy {
 			spare = s
 		}
 	}
-	if len(d.sessions) < busySessions {
+	switch {
+	case len(d.sessions) >= busySessions:
+		return spare
+	case len(d.idle) > 0, spare == nil, spare.busy > 0:
+		// An idle connection opens a session at no cost; and when every
+		// session is in other acquisitions' hands, one more runs side by
+		// side rather than after them.
 		return nil
 	}
-	return spare
+	return unused // nothing but a release or a ping has it: wait for it
 }
 
 // holdsAny reports whether s holds or is asked for one of keys;
