@@ -1,7 +1,8 @@
 // Package pglock is dlock's PostgreSQL backend (schemes postgres:// and
 // postgresql://), on github.com/jackc/pgx/v5. A lock is a session-level
-// advisory lock, held on a connection of its own for as long as the lease
-// lives; its fencing token comes from a table the driver keeps.
+// advisory lock, held for as long as the lease lives on one of the
+// driver's sessions, which many locks share; its fencing token comes from
+// a table the driver keeps.
 //
 // # URL
 //
@@ -18,6 +19,8 @@
 //	                  connection (default 5s, at least 10ms; Options.Keepalive)
 //	max_idle          idle connections kept for the next acquisitions (default 4;
 //	                  0 keeps none)
+//	session_locks     the most locks one session holds (default 256, at least 1;
+//	                  Options.SessionLocks)
 //	migrate           create the token table when the driver opens (default true)
 //	server_keepalive  set the sessions' server-side keep-alive timeouts (default
 //	                  true; see Options.NoServerKeepalive)
@@ -61,19 +64,36 @@
 // exclude each other, which is safe).
 //
 // Session-level advisory locks belong to a session, and are re-entrant
-// within it. So a Driver never shares a connection: each held lock and
-// each waiting acquisition has a connection of its own, opened by the
-// driver (never taken from a pool that could hand it to other code),
-// and a released lock gives its connection back to a small idle set
-// (Options.MaxIdle) that holds no lock. Each held lock and each waiter
-// costs one server connection: mind max_connections.
+// within it: a session asked for a key it holds gets it again. The driver
+// opens its connections itself (never from a pool that could hand them to
+// other code), and never asks a session for a key that the session holds
+// or is being asked for: it keeps a table of the keys it holds, answers a
+// TryLock at once with a *driver.HeldError when it holds the key already
+// (for another owner), and makes a Lock wait in the process.
 //
-// TryLock runs pg_try_advisory_lock, and Acquire pg_advisory_lock, which
-// waits on the server: either takes a free lock in one round trip on an
-// idle connection. When the context of a waiting Acquire ends, the driver
-// sends the server a cancel request for the query, so that the waiting
-// request leaves the lock's queue at once, and closes the connection.
-// Release runs pg_advisory_unlock on the holding connection.
+// Held locks share sessions: a session holds up to Options.SessionLocks
+// locks (session_locks, default 256), so a driver holding n locks uses
+// about n/256 connections, plus a few more while acquisitions run side by
+// side (up to 16 sessions before acquisitions wait for one another's
+// statements). A session that holds nothing more goes back to a small idle
+// set (Options.MaxIdle). Statements on a session run one at a time; a
+// caller's context bounds its wait for the session, never a statement on
+// it, which a bound of its own (four keep-alive timeouts) ends instead, as
+// a lost connection.
+//
+// TryLock runs pg_try_advisory_lock on a session: one round trip when a
+// session is at hand. Lock does the same first, and when another session
+// holds the lock, waits with pg_advisory_lock on a connection of its own,
+// on the server; the connection then becomes a session holding that lock
+// (and others later). One Lock per key and driver waits on the server; the
+// driver's other Locks of that key wait in the process behind it, so W
+// goroutines waiting for one name cost one connection. When the context
+// of a wait on the server ends, the driver sends the server a cancel
+// request for the query, so that the waiting request leaves the lock's
+// queue at once, and closes the connection. Release runs
+// pg_advisory_unlock on the holding session. So the connections of a
+// driver are about held/SessionLocks, one per name waited for on the
+// server, the idle ones and the listening one (see Lock kinds).
 //
 // # Fencing token
 //
@@ -98,24 +118,26 @@
 // # Loss
 //
 // A lock lives as long as its session: Grant.Expires is zero and nothing
-// is renewed. While no query runs on the holding connection, a keeper
-// goroutine waits for its socket to become readable, peeking
-// (MSG_PEEK, never reading, so pgx's bytes stay put): the end of the
-// stream, a socket error or an ErrorResponse (which a server sends unasked
-// only before it closes the session) is a loss, noticed within about a
-// round trip of pg_terminate_backend or a shutdown; other bytes (a notice,
-// anything under TLS) make it ping at once, which reads them. It also
-// pings every Options.Keepalive, or every third of the lock's TTL if that
-// is shorter, with a timeout of the interval (at least a second), for
-// networks that go silent. Grant.Check, which Lease.Err calls, makes one
-// non-blocking peek at the idle socket (while a query runs, a look at the
-// connection's TCP state instead, and no query starts before a peek found
-// the server still there), so a holder
-// resumed after a pause sees a closed connection at its first Err.
-// On a loss the lease's Done closes and its Err matches dlock.ErrLost; the
-// driver closes the connection, so that the server frees the lock if it
-// still has it. Lease.Refresh checks pg_locks for the lock on the session.
-// The peek is Linux only; elsewhere the pings alone find a loss.
+// is renewed. Each session has one keeper goroutine, for all its locks:
+// while no statement runs on the connection, it waits for its socket to
+// become readable, peeking (MSG_PEEK, never reading, so pgx's bytes stay
+// put): the end of the stream, a socket error or an ErrorResponse (which a
+// server sends unasked only before it closes the session) is a loss,
+// noticed within about a round trip of pg_terminate_backend or a shutdown;
+// other bytes (a notice, anything under TLS) make it ping at once, which
+// reads them. It also pings every Options.Keepalive, or every third of the
+// locks' TTL if that is shorter (a session holds locks of one such period),
+// with a timeout of the interval (at least a second), for networks that go
+// silent. Grant.Check, which Lease.Err calls, makes one non-blocking peek
+// at the idle socket (while a statement runs, a look at the connection's
+// TCP state instead, and no statement starts before a peek found the
+// server still there), so a holder resumed after a pause sees a closed
+// connection at its first Err. A lost connection loses every lock of its
+// session at once: each lease's Done closes and its Err matches
+// dlock.ErrLost; the driver closes the connection, so that the server
+// frees the locks if it still has them. At most SessionLocks locks go
+// with one connection. Lease.Refresh checks pg_locks for the lock on the
+// session. The peek is Linux only; elsewhere the pings alone find a loss.
 //
 // When the holder is the one that vanished (a crash, a power cut, a
 // partition), the server frees its locks when it notices the session is
@@ -179,5 +201,11 @@
 // are not replicated: after a failover the locks are gone (their holders'
 // connections fail) while tokens continue from the replicated sequence;
 // with asynchronous replication, a failover that loses committed
-// transactions can repeat tokens handed out just before it.
+// transactions can repeat tokens handed out just before it. A lost
+// connection loses up to SessionLocks locks at once. The advisory locks
+// held at once on a server are bounded by its shared lock table
+// (max_locks_per_transaction × (max_connections +
+// max_prepared_transactions), with some slack): a server with the default
+// settings refuses further locks, with "out of shared memory", at about
+// 12,800.
 package pglock

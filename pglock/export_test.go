@@ -13,8 +13,8 @@ func Crash(d *Driver) {
 	d.mu.Lock()
 	var conns []*conn
 	conns = append(conns, d.idle...)
-	for _, h := range d.held {
-		conns = append(conns, h.c)
+	for _, s := range d.sessions {
+		conns = append(conns, s.c)
 	}
 	for c := range d.waiting {
 		conns = append(conns, c)
@@ -31,7 +31,7 @@ func HolderPID(d *Driver, owner string) uint32 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if h := d.held[owner]; h != nil {
-		return h.c.pid()
+		return h.s.c.pid()
 	}
 	return 0
 }
@@ -66,15 +66,15 @@ func IdlePIDs(d *Driver) []uint32 {
 	return pids
 }
 
-// Occupy takes the use of the connection holding owner's lock, as a
+// Occupy takes the use of the session holding owner's lock, as a
 // keep-alive check stuck on a silent server would, until the returned
 // function is called.
 func Occupy(d *Driver, owner string) (free func()) {
 	d.mu.Lock()
 	h := d.held[owner]
 	d.mu.Unlock()
-	h.acquire()
-	return h.releaseUse
+	h.s.acquire()
+	return h.s.releaseUse
 }
 
 // NoKeeper stops the driver from starting the keeper goroutine of the
@@ -97,4 +97,11 @@ func SetDefaultConnectTimeout(t time.Duration) (restore func()) {
 	old := connectTimeout
 	connectTimeout = t
 	return func() { connectTimeout = old }
+}
+
+// Sessions returns the number of sessions holding locks.
+func Sessions(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
 }

@@ -48,14 +48,18 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Two waiters queue behind jobs/a, one candidate behind the leader.
+	// Two waiters queue behind jobs/a, one candidate behind the leader,
+	// each through a driver of its own: a driver's other waiters on a lock
+	// wait in the process, and its waiters on a lock it holds never reach
+	// the server.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waiting := make(chan error, 3)
+	w1, w2, w3 := newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})
 	for _, wait := range []func() error{
-		func() error { _, err := l.Acquire(wctx, "jobs/a"); return err },
-		func() error { _, err := l.Acquire(wctx, "jobs/a"); return err },
-		func() error { _, err := l.Campaign(wctx, "jobs/e", "next"); return err },
+		func() error { _, err := w1.Acquire(wctx, "jobs/a"); return err },
+		func() error { _, err := w2.Acquire(wctx, "jobs/a"); return err },
+		func() error { _, err := w3.Campaign(wctx, "jobs/e", "next"); return err },
 	} {
 		go func() { waiting <- wait() }()
 	}

@@ -170,7 +170,8 @@ func TestWriterPreference(t *testing.T) {
 }
 
 // TestConsecutiveReadersTogether: readers queued behind a writer are
-// admitted together when it leaves.
+// admitted together when it leaves. Each reader has a driver of its own,
+// as processes would: a driver queues one reader per lock on the server.
 func TestConsecutiveReadersTogether(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -183,8 +184,9 @@ func TestConsecutiveReadersTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	leases := make(chan *dlock.Lease, readers)
 	for range readers {
+		rl := newLocker(t, pglock.Options{})
 		wg.Go(func() {
-			r, err := l.AcquireRead(ctx, name)
+			r, err := rl.AcquireRead(ctx, name)
 			if err != nil {
 				t.Error(err)
 				return

@@ -12,18 +12,22 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// TryLock takes the lock with pg_try_advisory_lock on a connection of its
-// own, advancing the name's token in the same statement: one round trip
-// when an idle connection is at hand. When another session holds the lock
-// it returns a *driver.HeldError (Remaining is 0: a session lock has no
+// TryLock takes the lock with pg_try_advisory_lock on one of the
+// driver's sessions, advancing the name's token in the same statement:
+// one round trip when a session is at hand. When this driver holds the
+// lock already (for another owner), or another session holds it, it
+// returns a *driver.HeldError (Remaining is 0: a session lock has no
 // expiry).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
-// Lock takes the lock with pg_advisory_lock, which waits on the server, on
-// a connection of its own: one round trip when the lock is free. When ctx
-// ends first, the driver asks the server to cancel the wait, so that
+// Lock first tries the lock as TryLock does: one round trip when it is
+// free. When another session holds it, it waits with pg_advisory_lock,
+// which waits on the server, on a connection of its own, which then
+// holds the lock. One Lock per key and driver waits on the server; the
+// driver's other Locks of that key wait in the process behind it. When
+// ctx ends first, the driver asks the server to cancel the wait, so that
 // nothing stays queued, closes that connection and returns ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
@@ -36,10 +40,146 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := checkMode(r); err != nil {
 		return driver.Grant{}, err
 	}
-	if r.Mode == driver.Permit && wait {
+	switch {
+	case r.Mode == driver.Permit && wait:
 		return d.lockPermit(ctx, r)
+	case r.Mode == driver.Permit:
+		return d.tryPermit(ctx, r)
+	case wait:
+		return d.lockKey(ctx, r)
 	}
-	return d.run(ctx, r, d.plan(r, wait), wait, nil)
+	p := d.plan(r, false)
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		d.mu.Unlock()
+		return driver.Grant{}, errClosed
+	case !d.reserveKeyLocked(p.key, r.Mode):
+		d.mu.Unlock()
+		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+	}
+	d.mu.Unlock()
+	g, err := d.tryOn(ctx, r, p, []int64{p.key})
+	if err != nil {
+		d.dropKey(p.key)
+	}
+	return g, err
+}
+
+// dropKey is dropKeyLocked for a caller without Driver.mu.
+func (d *Driver) dropKey(key int64) {
+	d.mu.Lock()
+	d.dropKeyLocked(key)
+	d.mu.Unlock()
+}
+
+// lockKey is Lock for the kinds of one key: it waits in the process
+// until it is the key's one Lock that may wait, and until the driver's
+// own holds of the key let it in, then tries the lock on a session, and
+// waits on the server, on a connection of its own, when another session
+// holds it.
+func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	try := d.plan(r, false)
+	key := try.key
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.Grant{}, errClosed
+	}
+	k := d.keyLocked(key)
+	if k.gate == nil {
+		k.gate = make(chan struct{}, 1)
+	}
+	k.refs++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		k.refs--
+		d.tidyKeyLocked(key, k)
+		d.mu.Unlock()
+	}()
+	select {
+	case k.gate <- struct{}{}:
+	case <-ctx.Done():
+		return driver.Grant{}, ctx.Err()
+	case <-d.life.Done():
+		return driver.Grant{}, errClosed
+	}
+	defer func() { <-k.gate }()
+	for {
+		d.mu.Lock()
+		if d.closed {
+			k.writer = false
+			d.mu.Unlock()
+			return driver.Grant{}, errClosed
+		}
+		if d.reserveKeyLocked(key, r.Mode) {
+			k.writer = false
+			d.mu.Unlock()
+			break
+		}
+		k.writer = r.Mode != driver.Read
+		if k.changed == nil {
+			k.changed = make(chan struct{})
+		}
+		changed := k.changed
+		d.mu.Unlock()
+		select {
+		case <-changed:
+			continue
+		case <-ctx.Done():
+		case <-d.life.Done():
+		}
+		d.mu.Lock()
+		k.writer = false
+		d.mu.Unlock()
+		if ctx.Err() != nil {
+			return driver.Grant{}, ctx.Err()
+		}
+		return driver.Grant{}, errClosed
+	}
+	g, err := d.tryOn(ctx, r, try, []int64{key})
+	if errors.Is(err, driver.ErrNotAcquired) {
+		// Another session holds it: wait on the server.
+		g, err = d.run(ctx, r, d.plan(r, true), true, nil)
+	}
+	if err != nil {
+		d.dropKey(key)
+	}
+	return g, err
+}
+
+// tryPermit takes a free permit of semaphore r.Name: the first slot,
+// among those this driver does not hold, that no other session holds.
+func (d *Driver) tryPermit(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	keys := permitKeys(d.st.table, r.Name, r.Limit)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.Grant{}, errClosed
+	}
+	free := keys[:0]
+	for _, k := range keys {
+		if ks := d.keys[k]; ks == nil || ks.n == 0 {
+			free = append(free, k)
+		}
+	}
+	d.mu.Unlock()
+	if len(free) == 0 {
+		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+	}
+	ch := channelName(d.st.table, r.Mode, r.Name)
+	p := plan{sql: d.st.tryPermit, args: []any{free, rowName(r.Mode, r.Name)}, permit: true, unlock: d.st.unlockPermit, channel: ch}
+	return d.tryOn(ctx, r, p, free)
+}
+
+// period is the keep-alive period of r's lock: Options.Keepalive, or a
+// third of the TTL if that is shorter.
+func (d *Driver) period(r driver.Request) time.Duration {
+	if r.TTL > 0 {
+		return max(MinKeepalive, min(d.keepalive, r.TTL/3))
+	}
+	return d.keepalive
 }
 
 // A plan is the statement of one acquisition and what its hold needs.
@@ -85,9 +225,115 @@ func (d *Driver) plan(r driver.Request, wait bool) plan {
 	return plan{sql: pick(st.lock, st.tryLock), args: []any{k, row}, key: k, unlock: st.unlock}
 }
 
-// run executes p on a connection of its own and makes that connection the
-// holder when the lock was taken. A wait also ends, with errWoken, when
-// wake (if not nil) is closed or receives.
+// tryOn runs p, a try, on a session that is not asked for keys (the
+// keys p may take), and makes the session the holder when the lock was
+// taken. The statement runs under the session's own bound (session.bound),
+// not ctx, which bounds only the wait for the session.
+func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int64) (driver.Grant, error) {
+	period := d.period(r)
+	for retried := false; ; retried = true {
+		s, reused, err := d.session(ctx, keys, period)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		s.bound()
+		token, _, err := d.take(context.Background(), s.c, &p, false, nil)
+		s.unbound()
+		switch {
+		case err == nil:
+			return d.grantOn(s, r, p, token, keys)
+		case errors.Is(err, pgx.ErrNoRows):
+			s.unreserve(keys)
+			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		case pgCode(err) != "" && !s.c.pg.IsClosed():
+			// The server refused the statement and the session lives on;
+			// but a session lock taken before the statement failed
+			// outlives the statement's transaction: let go of the keys.
+			if s.letGo(r.Mode, keys) {
+				s.unreserve(keys)
+				if pgCode(err) == codeLockNotAvailable || pgCode(err) == codeQueryCanceled {
+					return driver.Grant{}, &driver.HeldError{Name: r.Name}
+				}
+				return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
+			}
+		}
+		// The connection's state is unknown: end the session, which frees
+		// anything it took.
+		dead := s.c.pg.IsClosed() // pgx closed it: the session had failed
+		s.endLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
+		switch {
+		case d.isClosed():
+			return driver.Grant{}, errClosed
+		case ctx.Err() != nil:
+			return driver.Grant{}, ctx.Err()
+		case reused && !retried && dead:
+			// A connection that had died (server restart, idle timeout):
+			// try once more on another.
+			continue
+		}
+		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
+	}
+}
+
+// letGo releases keys on s after a statement that asked for them failed;
+// false when that failed too. The caller has the use of s.
+func (s *session) letGo(m driver.Mode, keys []int64) bool {
+	sql := s.d.st.letGo
+	if m == driver.Read {
+		sql = s.d.st.letGoShared
+	}
+	s.c.begin(false)
+	s.bound()
+	_, err := s.c.pg.Exec(context.Background(), sql, keys)
+	s.unbound()
+	return err == nil
+}
+
+// grantOn makes the lock that p just took on s a hold of s; the caller
+// has the use of s, which this gives back.
+func (d *Driver) grantOn(s *session, r driver.Request, p plan, token int64, keys []int64) (driver.Grant, error) {
+	h := d.newHold(s, r, p)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		s.endLost(errClosed)
+		return driver.Grant{}, errClosed
+	}
+	kept := false
+	for _, k := range keys {
+		if k == p.key && !kept {
+			kept = true
+			continue
+		}
+		s.unkeyLocked(k)
+	}
+	s.busy--
+	d.adoptLocked(h, r)
+	d.mu.Unlock()
+	s.releaseUse()
+	return driver.Grant{Token: uint64(token), Lost: h.lost, Check: h.Check}, nil
+}
+
+// newHold returns the hold of the lock p took on s for r.
+func (d *Driver) newHold(s *session, r driver.Request, p plan) *hold {
+	return &hold{s: s, name: r.Name, owner: r.Owner, mode: r.Mode, key: p.key,
+		unlock: p.unlock, channel: p.channel, lost: make(chan struct{})}
+}
+
+// adoptLocked records h as held; Driver.mu is held. A permit's slot is
+// counted among the driver's keys here (other kinds reserved theirs
+// before asking).
+func (d *Driver) adoptLocked(h *hold, r driver.Request) {
+	if r.Mode == driver.Permit {
+		d.keyLocked(h.key).n++
+	}
+	h.s.holds[h] = struct{}{}
+	d.held[r.Owner] = h
+}
+
+// run executes p, a wait, on a connection of its own, and makes that
+// connection a session holding the lock when it was taken. The wait also
+// ends, with errWoken, when wake (if not nil) is closed or receives.
 func (d *Driver) run(ctx context.Context, r driver.Request, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)
@@ -194,49 +440,48 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 	return token, false, err
 }
 
-// grant makes c the holder of the lock just taken.
+// grant makes c, on which a wait just took the lock, a session holding
+// it: among the sessions later acquisitions may use.
 func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.Grant, error) {
-	period := d.keepalive
-	if r.TTL > 0 {
-		period = max(MinKeepalive, min(period, r.TTL/3))
-	}
-	h := newHold(d, c, r.Name, r.Owner, p.key, period)
-	h.mode, h.unlock, h.channel = r.Mode, p.unlock, p.channel
-	h.byTimer = d.timerKeeper.Load()
+	s := d.newSession(c, d.period(r))
+	s.keys[p.key] = 1
+	s.n = 1
+	h := d.newHold(s, r, p)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		c.close()
 		return driver.Grant{}, errClosed
 	}
-	d.held[r.Owner] = h
+	d.sessions = append(d.sessions, s)
+	d.adoptLocked(h, r)
 	d.mu.Unlock()
-	h.w.Start()
-	if !d.noKeeper.Load() {
-		go h.keep()
-	}
+	s.w.Start()
+	s.startKeeper()
 	return driver.Grant{Token: uint64(token), Lost: h.lost, Check: h.Check}, nil
 }
 
-// Unlock releases the lock with pg_advisory_unlock on the connection that
-// holds it, and makes the connection idle again. It returns an error
+// Unlock releases the lock with pg_advisory_unlock on the session that
+// holds it; a session left holding nothing goes back to the idle
+// connections. It returns an error
 // matching ErrNotHeld when r.Owner does not hold the lock through this
 // driver, or the lock's session has ended. When ctx ends during the
-// release, the connection is closed instead, which frees the lock as soon
-// as the server reads the close.
+// release, the unlock runs once the session is free (ctx bounds only the
+// wait for the session, never a statement on it).
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	h := d.lookup(r)
 	if h == nil {
 		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
 	}
+	d.forget(h)
 	return h.release(ctx)
 }
 
-// Refresh checks, on the lock's connection, that its session still holds
+// Refresh checks, on the lock's session, that the session still holds
 // the lock (in pg_locks), and returns the zero time: a session lock needs
 // no renewal. When the session no longer holds it, or the check fails
-// (which leaves the connection unusable, so that the lock goes with it),
-// the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
+// (which leaves the connection unusable, so that the session's locks go
+// with it), the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
 // that is done before the check starts only returns its error.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	h := d.lookup(r)

@@ -23,7 +23,7 @@ func init() {
 // ownParams are the URL parameters pglock reads, and dlockParams those
 // dlock.Open reads; neither goes to pgx.
 var (
-	ownParams   = []string{"table", "keepalive", "max_idle", "migrate", "server_keepalive"}
+	ownParams   = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
 	dlockParams = []string{"ttl", "renew"}
 )
 
@@ -49,6 +49,12 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("max_idle", u.String("max_idle", ""), errors.New("must not be negative"))
 	} else if o.MaxIdle == 0 {
 		o.MaxIdle = -1 // none, as the URL says
+	}
+	if o.SessionLocks, err = u.Int("session_locks", DefaultSessionLocks); err != nil {
+		return nil, err
+	}
+	if o.SessionLocks < 1 {
+		return nil, u.Err("session_locks", u.String("session_locks", ""), errors.New("must be at least 1"))
 	}
 	migrate, err := u.Bool("migrate", true)
 	if err != nil {

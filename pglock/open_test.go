@@ -96,6 +96,8 @@ func TestOpenErrors(t *testing.T) {
 		{[]string{"keepalive", "-1s"}},
 		{[]string{"max_idle", "-1"}},
 		{[]string{"max_idle", "many"}},
+		{[]string{"session_locks", "0"}},
+		{[]string{"session_locks", "lots"}},
 		{[]string{"migrate", "maybe"}},
 		{[]string{"server_keepalive", "sometimes"}},
 		{[]string{"colour", "red"}},                  // neither ours, nor pgx's, nor the server's

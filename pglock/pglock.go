@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,10 @@ const (
 	// DefaultMaxIdle is how many idle connections a driver keeps for the
 	// next acquisitions.
 	DefaultMaxIdle = 4
+	// DefaultSessionLocks is how many locks one session (one server
+	// connection) holds at most: 2,000 locks take 8 connections, and a
+	// lost connection takes at most 256 locks with it.
+	DefaultSessionLocks = 256
 	// DefaultConnectTimeout bounds each connection attempt (the TCP
 	// connect, TLS and the start-up exchange) of a configuration that sets
 	// no connect_timeout, so that a server that accepts connections but
@@ -66,6 +71,14 @@ type Options struct {
 	// released. Zero means DefaultMaxIdle; a negative value keeps none.
 	MaxIdle int
 
+	// SessionLocks is how many locks one of the driver's sessions holds
+	// at most. Held locks share sessions: a driver holding n locks uses
+	// about n/SessionLocks connections (more while acquisitions run side
+	// by side), and a lost connection loses every lock on it at once, so
+	// this bounds what one loss takes. 1 gives each lock a connection of
+	// its own. Zero means DefaultSessionLocks.
+	SessionLocks int
+
 	// NoMigrate stops NewDriver from creating the token table (see
 	// Migrate): set it when the role that takes locks may not create
 	// tables, and create the table beforehand.
@@ -89,9 +102,11 @@ type Options struct {
 // advisory locks. Create it with NewDriver (or New, or
 // dlock.Open with a postgres:// URL).
 //
-// Each held lock and each waiting acquisition has a connection of its own,
-// opened by the driver from its configuration and never shared; released
-// locks give their connection back to a small idle set.
+// Held locks share the driver's sessions, up to Options.SessionLocks on
+// each; each Lock waiting on the server has a connection of its own, one
+// per key at most. The driver opens its connections from its
+// configuration and never shares them with other code; a session that
+// holds nothing more goes back to a small idle set.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -100,6 +115,7 @@ type Driver struct {
 	st                statements
 	keepalive         time.Duration
 	maxIdle           int
+	sessionLocks      int
 	noServerKeepalive bool
 
 	// refuse makes dial fail, as for a crashed process (a test hook).
@@ -120,11 +136,16 @@ type Driver struct {
 	// observers counts the goroutines of Observe; Close waits for them.
 	observers sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	idle    []*conn
-	held    map[string]*hold // by owner
-	waiting map[*conn]context.CancelFunc
+	mu       sync.Mutex
+	closed   bool
+	idle     []*conn
+	sessions []*session       // those acquisitions may use
+	held     map[string]*hold // by owner
+	keys     map[int64]*keyState
+	// spareKey is a keyState no key uses, for the next: most acquisitions
+	// then allocate none.
+	spareKey *keyState
+	waiting  map[*conn]context.CancelFunc
 }
 
 // NewDriver returns a driver whose connections are made from config, which
@@ -161,6 +182,12 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 	case opt.MaxIdle < 0:
 		opt.MaxIdle = 0
 	}
+	switch {
+	case opt.SessionLocks == 0:
+		opt.SessionLocks = DefaultSessionLocks
+	case opt.SessionLocks < 0:
+		return nil, fmt.Errorf("pglock: SessionLocks %d is negative", opt.SessionLocks)
+	}
 	cfg := config.Copy()
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout
@@ -170,8 +197,10 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 		st:                newStatements(opt.Table),
 		keepalive:         opt.Keepalive,
 		maxIdle:           opt.MaxIdle,
+		sessionLocks:      opt.SessionLocks,
 		noServerKeepalive: opt.NoServerKeepalive,
 		held:              map[string]*hold{},
+		keys:              map[int64]*keyState{},
 		waiting:           map[*conn]context.CancelFunc{},
 	}
 	d.life, d.endLife = context.WithCancel(context.Background())
@@ -239,10 +268,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	idle := d.idle
 	d.idle = nil
-	var held []*hold
-	for _, h := range d.held {
-		held = append(held, h)
-	}
+	sessions := slices.Clone(d.sessions)
 	for _, cancel := range d.waiting {
 		cancel()
 	}
@@ -254,8 +280,8 @@ func (d *Driver) Close() error {
 	for _, c := range idle {
 		c.close()
 	}
-	for _, h := range held {
-		h.lose(errClosed)
+	for _, s := range sessions {
+		s.lose(errClosed)
 	}
 	if listening {
 		<-d.lis.done

@@ -41,8 +41,7 @@ func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant
 		case <-sub.wake:
 		default:
 		}
-		p := plan{sql: d.st.tryPermit, args: []any{keys, row}, permit: true, unlock: d.st.unlockPermit, channel: ch}
-		g, err := d.run(ctx, r, p, false, nil)
+		g, err := d.tryPermit(ctx, r)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
 			return g, err
 		}
@@ -50,7 +49,7 @@ func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		p = plan{sql: d.st.lock, args: []any{slot, row}, key: slot, unlock: d.st.unlockPermit, channel: ch}
+		p := plan{sql: d.st.lock, args: []any{slot, row}, key: slot, unlock: d.st.unlockPermit, channel: ch}
 		g, err = d.run(ctx, r, p, true, sub.wake)
 		if !errors.Is(err, errWoken) {
 			// Taken, or failed (a server-side timeout ends the wait with

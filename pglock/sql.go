@@ -19,6 +19,9 @@ type statements struct {
 	// in the same statement, returning the token: no row means not taken.
 	lock, tryLock, xactLock, tryXactLock string
 	unlock                               string
+	// letGo and letGoShared release whichever keys of the array $1 the
+	// session holds, after a statement that asked for them failed.
+	letGo, letGoShared string
 	// held reports whether this session holds key $1.
 	held string
 
@@ -72,6 +75,9 @@ func newStatements(table string) statements {
 		xactLock:    take("pg_advisory_xact_lock", "true"),
 		tryXactLock: take("pg_try_advisory_xact_lock", "l.ok"),
 		unlock:      `SELECT pg_advisory_unlock($1)`,
+		// A key not held draws a warning, not an error.
+		letGo:       `SELECT pg_advisory_unlock(k) FROM unnest($1::bigint[]) AS u(k)`,
+		letGoShared: `SELECT pg_advisory_unlock_shared(k) FROM unnest($1::bigint[]) AS u(k)`,
 		// A bigint key shows in pg_locks as classid (high 32 bits), objid
 		// (low 32 bits) and objsubid 1.
 		held: `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()

@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -114,13 +115,22 @@ func TestNotReentrant(t *testing.T) {
 	}
 }
 
-// TestManyHolders: one driver holds many locks at once, each on its own
-// session, and waiters on them each wait on a session of their own.
+// TestManyHolders: one driver holds many locks at once, on one session
+// (SessionLocks at its default) or each on its own (SessionLocks 1), and
+// waiters on them each wait on a session of their own.
 func TestManyHolders(t *testing.T) {
+	for _, perSession := range []int{0, 1} {
+		t.Run("session_locks="+strconv.Itoa(perSession), func(t *testing.T) {
+			testManyHolders(t, perSession)
+		})
+	}
+}
+
+func testManyHolders(t *testing.T, perSession int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := newAdmin(t)
-	a := newLocker(t, pglock.Options{})
+	a := newLocker(t, pglock.Options{SessionLocks: perSession})
 	b := newLocker(t, pglock.Options{})
 	const n = 12
 	base := "many/" + randomHex(4) + "/"
@@ -141,8 +151,8 @@ func TestManyHolders(t *testing.T) {
 		}
 		pids[holders[0]] = true
 	}
-	if len(pids) != n {
-		t.Errorf("%d locks held on %d sessions, want one session each", n, len(pids))
+	if want := map[int]int{0: 1, 1: n}[perSession]; len(pids) != want {
+		t.Errorf("%d locks held on %d sessions, want %d", n, len(pids), want)
 	}
 	var wg sync.WaitGroup
 	got := make([]*dlock.Lease, n)

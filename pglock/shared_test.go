@@ -1,0 +1,319 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/pglock"
+)
+
+// appDriver opens a driver whose sessions carry a fresh application_name,
+// which it returns, so that pg_stat_activity counts its connections.
+func appDriver(t *testing.T, o pglock.Options) (*pglock.Driver, string) {
+	t.Helper()
+	app := "pglock-shared-" + randomHex(4)
+	cfg := config(t)
+	cfg.RuntimeParams["application_name"] = app
+	if o.Table == "" {
+		o.Table = table
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := pglock.NewDriver(ctx, cfg, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d, app
+}
+
+// connections returns the number of server connections named app.
+func (a *admin) connections(t testing.TB, app string) int {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n int
+	if err := a.c.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestManyLocksFewConnections: one driver holds 2,000 locks at once on
+// 2000/DefaultSessionLocks sessions (rounded up), and the server sees no
+// more connections than those and the idle ones.
+func TestManyLocksFewConnections(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 2000
+	adm := newAdmin(t)
+	d, app := appDriver(t, pglock.Options{})
+	base := "shared/many/" + randomHex(4) + "/"
+	var rs []driver.Request
+	for i := range n {
+		r := driver.Request{Name: fmt.Sprintf("%s%d", base, i), Owner: randomHex(16), TTL: time.Minute}
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		rs = append(rs, r)
+	}
+	sessions := (n + pglock.DefaultSessionLocks - 1) / pglock.DefaultSessionLocks
+	if got := pglock.Sessions(d); got != sessions {
+		t.Errorf("%d locks on %d sessions, want %d", n, got, sessions)
+	}
+	conns := adm.connections(t, app)
+	t.Logf("%d locks held on %d sessions, %d server connections", n, pglock.Sessions(d), conns)
+	if conns > sessions+pglock.DefaultMaxIdle {
+		t.Errorf("%d server connections for %d locks, want at most %d", conns, n, sessions+pglock.DefaultMaxIdle)
+	}
+	var held int
+	adm.mu.Lock()
+	err := adm.c.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).Scan(&held)
+	adm.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held != n {
+		t.Errorf("the server shows %d advisory locks held by the driver's sessions, want %d", held, n)
+	}
+	for _, r := range rs {
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := pglock.Sessions(d); got != 0 {
+		t.Errorf("%d sessions left after every release, want 0", got)
+	}
+	if idle := pglock.Idle(d); idle == 0 || idle > pglock.DefaultMaxIdle {
+		t.Errorf("%d idle connections after every release, want 1..%d", idle, pglock.DefaultMaxIdle)
+	}
+}
+
+// TestLostSessionTakesItsLocks: terminating one session's backend ends
+// every lock on it at once (each Lost closes, Check and Release report the
+// loss, the server frees them), and no lock of another session.
+func TestLostSessionTakesItsLocks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const perSession, n = 10, 30
+	adm := newAdmin(t)
+	l := newLocker(t, pglock.Options{SessionLocks: perSession, Keepalive: time.Hour})
+	other := newLocker(t, pglock.Options{})
+	d := l.Driver().(*pglock.Driver)
+	base := "shared/lost/" + randomHex(4) + "/"
+	leases := make([]*dlock.Lease, n)
+	pids := make([]uint32, n)
+	byPID := map[uint32][]int{}
+	for i := range n {
+		var err error
+		if leases[i], err = l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i)); err != nil {
+			t.Fatal(err)
+		}
+		pids[i] = pglock.HolderPID(d, leases[i].Owner())
+		byPID[pids[i]] = append(byPID[pids[i]], i)
+	}
+	if len(byPID) != n/perSession {
+		t.Fatalf("%d locks on %d sessions, want %d", n, len(byPID), n/perSession)
+	}
+	pid := pids[0]
+	lost := byPID[pid]
+	if len(lost) != perSession {
+		t.Fatalf("the first session holds %d locks, want %d", len(lost), perSession)
+	}
+	adm.terminateNow(t, pid)
+	for _, i := range lost {
+		select {
+		case <-leases[i].Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lock %d: Done not closed 5s after its session was terminated", i)
+		}
+		if err := leases[i].Err(); !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("lock %d: Err() = %v, want ErrLost", i, err)
+		}
+		if err := leases[i].Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("lock %d: Release after the loss = %v, want ErrNotHeld", i, err)
+		}
+		// Freed on the server with the session (a backend reports its end
+		// before it lets its locks go: wait a little).
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := other.Acquire(actx, fmt.Sprintf("%s%d", base, i))
+		acancel()
+		if err != nil {
+			t.Errorf("lock %d: TryAcquire elsewhere after the loss: %v", i, err)
+		} else {
+			_ = got.Release(ctx)
+		}
+	}
+	for i, lease := range leases {
+		if pids[i] == pid {
+			continue
+		}
+		if err := lease.Err(); err != nil {
+			t.Errorf("lock %d of another session: Err() = %v", i, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("lock %d of another session: Release = %v", i, err)
+		}
+	}
+}
+
+// TestWaitersShareOneServerWait: 500 goroutines wait for one name through
+// one driver while another driver holds it: the server sees one waiting
+// request, the driver a handful of connections, and each goroutine then
+// gets the lock in turn, alone, with a token above the last.
+func TestWaitersShareOneServerWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const waiters = 500
+	adm := newAdmin(t)
+	d, app := appDriver(t, pglock.Options{})
+	l, err := dlock.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := newLocker(t, pglock.Options{})
+	name := "shared/wait/" + randomHex(4)
+	first, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		in      atomic.Int32
+		done    atomic.Int32
+		mu      sync.Mutex
+		last    = first.Token()
+		ordered = true
+		wg      sync.WaitGroup
+	)
+	for range waiters {
+		wg.Go(func() {
+			lease, err := l.Acquire(ctx, name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if in.Add(1) != 1 {
+				t.Error("two holders at once")
+			}
+			mu.Lock()
+			if lease.Token() <= last {
+				ordered = false
+			}
+			last = lease.Token()
+			mu.Unlock()
+			in.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				t.Error(err)
+			}
+			done.Add(1)
+		})
+	}
+	if !waitUntil(10*time.Second, func() bool { _, w := adm.lockRows(t, table, name); return w == 1 }) {
+		t.Fatal("no waiting request on the server")
+	}
+	time.Sleep(200 * time.Millisecond) // let every goroutine get to its wait
+	if _, w := adm.lockRows(t, table, name); w != 1 {
+		t.Errorf("%d waiting requests on the server from one driver, want 1", w)
+	}
+	conns := adm.connections(t, app)
+	t.Logf("%d goroutines waiting: %d server connections", waiters, conns)
+	if conns > 1+pglock.DefaultMaxIdle {
+		t.Errorf("%d server connections for %d waiters on one name, want at most %d", conns, waiters, 1+pglock.DefaultMaxIdle)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if n := done.Load(); n != waiters {
+		t.Errorf("%d of %d waiters got the lock", n, waiters)
+	}
+	if !ordered {
+		t.Error("tokens did not increase in the order the lock was held")
+	}
+}
+
+// TestOwnersOfOneDriverExclude: two owners of one driver exclude each
+// other on one name whatever their sessions (the driver answers the try
+// at once, and the wait ends at the release); two readers of one driver
+// share the lock on two sessions.
+func TestOwnersOfOneDriverExclude(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := newAdmin(t)
+	d := newDriver(t, pglock.Options{})
+	name := "shared/owners/" + randomHex(4)
+	a := driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute}
+	b := driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute}
+	if _, err := d.TryLock(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.TryLock(ctx, b)
+	if held, ok := errors.AsType[*driver.HeldError](err); !ok || held.Name != name {
+		t.Fatalf("TryLock of a second owner = %v, want a *HeldError", err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := d.Lock(ctx, b); got <- err }()
+	select {
+	case err := <-got:
+		t.Fatalf("Lock of a second owner returned %v while the first holds", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := d.Unlock(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Lock after the release = %v", err)
+	}
+	if err := d.Unlock(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+
+	r1 := driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute, Mode: driver.Read}
+	r2 := driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute, Mode: driver.Read}
+	for _, r := range []driver.Request{r1, r2} {
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, _ := adm.keyRows(t, pglock.ModeKey(table, driver.Read, name, 0)); len(h) != 2 || h[0] == h[1] {
+		t.Errorf("two readers of one driver held by sessions %v, want two", h)
+	}
+	w := driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute, Mode: driver.Write}
+	if _, err := d.TryLock(ctx, w); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Errorf("TryLock of a writer while readers hold = %v, want ErrNotAcquired", err)
+	}
+	for _, r := range []driver.Request{r1, r2} {
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSessionLocksURL: session_locks sets how many locks share a session.
+func TestSessionLocksURL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := dlock.Open(ctx, testURL(t, "", "table", table, "session_locks", "2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d := l.Driver().(*pglock.Driver)
+	base := "shared/url/" + randomHex(4) + "/"
+	for i := range 4 {
+		if _, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pglock.Sessions(d); n != 2 {
+		t.Errorf("4 locks with session_locks=2 on %d sessions, want 2", n)
+	}
+}
