@@ -328,6 +328,23 @@
 // exclude a dlock client of the other: every client of a name must use
 // the same layout and prefix.
 //
+// # Measured limits
+//
+// From one run of dlock bench --scale against one redis-server 7.0 on the
+// same 2 CPUs (docs/SCALING.md has the conditions, the command and the
+// charts):
+//
+//   - Waiters on one name: 4,876–7,271 acquisitions a second with 1 to
+//     1,000 waiters over 8 Lockers, every one handed to the next in the
+//     queue; the longest wait at 1,000 was 243ms.
+//   - Held locks: 100,000, at 167 bytes of server memory and 721 bytes of
+//     client heap each (about 6 million per GB); renewing them every 10s
+//     (the default TTL) costs the server 6% and the client 10% of a CPU.
+//   - Left after release: each name's fence counter, one key per name,
+//     until it expires.
+//   - Clients: 6,007 acquire+release a second from one, 15,010 from 64
+//     (63µs client and 51µs server CPU each).
+//
 // # Eviction
 //
 // A lock is a key with a TTL. Under a maxmemory-policy other than
