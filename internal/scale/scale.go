@@ -157,18 +157,21 @@ func (s *run) name(what string) string {
 	return s.c.Prefix + what + "-" + strconv.FormatInt(s.seq.Add(1), 10)
 }
 
-// fleet opens n clients, or as many as it could with the error that
-// stopped it.
-func (s *run) fleet(ctx context.Context, n int) ([]Locker, error) {
-	ls := make([]Locker, 0, n)
+// fleet opens n clients. It fails only when it could open none; when it
+// opened some, short says how many and what stopped it.
+func (s *run) fleet(ctx context.Context, n int) (ls []Locker, short string, err error) {
+	ls = make([]Locker, 0, n)
 	for range n {
 		l, err := s.t.Open(ctx)
 		if err != nil {
-			return ls, err
+			if len(ls) == 0 {
+				return nil, "", fmt.Errorf("scale: %s: open a client: %w", s.t.Name, err)
+			}
+			return ls, fmt.Sprintf("opened %d of %d clients: %v", len(ls), n, err), nil
 		}
 		ls = append(ls, l)
 	}
-	return ls, nil
+	return ls, "", nil
 }
 
 func closeAll(ls []Locker) {
@@ -204,14 +207,12 @@ func (s *run) count(gc bool) counter {
 func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	p := Point{Target: s.t.Name, Sweep: SweepWaiters, X: w, Values: map[string]float64{}}
 	s.say("%d waiters on one name (%v)", w, s.c.Step)
-	ls, err := s.fleet(ctx, min(w, s.c.Fleet))
-	defer closeAll(ls)
-	if len(ls) == 0 {
-		return p, fmt.Errorf("scale: %s: open a client: %w", s.t.Name, err)
-	}
+	ls, short, err := s.fleet(ctx, min(w, s.c.Fleet))
 	if err != nil {
-		p.Note = fmt.Sprintf("opened %d of %d clients: %v", len(ls), min(w, s.c.Fleet), err)
+		return p, err
 	}
+	defer closeAll(ls)
+	p.Note = short
 	name := s.name("wait")
 	// Warm each client up on the name (connections, scripts).
 	for _, l := range ls {
@@ -238,6 +239,12 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 		firstE  error
 		wg      sync.WaitGroup
 	)
+	failed := func(err error) { // under mu
+		errs++
+		if firstE == nil {
+			firstE = err
+		}
+	}
 	for g := range w {
 		wg.Go(func() {
 			l := ls[g%len(ls)]
@@ -248,10 +255,7 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 				mu.Lock()
 				if err != nil {
 					if wctx.Err() == nil && window {
-						errs++
-						if firstE == nil {
-							firstE = err
-						}
+						failed(err)
 					}
 					if window || wctx.Err() != nil {
 						maxWait = max(maxWait, d) // a cancelled wait counts as far as it got
@@ -275,10 +279,7 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 				mu.Unlock()
 				if err := h.Release(ctx); err != nil && wctx.Err() == nil {
 					mu.Lock()
-					errs++
-					if firstE == nil {
-						firstE = err
-					}
+					failed(err)
 					mu.Unlock()
 				}
 			}
@@ -336,11 +337,11 @@ func (s *run) held(ctx context.Context) ([]Point, error) {
 	if len(s.c.Held) == 0 {
 		return nil, nil
 	}
-	ls, err := s.fleet(ctx, s.c.Fleet)
-	defer closeAll(ls)
-	if len(ls) == 0 {
-		return nil, fmt.Errorf("scale: %s: open a client: %w", s.t.Name, err)
+	ls, _, err := s.fleet(ctx, s.c.Fleet)
+	if err != nil {
+		return nil, err
 	}
+	defer func() { closeAll(ls) }() // ls is closed and emptied before the leftovers are read
 	prefix := s.c.Prefix + "held/"
 	probe := s.name("probe")
 	for _, l := range ls {
@@ -528,11 +529,11 @@ func (s *run) releaseAll(ctx context.Context, hs []Held) string {
 func (s *run) clients(ctx context.Context, n int) (Point, error) {
 	p := Point{Target: s.t.Name, Sweep: SweepClients, X: n, Values: map[string]float64{}}
 	s.say("%d clients on names of their own (%v)", n, s.c.Step)
-	ls, err := s.fleet(ctx, min(n, s.c.Fleet))
-	defer closeAll(ls)
-	if len(ls) == 0 {
-		return p, fmt.Errorf("scale: %s: open a client: %w", s.t.Name, err)
+	ls, _, err := s.fleet(ctx, min(n, s.c.Fleet))
+	if err != nil {
+		return p, err
 	}
+	defer closeAll(ls)
 	names := make([]string, n)
 	for g := range n {
 		names[g] = s.name("client")
