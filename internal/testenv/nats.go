@@ -192,7 +192,40 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 	for _, s := range c.Servers {
 		s.waitReady(30 * time.Second)
 	}
+	if n > 1 {
+		c.waitPlacement(30 * time.Second)
+	}
 	return c
+}
+
+// waitPlacement waits until the cluster places a stream on all its
+// servers: a meta leader answers JetStream's account information before
+// it has heard from every peer, and until then a replicated bucket is
+// refused ("no suitable peers for placement").
+func (c *NATSCluster) waitPlacement(timeout time.Duration) {
+	c.t.Helper()
+	js, err := jetstream.New(c.Conn(c.t))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := jetstream.StreamConfig{Name: "testenv-ready", Subjects: []string{"testenv.ready"},
+		Storage: jetstream.MemoryStorage, Replicas: len(c.Servers)}
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = js.CreateStream(ctx, cfg)
+		if err == nil {
+			err = js.DeleteStream(ctx, cfg.Name)
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nats cluster %s: a stream of %d replicas not placed after %v: %v", c.URL(), len(c.Servers), timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // URL returns the servers' addresses as a nats:// URL's host list
