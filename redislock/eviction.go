@@ -5,15 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
-
-// evictionCheckTimeout bounds the driver's read of maxmemory-policy.
-const evictionCheckTimeout = 5 * time.Second
 
 // checkEviction reads the maxmemory-policy of c's server (of each master,
 // for a Redis Cluster) and logs one warning on log when it may evict lock
@@ -23,7 +19,7 @@ const evictionCheckTimeout = 5 * time.Second
 // do, or an ACL without +config) is not checked: that is logged at Debug,
 // as the check is advice, not a condition of use.
 func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logger) {
-	risky := redisutil.Evicting(ctx, []redis.UniversalClient{c}, evictionCheckTimeout, func(addr string, err error) {
+	risky := redisutil.Evicting(ctx, []redis.UniversalClient{c}, redisutil.CheckTimeout, func(addr string, err error) {
 		log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",
 			"addr", addr, "err", err)
 	})
@@ -41,7 +37,7 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logge
 // not wait for one: Close cancels it (a driver closed at once is not
 // checked) and waits for it to end.
 func (d *Driver) startEvictionCheck(log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), redisutil.CheckTimeout)
 	d.stopCheck = cancel
 	d.checking.Add(1)
 	go func() {

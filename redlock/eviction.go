@@ -15,7 +15,9 @@ import (
 // its knowing, and enough of them free the lock on a quorum while the
 // holder believes it holds it. It runs in the background because a
 // redlock driver opens with its nodes unreached (some may be down); a node
-// that does not answer within the node timeout, or does not let the client
+// that does not answer within redisutil.CheckTimeout (not the node
+// timeout: a first dial and TLS handshake may take longer, and a read that
+// gave up would cost the client that connection), or does not let the client
 // read its configuration (CONFIG disabled or renamed, an ACL without
 // +config), is not checked, which is logged at Debug. Close cancels the
 // check and waits for it.
@@ -26,7 +28,7 @@ func (d *Driver) startEvictionCheck(log *slog.Logger) {
 	go func() {
 		defer d.checking.Done()
 		defer cancel()
-		risky := redisutil.Evicting(ctx, d.clients, d.nodeTimeout, func(addr string, err error) {
+		risky := redisutil.Evicting(ctx, d.clients, redisutil.CheckTimeout, func(addr string, err error) {
 			log.Debug("redlock: cannot read a node's maxmemory-policy; whether it may evict lock keys is not checked",
 				"node", addr, "err", err)
 		})

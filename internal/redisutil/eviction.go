@@ -31,6 +31,13 @@ func EvictionPolicy(ctx context.Context, c redis.Cmdable) (policy string, mayEvi
 	return p, p != "noeviction", nil
 }
 
+// CheckTimeout bounds a background read of a server's configuration:
+// long enough for a first dial and TLS handshake, which a request's own
+// timeout (Redlock's node timeout) may not be. A read bounded by less
+// would also cost the client its new connection: go-redis drops a
+// connection whose first request times out.
+const CheckTimeout = 5 * time.Second
+
 // Evicting reads the policy of every server of clients at once, each
 // within timeout (a Cluster client stands for its primaries), and
 // returns "<policy> on <address>" for each that may evict lock keys, in
