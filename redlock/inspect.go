@@ -20,7 +20,9 @@ import (
 // them for an empty prefix), sorted by name, as a quorum of the nodes sees
 // them, for tools such as `dlock status`. A lock is listed when one owner
 // holds its key on at least a quorum of the nodes that answered; its
-// token is the highest fencing counter among those nodes, and its expiry
+// token is the fencing counter most of those nodes share (the grant's: a
+// node whose acquire landed after the grant also holds the key, under a
+// counter of its own), and its expiry
 // the time for which a quorum of them still holds it. Waiters are unknown
 // (-1): Redlock waiters do not queue. Every node is asked in parallel:
 // SCAN of the lock keys, then one pipeline of reads per node. Inspect
@@ -108,10 +110,12 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			}
 			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: -1}
 			ttls := make([]time.Duration, 0, len(rs))
+			tokens := make([]uint64, 0, len(rs))
 			for _, r := range rs {
-				info.Token = max(info.Token, r.token)
 				ttls = append(ttls, r.ttl)
+				tokens = append(tokens, r.token)
 			}
+			info.Token = grantToken(tokens)
 			// Held on a quorum until the quorum-th longest TTL runs out.
 			slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
 			if ttl := ttls[d.quorum-1]; ttl > 0 {
@@ -122,6 +126,26 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// grantToken returns the fencing counter most of tokens share (on a
+// tie, the highest): the grant's, which the grant wrote back to its
+// quorum. A node whose acquire landed after the grant was decided also
+// holds the owner's key, but under a counter of its own.
+func grantToken(tokens []uint64) uint64 {
+	slices.Sort(tokens)
+	best, bestRun, run := tokens[0], 0, 0
+	for i, t := range tokens {
+		if i > 0 && t == tokens[i-1] {
+			run++
+		} else {
+			run = 1
+		}
+		if run >= bestRun {
+			best, bestRun = t, run
+		}
+	}
+	return best
 }
 
 var _ driver.Inspector = (*Driver)(nil)

@@ -9,8 +9,9 @@ import (
 )
 
 // Inspect lists the locks a quorum of nodes holds for one owner, with the
-// highest counter as the token, and nothing held on a minority only; it
-// needs a quorum of nodes to answer.
+// grant's token even where a node's acquire landed late (the owner's key
+// under a higher counter of that node's), and nothing held on a minority
+// only; it needs a quorum of nodes to answer.
 func TestInspect(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := t.Context()
@@ -49,6 +50,12 @@ func TestInspect(t *testing.T) {
 		if left := time.Until(g.Expires); left <= 0 || left > held.TTL() {
 			t.Errorf("%s: expires in %v, want within the TTL %v", what, left, held.TTL())
 		}
+	}
+	// Node 0 as an acquire that landed after the grant leaves it: the
+	// holder's key under a counter of its own.
+	_, fence := d.keys(base + "/a")
+	if err := c.admin[0].Set(ctx, fence, held.Token()+1000, 0).Err(); err != nil {
+		t.Fatal(err)
 	}
 	check("all nodes up")
 	c.kill(3, 4)
