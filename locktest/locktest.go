@@ -146,18 +146,23 @@ func release(t *testing.T, ctx context.Context, lease *dlock.Lease) {
 	}
 }
 
-// tryDecided is TryAcquire, asked again (up to 3 times in all) while a
-// multi-node backend answers that too few nodes answered in time to decide
-// (ErrNoQuorum: a loaded machine, a first TLS handshake): the checks below
-// need a decision, held or free.
-func tryDecided(ctx context.Context, l *dlock.Locker, name string) (*dlock.Lease, error) {
+// decided calls try again (up to 3 times in all) while a multi-node backend
+// answers that too few nodes answered in time to decide (ErrNoQuorum: a
+// loaded machine, a first TLS handshake): the checks that use it need a
+// decision, held or free.
+func decided[T any](try func() (T, error)) (T, error) {
 	for i := 0; ; i++ {
-		lease, err := l.TryAcquire(ctx, name)
+		v, err := try()
 		if err == nil || !errors.Is(err, dlock.ErrNoQuorum) || i == 2 {
-			return lease, err
+			return v, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tryDecided is TryAcquire until decided.
+func tryDecided(ctx context.Context, l *dlock.Locker, name string) (*dlock.Lease, error) {
+	return decided(func() (*dlock.Lease, error) { return l.TryAcquire(ctx, name) })
 }
 
 // mustBeHeld checks, with a fresh client's TryAcquire, that name is held.

@@ -75,7 +75,7 @@ func (s *suite) multiAllOrNothing(t *testing.T, ctx context.Context, name string
 	n1, n2, n3 := name+"/1", name+"/2", name+"/3"
 	mid := acquire(t, ctx, c, n2)
 
-	m, err := a.TryAcquireAll(ctx, []string{n3, n2, n1})
+	m, err := decided(func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n3, n2, n1}) })
 	if err == nil {
 		_ = m.Release(ctx)
 		t.Fatal("TryAcquireAll succeeded while one of its locks was held")

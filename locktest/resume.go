@@ -100,14 +100,7 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
-// resumeDecided is Resume, asked again (up to 3 times in all) while a
-// multi-node backend cannot decide (see tryDecided).
+// resumeDecided is Resume until decided (see decided).
 func resumeDecided(ctx context.Context, l *dlock.Locker, h dlock.Handle) (*dlock.Lease, error) {
-	for i := 0; ; i++ {
-		lease, err := l.Resume(ctx, h)
-		if err == nil || !errors.Is(err, dlock.ErrNoQuorum) || i == 2 {
-			return lease, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return decided(func() (*dlock.Lease, error) { return l.Resume(ctx, h) })
 }
