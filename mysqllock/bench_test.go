@@ -23,19 +23,42 @@ import (
 // connection ("raw"), which has no fencing token and no keep-alive.
 // "mysqllock" runs on a pool the driver treats as the caller's (it saves
 // and restores the session's wait_timeout around each lock), and
-// "exclusive" on one with Options.ExclusivePool, as Open makes.
+// "exclusive" on one with Options.ExclusivePool, and "url" on the pool a
+// mysql:// URL makes (exclusive, its sockets watched).
 
-// modes are the driver's two pool modes.
-var modes = []struct {
-	name      string
-	exclusive bool
-}{{"mysqllock", false}, {"exclusive", true}}
+// A mode is one of the ways the driver gets its pool.
+type mode struct {
+	name           string
+	exclusive, url bool
+}
+
+// modes are the driver's pool modes.
+var modes = []mode{{"mysqllock", false, false}, {"exclusive", true, false}, {"url", true, true}}
+
+// locker returns a Locker of mode m on the token table (a new one when
+// empty), closed when b ends.
+func (m mode) locker(b *testing.B, table string) *dlock.Locker {
+	b.Helper()
+	if !m.url {
+		l, _ := newLocker(b, mysqllock.Options{Table: table, ExclusivePool: m.exclusive})
+		return l
+	}
+	if table == "" {
+		table = testTable(b)
+	}
+	l, err := dlock.Open(context.Background(), serverURL(b, "table="+table))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
+}
 
 func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			l, _ := newLocker(b, mysqllock.Options{ExclusivePool: m.exclusive})
+			l := m.locker(b, "")
 			warm(b, l, "u")
 			b.ReportAllocs()
 			for b.Loop() {
@@ -149,7 +172,7 @@ func BenchmarkParallelNames(b *testing.B) {
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			l, _ := newLocker(b, mysqllock.Options{ExclusivePool: m.exclusive})
+			l := m.locker(b, "")
 			warm(b, l, "p")
 			parallel(b, func(name string) error {
 				lease, err := l.Acquire(ctx, name)
@@ -192,10 +215,10 @@ func BenchmarkContended8(b *testing.B) {
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			o := mysqllock.Options{Table: testTable(b), ExclusivePool: m.exclusive}
+			table := testTable(b)
 			lockers := make([]*dlock.Locker, contenders)
 			for g := range lockers {
-				lockers[g], _ = newLocker(b, o)
+				lockers[g] = m.locker(b, table)
 				warm(b, lockers[g], "c")
 			}
 			run(b, func(g int) error {

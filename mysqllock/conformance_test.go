@@ -16,7 +16,11 @@ import (
 const suiteTTL = 2 * time.Second
 
 // runSuite runs the conformance suite with clients from newLocker.
-// TakeAway kills the holder's connection, found with IS_USED_LOCK; Crash
+// TakeAway kills the holder's connection, found with IS_USED_LOCK, and
+// waits until the server has ended it: KILL returns before the killed
+// connection's locks are free, and the holder's other locks, on the same
+// session, go with it (the suite's MultiLostPart then expects the other
+// part of a set free after its Release); Crash
 // stops the client's keep-alive checks for good, as a host that vanished
 // would: the server closes the silent connection after its wait_timeout,
 // which frees the lock.
@@ -40,6 +44,9 @@ func runSuiteAs(t *testing.T, adm *admin, newLocker func(t *testing.T, opts ...d
 				t.Fatalf("TakeAway(%q): nobody holds it", name)
 			}
 			a.kill(id)
+			if !eventually(5*time.Second, func() bool { return !a.alive(id) }) {
+				t.Fatalf("TakeAway(%q): connection %d still on the server 5s after KILL", name, id)
+			}
 		},
 		TTL: suiteTTL,
 		Crash: func(t *testing.T, l *dlock.Locker) {

@@ -39,3 +39,10 @@ func SetOpenTimeout(d time.Duration) (restore func()) {
 	openTimeout = d
 	return func() { openTimeout = old }
 }
+
+// Sessions returns the number of the driver's sessions.
+func Sessions(d *Driver) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
-	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // How a cancelled wait is ended: KILL QUERY is given killTimeout to be
@@ -26,20 +26,25 @@ const (
 // abandoned.
 const cleanupTimeout = time.Second
 
-// TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on a
-// connection of its own. When another connection holds the lock, it
-// returns a *driver.HeldError and the connection goes back to the pool.
+// TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on one of
+// the driver's sessions (one with room, not asked for the lock already:
+// GET_LOCK is re-entrant within a session), then the token, on the same
+// connection. When another connection holds the lock, it returns a
+// *driver.HeldError. ctx bounds the wait for a session and the checkout
+// of a connection, not the statements on a shared session (see session).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
-// Lock implements driver.Waiter: the server queues the wait (GET_LOCK with
-// a timeout), and ctx ends it with a KILL QUERY of the waiting statement
-// from another connection, so that nothing stays queued when Lock
-// returns. Of the driver's Lock calls for one name, one at a time waits on
-// the server; the others queue in the process, in order of arrival, with
-// no connection, and a ctx that ends takes its call out of the queue at
-// once.
+// Lock implements driver.Waiter. It first tries the lock as TryLock does;
+// when another connection holds it, the server queues the wait (GET_LOCK
+// with a timeout) on a connection of its own, which then becomes a
+// session holding the lock, and ctx ends the wait with a KILL QUERY of
+// the waiting statement from another connection, so that nothing stays
+// queued when Lock returns. Of the driver's Lock calls for one name, one
+// at a time tries and waits; the others queue in the process, in order of
+// arrival, with no connection, and a ctx that ends takes its call out of
+// the queue at once.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -47,6 +52,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
 	// Names are sent as SQL literals: they must be valid (see literal).
 	if err := dlock.ValidateName(r.Name); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
 	if err := d.begin(); err != nil {
@@ -63,87 +71,222 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		}
 		defer g.Leave(struct{}{})
 	}
+	g, err := d.tryOn(ctx, r)
+	if !wait || !errors.Is(err, driver.ErrNotAcquired) {
+		return g, err
+	}
+	return d.waitOn(ctx, r)
+}
+
+// tryOn runs GET_LOCK(key, 0) on a session, and the token after it, and
+// makes the session the lock's holder when it got the lock.
+func (d *Driver) tryOn(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	key := d.LockName(r.Name)
+	timeout := sessionTimeout(r.TTL)
+	for retried := false; ; retried = true {
+		s, fresh, err := d.session(ctx, key, timeout)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		var got sql.NullInt64
+		if fresh {
+			err = d.openSession(s, key, &got)
+		} else {
+			err = s.query("SELECT GET_LOCK("+literal(key)+", 0)", &got)
+		}
+		switch {
+		case err == nil && got.Valid && got.Int64 == 1:
+			tok, err := s.bump(r.Name)
+			if err != nil {
+				s.letGo(key)
+				return driver.Grant{}, err
+			}
+			return d.grantOn(s, r, key, tok, fresh)
+		case err == nil && got.Valid:
+			s.putBack(key)
+			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		case err == nil:
+			err = errNullLock
+		}
+		// The connection failed, or its state is unknown: end the session,
+		// which frees anything it held.
+		s.endLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
+		switch {
+		case d.isClosed():
+			return driver.Grant{}, driver.ErrClosed
+		case ctx.Err() != nil:
+			return driver.Grant{}, ctx.Err()
+		case !fresh && !retried:
+			// A shared connection that had died (a server restart, a
+			// kill): try once more on another.
+			continue
+		}
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, err)
+	}
+}
+
+// openSession sets up a fresh session, s, with its first GET_LOCK(key, 0): the
+// session's wait_timeout goes down to the lock's TTL (in whole seconds)
+// before the lock can be granted, so that the server frees the locks of a
+// holder that went silent (a host that died without closing its
+// connections, a partition) after the TTL, not after its default of 8
+// hours. On the caller's pool the old value is saved, to be restored when
+// the session retires; on an exclusive pool the connection keeps the
+// value the last session set, and its first GET_LOCK runs with the DSN's
+// wait_timeout.
+func (d *Driver) openSession(s *session, key string, got *sql.NullInt64) error {
+	if !d.exclusive {
+		if err := s.exec(saveTimeout(s.timeout)); err != nil {
+			return fmt.Errorf("set wait_timeout: %w", err)
+		}
+	}
+	var id, current int64
+	if err := s.query("SELECT GET_LOCK("+literal(key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout", got, &id, &current); err != nil {
+		return err
+	}
+	s.identify(id)
+	if time.Duration(current)*time.Second != s.timeout {
+		if err := s.exec("SET SESSION wait_timeout = " + seconds(s.timeout)); err != nil {
+			return fmt.Errorf("set wait_timeout: %w", err)
+		}
+	}
+	return nil
+}
+
+// exec runs q on the session, bounded as query is; the caller has the use
+// of s.
+func (s *session) exec(q string) error {
+	ctx, cancel := s.bound()
+	defer cancel()
+	sent := time.Now()
+	_, err := s.conn.ExecContext(ctx, q)
+	if err == nil {
+		s.lastOK = sent
+	}
+	return err
+}
+
+// bump advances the token of name on the session, which has just taken
+// its lock; the caller has the use of s.
+func (s *session) bump(name string) (uint64, error) {
+	ctx, cancel := s.bound()
+	defer cancel()
+	sent := time.Now()
+	tok, err := s.d.bump(ctx, s.conn, name)
+	if err == nil {
+		s.lastOK = sent
+	}
+	return tok, err
+}
+
+// letGo releases key on the session after the acquisition failed past
+// GET_LOCK, and gives the session back; when the release fails too, the
+// session ends, which frees the lock. The caller has the use of s.
+func (s *session) letGo(key string) {
+	var rel sql.NullInt64
+	if err := s.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
+		s.endLost(fmt.Errorf("mysqllock: releasing an abandoned lock failed: %w", err))
+		return
+	}
+	s.putBack(key)
+}
+
+// grantOn makes the lock that s just took for r a hold of s; the caller
+// has the use of s, which this gives back. A fresh session joins the
+// driver's sessions, and its keeper starts.
+func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64, fresh bool) (driver.Grant, error) {
+	h := &hold{s: s, name: r.Name, owner: r.Owner, key: key, lost: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		s.endLost(driver.ErrClosed)
+		return driver.Grant{}, driver.ErrClosed
+	}
+	s.holds[h] = struct{}{}
+	d.held[r.Owner] = h
+	if fresh {
+		d.sessions = append(d.sessions, s)
+	}
+	d.mu.Unlock()
+	if fresh {
+		s.start()
+	}
+	s.releaseUse()
+	return driver.Grant{Token: token, Lost: h.lost, Check: h.Check}, nil
+}
+
+// waitOn waits on the server for r's lock, on a connection of its own,
+// which becomes a session holding the lock once it has it.
+func (d *Driver) waitOn(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	key := d.LockName(r.Name)
 	c, err := d.db.Conn(ctx)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", r.Name, err)
 	}
-	l := newLock(d, r, c)
-	if err := d.take(ctx, l, wait); err != nil {
-		return driver.Grant{}, err
-	}
-	l.w = sockwatch.New(d.socks.socket(l.id), d.socks != nil && d.socks.opaque, sessionEnded)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		l.abandon(true)
-		return driver.Grant{}, driver.ErrClosed
-	}
-	d.held[r.Owner] = l
-	d.mu.Unlock()
-	l.w.Start()
-	go l.keepAlive()
-	if l.w.Watched() && !d.noWatch.Load() {
-		go l.watch()
-	}
-	return driver.Grant{Token: l.token, Lost: l.lost, Check: l.Check}, nil
-}
-
-// take gets the lock on l's connection and advances its counter. On
-// error, the connection is back in the pool or discarded, and nothing is
-// held.
-func (d *Driver) take(ctx context.Context, l *lock, wait bool) error {
-	// The session's wait_timeout goes down to the lock's TTL (in whole
-	// seconds) before the lock can be granted, so that the server frees
-	// the lock of a holder that went silent (a host that died without
-	// closing its connections, a partition) after the TTL, not after its
-	// default of 8 hours. On the caller's pool the old value is saved, to
-	// be restored after the release; on an exclusive pool the connection
-	// keeps the value the last lock set, and its first GET_LOCK runs with
-	// the DSN's wait_timeout.
+	s := d.newSession(c, sessionTimeout(r.TTL))
+	s.keys[key] = struct{}{}
+	s.n = 1
+	s.use <- struct{}{} // the caller's until the grant
+	// On this connection of its own, the statements run under ctx: when
+	// it ends, go-sql-driver closes the connection, which holds nothing
+	// else.
 	if !d.exclusive {
-		if _, err := l.conn.ExecContext(ctx, l.saveTimeout()); err != nil {
-			discard(l.conn)
-			return fmt.Errorf("mysqllock: set wait_timeout for %q: %w", l.name, err)
+		if _, err := c.ExecContext(ctx, saveTimeout(s.timeout)); err != nil {
+			discard(c)
+			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
 		}
 	}
 	var got sql.NullInt64
-	var session int64
-	err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(l.key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
-		Scan(&got, &l.id, &session)
+	var id, current int64
+	err = c.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
+		Scan(&got, &id, &current)
 	switch {
 	case err != nil:
-		discard(l.conn)
-		return fmt.Errorf("mysqllock: GET_LOCK %q: %w", l.name, err)
+		discard(c)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, err)
 	case !got.Valid:
-		discard(l.conn)
-		return fmt.Errorf("mysqllock: GET_LOCK %q: %w", l.name, errNullLock)
-	case got.Int64 == 0 && !wait:
-		l.giveBack(ctx)
-		return &driver.HeldError{Name: l.name}
+		discard(c)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, errNullLock)
 	}
-	if time.Duration(session)*time.Second != l.timeout {
-		if _, err := l.conn.ExecContext(ctx, "SET SESSION wait_timeout = "+l.seconds()); err != nil {
-			l.abandon(got.Int64 == 1)
-			return fmt.Errorf("mysqllock: set wait_timeout for %q: %w", l.name, err)
+	s.identify(id)
+	if time.Duration(current)*time.Second != s.timeout {
+		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(s.timeout)); err != nil {
+			abandon(c, key, got.Int64 == 1)
+			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
 		}
 	}
 	if got.Int64 == 0 {
-		if err := d.wait(ctx, l); err != nil {
-			return err
+		if err := d.wait(ctx, s, key, r.Name); err != nil {
+			return driver.Grant{}, err
 		}
 	}
-	l.since = time.Now()
-	tok, err := d.bump(ctx, l.conn, l.name)
+	sent := time.Now()
+	tok, err := d.bump(ctx, c, r.Name)
 	if err != nil {
-		l.abandon(true)
-		return err
+		abandon(c, key, true)
+		return driver.Grant{}, err
 	}
-	l.token = tok
-	return nil
+	s.lastOK = sent
+	return d.grantOn(s, r, key, tok, true)
 }
 
-// wait waits on the server for the lock, on l's connection, until it
-// holds it or ctx (or Close) ends the wait.
+// abandon gives up an acquisition on a connection of its own that did not
+// complete: it releases the lock if held is set, and discards the
+// connection either way (it may have been sent a KILL QUERY, or be in an
+// unknown state).
+func abandon(c *sql.Conn, key string, held bool) {
+	if held {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		var rel sql.NullInt64
+		_ = c.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+literal(key)+")").Scan(&rel)
+		cancel()
+	}
+	discard(c)
+}
+
+// wait waits on the server for the lock key (called name), on the
+// connection of s, a session of its own not yet shared, until it holds it
+// or ctx (or Close) ends the wait.
 //
 // go-sql-driver answers a cancelled context by closing the connection; the
 // server notices that only later (MariaDB 10.11 after about a second, while
@@ -152,7 +295,7 @@ func (d *Driver) take(ctx context.Context, l *lock, wait bool) error {
 // wait at once; closing the connection is the fallback when the KILL
 // cannot be sent in time or does not take. The connection is discarded
 // afterwards either way.
-func (d *Driver) wait(ctx context.Context, l *lock) error {
+func (d *Driver) wait(ctx context.Context, s *session, key, name string) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()
@@ -162,7 +305,7 @@ func (d *Driver) wait(ctx context.Context, l *lock) error {
 	returned, killed := make(chan struct{}), make(chan struct{})
 	stopKill := context.AfterFunc(wctx, func() {
 		defer close(killed)
-		if d.killQuery(l.id) == nil {
+		if d.killQuery(s.id) == nil {
 			t := time.NewTimer(killGrace)
 			defer t.Stop()
 			select {
@@ -189,33 +332,33 @@ func (d *Driver) wait(ctx context.Context, l *lock) error {
 		return ended
 	}
 
-	q := "SELECT GET_LOCK(" + literal(l.key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
+	q := "SELECT GET_LOCK(" + literal(key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
 	for {
 		if wctx.Err() != nil {
 			finish()
-			l.abandon(false)
+			abandon(s.conn, key, false)
 			return d.cancelled(ctx)
 		}
 		var got sql.NullInt64
-		err := l.conn.QueryRowContext(qctx, q).Scan(&got)
+		err := s.conn.QueryRowContext(qctx, q).Scan(&got)
 		acquired := err == nil && got.Valid && got.Int64 == 1
 		if err == nil && got.Valid && got.Int64 == 0 && wctx.Err() == nil {
 			continue // a step timed out: wait again
 		}
 		if finish() {
-			l.abandon(acquired)
+			abandon(s.conn, key, acquired)
 			return d.cancelled(ctx)
 		}
 		switch {
 		case err != nil:
-			discard(l.conn)
-			return fmt.Errorf("mysqllock: wait for %q: %w", l.name, err)
+			discard(s.conn)
+			return fmt.Errorf("mysqllock: wait for %q: %w", name, err)
 		case !got.Valid:
-			discard(l.conn)
-			return fmt.Errorf("mysqllock: wait for %q: %w", l.name, errNullLock)
+			discard(s.conn)
+			return fmt.Errorf("mysqllock: wait for %q: %w", name, errNullLock)
 		case !acquired:
-			discard(l.conn)
-			return fmt.Errorf("mysqllock: wait for %q: GET_LOCK returned %d", l.name, got.Int64)
+			discard(s.conn)
+			return fmt.Errorf("mysqllock: wait for %q: GET_LOCK returned %d", name, got.Int64)
 		}
 		return nil
 	}

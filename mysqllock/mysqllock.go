@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ const (
 	// DefaultWaitStep is the longest single GET_LOCK wait; a wait that
 	// times out is issued again.
 	DefaultWaitStep = 30 * time.Second
+	// DefaultSessionLocks is how many locks one session (one server
+	// connection) holds at most.
+	DefaultSessionLocks = 256
 )
 
 // MaxPrefixLen is the longest Options.Prefix: at least 31 characters of
@@ -57,12 +61,21 @@ type Options struct {
 	// NoPrefix makes the server-side names carry no prefix at all.
 	NoPrefix bool
 
-	// KeepAlive is how often the driver checks, on each held lock's own
-	// connection, that the server still has the lock. A lock taken away
-	// by the server (its connection killed, the server restarted) is
-	// reported lost within about this long. It is lowered to a third of
-	// the lock's TTL when that is shorter. Default DefaultKeepAlive.
+	// KeepAlive is how often the driver checks each of its sessions (the
+	// connections that hold its locks). A lock taken away by the server
+	// (its connection killed, the server restarted) is reported lost
+	// within about this long. It is lowered to a third of the locks' TTL
+	// when that is shorter. Default DefaultKeepAlive.
 	KeepAlive time.Duration
+
+	// SessionLocks is how many locks one of the driver's sessions holds
+	// at most. Held locks share sessions: a driver holding n locks of one
+	// TTL uses about n/SessionLocks connections (more while acquisitions
+	// run side by side, and one per TTL in use), and a lost connection
+	// loses every lock on it at once, so this bounds what one loss takes.
+	// 1 gives each lock a connection of its own. Zero means
+	// DefaultSessionLocks.
+	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
 	// that the driver may leave the session's wait_timeout as it set it
@@ -82,8 +95,7 @@ type Options struct {
 	WaitStep time.Duration
 
 	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
-	// was made from, lets the driver watch the sockets of held locks'
-	// connections, so that a server-side kill ends the lease within about
+	// was made from, lets the driver watch the sockets of its sessions, so that a server-side kill ends the lease within about
 	// a round trip instead of at the next keep-alive check. Nil: not
 	// watched. A driver opened from a URL always watches its own pool's.
 	Sockets *Sockets
@@ -93,28 +105,32 @@ type Options struct {
 // driver.Waiter over a *sql.DB of github.com/go-sql-driver/mysql. Create
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
-// Each held lock has a connection of its own, checked out of the *sql.DB
-// for the lock's whole life; see the package documentation. The zero
+// Held locks share the driver's sessions, connections checked out of the
+// *sql.DB for as long as they hold locks; see the package documentation.
+// The zero
 // value is not usable. A Driver is safe for concurrent use by multiple
 // goroutines. It must not be copied.
 type Driver struct {
-	db        *sql.DB
-	own       bool // opened from a URL: Close closes db
-	exclusive bool // Options.ExclusivePool
-	table     string
-	prefix    string
-	keepAlive time.Duration
-	waitStep  time.Duration
-	sql       statements
-	socks     *Sockets // nil: no socket is watched
+	db           *sql.DB
+	own          bool // opened from a URL: Close closes db
+	exclusive    bool // Options.ExclusivePool
+	table        string
+	prefix       string
+	keepAlive    time.Duration
+	waitStep     time.Duration
+	sessionLocks int
+	sql          statements
+	socks        *Sockets // nil: no socket is watched
 
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // acquisitions in progress
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // acquisitions in progress
+	keepers sync.WaitGroup // sessions' keeper goroutines
 
-	mu     sync.Mutex
-	closed bool
-	held   map[string]*lock // by owner
+	mu       sync.Mutex
+	closed   bool
+	held     map[string]*hold // by owner
+	sessions []*session       // those acquisitions may pick
 
 	gates gate.Set[struct{}] // waiting Lock calls, by name
 
@@ -125,11 +141,13 @@ type Driver struct {
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
 // the defaults). The driver does not close db: the caller keeps owning
-// it. Every held lock keeps one of db's connections, and so does each
-// name with Acquire calls waiting (one of them waits on the server, the
-// others in the process); cancelling a wait takes one more for a moment:
-// size db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
-// db is nil and returns an error for invalid options.
+// it. Held locks keep db's connections, up to Options.SessionLocks on
+// each (one per TTL in use at least, more while acquisitions run side by
+// side), and so does each name with Acquire calls waiting on the server
+// (one per name; the others wait in the process); cancelling a wait takes
+// one more for a moment: size db.SetMaxOpenConns and db.SetMaxIdleConns
+// for that. NewDriver panics if db is nil and returns an error for
+// invalid options.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
@@ -166,16 +184,23 @@ func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if opt.WaitStep < time.Second {
 		return nil, fmt.Errorf("mysqllock: wait step %v is below one second", opt.WaitStep)
 	}
+	if opt.SessionLocks == 0 {
+		opt.SessionLocks = DefaultSessionLocks
+	}
+	if opt.SessionLocks < 0 {
+		return nil, fmt.Errorf("mysqllock: negative session_locks %d", opt.SessionLocks)
+	}
 	d := &Driver{
-		db:        db,
-		table:     opt.Table,
-		prefix:    opt.Prefix,
-		keepAlive: opt.KeepAlive,
-		exclusive: opt.ExclusivePool,
-		waitStep:  opt.WaitStep.Truncate(time.Second),
-		sql:       newStatements(table),
-		socks:     opt.Sockets,
-		held:      map[string]*lock{},
+		db:           db,
+		table:        opt.Table,
+		prefix:       opt.Prefix,
+		keepAlive:    opt.KeepAlive,
+		exclusive:    opt.ExclusivePool,
+		waitStep:     opt.WaitStep.Truncate(time.Second),
+		sessionLocks: opt.SessionLocks,
+		sql:          newStatements(table),
+		socks:        opt.Sockets,
+		held:         map[string]*hold{},
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	return d, nil
@@ -209,7 +234,7 @@ func (d *Driver) Prefix() string { return d.prefix }
 func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) }
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
-// connections of locks still held are closed (so the server frees those
+// sessions of locks still held are closed (so the server frees those
 // locks, and their Grant.Lost channels close), and the *sql.DB is closed
 // if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
 // left open. Close is idempotent.
@@ -220,18 +245,14 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
-	held := make([]*lock, 0, len(d.held))
-	for _, l := range d.held {
-		held = append(held, l)
-	}
-	d.held = map[string]*lock{}
+	sessions := slices.Clone(d.sessions)
 	d.mu.Unlock()
 	d.cancel()
-	for _, l := range held {
-		l.stopKeepAlive()
-		l.lose(driver.ErrClosed)
+	for _, s := range sessions {
+		s.lose(driver.ErrClosed)
 	}
 	d.wg.Wait()
+	d.keepers.Wait()
 	if d.own {
 		return d.db.Close()
 	}
@@ -247,6 +268,13 @@ func (d *Driver) begin() error {
 	}
 	d.wg.Add(1)
 	return nil
+}
+
+// isClosed reports whether Close has been called.
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
 }
 
 // cancelled is the error of a wait that ctx or Close ended.

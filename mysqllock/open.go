@@ -59,6 +59,12 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if o.KeepAlive == 0 {
 		return nil, u.Err("keepalive", "0s", errors.New("must be positive"))
 	}
+	if o.SessionLocks, err = u.Int("session_locks", DefaultSessionLocks); err != nil {
+		return nil, err
+	}
+	if o.SessionLocks < 1 {
+		return nil, u.Err("session_locks", u.String("session_locks", ""), errors.New("must be at least 1"))
+	}
 	if o.WaitStep, err = u.Duration("wait_step", DefaultWaitStep); err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 
 // serverURL returns the mysql:// URL of the test server, with the query
 // query.
-func serverURL(t *testing.T, query string) string {
+func serverURL(t testing.TB, query string) string {
 	t.Helper()
 	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
 	if err != nil {
@@ -102,6 +102,8 @@ func TestOpenErrors(t *testing.T) {
 		{"mysql://127.0.0.1/test?keepalive=soon", "keepalive"},
 		{"mysql://127.0.0.1/test?keepalive=0s", "keepalive"},
 		{"mysql://127.0.0.1/test?wait_step=10ms", "wait_step"},
+		{"mysql://127.0.0.1/test?session_locks=0", "session_locks"},
+		{"mysql://127.0.0.1/test?session_locks=lots", "session_locks"},
 		{"mysql://127.0.0.1/test?table=a.b.c", "table"},
 		{"mysql://127.0.0.1/test?table=bad-name", "table"},
 		{"mysql://127.0.0.1/test?prefix=Upper:", "prefix"},
