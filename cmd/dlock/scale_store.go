@@ -15,9 +15,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlockgo/dlock/internal/redisutil"
 	"github.com/dlockgo/dlock/mysqllock"
 	"github.com/dlockgo/dlock/natslock"
 	"github.com/dlockgo/dlock/pglock"
@@ -47,24 +47,12 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 	}
 	switch u.Scheme {
 	case "redis", "redlock":
-		return func(ctx context.Context) (int, error) {
-			n := 0
-			for _, h := range hosts {
-				o := &redis.Options{Addr: h}
-				if u.User != nil {
-					o.Username = u.User.Username()
-					o.Password, _ = u.User.Password()
-				}
-				c := redis.NewClient(o)
-				k, err := c.DBSize(ctx).Result()
-				_ = c.Close()
-				if err != nil {
-					return 0, err
-				}
-				n += int(k)
-			}
-			return n, nil
+		var user, password string
+		if u.User != nil {
+			user = u.User.Username()
+			password, _ = u.User.Password()
 		}
+		return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, hosts, user, password) }
 	case "postgres", "postgresql":
 		table := u.Query().Get("table")
 		if table == "" {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,22 +14,25 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
 // NATSMinVersion is the oldest nats-server the tests accept: per-key TTLs
 // and their markers came in 2.11. Debian's nats-server (2.9) is older;
 // ServicesScript installs a current release in /usr/local/bin.
-const NATSMinVersion = "2.11"
+const NATSMinVersion = natsbin.MinVersion
 
 // NATSBinary returns the nats-server binary: DLOCK_NATS_BIN, else
 // /usr/local/bin/nats-server (where ServicesScript installs it), else
-// nats-server on PATH, checking that it is NATSMinVersion or later. It
-// fails t, naming ServicesScript, when there is none or it is too old.
+// nats-server on PATH, checking that it is NATSMinVersion or later
+// (natsbin.Find, looked up once per test binary). It fails t, naming
+// ServicesScript, when there is none or it is too old.
 func NATSBinary(t testing.TB) string {
 	t.Helper()
-	natsBin.once.Do(func() { natsBin.path, natsBin.err = findNATS() })
+	natsBin.once.Do(func() { natsBin.path, _, natsBin.err = natsbin.Find() })
 	if natsBin.err != nil {
-		t.Fatalf("%v; install it with %s (or set DLOCK_NATS_BIN)", natsBin.err, ServicesScript)
+		t.Fatal(natsBin.err)
 	}
 	return natsBin.path
 }
@@ -39,47 +41,6 @@ var natsBin struct {
 	once sync.Once
 	path string
 	err  error
-}
-
-func findNATS() (string, error) {
-	candidates := []string{"/usr/local/bin/nats-server", "nats-server"}
-	if bin := os.Getenv("DLOCK_NATS_BIN"); bin != "" {
-		candidates = []string{bin}
-	}
-	var firstErr error
-	for _, c := range candidates {
-		bin, err := exec.LookPath(c)
-		if err == nil {
-			err = natsVersionOK(bin)
-		}
-		if err == nil {
-			return bin, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	return "", fmt.Errorf("no nats-server %s or later: %w", NATSMinVersion, firstErr)
-}
-
-var natsVersionRE = regexp.MustCompile(`v?(\d+)\.(\d+)\.(\d+)`)
-
-// natsVersionOK runs bin --version and checks it is NATSMinVersion or later.
-func natsVersionOK(bin string) error {
-	out, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s --version: %v", bin, err)
-	}
-	m := natsVersionRE.FindStringSubmatch(string(out))
-	if m == nil {
-		return fmt.Errorf("%s --version: no version in %q", bin, out)
-	}
-	major, _ := strconv.Atoi(m[1])
-	minor, _ := strconv.Atoi(m[2])
-	if major < 2 || major == 2 && minor < 11 {
-		return fmt.Errorf("%s is %s, older than %s (no per-key TTL)", bin, m[0], NATSMinVersion)
-	}
-	return nil
 }
 
 // NATSCluster is a set of nats-server processes with JetStream a test

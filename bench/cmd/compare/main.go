@@ -9,7 +9,7 @@
 // It starts 5 redis-server processes of its own (no persistence) on free
 // loopback ports for the multi-node implementations, and a sixth for the
 // CPU-cost pass, and, when a NATS implementation is selected, a
-// nats-server with JetStream (2.11 or later, see harness.NATSBinary), and
+// nats-server with JetStream (2.11 or later, see natsbin.Find), and
 // kills them at the end. On the shared Redis (-redis) it
 // only uses keys holding the run's unique id, and deletes them at the end;
 // it never flushes it.
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/bench/internal/harness"
+	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
 func main() {
@@ -85,7 +86,7 @@ func run() error {
 	var natsURL, natsVer string
 	natsPid := 0
 	if harness.NeedNATS(specs) {
-		_, natsVer, err = harness.NATSBinary()
+		_, natsVer, err = natsbin.Find()
 		if err != nil {
 			return err
 		}

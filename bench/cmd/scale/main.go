@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/bench/internal/harness"
+	"github.com/dlockgo/dlock/internal/redisutil"
 	"github.com/dlockgo/dlock/internal/scale"
 )
 
@@ -128,19 +129,7 @@ func run() error {
 
 // redisKeys counts the keys of the Redis servers at addrs (DBSIZE).
 func redisKeys(addrs []string) func(context.Context) (int, error) {
-	return func(ctx context.Context) (int, error) {
-		n := 0
-		for _, a := range addrs {
-			c := harness.NewClient(a)
-			k, err := c.DBSize(ctx).Result()
-			_ = c.Close()
-			if err != nil {
-				return 0, err
-			}
-			n += int(k)
-		}
-		return n, nil
-	}
+	return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, addrs, "", "") }
 }
 
 // locker runs the sweeps on a harness implementation.
