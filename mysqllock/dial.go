@@ -12,7 +12,7 @@ import (
 )
 
 // Sockets records the sockets a pool dials, by the connection id the
-// server announces in its handshake, so that a lock, which knows its
+// server announces in its handshake, so that a session, which knows its
 // connection's CONNECTION_ID(), can find its socket and watch it (see
 // Options.Sockets). go-sql-driver offers no way from a *sql.Conn to its
 // net.Conn; its dial hook (mysql.Config.DialFunc) is the one place to see

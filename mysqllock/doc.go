@@ -1,6 +1,7 @@
 // Package mysqllock is dlock's MySQL and MariaDB backend (scheme
 // mysql://), on github.com/go-sql-driver/mysql. A lock is a user-level
-// lock of the server (GET_LOCK), held on a connection of its own.
+// lock of the server (GET_LOCK), held on one of the driver's sessions:
+// connections that hold up to Options.SessionLocks locks each.
 //
 // # URL
 //
@@ -17,8 +18,10 @@
 //	           (Options.Table, default DefaultTable)
 //	prefix     the prefix of server-side lock names (Options.Prefix, default
 //	           DefaultPrefix; "prefix=" for none)
-//	keepalive  how often each held lock's connection is checked
-//	           (Options.KeepAlive, default DefaultKeepAlive); above zero
+//	keepalive  how often each session is checked (Options.KeepAlive,
+//	           default DefaultKeepAlive); above zero
+//	session_locks  the most locks one session holds (Options.SessionLocks,
+//	           default DefaultSessionLocks, 256); at least 1
 //	wait_step  the longest single server-side wait (Options.WaitStep,
 //	           default DefaultWaitStep, lowered below readTimeout); ≥ 1s
 //	socket     a Unix socket to connect to instead of host:port
@@ -67,24 +70,42 @@
 //
 // # How a lock works
 //
-// Each acquisition checks a connection out of the *sql.DB (a *sql.Conn)
-// and keeps it until the lock is released: GET_LOCK and RELEASE_LOCK run on
-// the same connection, and no other code can get that connection from the
-// pool meanwhile. (Locking through the pooled *sql.DB, as some libraries
-// do, runs the release on whatever connection the pool hands out, and
-// leaves the lock held by an idle pooled connection.) The statements, each
-// one round trip:
+// GET_LOCK locks belong to the connection that took them: GET_LOCK and
+// RELEASE_LOCK must run on the same connection, which no other code may
+// get from the pool meanwhile. (Locking through the pooled *sql.DB, as
+// some libraries do, runs the release on whatever connection the pool
+// hands out, and leaves the lock held by an idle pooled connection.) So
+// the driver checks connections out of the *sql.DB (*sql.Conn) as
+// sessions, and keeps each as long as it holds locks: up to
+// Options.SessionLocks of them (256 by default), all taken with the same
+// TTL, since the TTL is the connection's wait_timeout (see Loss). A
+// driver holding n locks of one TTL uses about n/256 connections, more
+// while acquisitions run side by side (up to 16 sessions before they wait
+// for one another's statements). A session left holding nothing goes back
+// to the pool. GET_LOCK is re-entrant within a connection, so a session
+// is never asked for a name it holds: another session is, or a new one.
 //
-//	SET @dlock_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = <TTL>  (caller's pool only)
-//	SELECT GET_LOCK('<key>', 0), CONNECTION_ID(), @@SESSION.wait_timeout
+// The statements, each one round trip:
+//
+//	SET @dlock_wait_timeout = @@SESSION.wait_timeout, SESSION wait_timeout = <TTL>  (new session, caller's pool only)
+//	SELECT GET_LOCK('<key>', 0), CONNECTION_ID(), @@SESSION.wait_timeout           (new session; on a session: SELECT GET_LOCK('<key>', 0))
 //	INSERT INTO <table> ... ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)
 //	...
 //	SELECT RELEASE_LOCK('<key>')
-//	SET SESSION wait_timeout = <saved>                                            (caller's pool only)
+//	SET SESSION wait_timeout = <saved>                                            (session left empty, caller's pool only)
 //
-// after which the connection goes back to the pool. Names are sent as SQL
-// literals (they are validated; see dlock.ValidateName), so no statement
-// needs a server-side prepare whatever the DSN's interpolateParams.
+// A connection runs one statement at a time: a session's statements queue
+// for it, each caller waiting at most until its context ends. A statement
+// on a session is never cancelled with a caller's context, because
+// go-sql-driver closes a connection whose statement's context ends, and
+// every lock of the session would go with it: it is bounded instead by
+// four keep-alive periods (at least four seconds), through the socket's
+// deadline when the driver knows the socket (see Options.Sockets), else a
+// context of its own; past that the session counts as lost. Release and
+// Refresh return at their context's end, the statement going on. Names
+// are sent as SQL literals (they are validated; see dlock.ValidateName),
+// so no statement needs a server-side prepare whatever the DSN's
+// interpolateParams.
 //
 // TryAcquire on a held lock gets 0 from GET_LOCK and returns a
 // *dlock.HeldError (Remaining is 0: a lock has no expiry).
@@ -107,8 +128,11 @@
 //
 // # Waiting
 //
-// Acquire waits on the server: GET_LOCK('<key>', WaitStep) on the
-// acquisition's connection, issued again each time a step times out. (A
+// Acquire first tries the lock on a session, as TryAcquire does. When
+// another connection holds it, Acquire waits on the server, on a
+// connection of its own: GET_LOCK('<key>', WaitStep), issued again each
+// time a step times out; once granted, that connection becomes a session
+// holding the lock, which later acquisitions of the same TTL may share. (A
 // negative timeout, which MySQL takes for "forever", makes MariaDB 10.11
 // return NULL at once.) When
 // the context ends, the driver ends the wait with KILL QUERY <connection
@@ -134,7 +158,7 @@
 //
 // # Fencing token
 //
-// Once GET_LOCK has granted the lock, the same connection advances the
+// Once GET_LOCK has granted the lock, the same session advances the
 // name's counter in the token table, one row per name:
 //
 //	INSERT INTO dlock_tokens (name, token)
@@ -154,36 +178,39 @@
 //
 // # Loss
 //
-// A lock lives as long as its connection. Lease.Expires is the zero time,
+// A lock lives as long as its session. Lease.Expires is the zero time,
 // the lock is not renewed, and WithAutoRenew(false) changes nothing. The
-// driver checks every keep-alive period (DefaultKeepAlive, or a third of
-// the TTL if shorter), on the lock's connection, that IS_USED_LOCK of the
-// key is that connection's id. A failed check (the connection was killed
-// or dropped, the server restarted, a proxy reconnected the session) ends
-// the lease: Done closes and Err matches dlock.ErrLost. The driver then
-// closes the connection, so that the server frees the lock if it still
-// had it.
+// driver checks each session every keep-alive period (DefaultKeepAlive,
+// or a third of the TTL if shorter): SELECT CONNECTION_ID() must still
+// answer the session's id (a proxy that reconnected it would not), and
+// Refresh checks one lock at once (IS_USED_LOCK of its key must be the
+// session's id). A failed check (the connection was killed or dropped,
+// the server restarted) ends the session with every lock on it: each
+// lease's Done closes and its Err matches dlock.ErrLost. The driver then
+// closes the connection, so that the server frees the locks if it still
+// had them. Options.SessionLocks bounds how many locks one such loss
+// takes; 1 gives each lock a connection of its own.
 //
-// The TTL bounds how long a silent holder keeps a lock: the driver sets
-// the connection's session wait_timeout to the TTL rounded up to whole
-// seconds (at least 1s) before the lock can be granted, so a holder whose
-// host dies without closing its connections, or that is cut off, loses
-// the lock after the TTL rather than after the server's default of 8
-// hours. The keep-alive checks keep a live holder's connection busy, and
-// a check must be answered before the wait_timeout, counted from the
-// sending of the last successful one, less a tenth: otherwise the lease
-// is lost first, so a cut-off holder learns of the loss before the server
-// can give the lock to anyone else.
+// The TTL bounds how long a silent holder keeps a lock: a session's
+// wait_timeout is its locks' TTL rounded up to whole seconds (at least
+// 1s), set before its first lock can be granted, so a holder whose host
+// dies without closing its connections, or that is cut off, loses the
+// lock after the TTL rather than after the server's default of 8 hours.
+// The keep-alive checks keep a live holder's connection busy, and a check
+// must be answered before the wait_timeout, counted from the sending of
+// the last statement that succeeded on the session, less a tenth:
+// otherwise the session is lost first, so a cut-off holder learns of the
+// loss before the server can give the lock to anyone else.
 //
 // A holder whose connection is killed (KILL, an operator, a server
-// restart) loses the lock at once on the server. A driver opened from a
+// restart) loses its locks at once on the server. A driver opened from a
 // URL dials its pool's connections itself (mysql.Config.DialFunc) and
 // knows each one's socket by the connection id of its handshake: while no
-// statement runs on a held lock's connection, a goroutine waits for the
-// socket to become readable, peeking (MSG_PEEK, never reading): the end
-// of the stream, a socket error or an error packet ends the lease within
-// about a round trip; other bytes (TLS, compression) trigger a check at
-// once. Grant.Check, which Lease.Err calls, makes one non-blocking peek at
+// statement runs on a session's connection, its keeper goroutine waits
+// for the socket to become readable, peeking (MSG_PEEK, never reading):
+// the end of the stream, a socket error or an error packet ends the
+// session's leases within about a round trip; other bytes (TLS,
+// compression) trigger a check at once. Grant.Check, which Lease.Err calls, makes one non-blocking peek at
 // the idle socket (while a statement runs, a look at the connection's TCP
 // state instead, and no statement starts before a peek found the server
 // still there), so a holder resumed after
@@ -197,18 +224,20 @@
 //
 // # Pools
 //
-// Every held lock holds one connection of the *sql.DB, and so does every
-// name the driver is waiting for (one waiter per name, see Waiting);
-// cancelling a wait takes one more for a moment. Size SetMaxOpenConns and
-// SetMaxIdleConns for that (database/sql keeps only 2 idle connections by
-// default), and the server's max_connections for every client's: past it,
-// an acquisition fails with "Error 1040: Too many connections". With 151,
-// MariaDB's default, one process held at most 122 to 145 names at once
-// (dlock bench --scale, docs/MYSQL.md). SetConnMaxLifetime and SetConnMaxIdleTime
-// never close a connection that holds a lock: database/sql closes only
+// The driver's sessions are connections of the *sql.DB: one per
+// SessionLocks held locks of a TTL, up to 16 while acquisitions run side
+// by side, and one per name the driver is waiting for on the server (one
+// waiter per name, see Waiting); cancelling a wait takes one more for a
+// moment. Size SetMaxOpenConns and SetMaxIdleConns for that (database/sql
+// keeps only 2 idle connections by default), and the server's
+// max_connections for every client's: past it, an acquisition fails with
+// "Error 1040: Too many connections". A process can hold about
+// max_connections × SessionLocks locks; docs/MYSQL.md has what dlock
+// bench --scale measured. SetConnMaxLifetime and SetConnMaxIdleTime never
+// close a connection that holds a lock: database/sql closes only
 // connections back in the pool.
 //
-// On the caller's pool, each acquisition saves the session's wait_timeout
+// On the caller's pool, a new session saves the connection's wait_timeout
 // and restores it before the connection goes back: two statements more.
 // A pool that serves the driver alone can skip them (Options.ExclusivePool,
 // as a driver opened from a URL does).

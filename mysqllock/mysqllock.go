@@ -21,8 +21,8 @@ const (
 	DefaultTable = "dlock_tokens"
 	// DefaultPrefix starts the server-side name of every lock.
 	DefaultPrefix = "dlock:"
-	// DefaultKeepAlive is how often the driver checks, on each held
-	// lock's connection, that the server still has the lock.
+	// DefaultKeepAlive is how often the driver checks each of its
+	// sessions (the connections that hold its locks).
 	DefaultKeepAlive = time.Second
 	// DefaultWaitStep is the longest single GET_LOCK wait; a wait that
 	// times out is issued again.

@@ -334,16 +334,17 @@
 // same 2 CPUs (docs/SCALING.md has the conditions, the command and the
 // charts):
 //
-//   - Waiters on one name: 4,876–7,271 acquisitions a second with 1 to
+//   - Waiters on one name: 3,177–6,092 acquisitions a second with 1 to
 //     1,000 waiters over 8 Lockers, every one handed to the next in the
-//     queue; the longest wait at 1,000 was 243ms.
-//   - Held locks: 100,000, at 167 bytes of server memory and 721 bytes of
-//     client heap each (about 6 million per GB); renewing them every 10s
-//     (the default TTL) costs the server 6% and the client 10% of a CPU.
+//     queue; the longest wait at 1,000 was 443ms.
+//   - Held locks: 100,000, at 371 bytes of server memory (168 at 10,000)
+//     and 631 bytes of client heap each (3 to 6 million per GB); renewing
+//     them every 10s (the default TTL) costs the server 1% and the client
+//     3% of a CPU.
 //   - Left after release: each name's fence counter, one key per name,
 //     until it expires.
-//   - Clients: 6,007 acquire+release a second from one, 15,010 from 64
-//     (63µs client and 51µs server CPU each).
+//   - Clients: 4,750 acquire+release a second from one, 23,584 from 64
+//     (40µs client and 33µs server CPU each).
 //
 // # Eviction
 //

@@ -161,13 +161,23 @@ func printScale(w io.Writer, ps []scale.Point) {
 		case scale.SweepWaiters:
 			figs = fmt.Sprintf("%.0f acq/s, wait p99 %.1f ms, max %.0f ms, %.0f%% to another", v[scale.MAcqRate], v[scale.MWaitP99], v[scale.MWaitMax], v[scale.MHandoff])
 		case scale.SweepHeld:
-			figs = fmt.Sprintf("acq+rel p50 %.0f µs p99 %.0f µs, server %.0f B/lock, client %.0f B/lock", v[scale.MCycleP50], v[scale.MCycleP99], v[scale.MServerMemPerHeld], v[scale.MHeapPerHeld])
+			figs = fmt.Sprintf("acq+rel p50 %s µs p99 %s µs, server %s B/lock, client %s B/lock",
+				fig(v, scale.MCycleP50), fig(v, scale.MCycleP99), fig(v, scale.MServerMemPerHeld), fig(v, scale.MHeapPerHeld))
 		default:
 			figs = fmt.Sprintf("%.0f ops/s, client %.0f µs/op, server %.0f µs/op", v[scale.MOpsRate], v[scale.MClientCPUPerOp], v[scale.MServerCPUPerOp])
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", p.Target, p.Sweep, p.X, p.Reached, figs, p.Note)
 	}
 	_ = tw.Flush()
+}
+
+// fig formats metric m of v, rounded, or "—" when it was not measured
+// (too few locks held for a per-lock figure, a probe that failed).
+func fig(v map[string]float64, m string) string {
+	if x, ok := v[m]; ok {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return "—"
 }
 
 // scaleLocker runs the sweeps on a dlock Locker.

@@ -475,8 +475,10 @@ func (s *run) measureAt(ctx context.Context, l Locker, probe string, p *Point, b
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	p.Values[MCycleP50] = us(percentile(lat, 50))
-	p.Values[MCycleP99] = us(percentile(lat, 99))
+	if len(lat) > 0 { // none when the probe failed at once: no latency, not 0
+		p.Values[MCycleP50] = us(percentile(lat, 50))
+		p.Values[MCycleP99] = us(percentile(lat, 99))
+	}
 	idle0 := s.count(true)
 	mem, ok := s.procs.memory()
 	time.Sleep(s.c.Step) // renewals come every TTL/3: a longer window sees more of them

@@ -112,6 +112,9 @@ func TestRunKeepsPointsALimitStops(t *testing.T) {
 	if p.Reached != 150 || !strings.Contains(p.Note, "reached 150 of 1000") || !strings.Contains(p.Note, errFull.Error()) {
 		t.Errorf("held 1000: reached %d, note %q; want 150 and the store's error", p.Reached, p.Note)
 	}
+	if v, ok := p.Values[MCycleP50]; ok || !strings.Contains(p.Note, "probe: ") {
+		t.Errorf("held 1000, where the store is full: probe p50 %v (recorded %v), note %q; want no latency and the probe's error", v, ok, p.Note)
+	}
 	if p.Values[MLeftoverEntries] < 150 {
 		t.Errorf("leftovers %v, want the rows of every name locked", p.Values[MLeftoverEntries])
 	}
