@@ -187,6 +187,8 @@ func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o ru
 	defer locker.Close()
 	log = log.With("backend", redact(backend), "name", o.name)
 
+	// From here a signal ends the wait cleanly (see acquireForRun).
+	log.Debug("dlock: acquiring", "wait", !o.noWait)
 	lease, code, ok := acquireForRun(ctx, sio, f.cmd, locker, o, sigs)
 	if !ok {
 		return code

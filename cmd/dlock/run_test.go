@@ -283,8 +283,16 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	holder := c.start("run", name, "--", "sh", "-c", "echo held; exec sleep 30")
 	holder.line(30 * time.Second)
 	marker := filepath.Join(t.TempDir(), "ran")
-	w := c.start("run", name, "--", "touch", marker)
-	time.Sleep(300 * time.Millisecond) // let it start waiting
+	w := c.start("run", "--log-level", "debug", name, "--", "touch", marker)
+	// The signal must come once it waits: its debug line says so (a
+	// race-built binary can take longer to start than any fixed pause).
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(w.stderr.String(), "dlock: acquiring"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting dlock never logged that it is acquiring; stderr: %s", w.stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // into the wait, past the first attempt
 	w.signal(syscall.SIGINT)
 	if code := w.wait(10 * time.Second); code != 128+int(syscall.SIGINT) {
 		t.Fatalf("waiting dlock exited %d after SIGINT, want %d", code, 128+int(syscall.SIGINT))
