@@ -14,6 +14,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // watchCounter counts, per watched key, the watches waiters started and
@@ -289,33 +290,8 @@ func TestManyWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		tokens  []uint64 // in the order of grants
-		holders atomic.Int32
-		most    atomic.Int32
-		wg      sync.WaitGroup
-	)
 	start := time.Now()
-	for i := range waiters {
-		wg.Go(func() {
-			lease, err := lockers[i%drivers].Acquire(ctx, "many")
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			n := holders.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
-			mu.Lock()
-			tokens = append(tokens, lease.Token())
-			mu.Unlock()
-			holders.Add(-1)
-			if err := lease.Release(ctx); err != nil {
-				t.Errorf("waiter %d: release: %v", i, err)
-			}
-		})
-	}
+	turns := locktest.StartTurns(t, ctx, lockers, "many", waiters)
 	// A count, serializable: no round of Raft for the test's own reads.
 	for n := int64(0); n < int64(waiters)+1; time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > time.Duration(waiters)*perWaiter {
@@ -332,29 +308,14 @@ func TestManyWaiters(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-turns.Done():
 	case <-time.After(time.Duration(waiters) * perWaiter):
-		mu.Lock()
-		n := len(tokens)
-		mu.Unlock()
-		t.Fatalf("%d of %d waiters got the lock in %v", n, waiters, time.Since(start))
+		t.Fatalf("%d of %d waiters got the lock in %v", turns.Granted(), waiters, time.Since(start))
 	}
 	handoffs := time.Since(start)
 	t.Logf("%d waiters on %d drivers: queued in %v, all granted in %v (%v per handoff)",
 		waiters, drivers, queued, handoffs, handoffs/time.Duration(waiters))
-	if m := most.Load(); m > 1 {
-		t.Errorf("%d holders at once", m)
-	}
-	if len(tokens) != waiters {
-		t.Errorf("%d of %d waiters got the lock", len(tokens), waiters)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Errorf("grant %d has token %d after %d: not in queue order", i, tokens[i], tokens[i-1])
-			break
-		}
-	}
+	// Tokens, the keys' create revisions, increase in queue order.
+	turns.Check(holder.Token())
 }

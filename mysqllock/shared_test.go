@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -67,73 +69,29 @@ func TestManyLocksFewConnections(t *testing.T) {
 // loss, the server frees them), and no lock of another session.
 func TestLostSessionTakesItsLocks(t *testing.T) {
 	ctx := testContext(t, 60*time.Second)
-	const perSession, n = 10, 30
 	adm := newAdmin(t)
 	// From a URL, so that the driver watches its sockets: the kill, not a
 	// keep-alive check, ends the locks.
 	table := testTable(t)
-	l, err := dlock.Open(ctx, serverURL(t, fmt.Sprintf("table=%s&session_locks=%d&keepalive=1h", table, perSession)))
+	l, err := dlock.Open(ctx, serverURL(t, "table="+table+"&session_locks=10&keepalive=1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	d := l.Driver().(*mysqllock.Driver)
 	other, _ := newLocker(t, mysqllock.Options{Table: table})
-	base := "shared/lost/" + randomHex(4) + "/"
-	leases := make([]*dlock.Lease, n)
-	ids := make([]int64, n)
-	byID := map[int64][]int{}
-	for i := range n {
-		var err error
-		if leases[i], err = l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i)); err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = adm.holder(d.LockName(leases[i].Name()))
-		byID[ids[i]] = append(byID[ids[i]], i)
-	}
-	if len(byID) != n/perSession {
-		t.Fatalf("%d locks on %d connections, want %d", n, len(byID), n/perSession)
-	}
-	id := ids[0]
-	lost := byID[id]
-	if len(lost) != perSession {
-		t.Fatalf("the first session holds %d locks, want %d", len(lost), perSession)
-	}
-	adm.kill(id)
-	for _, i := range lost {
-		select {
-		case <-leases[i].Done():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("lock %d: Done not closed 5s after its connection was killed", i)
-		}
-		if err := leases[i].Err(); !errors.Is(err, dlock.ErrLost) {
-			t.Errorf("lock %d: Err() = %v, want ErrLost", i, err)
-		}
-		if err := leases[i].Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("lock %d: Release after the loss = %v, want ErrNotHeld", i, err)
-		}
-		// Free on the server once it has ended the connection (KILL
-		// returns before that).
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := other.Acquire(actx, leases[i].Name())
-		acancel()
-		if err != nil {
-			t.Errorf("lock %d: Acquire elsewhere after the loss: %v", i, err)
-		} else {
-			_ = got.Release(ctx)
-		}
-	}
-	for i, lease := range leases {
-		if ids[i] == id {
-			continue
-		}
-		if err := lease.Err(); err != nil {
-			t.Errorf("lock %d of another session: Err() = %v", i, err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			t.Errorf("lock %d of another session: Release = %v", i, err)
-		}
-	}
+	locktest.SessionLoss{
+		Locker:     l,
+		Other:      other,
+		PerSession: 10,
+		Session: func(t *testing.T, lease *dlock.Lease) string {
+			return strconv.FormatInt(adm.holder(d.LockName(lease.Name())), 10)
+		},
+		End: func(t *testing.T, session string) {
+			id, _ := strconv.ParseInt(session, 10, 64)
+			adm.kill(id)
+		},
+	}.Run(t, ctx, "shared/lost/"+randomHex(4)+"/")
 }
 
 // TestSessionPerTTL: locks of different TTLs (in whole seconds) never

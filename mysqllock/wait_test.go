@@ -3,13 +3,11 @@ package mysqllock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -145,28 +143,7 @@ func TestWaitersQueueInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var inside, got atomic.Int32
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lease, err := l.Acquire(ctx, name)
-			if err != nil {
-				errs <- err
-				return
-			}
-			if k := inside.Add(1); k != 1 {
-				errs <- fmt.Errorf("%d holders at once", k)
-			}
-			got.Add(1)
-			inside.Add(-1)
-			if err := lease.Release(ctx); err != nil {
-				errs <- err
-			}
-		}()
-	}
+	turns := locktest.StartTurns(t, ctx, []*dlock.Locker{l}, name, n)
 
 	// A waiter that gives up while queued behind the others.
 	late, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -191,23 +168,15 @@ func TestWaitersQueueInProcess(t *testing.T) {
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	for waiting := true; waiting; {
 		select {
-		case <-done:
+		case <-turns.Done():
 			waiting = false
 		case <-time.After(5 * time.Millisecond):
 			sample()
 		}
 	}
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if got.Load() != n {
-		t.Errorf("%d of %d waiters got the lock", got.Load(), n)
-	}
+	turns.Check(first.Token())
 	t.Logf("at most %d connections in use and %d waiting on the server", maxInUse, maxWaiting)
 	if maxWaiting > 1 {
 		t.Errorf("%d statements waited on the server at once, want at most 1", maxWaiting)

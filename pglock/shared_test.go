@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -103,66 +103,21 @@ WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).S
 func TestLostSessionTakesItsLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const perSession, n = 10, 30
 	adm := newAdmin(t)
-	l := newLocker(t, pglock.Options{SessionLocks: perSession, Keepalive: time.Hour})
-	other := newLocker(t, pglock.Options{})
+	l := newLocker(t, pglock.Options{SessionLocks: 10, Keepalive: time.Hour})
 	d := l.Driver().(*pglock.Driver)
-	base := "shared/lost/" + randomHex(4) + "/"
-	leases := make([]*dlock.Lease, n)
-	pids := make([]uint32, n)
-	byPID := map[uint32][]int{}
-	for i := range n {
-		var err error
-		if leases[i], err = l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i)); err != nil {
-			t.Fatal(err)
-		}
-		pids[i] = pglock.HolderPID(d, leases[i].Owner())
-		byPID[pids[i]] = append(byPID[pids[i]], i)
-	}
-	if len(byPID) != n/perSession {
-		t.Fatalf("%d locks on %d sessions, want %d", n, len(byPID), n/perSession)
-	}
-	pid := pids[0]
-	lost := byPID[pid]
-	if len(lost) != perSession {
-		t.Fatalf("the first session holds %d locks, want %d", len(lost), perSession)
-	}
-	adm.terminateNow(t, pid)
-	for _, i := range lost {
-		select {
-		case <-leases[i].Done():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("lock %d: Done not closed 5s after its session was terminated", i)
-		}
-		if err := leases[i].Err(); !errors.Is(err, dlock.ErrLost) {
-			t.Errorf("lock %d: Err() = %v, want ErrLost", i, err)
-		}
-		if err := leases[i].Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-			t.Errorf("lock %d: Release after the loss = %v, want ErrNotHeld", i, err)
-		}
-		// Freed on the server with the session (a backend reports its end
-		// before it lets its locks go: wait a little).
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		got, err := other.Acquire(actx, fmt.Sprintf("%s%d", base, i))
-		acancel()
-		if err != nil {
-			t.Errorf("lock %d: TryAcquire elsewhere after the loss: %v", i, err)
-		} else {
-			_ = got.Release(ctx)
-		}
-	}
-	for i, lease := range leases {
-		if pids[i] == pid {
-			continue
-		}
-		if err := lease.Err(); err != nil {
-			t.Errorf("lock %d of another session: Err() = %v", i, err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			t.Errorf("lock %d of another session: Release = %v", i, err)
-		}
-	}
+	locktest.SessionLoss{
+		Locker:     l,
+		Other:      newLocker(t, pglock.Options{}),
+		PerSession: 10,
+		Session: func(t *testing.T, lease *dlock.Lease) string {
+			return strconv.FormatUint(uint64(pglock.HolderPID(d, lease.Owner())), 10)
+		},
+		End: func(t *testing.T, session string) {
+			pid, _ := strconv.ParseUint(session, 10, 32)
+			adm.terminateNow(t, uint32(pid))
+		},
+	}.Run(t, ctx, "shared/lost/"+randomHex(4)+"/")
 }
 
 // TestWaitersShareOneServerWait: 500 goroutines wait for one name through
@@ -185,37 +140,7 @@ func TestWaitersShareOneServerWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		in      atomic.Int32
-		done    atomic.Int32
-		mu      sync.Mutex
-		last    = first.Token()
-		ordered = true
-		wg      sync.WaitGroup
-	)
-	for range waiters {
-		wg.Go(func() {
-			lease, err := l.Acquire(ctx, name)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if in.Add(1) != 1 {
-				t.Error("two holders at once")
-			}
-			mu.Lock()
-			if lease.Token() <= last {
-				ordered = false
-			}
-			last = lease.Token()
-			mu.Unlock()
-			in.Add(-1)
-			if err := lease.Release(ctx); err != nil {
-				t.Error(err)
-			}
-			done.Add(1)
-		})
-	}
+	turns := locktest.StartTurns(t, ctx, []*dlock.Locker{l}, name, waiters)
 	if !waitUntil(10*time.Second, func() bool { _, w := adm.lockRows(t, table, name); return w == 1 }) {
 		t.Fatal("no waiting request on the server")
 	}
@@ -231,13 +156,7 @@ func TestWaitersShareOneServerWait(t *testing.T) {
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
-	if n := done.Load(); n != waiters {
-		t.Errorf("%d of %d waiters got the lock", n, waiters)
-	}
-	if !ordered {
-		t.Error("tokens did not increase in the order the lock was held")
-	}
+	turns.Check(first.Token())
 }
 
 // TestOwnersOfOneDriverExclude: two owners of one driver exclude each

@@ -2,13 +2,12 @@ package redlock
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // Many waiters on one name over a few Lockers all get the lock in turn,
@@ -42,53 +41,16 @@ func TestManyWaitersTakeTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		holders, most atomic.Int32
-		done          atomic.Int32
-		mu            sync.Mutex
-		tokens        []uint64
-		wg            sync.WaitGroup
-	)
-	for g := range waiters {
-		wg.Go(func() {
-			lease, err := ls[g%lockers].Acquire(ctx, name)
-			if err != nil {
-				t.Errorf("waiter %d: %v", g, err)
-				return
-			}
-			n := holders.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
-			mu.Lock()
-			tokens = append(tokens, lease.Token())
-			mu.Unlock()
-			holders.Add(-1)
-			if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
-				t.Errorf("waiter %d: release: %v", g, err)
-			}
-			done.Add(1)
-		})
-	}
+	turns := locktest.StartTurns(t, ctx, ls, name, waiters)
 	time.Sleep(500 * time.Millisecond)
 	queued := counter.n.Load()
 	start := time.Now()
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	<-turns.Done()
 	took := time.Since(start)
-	if n := done.Load(); n != waiters {
-		t.Fatalf("%d of %d waiters got the lock within the deadline", n, waiters)
-	}
-	if m := most.Load(); m > 1 {
-		t.Errorf("%d holders at once", m)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Errorf("token %d of %d: %d after %d, want strictly increasing", i, len(tokens), tokens[i], tokens[i-1])
-			break
-		}
-	}
+	turns.Check(first.Token())
 	// Per handoff: an attempt from each Driver's first waiter (one per
 	// Locker), a few more after split votes, on 5 nodes each. A herd
 	// would be about 5 per waiter still waiting: hundreds on average.
