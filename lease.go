@@ -36,6 +36,7 @@ type Lease struct {
 	margin    time.Duration             // how long before exp the lease counts as lost
 	check     func(now time.Time) error // the driver's Grant.Check; may be nil
 	lostCh    <-chan struct{}           // the driver's Grant.Lost; may be nil
+	onLost    func(func())              // the driver's Grant.OnLost; may be nil
 	done      chan struct{}
 
 	fin       atomic.Pointer[error] // why the lease ended; nil while held
@@ -66,6 +67,7 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool, max
 		margin:    lossMargin(req.TTL),
 		check:     g.Check,
 		lostCh:    g.Lost,
+		onLost:    g.OnLost,
 		done:      make(chan struct{}),
 	}
 	if s.expiring {

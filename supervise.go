@@ -19,8 +19,9 @@ import (
 //   - Release releases it.
 //
 // Nothing runs between these events: a lease with a TTL costs a timer and
-// no goroutine; a lease with a loss signal costs one goroutine waiting
-// for it.
+// no goroutine; a lease with a loss channel (Grant.Lost) costs one
+// goroutine waiting on it, and one with a loss callback (Grant.OnLost)
+// none.
 
 // lossMargin is how long before a lock's conservative expiry the lease is
 // declared lost when no renewal succeeded: the holder must learn of the
@@ -43,7 +44,10 @@ func (s *Lease) start() {
 		s.arm()
 		s.mu.Unlock()
 	}
-	if s.lostCh != nil {
+	switch {
+	case s.onLost != nil:
+		s.onLost(s.lostSignalled)
+	case s.lostCh != nil:
 		go s.watchLost()
 	}
 }
@@ -126,15 +130,21 @@ func (s *Lease) backendCause(err error) error {
 	return fmt.Errorf("%w: %q: the backend reported the lock lost: %w", ErrLost, s.req.Name, err)
 }
 
-// watchLost ends the lease when the driver signals loss, unless the lease
-// ended or its release started first.
+// watchLost waits on the driver's Grant.Lost, for lostSignalled.
 func (s *Lease) watchLost() {
 	select {
 	case <-s.lostCh:
 	case <-s.done:
 		return
 	}
-	if s.releasing.Load() {
+	s.lostSignalled()
+}
+
+// lostSignalled ends the lease as lost, the driver having signalled the
+// loss (Grant.Lost, Grant.OnLost), unless the lease ended or its release
+// started first.
+func (s *Lease) lostSignalled() {
+	if s.fin.Load() != nil || s.releasing.Load() {
 		return
 	}
 	var why error

@@ -70,6 +70,15 @@ type Grant struct {
 	// is gone (session expired, connection closed). dlock watches it only
 	// while the lease is held, so a driver need not close it after Unlock.
 	Lost <-chan struct{}
+	// OnLost, if not nil, replaces Lost for a driver that holds many locks
+	// on few sessions: dlock calls it once, right after the grant, with a
+	// function for the driver to call (once, from any goroutine, holding
+	// none of the driver's locks) when it learns that the lock is gone,
+	// instead of keeping a goroutine per lease waiting on Lost. A driver
+	// that has already learnt of the loss when OnLost is called calls the
+	// function at once (on another goroutine). Calls after Unlock are
+	// allowed and ignored. When OnLost is set, dlock does not watch Lost.
+	OnLost func(lost func())
 	// Check, if not nil, tells at once whether the lock may still be held
 	// at now: nil while it may, otherwise an error saying why it is not
 	// (the session's conservative validity ended before now, the server

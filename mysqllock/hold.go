@@ -39,8 +39,9 @@ func saveTimeout(timeout time.Duration) string {
 type hold struct {
 	s           *session
 	name, owner string
-	key         string        // the server-side name
-	lost        chan struct{} // Grant.Lost: closed when the hold ends
+	key         string            // the server-side name
+	lost        chan struct{}     // Grant.Lost: closed when the hold ends
+	notice      driver.LossNotice // Grant.OnLost: signalled when the hold ends
 	// loss is why the lock was lost (or errReleasedCheck), set once before
 	// lost closes: what Check returns from then on.
 	loss atomic.Pointer[error]
@@ -155,6 +156,7 @@ func (h *hold) end(cause error) {
 	}
 	close(h.lost)
 	h.s.putBack(h.key)
+	h.notice.Signal() // with the session given back: dlock runs here
 }
 
 // endedErr says why the hold ended.

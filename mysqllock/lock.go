@@ -212,7 +212,7 @@ func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64,
 		s.start()
 	}
 	s.releaseUse()
-	return driver.Grant{Token: token, Lost: h.lost, Check: h.Check}, nil
+	return driver.Grant{Token: token, Lost: h.lost, OnLost: h.notice.Set, Check: h.Check}, nil
 }
 
 // waitOn waits on the server for r's lock, on a connection of its own,

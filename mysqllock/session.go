@@ -329,6 +329,7 @@ func (s *session) endLost(cause error) error {
 	for _, h := range holds {
 		h.noteLoss(cause)
 		close(h.lost)
+		h.notice.Signal()
 	}
 	discard(s.conn)
 	return cause

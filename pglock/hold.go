@@ -24,7 +24,8 @@ type hold struct {
 	// takes the channel as $2 and returns a second column.
 	unlock  string
 	channel string
-	lost    chan struct{} // Grant.Lost: closed when the hold ends
+	lost    chan struct{}     // Grant.Lost: closed when the hold ends
+	notice  driver.LossNotice // Grant.OnLost: signalled when the hold ends
 	// loss is why the lock was lost, set (once) before lost closes: what
 	// Check returns from then on.
 	loss atomic.Pointer[error]
@@ -171,6 +172,7 @@ func (h *hold) end(cause error) {
 	}
 	close(h.lost)
 	h.s.putBack([]int64{h.key}, 1)
+	h.notice.Signal() // with the session given back: dlock runs here
 }
 
 // endedErr says why the hold ended.

@@ -284,6 +284,7 @@ func (s *session) endLost(cause error) error {
 	for _, h := range holds {
 		h.noteLoss(cause)
 		close(h.lost)
+		h.notice.Signal()
 	}
 	s.c.close()
 	return cause
