@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -30,7 +31,8 @@ type SessionLoss struct {
 }
 
 // Run takes 3*PerSession locks, ends the first one's session, and checks
-// that exactly the locks of that session are lost at once: each Done
+// that the leases cost no goroutine each and that exactly the locks of
+// that session are lost at once: each Done
 // closes, Err matches ErrLost, Release matches ErrNotHeld, and Other then
 // gets the lock (within 5s: a server may report a session's end before it
 // lets its locks go); the locks of the other sessions stay held and
@@ -38,6 +40,7 @@ type SessionLoss struct {
 func (c SessionLoss) Run(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
 	n := 3 * c.PerSession
+	before := runtime.NumGoroutine()
 	leases := make([]*dlock.Lease, n)
 	sessions := make([]string, n)
 	bySession := map[string][]int{}
@@ -51,6 +54,11 @@ func (c SessionLoss) Run(t *testing.T, ctx context.Context, base string) {
 	}
 	if len(bySession) != 3 {
 		t.Fatalf("%d locks on %d sessions, want 3", n, len(bySession))
+	}
+	// A session's goroutines serve all its locks (Grant.OnLost): a lease
+	// costs none of its own.
+	if grew := runtime.NumGoroutine() - before; grew >= n {
+		t.Errorf("%d leases on 3 sessions took %d more goroutines, want fewer than one per lease", n, grew)
 	}
 	ended := sessions[0]
 	lost := bySession[ended]
