@@ -227,7 +227,11 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 	}
 	sl.res, sl.err = VQuiet, 0
 	if err := w.rc.Control(sl.fn); err != nil {
-		sl.res = VQuiet // the socket is closed here: the lock is ending anyway
+		// Closed on this side (the driver closed the connection, as pgx
+		// does once a statement read the server's FATAL): the lock is
+		// gone with it, though the goroutine that closed it may not have
+		// said so yet; answering "quiet" would let a Check say "held".
+		sl.res = VGone
 	}
 	v, errno := sl.res, sl.err
 	w.state.And(^(uint32(1) << i))
@@ -248,7 +252,7 @@ func (w *Watch) lookState() (Verdict, syscall.Errno) {
 			defer w.bbusy.Store(false)
 		}
 		if err := w.rc.Control(fn); err != nil {
-			return VQuiet, 0 // closed on this side: the lock is ending anyway
+			return VGone, 0 // closed on this side: see Look
 		}
 	}
 	if w.closed.Load() {
