@@ -177,6 +177,11 @@ func (s *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // ErrLost. Other errors are transient: the lease stays held until its
 // validity ends.
 func (s *Lease) Refresh(ctx context.Context) error {
+	// An ended lease answers without waiting for opMu, which its unlock
+	// after a loss may hold for as long as the store takes to answer.
+	if err := s.heldErr(); err != nil {
+		return err
+	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if err := s.heldErr(); err != nil {

@@ -31,6 +31,12 @@ type Locker struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
+
+	// bg counts the goroutines started on a lease's behalf (the unlock
+	// after a loss or a max hold, the wait on a loss channel); Close waits
+	// for them. Once drained is set, under mu, nothing is added to it.
+	bg      sync.WaitGroup
+	drained bool
 }
 
 // New returns a Locker over the driver d, which the Locker then owns:
@@ -254,8 +260,15 @@ func (l *Locker) retry(ctx context.Context, req driver.Request, backoff Backoff)
 }
 
 // Close releases every lease the Locker still holds (each with a bounded
-// wait), then closes the driver. Leases end with ErrReleased, or ErrLost if
-// they were lost. Close is idempotent; later calls return nil.
+// wait), waits for the unlocks that leases started themselves when they
+// ended (at their WithMaxHold, or lost when their validity ran out), then
+// closes the driver. So a lock whose lease ended at its max hold is free on
+// the store by the time Close returns, unless the store could not be
+// reached within the bound (5 s per release, 5 s for those unlocks).
+// Leases end with ErrReleased, or ErrLost if they were lost. Close returns
+// the releases' errors and the driver's, joined; an unlock after a lease's
+// end that fails is logged (at warn), as it is best-effort. Close is
+// idempotent; later calls return nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -276,8 +289,54 @@ func (l *Locker) Close() error {
 		}
 		cancel()
 	}
+	l.mu.Lock()
+	l.drained = true
+	l.mu.Unlock()
+	if !waitGroupWithin(&l.bg, closeReleaseTimeout) {
+		errs = append(errs, fmt.Errorf("dlock: Close: an unlock after a lease's end did not return within %v", closeReleaseTimeout))
+	}
 	errs = append(errs, l.drv.Close())
 	return errors.Join(errs...)
+}
+
+// goLease runs f on a goroutine of its own, on a lease's behalf: Close
+// waits for it. After Close has begun to wait, f still runs, unwaited.
+func (l *Locker) goLease(f func()) {
+	done := l.reserve()
+	go func() {
+		defer done()
+		f()
+	}()
+}
+
+// reserve counts a goroutine that Close must wait for, before it starts:
+// a lease reserves its unlock before its end lets Close go on. The caller
+// calls done when that goroutine ends, or at once if it starts none.
+func (l *Locker) reserve() (done func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.drained {
+		return func() {}
+	}
+	l.bg.Add(1)
+	return l.bg.Done
+}
+
+// waitGroupWithin waits for wg, at most d; it reports whether wg was done.
+func waitGroupWithin(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // closeReleaseTimeout bounds each release that Close makes.

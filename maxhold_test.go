@@ -101,3 +101,68 @@ func TestMaxHoldNegative(t *testing.T) {
 		t.Fatal("TryAcquire with a negative max hold succeeded")
 	}
 }
+
+// slowUnlock is a memlock driver whose Unlock takes delay before it
+// reaches the store, as a slow network would make it.
+type slowUnlock struct {
+	*memlock.Driver
+	delay time.Duration
+}
+
+func (s slowUnlock) Unlock(ctx context.Context, r driver.Request) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Driver.Unlock(ctx, r)
+}
+
+// Close waits for the unlock a lease started itself at its end (here its
+// max hold, as for a validity that ran out): when Close returns, the lock is free
+// on the store, although that unlock took 200 ms to get there. A Close
+// that does not wait leaves the lock held for its TTL (a minute here),
+// every time.
+func TestCloseWaitsForUnlockAfterEnd(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"max hold", []dlock.Option{dlock.WithMaxHold(50 * time.Millisecond)}},
+		{"max hold, ended by a look", []dlock.Option{dlock.WithMaxHold(time.Nanosecond)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := memlock.NewStore()
+			l, err := dlock.New(slowUnlock{store.Driver(), 200 * time.Millisecond}, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease, err := l.Acquire(ctx, "job", c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-lease.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lease did not end by itself")
+			}
+			if !errors.Is(lease.Err(), dlock.ErrLost) {
+				t.Fatalf("Err = %v, want ErrLost", lease.Err())
+			}
+			if err := l.Close(); err != nil {
+				t.Fatalf("Close = %v", err)
+			}
+			other, err := dlock.New(store.Driver())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			next, err := other.TryAcquire(ctx, "job")
+			if err != nil {
+				t.Fatalf("TryAcquire right after Close = %v, want the lock free", err)
+			}
+			_ = next.Release(ctx)
+		})
+	}
+}

@@ -63,8 +63,11 @@ func WithTTL(ttl time.Duration) Option {
 // ErrLost and ErrMaxHold, and dlock releases the lock on the store (owner-
 // checked, as after any loss), so that a stuck holder cannot keep a lock
 // for ever by renewing it. Metrics count such an end under the reason
-// "max_hold", and the Locker's logger logs it. Zero, the default, means
-// no cap; a negative d is an error.
+// "max_hold", and the Locker's logger logs it. That release runs on a
+// goroutine of its own; Locker.Close waits for it (bounded, as Close's
+// releases are), so a program that closes its Locker before it exits
+// leaves the lock free on the store. Zero, the default, means no cap; a
+// negative d is an error.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

@@ -48,7 +48,7 @@ func (s *Lease) start() {
 	case s.onLost != nil:
 		s.onLost(s.lostSignalled)
 	case s.lostCh != nil:
-		go s.watchLost()
+		s.l.goLease(s.watchLost)
 	}
 }
 
@@ -87,7 +87,8 @@ func (s *Lease) end(cause error, lost string) bool {
 // for the TTL. Drivers may rely on this unlock: a lock whose store does
 // not expire it on its own (filelock's flock) is freed here when the
 // lease's validity ends. The unlock runs on a goroutine of its own, so
-// that Err, which may call expire, never waits for the store.
+// that Err, which may call expire, never waits for the store; Locker.Close
+// waits for it.
 func (s *Lease) expire() {
 	s.mu.Lock()
 	last := s.lastErr
@@ -96,29 +97,46 @@ func (s *Lease) expire() {
 	if last != nil {
 		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
 	}
-	if s.end(cause, lostExpired) {
-		go s.unlockAfterLoss()
-	}
+	s.endAndUnlock(cause, lostExpired)
 }
 
 // endMaxHold ends the lease as lost at its WithMaxHold, then releases the
 // lock on the store (owner-checked) so that the next holder need not wait
-// for the TTL, on a goroutine of its own, as expire does.
+// for the TTL, on a goroutine of its own that Locker.Close waits for, as
+// expire does.
 func (s *Lease) endMaxHold() {
 	cause := fmt.Errorf("%w: %q: held for %v: %w", ErrLost, s.req.Name, s.maxHold, ErrMaxHold)
-	if s.end(cause, lostMaxHold) {
-		go s.unlockAfterLoss()
-	}
+	s.endAndUnlock(cause, lostMaxHold)
 }
 
-// unlockAfterLoss is expire's best-effort, owner-checked unlock. It waits
-// for a renewal in flight to return first.
+// endAndUnlock ends the lease as lost and, if this call ended it, starts
+// unlockAfterLoss. The unlock is counted among what Close waits for before
+// the lease ends: Close, woken by the end, cannot miss it.
+func (s *Lease) endAndUnlock(cause error, lost string) {
+	done := s.l.reserve()
+	if !s.end(cause, lost) {
+		done()
+		return
+	}
+	go func() {
+		defer done()
+		s.unlockAfterLoss()
+	}()
+}
+
+// unlockAfterLoss is the owner-checked unlock after expire or endMaxHold.
+// It waits for a renewal in flight to return first. It is bounded as
+// Close's releases are, so that Close, which waits for it, returns once
+// the store has answered or the bound has passed. A failure is logged; a
+// lock already gone is none.
 func (s *Lease) unlockAfterLoss() {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), max(s.req.TTL/10, 50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
-	_ = s.l.drv.Unlock(ctx, s.req)
+	if err := s.l.drv.Unlock(ctx, s.req); err != nil && !errors.Is(err, ErrNotHeld) {
+		s.l.log.Warn("dlock: unlock after the lease's end failed", "name", s.req.Name, "token", s.token, "error", err)
+	}
 }
 
 // backendCause is the lease's end when the driver reports the lock gone;
