@@ -316,7 +316,8 @@ func TestRunMaxHold(t *testing.T) {
 	if r.code != exitLost {
 		t.Fatalf("exit %d, want the lost code %d; stderr: %s", r.code, exitLost, r.stderr)
 	}
-	if took < time.Second || took > 5*time.Second {
+	// Never before the cap; the upper bound only says it did not hang.
+	if took < time.Second || took > 30*time.Second {
 		t.Errorf("dlock run took %v with --max-hold 1s", took)
 	}
 	if !strings.Contains(r.stderr, "maximum hold") {
