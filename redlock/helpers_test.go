@@ -120,24 +120,38 @@ func (c *cluster) owners(name string) []string {
 	return out
 }
 
-// ownersSettled returns owners(name) once no node holds owner any more, or
-// after a second. Unlock returns once a quorum has deleted the lock; the
-// slower nodes' deletes follow a moment later.
-func (c *cluster) ownersSettled(name, owner string) []string {
+// drainBound is how long drain lets a node take to answer: it only proves
+// that nothing hangs. The requests queued ahead of drain's wait at most
+// releaseTimeoutFactor node timeouts (500ms in the tests) each, and a few
+// milliseconds in practice.
+const drainBound = 10 * time.Second
+
+// ownersAfter returns owners(name) once every node has answered every
+// request that the drivers ds sent it before the call (see drain): an
+// Unlock returns once a quorum has deleted the lock, and the slower nodes'
+// requests (the acquire and then the delete) follow. Nothing is timed: the
+// answer is read at once.
+func (c *cluster) ownersAfter(name string, ds ...*Driver) []string {
 	c.t.Helper()
-	return c.ownersUntil(name, func(got []string) bool { return countOf(got, owner) == 0 })
+	for _, d := range ds {
+		drain(c.t, d)
+	}
+	return c.owners(name)
 }
 
-// ownersUntil returns owners(name) once ok accepts it, or after a second.
-func (c *cluster) ownersUntil(name string, ok func([]string) bool) []string {
-	c.t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for {
-		got := c.owners(name)
-		if ok(got) || time.Now().After(deadline) {
-			return got
+// drain returns once each of d's nodes has answered every request d sent
+// it before the call. Each node runs d's requests in order, so it waits
+// for the answers to one more, sent to every node behind them: a refresh
+// of a key no one holds, which writes nothing. A node that is down
+// answers with its error at once; one that does not answer within
+// drainBound fails the test.
+func drain(t testing.TB, d *Driver) {
+	t.Helper()
+	tg := target{lock: "dlock:test:drain", fence: "dlock:test:drain:fence", owner: "nobody"}
+	for _, r := range d.fanout(context.Background(), drainBound, allAnswer, refreshScript, d.all(), &tg, int64(1), "0") {
+		if errors.Is(r.err, errNodeTimeout) {
+			t.Fatalf("node %d did not answer within %v", r.node, drainBound)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

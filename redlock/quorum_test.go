@@ -35,7 +35,7 @@ func TestMinorityDown(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if got := c.ownersSettled(name, lease.Owner()); countOf(got, "") != 3 {
+	if got := c.ownersAfter(name, a.Driver().(*Driver)); countOf(got, "") != 3 {
 		t.Errorf("lock on the nodes after release = %q, want it gone from the live ones", got)
 	}
 
@@ -70,8 +70,7 @@ func TestMinorityDown(t *testing.T) {
 	if n := sections.Load(); n != 60 {
 		t.Errorf("%d critical sections, want 60", n)
 	}
-	noLock := func(got []string) bool { return countOf(got, "") == 3 }
-	if got := c.ownersUntil(name, noLock); !noLock(got) {
+	if got := c.ownersAfter(name, a.Driver().(*Driver), b.Driver().(*Driver)); countOf(got, "") != 3 {
 		t.Errorf("lock on the nodes after contention = %q, want it gone", got)
 	}
 }
@@ -160,7 +159,7 @@ func TestMinorityAcquired(t *testing.T) {
 	if err := d.Unlock(ctx, r); err != nil {
 		t.Errorf("Unlock: %v", err)
 	}
-	if got := c.ownersSettled(name, r.Owner); countOf(got, r.Owner) != 0 {
+	if got := c.ownersAfter(name, d); countOf(got, r.Owner) != 0 {
 		t.Errorf("lock on the nodes after unlock = %q, want ours gone", got)
 	}
 	if err := d.Unlock(ctx, r); !errors.Is(err, dlock.ErrNotHeld) {
@@ -343,11 +342,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 // A caller that cancels its context as soon as each call returns (as an
 // HTTP handler's request context ends) still has every node asked: the
 // nodes that had not answered when a quorum did get the acquire and the
-// release all the same, so no node keeps a key the owner released, and
-// the next acquisition finds every node free.
+// release all the same, in that order, so once they have answered no node
+// keeps a key the owner released, and the next acquisition finds every
+// node free.
 func TestCancelAfterReturn(t *testing.T) {
 	c := newCluster(t, 5)
 	l := c.locker(t, nil)
+	d := l.Driver().(*Driver)
 	name := uniqueName("cancel-after")
 	for i := range 200 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -362,8 +363,8 @@ func TestCancelAfterReturn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Release %d: %v", i, err)
 		}
-		if got := c.ownersSettled(name, lease.Owner()); countOf(got, "") != 5 {
-			t.Fatalf("after release %d the nodes hold %q, want the key gone from all 5", i, got)
+		if got := c.ownersAfter(name, d); countOf(got, "") != 5 {
+			t.Fatalf("after release %d, once every node answered, the nodes hold %q; want the key gone from all 5", i, got)
 		}
 	}
 }
@@ -380,7 +381,7 @@ func TestUnlockCancelledStillDeletes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = d.Unlock(ctx, r) // nil if a quorum answered first, else the context's error
-	if got := c.ownersSettled(r.Name, r.Owner); countOf(got, "") != 5 {
-		t.Errorf("after an Unlock with a cancelled context the nodes hold %q, want the key gone from all 5", got)
+	if got := c.ownersAfter(r.Name, d); countOf(got, "") != 5 {
+		t.Errorf("after an Unlock with a cancelled context, once every node answered, the nodes hold %q; want the key gone from all 5", got)
 	}
 }
