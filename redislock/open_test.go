@@ -229,13 +229,19 @@ func TestOpenFailsFast(t *testing.T) {
 		}
 	})
 	t.Run("all sentinels refused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		// Two ports closed at once, so that they differ.
+		var closedPair [2]string
+		var lns [2]net.Listener
+		for i := range lns {
+			if lns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			closedPair[i] = lns[i].Addr().String()
 		}
-		closed2 := ln.Addr().String()
-		ln.Close()
-		err = open(t, context.Background(), "redis+sentinel://"+closed+","+closed2+"?master_name=m", time.Second)
+		for _, ln := range lns {
+			ln.Close()
+		}
+		err = open(t, context.Background(), "redis+sentinel://"+closedPair[0]+","+closedPair[1]+"?master_name=m", time.Second)
 		if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "every server listed") {
 			t.Errorf("error %q does not say that every sentinel refused the connection", err)
 		}
