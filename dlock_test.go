@@ -378,3 +378,20 @@ func TestLostReasons(t *testing.T) {
 		t.Errorf("dlock.lost by reason = %v, want %v", got, want)
 	}
 }
+
+// TestValidateNameSaysWhichCharacter: the error shows the character as
+// written, not one byte of its UTF-8 form, and says what a name may hold.
+func TestValidateNameSaysWhichCharacter(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"ключ", `'к' (U+043A) at byte 0`},
+		{"job/é", `'é' (U+00E9) at byte 4`},
+		{"a b", `' ' (U+0020) at byte 1`},
+		{"a\xffb", `byte 0xff at 1 is not UTF-8`},
+	} {
+		err := dlock.ValidateName(c.name)
+		if !errors.Is(err, dlock.ErrInvalidName) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "ASCII letters, digits") {
+			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName saying %s and what a name holds", c.name, err, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -26,9 +27,14 @@ func ValidateName(name string) error {
 	if len(name) > MaxNameLen {
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
 	}
-	for i := 0; i < len(name); i++ {
-		if !driver.NameByte(name[i]) {
-			return fmt.Errorf("%w: %q: character %q at %d is not allowed", ErrInvalidName, name, name[i], i)
+	for i, r := range name {
+		if r == utf8.RuneError && !strings.HasPrefix(name[i:], string(utf8.RuneError)) {
+			return fmt.Errorf("%w: %q: byte %#02x at %d is not UTF-8: a name holds ASCII letters, digits and - _ . : @ + = /",
+				ErrInvalidName, name, name[i], i)
+		}
+		if r >= utf8.RuneSelf || !driver.NameByte(byte(r)) {
+			return fmt.Errorf("%w: %q: character %q (%U) at byte %d is not allowed: a name holds ASCII letters, digits and - _ . : @ + = /",
+				ErrInvalidName, name, r, r, i)
 		}
 	}
 	for seg := range strings.SplitSeq(name, "/") {

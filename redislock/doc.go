@@ -51,7 +51,12 @@
 //
 // The port defaults to 6379 and the database to 0. Opening pings the
 // server (the primary, through the sentinels; a cluster node), so that a
-// wrong address is reported at once. Messages show a URL with its
+// wrong address is reported at once: a refused connection (of the
+// server, of every sentinel or seed listed, of the primary the sentinels
+// name) after that one dial, a TLS URL to a server that does not speak
+// TLS within dial_timeout, with an error that says so, and a server that
+// accepts and never answers after at most dial_timeout plus read_timeout
+// (8s by default), or by the context's deadline if that comes first. Messages show a URL with its
 // passwords hidden. Parameters, besides dlock's own ttl and renew (see
 // dlock.Open), the same for every form but where they say:
 //
@@ -74,7 +79,7 @@
 //	                    redis://127.0.0.1:6379?wait_replicas=1
 //	wait_timeout=1s     bound of that wait (Options.WaitTimeout)
 //	                    redis://127.0.0.1:6379?wait_replicas=1&wait_timeout=200ms
-//	dial_timeout=5s     connection timeout (go-redis Options.DialTimeout)
+//	dial_timeout=5s     connection timeout, a TLS handshake included (go-redis Options.DialTimeout)
 //	                    redis://127.0.0.1:6379?dial_timeout=500ms
 //	read_timeout=3s     reply timeout (go-redis Options.ReadTimeout)
 //	                    redis://127.0.0.1:6379?read_timeout=1s
@@ -82,7 +87,9 @@
 //	                    redis://127.0.0.1:6379?write_timeout=1s
 //	pool_size=0         connection pool size; 0 keeps go-redis's default (10 per CPU)
 //	                    redis://127.0.0.1:6379?pool_size=20
-//	max_retries=3       command retries on network errors; -1 turns them off
+//	max_retries=3       command retries on network errors, a failed dial included
+//	                    (each retry dials once: go-redis's DialerRetries is 1); -1
+//	                    turns them off
 //	                    redis://127.0.0.1:6379?max_retries=-1
 //	client_name=        CLIENT SETNAME for every connection
 //	                    redis://127.0.0.1:6379?client_name=billing-worker

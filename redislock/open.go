@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ func init() {
 // server (the primary, through the sentinels; a cluster node), so that a
 // wrong address fails here rather than at the first lock.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
-	c, addr, err := newClient(u)
+	c, addr, w, err := newClient(u)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +45,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
+	if err := check(ctx, c, w); err != nil {
+		closeBy(ctx, c)
 		if errors.Is(err, io.EOF) && !strings.HasPrefix(u.Scheme, "rediss") {
 			// A TLS-only server drops a plain client's first command.
 			return nil, fmt.Errorf("redislock: open %s: ping %s: %w (the server closed the connection: if it speaks TLS only, use rediss://)",
@@ -61,31 +62,87 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
+// check pings the client c that open built, within the bound that the
+// package documentation gives (dial_timeout plus read_timeout), while w
+// watches its dials: a definitive failure (a refused connection, a
+// server that does not speak TLS) ends the ping at once and is the
+// error.
+func check(ctx context.Context, c redis.UniversalClient, w *openCheck) error {
+	pctx, cancel := context.WithTimeout(ctx, w.bound)
+	defer cancel()
+	pctx, cancelCause := context.WithCancelCause(pctx)
+	defer cancelCause(nil)
+	w.d.watch(cancelCause, w.listed, w.others)
+	err := c.Ping(pctx).Err()
+	if de, ok := errors.AsType[definitiveError](context.Cause(pctx)); ok && err != nil {
+		err = de.error
+	}
+	w.d.done(err == nil)
+	return err
+}
+
+// closeBy closes c, a client whose check failed, waiting for its Close
+// no longer than ctx allows: a failover client's Close waits for the
+// sentinel query under way, which ends soon once its connection is
+// closed (see dialer.done) but after go-redis's retry backoff.
+func closeBy(ctx context.Context, c redis.UniversalClient) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = c.Close()
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
+}
+
+// openCheck is what check needs of the client that newClient built.
+type openCheck struct {
+	d      *dialer
+	bound  time.Duration
+	listed []string // the URL's servers
+	others bool     // a refusal by a server the URL does not list is definitive
+}
+
 // newClient builds the client of the URL's topology, and says what it
-// pings, for errors.
-func newClient(u driver.URL) (redis.UniversalClient, string, error) {
+// pings, for errors, and how to check it.
+func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) {
 	o, err := connOptions(u)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	w := &openCheck{d: newDialer(o.DialTimeout, o.TLSConfig)}
+	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second) // go-redis's default read timeout
+	o.Dialer = w.d.dial
+	if rest, ok := strings.CutPrefix(u.Scheme, "rediss"); ok {
+		w.d.hint = "use redis" + rest + "://"
+	} else {
+		w.d.hint = "leave out tls=true"
 	}
 	switch strings.TrimPrefix(strings.TrimPrefix(u.Scheme, "redis"), "s") {
 	case "+sentinel":
 		if err := sentinelOptions(u, o); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
-		return redis.NewFailoverClient(o.Failover()), "the primary " + o.MasterName + " via " + strings.Join(o.Addrs, ","), nil
+		// The primary's address comes from the sentinels: its refusal is
+		// definitive too.
+		w.listed, w.others = o.Addrs, true
+		return redis.NewFailoverClient(o.Failover()), "the primary " + o.MasterName + " via " + strings.Join(o.Addrs, ","), w, nil
 	case "+cluster":
 		if err := clusterOptions(u, o); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
+		w.listed = o.Addrs
 		co := o.Cluster()
 		co.ClusterStateReloadInterval = ClusterReloadInterval
-		return redis.NewClusterClient(co), strings.Join(o.Addrs, ","), nil
+		return redis.NewClusterClient(co), strings.Join(o.Addrs, ","), w, nil
 	}
 	if err := serverOptions(u, o); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return redis.NewClient(o.Simple()), o.Addrs[0], nil
+	w.listed = o.Addrs
+	return redis.NewClient(o.Simple()), o.Addrs[0], w, nil
 }
 
 // connOptions reads what every topology's URL sets alike: the data nodes'
@@ -96,7 +153,7 @@ func newClient(u driver.URL) (redis.UniversalClient, string, error) {
 // call, so that Acquire and TryLock return by it even when the server
 // stops answering (see Requests in the package documentation).
 func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
-	o := &redis.UniversalOptions{ContextTimeoutEnabled: true}
+	o := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
 	if u.User != nil {
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()

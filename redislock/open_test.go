@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +180,110 @@ func FuzzURL(f *testing.F) {
 		if l, err := dlock.Open(ctx, u.String()); err == nil {
 			l.Close()
 			t.Errorf("Open %q succeeded on a closed port", u)
+		}
+	})
+}
+
+// TestOpenFailsFast: an Open whose server cannot serve it says why, and
+// soon. A refused connection is reported after one dial (go-redis
+// retries dials, five per attempt and an attempt per retry, each
+// sentinel query too: a refused sentinel took 36s); a TLS URL to a
+// plain server says that it does not speak TLS; a server that accepts
+// and never answers is given up after dial_timeout plus read_timeout,
+// and every Open returns by its context's deadline. The bounds are hang
+// bounds, ten times what each case is expected to take.
+func TestOpenFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	silent := testenv.SilentServer(t)
+	plain := testenv.RedisAddr(t)
+	open := func(t *testing.T, ctx context.Context, raw string, bound time.Duration) error {
+		t.Helper()
+		start := time.Now()
+		l, err := dlock.Open(ctx, raw)
+		took := time.Since(start)
+		if err == nil {
+			l.Close()
+			t.Fatalf("Open %s succeeded", raw)
+		}
+		t.Logf("%s: %v (after %v)", raw, err, took)
+		if took > bound {
+			t.Errorf("Open %s took %v, more than %v", raw, took, bound)
+		}
+		return err
+	}
+	t.Run("refused", func(t *testing.T) {
+		for _, scheme := range []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"} {
+			raw := scheme + "://" + closed
+			if strings.Contains(scheme, "sentinel") {
+				raw += "?master_name=m"
+			}
+			err := open(t, context.Background(), raw, time.Second)
+			if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), closed+" refused the connection") {
+				t.Errorf("error %q does not say that %s refused the connection", err, closed)
+			}
+		}
+	})
+	t.Run("all sentinels refused", func(t *testing.T) {
+		// Two ports closed at once, so that they differ.
+		var closedPair [2]string
+		var lns [2]net.Listener
+		for i := range lns {
+			if lns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			closedPair[i] = lns[i].Addr().String()
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		err = open(t, context.Background(), "redis+sentinel://"+closedPair[0]+","+closedPair[1]+"?master_name=m", time.Second)
+		if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "every server listed") {
+			t.Errorf("error %q does not say that every sentinel refused the connection", err)
+		}
+	})
+	t.Run("not TLS", func(t *testing.T) {
+		// A plain Redis waits for the end of what it takes for an inline
+		// command: the handshake times out, and a plain PING tells why.
+		for _, raw := range []string{
+			"rediss://" + plain + "?dial_timeout=300ms",
+			"redis://" + plain + "?tls=true&dial_timeout=300ms",
+		} {
+			err := open(t, context.Background(), raw, 10*300*time.Millisecond)
+			if !strings.Contains(err.Error(), "the server at "+plain+" does not speak TLS") {
+				t.Errorf("error %q does not say that the server does not speak TLS", err)
+			}
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		// The documented bound: dial_timeout plus read_timeout.
+		const q = "dial_timeout=200ms&read_timeout=100ms"
+		for _, raw := range []string{
+			"redis://" + silent + "?" + q,
+			"redis+sentinel://" + silent + "?master_name=m&" + q,
+			"rediss://" + silent + "?" + q,
+		} {
+			open(t, context.Background(), raw, 10*300*time.Millisecond)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		// go-redis dials in the background, on a context of its own: a
+		// failover client's Close waited for the sentinel query, 3s past
+		// a 2s deadline.
+		for _, raw := range []string{
+			"redis://" + silent,
+			"redis+sentinel://" + silent + "?master_name=m",
+			"rediss://" + silent,
+			"rediss://" + plain,
+			"redis+sentinel://" + closed + "?master_name=m",
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			open(t, ctx, raw, 2*time.Second+time.Second)
+			cancel()
 		}
 	})
 }

@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,26 @@ func TestClosedDriver(t *testing.T) {
 	}
 	if _, err := l.Driver().TryLock(ctx, driver.Request{Name: "closed", Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second}); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestOpenTLSToPlainServer: tls=true to a plain ZooKeeper says that the
+// server does not speak TLS, not only that no server could be reached,
+// and soon (a refused or dropped connection is reported after one pass
+// over the servers; the bound is a hang bound).
+func TestOpenTLSToPlainServer(t *testing.T) {
+	addr := testenv.ZKAddr(t)
+	start := time.Now()
+	l, err := dlock.Open(context.Background(), "zk://"+addr+"/x?tls=true&insecure_skip_verify=true")
+	if err == nil {
+		_ = l.Close()
+		t.Fatal("Open succeeded")
+	}
+	t.Logf("%v (after %v)", err, time.Since(start))
+	if !strings.Contains(err.Error(), "the server at "+addr+" does not speak TLS (leave out tls=true)") {
+		t.Errorf("error %q does not say that the server does not speak TLS", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Open took %v, more than 1s", took)
 	}
 }

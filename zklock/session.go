@@ -5,15 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/tlsprobe"
 )
 
 // A session is one ZooKeeper session and its zk.Conn. The driver trusts it
@@ -136,6 +139,13 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 		_ = c.SetDeadline(time.Now().Add(timeout))
 		if err := tc.Handshake(); err != nil {
 			_ = c.Close()
+			if e := tlsprobe.NotTLS(addr, err, "leave out tls=true"); e != nil {
+				err = e
+			} else if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				// A plain ZooKeeper reads the TLS hello as a frame of an
+				// impossible length and drops the connection.
+				err = fmt.Errorf("the server at %s does not speak TLS (leave out tls=true): it closed the connection on the TLS hello: %w", addr, err)
+			}
 			err = fmt.Errorf("zklock: TLS with %s: %w", addr, err)
 			s.dialErr.Store(&err)
 			return nil, err

@@ -404,6 +404,10 @@ func (d *Driver) checkAccess(ctx context.Context) error {
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return nil
+		case unsent(err):
+			if e := s.dialErr.Load(); e != nil {
+				return fmt.Errorf("%w; the last connection attempt: %w", err, *e)
+			}
 		case errors.Is(err, zk.ErrNoAuth) && len(d.auth) == 0:
 			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.prefix, err)
 		case errors.Is(err, zk.ErrNoAuth):

@@ -58,3 +58,38 @@ func SpeaksTLS(addr string, timeout time.Duration) bool {
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	return conn.Handshake() == nil
 }
+
+// NotTLS tells whether err, from a TLS handshake with addr, shows a
+// server that does not speak TLS: it answered the client's hello with
+// something that is no TLS record. It returns the error to report then,
+// naming addr and, as hint, what to use instead; nil otherwise.
+func NotTLS(addr string, err error, hint string) error {
+	var rh tls.RecordHeaderError
+	if !errors.As(err, &rh) {
+		return nil
+	}
+	return fmt.Errorf("the server at %s does not speak TLS (%s): %w", addr, hint, err)
+}
+
+// AnswersPlain reports whether the server at addr answers hello, sent on
+// a plain connection, within timeout with something that is no TLS
+// record: a plain server of the protocol that hello starts. A server
+// that waits for more of a TLS client's hello, as Redis does, answers no
+// TLS handshake, and this tells it from a silent one.
+func AnswersPlain(addr string, hello []byte, timeout time.Duration) bool {
+	raw, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return false
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(timeout))
+	if _, err := raw.Write(hello); err != nil {
+		return false
+	}
+	var b [1]byte
+	if n, _ := raw.Read(b[:]); n == 0 {
+		return false
+	}
+	// 0x15 and 0x16 start a TLS alert and a TLS handshake record.
+	return b[0] != 0x15 && b[0] != 0x16
+}
