@@ -46,3 +46,15 @@ func Sessions(d *Driver) int {
 	defer d.mu.Unlock()
 	return len(d.sessions)
 }
+
+// Occupy takes the use of the session holding owner's lock, as a
+// keep-alive check stuck on a silent server would, until the returned
+// function is called.
+func Occupy(d *Driver, owner string) (free func()) {
+	d.mu.Lock()
+	h := d.held[owner]
+	d.mu.Unlock()
+	h.s.use <- struct{}{}
+	h.s.w.Pause()
+	return h.s.releaseUse
+}

@@ -81,7 +81,7 @@ func (h *hold) Check(time.Time) error {
 		return nil
 	}
 	err := s.noteLoss(s.goneErr(errno))
-	go s.lose(err)
+	s.d.bg.Go(func() { s.lose(err) })
 	return err
 }
 
@@ -214,7 +214,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	return time.Time{}, untilDone(ctx, h.check)
+	return time.Time{}, d.untilDone(ctx, h.check)
 }
 
 // Unlock implements driver.Driver: RELEASE_LOCK on the lock's session; a
@@ -229,7 +229,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 		return errNotHeld(r.Name, "not held by this owner", nil)
 	}
 	d.forget(h)
-	err := untilDone(ctx, h.release)
+	err := d.untilDone(ctx, h.release)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("mysqllock: release %q: %w (the release goes on once the lock's connection is free)", r.Name, err)
 	}
@@ -237,13 +237,13 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 }
 
 // untilDone runs f, and returns its error, or ctx's when ctx ends first
-// (f goes on to its end, in the background).
-func untilDone(ctx context.Context, f func() error) error {
+// (f goes on to its end, in the background, and Close waits for it).
+func (d *Driver) untilDone(ctx context.Context, f func() error) error {
 	if ctx.Done() == nil { // cannot end: no goroutine needed
 		return f()
 	}
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	d.bg.Go(func() { done <- f() })
 	select {
 	case err := <-done:
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
 	"github.com/dlockgo/dlock/internal/gate"
 )
 
@@ -126,6 +127,10 @@ type Driver struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // acquisitions in progress
 	keepers sync.WaitGroup // sessions' keeper goroutines
+	// bg counts the driver's other goroutines: a release or a check that
+	// outlived its caller's context, a session's end after a Check found
+	// the server gone. Close waits for them, at most closeWait.
+	bg bg.Group
 
 	mu       sync.Mutex
 	closed   bool
@@ -237,7 +242,10 @@ func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) 
 // sessions of locks still held are closed (so the server frees those
 // locks, and their Grant.Lost channels close), and the *sql.DB is closed
 // if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
-// left open. Close is idempotent.
+// left open. Before that it waits, at most 5 s, for the driver's own
+// goroutines (a release or a check that went on after its context ended),
+// so that none runs once it returns; when they take longer it returns an
+// error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -253,11 +261,19 @@ func (d *Driver) Close() error {
 	}
 	d.wg.Wait()
 	d.keepers.Wait()
-	if d.own {
-		return d.db.Close()
+	var err error
+	if !d.bg.Wait(closeWait) {
+		err = fmt.Errorf("mysqllock: close: the driver's background work (a release, the close of a connection) did not end within %v", closeWait)
 	}
-	return nil
+	if d.own {
+		err = errors.Join(err, d.db.Close())
+	}
+	return err
 }
+
+// closeWait bounds Close's wait for the driver's background work, which
+// the closed sessions end at once or within a statement's bound.
+const closeWait = 5 * time.Second
 
 // begin registers an acquisition in progress; it fails after Close.
 func (d *Driver) begin() error {

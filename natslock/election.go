@@ -55,12 +55,10 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if err != nil {
 		return nil, fmt.Errorf("natslock: observe %q: %w", name, err)
 	}
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
+	d.bg.Go(func() {
 		defer close(o.out)
 		o.run(ctx, watcher)
-	}()
+	})
 	return o.out, nil
 }
 

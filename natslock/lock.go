@@ -292,9 +292,7 @@ func (d *Driver) abandon(r driver.Request) {
 	if d.closed.Load() {
 		return
 	}
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
+	d.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTTL(r.TTL)+d.reqTimeout)
 		defer cancel()
 		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
@@ -317,5 +315,5 @@ func (d *Driver) abandon(r driver.Request) {
 			case <-time.After(pause):
 			}
 		}
-	}()
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
 )
 
 // Defaults of Options.
@@ -100,7 +101,10 @@ type Driver struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
-	bg        sync.WaitGroup // cleanups and observers, for Close
+	// bg counts the clean-ups and the observers; Close waits for them, at
+	// most closeWait. It counts nothing once Close waits: a WaitGroup's Add
+	// after a look at closed could race Close's Wait.
+	bg bg.Group
 }
 
 // NewDriver returns a driver over js, a JetStream context of the
@@ -248,20 +252,27 @@ func (d *Driver) Bucket() string { return d.bucket }
 func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
 
 // Close ends the driver's waiting calls and observers and waits for its
-// background clean-ups (see Lock), then closes the connection if the
-// driver opened it from a URL. Locks still held stay on the server until
+// background clean-ups (see Lock), at most 5 s (beyond, it returns an
+// error), then closes the connection if the driver opened it from a URL. Locks still held stay on the server until
 // their TTL runs out. Close is idempotent.
 func (d *Driver) Close() error {
+	var err error
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		close(d.done)
-		d.bg.Wait()
+		if !d.bg.Wait(closeWait) {
+			err = fmt.Errorf("natslock: close: the driver's background work (a clean-up of a key) did not end within %v", closeWait)
+		}
 		if d.nc != nil {
 			d.nc.Close()
 		}
 	})
-	return nil
+	return err
 }
+
+// closeWait bounds Close's wait for the driver's clean-ups, each of which
+// ends with the request it has under way once the driver closes.
+const closeWait = 5 * time.Second
 
 // Supports reports whether the driver implements mode m: the mutex, the
 // semaphore and the election. Readers-writer locks are not (see

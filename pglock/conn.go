@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
+	"github.com/dlockgo/dlock/internal/bg"
 	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
@@ -49,6 +50,7 @@ type conn struct {
 // query, and whatever the interrupted statement took dies with the session.
 type watcher struct {
 	pc    *pgconn.PgConn
+	bg    *bg.Group // the driver's: Close waits for the cancel request
 	wait  atomic.Bool
 	fired atomic.Bool
 }
@@ -64,11 +66,11 @@ func (w *watcher) HandleCancel(context.Context) {
 		return
 	}
 	_ = nc.SetDeadline(time.Now().Add(cancelGrace))
-	go func() {
+	w.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
 		defer cancel()
 		_ = w.pc.CancelRequest(ctx)
-	}()
+	})
 }
 
 // HandleUnwatchAfterCancel clears the deadline HandleCancel set.
@@ -98,7 +100,7 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		return nc, err
 	}
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		c.w = &watcher{pc: pc}
+		c.w = &watcher{pc: pc, bg: &d.bg}
 		return c.w
 	}
 	pg, err := pgx.ConnectConfig(ctx, cfg)

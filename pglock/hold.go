@@ -64,7 +64,7 @@ func (h *hold) Check(time.Time) error {
 		return nil
 	}
 	err := s.noteLoss(s.goneErr(errno))
-	go s.lose(err)
+	s.d.bg.Go(func() { s.lose(err) })
 	return err
 }
 
@@ -110,11 +110,11 @@ func (h *hold) release(ctx context.Context) error {
 	case errors.Is(err, errEnded):
 		return h.endedErr()
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		go func() {
+		s.d.bg.Go(func() { // Close waits for it
 			if s.take(nil) == nil {
 				_ = h.unlockTaken()
 			}
-		}()
+		})
 		return fmt.Errorf("pglock: unlock %q: %w (the lock will be released once its connection is free, or freed with the connection)", h.name, err)
 	default:
 		// take found the server gone: the session, and its locks, ended.

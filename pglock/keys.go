@@ -239,7 +239,7 @@ func (s *session) dropReservation(keys []int64) {
 	empty := s.n == 0
 	d.mu.Unlock()
 	if empty {
-		go s.retireIfEmpty()
+		s.d.bg.Go(s.retireIfEmpty)
 	}
 }
 

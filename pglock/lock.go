@@ -467,7 +467,7 @@ func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.G
 // matching ErrNotHeld when r.Owner does not hold the lock through this
 // driver, or the lock's session has ended. When ctx ends during the
 // release, the unlock runs once the session is free (ctx bounds only the
-// wait for the session, never a statement on it).
+// wait for the session, never a statement on it), and Close waits for it.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	h := d.lookup(r)
 	if h == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
 )
 
 // Defaults of Options.
@@ -135,6 +136,10 @@ type Driver struct {
 	lis     listener
 	// observers counts the goroutines of Observe; Close waits for them.
 	observers sync.WaitGroup
+	// bg counts the driver's other goroutines: the sessions' keepers, a
+	// release or a session's end that outlived its caller, a cancel
+	// request. Close waits for them, at most closeWait.
+	bg bg.Group
 
 	mu       sync.Mutex
 	closed   bool
@@ -258,7 +263,10 @@ func (d *Driver) Migrate(ctx context.Context) error {
 // Close closes the driver's connections. Locks still held end, lost
 // (their sessions end, which frees them on the server), waiting
 // acquisitions are cancelled and fail with ErrClosed, and the channels of
-// Observe are closed. Close is idempotent.
+// Observe are closed. Close then waits, at most 5 s, for the driver's own
+// goroutines (an Unlock that went on after its context ended, the
+// sessions' keepers), so that none runs once it returns; when they take
+// longer it returns an error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -287,8 +295,15 @@ func (d *Driver) Close() error {
 		<-d.lis.done
 	}
 	d.observers.Wait()
+	if !d.bg.Wait(closeWait) {
+		return fmt.Errorf("pglock: close: the driver's background work (a release, the close of a connection) did not end within %v", closeWait)
+	}
 	return nil
 }
+
+// closeWait bounds Close's wait for the driver's background work, which
+// the closed sessions end at once or within a statement's bound.
+const closeWait = 5 * time.Second
 
 func (d *Driver) isClosed() bool {
 	d.mu.Lock()

@@ -75,7 +75,7 @@ func (d *Driver) newSession(c *conn, period time.Duration) *session {
 // that opened the session: the watch is paused until releaseUse).
 func (s *session) startKeeper() {
 	if !s.d.noKeeper.Load() {
-		go s.keep()
+		s.d.bg.Go(s.keep)
 	}
 }
 

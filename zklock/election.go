@@ -35,7 +35,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	}
 	dir := d.dir(driver.Leader, name)
 	var info driver.LeaderInfo
-	err = call(ctx, func() (err error) {
+	err = d.call(ctx, func() (err error) {
 		if err := d.sync(s, dir); err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 		info driver.LeaderInfo
 		ev   <-chan zk.Event
 	)
-	err = call(ctx, func() (err error) {
+	err = d.call(ctx, func() (err error) {
 		if err := d.sync(s, dir); err != nil {
 			return err
 		}
@@ -177,7 +177,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 		return nil, err
 	}
 	ch := make(chan driver.LeaderInfo)
-	go d.observe(ctx, s, dir, info, ev, ch)
+	d.bg.Go(func() { d.observe(ctx, s, dir, info, ev, ch) })
 	return ch, nil
 }
 
@@ -230,7 +230,7 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 				info driver.LeaderInfo
 				w    <-chan zk.Event
 			)
-			err := call(ctx, func() (err error) {
+			err := d.call(ctx, func() (err error) {
 				info, w, err = d.readLeader(s, dir, true)
 				return err
 			})

@@ -105,19 +105,19 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 		err   error
 	}
 	res := make(chan result, 1)
-	go func() {
+	d.bg.Go(func() {
 		alone, err := d.create(n)
 		res <- result{alone, err}
-	}()
+	})
 	select {
 	case r := <-res:
 		return r.alone, r.err
 	case <-ctx.Done():
-		go func() {
+		d.bg.Go(func() {
 			if r := <-res; r.err == nil {
 				d.discard(n, false)
 			}
-		}()
+		})
 		return false, ctx.Err()
 	}
 }

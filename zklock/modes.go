@@ -177,7 +177,7 @@ func (d *Driver) waitNode(ctx context.Context, n *node, p plan, own <-chan zk.Ev
 		ev <-chan zk.Event
 		st *zk.Stat
 	)
-	err = call(ctx, func() error {
+	err = d.call(ctx, func() error {
 		return n.s.do(func() (err error) {
 			_, st, ev, err = n.s.conn.GetW(n.parent + "/" + p.watch.name)
 			return err
@@ -214,7 +214,7 @@ func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event)
 			ev    <-chan zk.Event
 		)
 		d.listings.Add(1)
-		err := call(ctx, func() error {
+		err := d.call(ctx, func() error {
 			return n.s.do(func() (err error) {
 				names, _, ev, err = n.s.conn.ChildrenW(n.parent)
 				return err

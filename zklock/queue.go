@@ -132,7 +132,7 @@ func settle(head bool, own <-chan zk.Event) (granted bool, err error) {
 func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 	d.listings.Add(1)
 	var names []string
-	err := call(ctx, func() error {
+	err := d.call(ctx, func() error {
 		return n.s.do(func() (err error) {
 			names, _, err = n.s.conn.Children(n.parent)
 			return err
@@ -151,7 +151,7 @@ func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 // an exists watch, it leaves nothing behind on the server).
 func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (<-chan zk.Event, error) {
 	var ev <-chan zk.Event
-	err := call(ctx, func() error {
+	err := d.call(ctx, func() error {
 		return s.do(func() (err error) {
 			_, _, ev, err = s.conn.GetW(p)
 			return err
@@ -179,11 +179,15 @@ func (d *Driver) grant(n *node, own <-chan zk.Event) driver.Grant {
 	case n.s.ended():
 		d.forget(n) // the session's end may have missed it
 	case own != nil:
-		go d.guard(n, own)
+		d.bg.Go(func() { d.guard(n, own) })
 	default:
 		// Most locks held briefly are released before the watch would be
 		// set: set it only if the lock is still held after guardDelay.
-		n.guardTimer = time.AfterFunc(guardDelay, func() { d.guard(n, nil) })
+		n.guardTimer = time.AfterFunc(guardDelay, func() {
+			done := d.bg.Add()
+			defer done()
+			d.guard(n, nil)
+		})
 	}
 	// Every kind of lock is granted here, with its session's Check: the lock
 	// lives exactly as long as the session may (see session.confirmedAt).

@@ -41,7 +41,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 		n.guardTimer.Stop()
 	}
 	var existed bool
-	err := call(ctx, func() (err error) {
+	err := d.call(ctx, func() (err error) {
 		existed, err = d.remove(n, true)
 		d.forget(n)
 		return err
@@ -70,7 +70,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
 	var ok bool
-	err := call(ctx, func() error {
+	err := d.call(ctx, func() error {
 		return n.s.do(func() (err error) {
 			ok, _, err = n.s.conn.Exists(n.path)
 			return err
@@ -143,12 +143,12 @@ func (d *Driver) discard(n *node, wait bool) {
 		return // no node, or gone with its session
 	}
 	done := make(chan struct{})
-	go func() {
+	d.bg.Go(func() { // Close waits for it
 		defer close(done)
 		if _, err := d.remove(n, false); err != nil && !errors.Is(err, errSessionEnded) {
 			d.log.Warn("zklock: could not remove an abandoned lock node", "path", n.path, "error", err)
 		}
-	}()
+	})
 	if !wait {
 		return
 	}

@@ -50,7 +50,7 @@ func permitPlan(locks []child, i, limit int) plan {
 // mark sets the data of n's node, which has just got its permit: the waiter
 // watching it learns that it must now watch the holders.
 func (d *Driver) mark(ctx context.Context, n *node) error {
-	err := call(ctx, func() error {
+	err := d.call(ctx, func() error {
 		return n.s.do(func() error {
 			_, err := n.s.conn.Set(n.path, []byte{1}, -1)
 			return err

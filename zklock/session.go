@@ -88,8 +88,8 @@ func (d *Driver) dial() (*session, error) {
 		return nil, fmt.Errorf("zklock: connect to %v: %w", d.servers, err)
 	}
 	s.conn = conn
-	go s.monitor()
-	go s.authenticate()
+	d.bg.Go(s.monitor)
+	d.bg.Go(s.authenticate)
 	return s, nil
 }
 
@@ -243,14 +243,14 @@ func (s *session) end(cause error) {
 		if !errors.Is(cause, driver.ErrClosed) {
 			s.d.log.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
 		}
-		go func() {
+		s.d.bg.Go(func() { // Close waits for it
 			s.mu.Lock()
 			c := s.conn
 			s.mu.Unlock()
 			if c != nil {
 				c.Close()
 			}
-		}()
+		})
 	})
 }
 
@@ -358,8 +358,9 @@ func (s *session) sleep(d time.Duration) bool {
 }
 
 // call runs fn, returning early with ctx's error if ctx ends first (fn
-// then goes on in the background). The zk client's calls take no context.
-func call(ctx context.Context, fn func() error) error {
+// then goes on in the background, and Close waits for it). The zk
+// client's calls take no context.
+func (d *Driver) call(ctx context.Context, fn func() error) error {
 	if ctx.Done() == nil {
 		return fn()
 	}
@@ -367,7 +368,7 @@ func call(ctx context.Context, fn func() error) error {
 		return err
 	}
 	res := make(chan error, 1)
-	go func() { res <- fn() }()
+	d.bg.Go(func() { res <- fn() })
 	select {
 	case err := <-res:
 		return err

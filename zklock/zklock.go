@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
 )
 
 // Defaults of Options.
@@ -107,6 +108,11 @@ type Driver struct {
 	acl     []zk.ACL
 	format  *format // the Layout's
 	log     *slog.Logger
+
+	// bg counts the driver's goroutines (the sessions' own, a release or
+	// an acquisition that outlived its caller's context, the watch of a
+	// held node, Observe's); Close waits for them, at most closeWait.
+	bg bg.Group
 
 	mu     sync.Mutex
 	sess   *session
@@ -209,8 +215,11 @@ func (d *Driver) Prefix() string { return d.prefix }
 
 // Close ends the driver's session, which removes every lock node it still
 // has on the ensemble at once (when the ensemble can be reached; else they
-// go when the session times out). Locks still held are lost. Close is
-// idempotent.
+// go when the session times out). Locks still held are lost. It then
+// waits, at most 5 s, for the driver's own goroutines (a release that went
+// on after its context ended, the close of an earlier session), so that
+// none runs once it returns; when they take longer it returns an error.
+// Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -225,8 +234,15 @@ func (d *Driver) Close() error {
 		s.end(driver.ErrClosed)
 		s.conn.Close() // waits (boundedly) for the server to close the session
 	}
+	if !d.bg.Wait(closeWait) {
+		return fmt.Errorf("zklock: close: the driver's background work (a release, the close of a session) did not end within %v", closeWait)
+	}
 	return nil
 }
+
+// closeWait bounds Close's wait for the driver's background work, which
+// the end of the session ends.
+const closeWait = 5 * time.Second
 
 // session returns the driver's live session, opening one if there is none.
 func (d *Driver) session() (*session, error) {
@@ -399,7 +415,7 @@ func (d *Driver) checkAccess(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return call(ctx, func() error {
+	return d.call(ctx, func() error {
 		_, _, err := s.conn.Children(d.prefix)
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
