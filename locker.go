@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
 )
 
 // A Locker takes named locks on one backend. Create one with Open (from a
@@ -34,9 +35,8 @@ type Locker struct {
 
 	// bg counts the goroutines started on a lease's behalf (the unlock
 	// after a loss or a max hold, the wait on a loss channel); Close waits
-	// for them. Once drained is set, under mu, nothing is added to it.
-	bg      sync.WaitGroup
-	drained bool
+	// for them.
+	bg bg.Group
 }
 
 // New returns a Locker over the driver d, which the Locker then owns:
@@ -289,54 +289,11 @@ func (l *Locker) Close() error {
 		}
 		cancel()
 	}
-	l.mu.Lock()
-	l.drained = true
-	l.mu.Unlock()
-	if !waitGroupWithin(&l.bg, closeReleaseTimeout) {
+	if !l.bg.Wait(closeReleaseTimeout) {
 		errs = append(errs, fmt.Errorf("dlock: Close: an unlock after a lease's end did not return within %v", closeReleaseTimeout))
 	}
 	errs = append(errs, l.drv.Close())
 	return errors.Join(errs...)
-}
-
-// goLease runs f on a goroutine of its own, on a lease's behalf: Close
-// waits for it. After Close has begun to wait, f still runs, unwaited.
-func (l *Locker) goLease(f func()) {
-	done := l.reserve()
-	go func() {
-		defer done()
-		f()
-	}()
-}
-
-// reserve counts a goroutine that Close must wait for, before it starts:
-// a lease reserves its unlock before its end lets Close go on. The caller
-// calls done when that goroutine ends, or at once if it starts none.
-func (l *Locker) reserve() (done func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.drained {
-		return func() {}
-	}
-	l.bg.Add(1)
-	return l.bg.Done
-}
-
-// waitGroupWithin waits for wg, at most d; it reports whether wg was done.
-func waitGroupWithin(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // closeReleaseTimeout bounds each release that Close makes.

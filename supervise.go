@@ -48,7 +48,7 @@ func (s *Lease) start() {
 	case s.onLost != nil:
 		s.onLost(s.lostSignalled)
 	case s.lostCh != nil:
-		s.l.goLease(s.watchLost)
+		s.l.bg.Go(s.watchLost)
 	}
 }
 
@@ -113,7 +113,7 @@ func (s *Lease) endMaxHold() {
 // unlockAfterLoss. The unlock is counted among what Close waits for before
 // the lease ends: Close, woken by the end, cannot miss it.
 func (s *Lease) endAndUnlock(cause error, lost string) {
-	done := s.l.reserve()
+	done := s.l.bg.Add()
 	if !s.end(cause, lost) {
 		done()
 		return
