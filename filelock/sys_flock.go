@@ -78,10 +78,6 @@ func pathID(path string) (fileID, error) {
 	}
 }
 
-// tryFlock takes an exclusive flock on fd without blocking. It returns
-// false when another open file description holds one.
-func tryFlock(fd int) (bool, error) { return tryFlockHow(fd, false) }
-
 // tryFlockHow takes a shared or an exclusive flock on fd without
 // blocking; it converts a flock fd already has. It returns false when
 // another open file description holds a conflicting one.

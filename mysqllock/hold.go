@@ -89,7 +89,7 @@ func (h *hold) Check(time.Time) error {
 // that connection: IS_USED_LOCK of the key is its id.
 func (h *hold) check() error {
 	s := h.s
-	switch err := s.take(nil); {
+	switch err := s.take(context.Background()); {
 	case errors.Is(err, errEnded):
 		return h.endedErr()
 	case err != nil: // take found the server gone, and ended the session
@@ -118,7 +118,7 @@ func (h *hold) check() error {
 // statement runs there.
 func (h *hold) release() error {
 	s := h.s
-	switch err := s.take(nil); {
+	switch err := s.take(context.Background()); {
 	case errors.Is(err, errEnded):
 		return h.endedErr()
 	case err != nil: // take found the server gone: the session, and its locks, ended

@@ -123,23 +123,19 @@ func (s *session) query(q string, dest ...any) error {
 	return err
 }
 
-// take takes the use slot, waiting for it at most until ctx ends (nil:
-// no bound), and then the socket from the watch with a look on the way
-// (sockwatch.Take): no statement starts on a connection whose server has
+// take takes the use slot, waiting for it at most until ctx ends
+// (context.Background: no bound), and then the socket from the watch
+// with a look on the way (sockwatch.Take): no statement starts on a connection whose server has
 // already hung up, or a Check would say "held" until that statement
 // failed. The error is ctx's, errEnded when the session had ended, or the
 // loss when the look found the server gone, in which case take ended the
 // session as lost without a statement. With a nil error the caller has
 // the use of s and the socket until releaseUse.
 func (s *session) take(ctx context.Context) error {
-	if ctx == nil {
-		s.use <- struct{}{}
-	} else {
-		select {
-		case s.use <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	select {
+	case s.use <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if s.ended {
 		<-s.use
@@ -261,7 +257,7 @@ func (s *session) sleepUntil(t time.Time) bool {
 // checkOrLose runs a keep-alive check, and ends the session as lost when
 // it fails; false when the session has ended.
 func (s *session) checkOrLose() bool {
-	if err := s.take(nil); err != nil {
+	if err := s.take(context.Background()); err != nil {
 		return false // ended, or take found the server gone and ended it
 	}
 	err := s.verify()

@@ -111,7 +111,7 @@ func (h *hold) release(ctx context.Context) error {
 		return h.endedErr()
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		s.d.bg.Go(func() { // Close waits for it
-			if s.take(nil) == nil {
+			if s.take(context.Background()) == nil {
 				_ = h.unlockTaken()
 			}
 		})

@@ -245,7 +245,7 @@ func (s *session) dropReservation(keys []int64) {
 
 // retireIfEmpty retires s if it still holds nothing once its use is free.
 func (s *session) retireIfEmpty() {
-	if s.take(nil) == nil {
+	if s.take(context.Background()) == nil {
 		s.putBack(nil, 0)
 	}
 }

@@ -103,26 +103,22 @@ func (s *session) releaseUse() {
 	<-s.use
 }
 
-// take takes the use slot, waiting for it at most until ctx ends (nil:
-// no bound), for a statement on the session, and then the socket from the
-// watch with a look on the way (sockwatch.Take). A Check skips the socket
-// while a statement has it, so no statement may start on a connection
-// whose server has already hung up: a holder resumed from a pause, whose
-// keep-alive check is due at once, would otherwise have every Check say
-// "held" until that statement failed. The error is ctx's, errEnded when
-// the session had already ended, or the loss when the look found the
-// server gone, in which case take ended the session as lost without a
-// statement. With a nil error the caller has the use of s and the socket
-// until releaseUse.
+// take takes the use slot, waiting for it at most until ctx ends
+// (context.Background: no bound), for a statement on the session, and
+// then the socket from the watch with a look on the way (sockwatch.Take).
+// A Check skips the socket while a statement has it, so no statement may
+// start on a connection whose server has already hung up: a holder
+// resumed from a pause, whose keep-alive check is due at once, would
+// otherwise have every Check say "held" until that statement failed. The
+// error is ctx's, errEnded when the session had already ended, or the
+// loss when the look found the server gone, in which case take ended the
+// session as lost without a statement. With a nil error the caller has
+// the use of s and the socket until releaseUse.
 func (s *session) take(ctx context.Context) error {
-	if ctx == nil {
-		s.use <- struct{}{}
-	} else {
-		select {
-		case s.use <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	select {
+	case s.use <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if s.ended {
 		<-s.use
@@ -238,7 +234,7 @@ func (s *session) sleepUntil(t time.Time) bool {
 // (take may have ended it, having found the server gone: then there was
 // nothing to ping).
 func (s *session) ping() error {
-	if err := s.take(nil); err != nil {
+	if err := s.take(context.Background()); err != nil {
 		return errEnded
 	}
 	defer s.releaseUse()

@@ -103,7 +103,7 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 // nodeAddrs parses the URL's comma-separated host list.
 func nodeAddrs(u driver.URL) ([]string, error) {
 	if u.Host == "" {
-		return nil, u.Err("host", "", errors.New("no nodes; want redlock://host1:port1,host2:port2,..."))
+		return nil, u.Err("host", "", errors.New("no nodes: want redlock://host:port,host:port[,host:port...]"))
 	}
 	addrs, err := redisutil.HostList(u, strings.Split(u.Host, ","), DefaultPort, "node listed twice (it would vote twice)")
 	if err != nil {

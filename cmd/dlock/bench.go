@@ -300,7 +300,6 @@ func fmtDur(d time.Duration) string {
 type progress struct {
 	w    io.Writer
 	tty  bool
-	mu   sync.Mutex
 	stop chan struct{}
 	wg   sync.WaitGroup
 }

@@ -149,7 +149,7 @@ func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 		say("exit %d %s", code, fmt.Sprintf(format, a...))
 		return code
 	}
-	pos, code, ok := f.parse(&stdio{out: sio.out, err: sio.err}, args)
+	pos, _, ok := f.parse(&stdio{out: sio.out, err: sio.err}, args)
 	if !ok || len(pos) != 2 {
 		return exit(exitUsage, "internal: bad holder arguments")
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,9 +26,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "dlock")
+	// go test puts its own GOROOT/bin first on the test's PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		fmt.Fprintln(os.Stderr, "build dlock:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	args := []string{"build", "-o", binary}
 	if raceEnabled {

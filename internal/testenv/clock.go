@@ -98,10 +98,13 @@ func (c *FakeClock) Env() []string {
 	return []string{"LD_PRELOAD=" + clockShim(c.t), "DLOCK_CLOCK_FILE=" + c.path}
 }
 
-// words returns the rule's fields in the mapped file.
+// words returns the rule's fields in the mapped file, each as the 64-bit
+// word the atomics read and write, at its offset in struct rule.
 func (c *FakeClock) words() (seq, base, offset, rate *uint64) {
+	var r rule
 	p := unsafe.Pointer(&c.mem[0])
-	return (*uint64)(p), (*uint64)(unsafe.Add(p, 8)), (*uint64)(unsafe.Add(p, 16)), (*uint64)(unsafe.Add(p, 24))
+	word := func(off uintptr) *uint64 { return (*uint64)(unsafe.Add(p, off)) }
+	return word(unsafe.Offsetof(r.seq)), word(unsafe.Offsetof(r.base)), word(unsafe.Offsetof(r.offset)), word(unsafe.Offsetof(r.rate))
 }
 
 // set writes a rule under the seqlock. The caller holds c.mu or is
