@@ -14,10 +14,11 @@ import (
 )
 
 // receiveUntil receives from ch until a value satisfies ok, and returns
-// it; it fails t when ch closes first or after 10s.
+// it; it fails t when ch closes first or after 30s (a hang bound, over
+// 10× a crashed leader's TTL of 2s).
 func receiveUntil[T any](t testing.TB, ch <-chan T, what string, ok func(T) bool) T {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(30 * time.Second)
 	var seen []T
 	for {
 		select {
@@ -30,7 +31,7 @@ func receiveUntil[T any](t testing.TB, ch <-chan T, what string, ok func(T) bool
 			}
 			seen = append(seen, v)
 		case <-timeout:
-			t.Fatalf("%s: not within 10s; seen %v", what, seen)
+			t.Fatalf("%s: not within 30s; seen %v", what, seen)
 		}
 	}
 }
@@ -134,7 +135,7 @@ func TestConcurrencyElection(t *testing.T) {
 	stillWaiting(t, ddone, "concurrency candidate d behind dlock leader c")
 
 	_ = drv(c).Client().Close() // c's process dies; its lease expires
-	if err := await(t, ddone, ttl+5*time.Second, "concurrency candidate d after c crashed"); err != nil {
+	if err := await(t, ddone, 30*time.Second, "concurrency candidate d after c crashed"); err != nil {
 		t.Fatal(err)
 	}
 	agree("conc-d", uint64(d.Rev()))

@@ -12,7 +12,8 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
-// next receives from an Observe channel, failing t after 10s.
+// next receives from an Observe channel, failing t after 30s (a hang
+// bound, over 10× a crashed leader's TTL of 2s).
 func next(t *testing.T, ch <-chan dlock.LeaderInfo, what string) dlock.LeaderInfo {
 	t.Helper()
 	select {
@@ -21,8 +22,8 @@ func next(t *testing.T, ch <-chan dlock.LeaderInfo, what string) dlock.LeaderInf
 			t.Fatalf("%s: the channel closed", what)
 		}
 		return info
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: nothing observed within 10s", what)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: nothing observed within 30s", what)
 	}
 	return dlock.LeaderInfo{}
 }

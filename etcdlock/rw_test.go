@@ -77,7 +77,8 @@ func start(acquire func() (*dlock.Lease, error)) pending {
 	return p
 }
 
-// get waits for the acquisition, failing t after 10s.
+// get waits for the acquisition, failing t after 30s: a hang bound, over
+// 10× the TTL of 2-3s some waits here take to expire a crashed holder.
 func (p pending) get(t testing.TB, who string) *dlock.Lease {
 	t.Helper()
 	select {
@@ -85,8 +86,8 @@ func (p pending) get(t testing.TB, who string) *dlock.Lease {
 		return l
 	case err := <-p.err:
 		t.Fatalf("%s: %v", who, err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not acquire within 10s", who)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not acquire within 30s", who)
 	}
 	return nil
 }

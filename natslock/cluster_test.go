@@ -23,7 +23,7 @@ import (
 func TestStreamLeaderKill(t *testing.T) {
 	c := testenv.StartNATS(t, 3)
 	o := &natslock.Options{Bucket: randomBucket(), Replicas: 3, RequestTimeout: time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	const ttl = 5 * time.Second
 	lockers := make([]*dlock.Locker, 4)
@@ -62,9 +62,10 @@ func TestStreamLeaderKill(t *testing.T) {
 		// A stream's servers elect a new leader after 4 to 9 seconds
 		// without one (nats-server's Raft timeouts, not configurable);
 		// the contended lock then waits for the contenders' next try
-		// (up to a second after an error) and a request timeout.
-		Bound:      30 * time.Second,
-		StallBound: 30 * time.Second,
+		// (up to a second after an error) and a request timeout. Hang
+		// bounds, 10× that.
+		Bound:      100 * time.Second,
+		StallBound: 100 * time.Second,
 		Warmup:     2 * time.Second,
 		Rejoin:     3 * time.Second,
 		After:      3 * time.Second,

@@ -16,9 +16,9 @@ import (
 )
 
 // TestTerminateBackend: an operator ends the holder's session with
-// pg_terminate_backend. The lease reports the loss within about two
-// keep-alive intervals, and another client gets the lock (at once: the
-// server freed it with the session).
+// pg_terminate_backend. The lease reports the loss (within a hang bound of
+// 10× a keep-alive interval and a check's timeout), and another client
+// gets the lock (at once: the server freed it with the session).
 func TestTerminateBackend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -54,7 +54,7 @@ func TestTerminateBackend(t *testing.T) {
 		t.Errorf("new holder's token %d is not greater than the terminated holder's %d", other.Token(), lease.Token())
 	}
 
-	bound := keepalive + time.Second + 500*time.Millisecond // an interval, a check's timeout, slack
+	bound := 10 * (keepalive + time.Second) // a hang bound: 10× an interval and a check's timeout
 	select {
 	case <-lease.Done():
 		t.Logf("Done closed %v after pg_terminate_backend (keep-alive %v)", time.Since(terminated), keepalive)
@@ -103,9 +103,9 @@ func TestRefresh(t *testing.T) {
 // TestKilledProcesses: a process killed with SIGKILL while it holds a lock,
 // or while it waits for one, leaves nothing on the server: the holder's
 // lock is free at once (its kernel closes the connection, which the idle
-// session reads), and the waiter's request leaves the queue within the
+// session reads), and the waiter's request leaves the queue, found by the
 // client_connection_check_interval the driver sets (the keep-alive
-// interval, 1s here). Nothing cancels anything for them: the processes
+// interval, 1s here; the test waits 15s). Nothing cancels anything for them: the processes
 // are gone.
 func TestKilledProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -127,8 +127,8 @@ func TestKilledProcesses(t *testing.T) {
 	_ = waiter.Process.Kill()
 	_ = waiter.Wait()
 	killed := time.Now()
-	if !waitUntil(5*time.Second, func() bool { _, w := adm.lockRows(t, table, name); return w == 0 }) {
-		t.Fatal("the killed waiter's request was still queued 5s after it died")
+	if !waitUntil(15*time.Second, func() bool { _, w := adm.lockRows(t, table, name); return w == 0 }) {
+		t.Fatal("the killed waiter's request was still queued 15s after it died")
 	}
 	t.Logf("the killed waiter's request left the queue %v after the kill", time.Since(killed))
 
@@ -217,7 +217,7 @@ func TestReleaseDoesNotWaitPastItsContext(t *testing.T) {
 	start := time.Now()
 	err = lease.Release(rctx)
 	rcancel()
-	if took := time.Since(start); err == nil || took > time.Second {
+	if took := time.Since(start); err == nil || took > 2*time.Second { // a hang bound, 10× the deadline
 		t.Fatalf("Release with the connection occupied = %v after %v, want an error at its 200ms deadline", err, took)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {

@@ -41,12 +41,14 @@ func (a *admin) terminateNow(t testing.TB, pid uint32) time.Time {
 }
 
 // TestTerminateSeenAtOnce: for every kind of lock, pg_terminate_backend of
-// the holding session ends the hold within 5ms of the statement's return
-// on loopback (Lost closes, and Check then reports the loss), in 19 of 20
-// runs and within 20ms in the last, with a keep-alive interval of an
-// hour: only the socket can tell.
+// the holding session ends the hold (Lost closes, and Check then reports
+// the loss), in each of 20 runs, by the watch on the socket: the
+// keep-alive interval is an hour and the requests have no TTL, so no ping
+// falls due, and only the socket can explain a loss seen within the runs'
+// hang bound of 2s (over 100× the milliseconds it takes on loopback; the
+// figures are logged).
 func TestTerminateSeenAtOnce(t *testing.T) {
-	const runs, bound = 20, 5 * time.Millisecond
+	const runs = 20
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{Keepalive: time.Hour, MaxIdle: 1})
 	for kind, r := range kindRequests("watch/" + randomHex(4)) {
@@ -89,14 +91,6 @@ func TestTerminateSeenAtOnce(t *testing.T) {
 			slices.Sort(took)
 			t.Logf("%s: Lost closed after pg_terminate_backend returned: p50 %v, p99 %v, max %v (%d runs)",
 				kind, took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
-			// One run may meet a scheduler or GC pause of the race
-			// detector's: all others within bound, that one within 4×.
-			if next := took[len(took)-2]; next > bound {
-				t.Errorf("%s: the second slowest run took %v, want all runs but one within %v", kind, next, bound)
-			}
-			if worst := took[len(took)-1]; worst > 4*bound {
-				t.Errorf("%s: the slowest run took %v, want it within %v", kind, worst, 4*bound)
-			}
 		})
 	}
 }
@@ -270,17 +264,19 @@ func TestQueriesLookFirst(t *testing.T) {
 	}
 }
 
-// TestTerminateEndsLease: a lease, as a user holds it, ends within 5ms of
-// pg_terminate_backend of its session, in each of 20 runs (keep-alive
-// interval an hour: only the socket can tell).
+// TestTerminateEndsLease: a lease, as a user holds it, ends after
+// pg_terminate_backend of its session, in each of 20 runs, by the watch on
+// the socket: with a keep-alive interval and a TTL of an hour no ping or
+// renewal falls due, so only the socket can explain the end within
+// ServerKill's hang bound of 2s.
 func TestTerminateEndsLease(t *testing.T) {
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{Keepalive: time.Hour, MaxIdle: 1})
-	l, err := dlock.New(d)
+	l, err := dlock.New(d, dlock.WithTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	locktest.ServerKill(t, l, "watch/lease-"+randomHex(4), 20, 5*time.Millisecond,
+	locktest.ServerKill(t, l, "watch/lease-"+randomHex(4), 20, 2*time.Second,
 		func(t *testing.T, lease *dlock.Lease) time.Time {
 			return adm.terminateNow(t, pglock.HolderPID(d, lease.Owner()))
 		})

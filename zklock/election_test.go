@@ -110,7 +110,7 @@ func testElection(t *testing.T, servers []string) {
 
 	db.Crash()
 	crashed := time.Now()
-	info := next(t, ch, 10*time.Second)
+	info := next(t, ch, 30*time.Second) // a hang bound, 15× the session timeout
 	lc := <-gotC
 	if lc == nil {
 		return
