@@ -65,16 +65,21 @@ func TestMaxHold(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the lease outlived its max hold")
 			}
+			// Not before the cap (it counts from the grant, after start);
+			// after it, the 5 s above only bound a hang, and ErrMaxHold says
+			// the cap, not a TTL, ended the lease.
 			held := time.Since(start)
-			if held < maxHold || held > maxHold+200*time.Millisecond {
-				t.Errorf("the lease ended after %v, want its max hold %v", held, maxHold)
+			t.Logf("the lease ended %v after the call, max hold %v", held, maxHold)
+			if held < maxHold {
+				t.Errorf("the lease ended after %v, before its max hold %v", held, maxHold)
 			}
 			err = lease.Err()
 			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrMaxHold) {
 				t.Errorf("Err = %v, want ErrLost and ErrMaxHold", err)
 			}
-			// The lock is freed on the store, not left to its TTL.
-			deadline := time.Now().Add(time.Second)
+			// The lock is freed on the store, not left to its TTL (for
+			// "session", 30 s: far past this 5 s bound).
+			deadline := time.Now().Add(5 * time.Second)
 			for {
 				o, err := other.TryAcquire(ctx, "job")
 				if err == nil {

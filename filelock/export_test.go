@@ -1,5 +1,7 @@
 package filelock
 
+import "time"
+
 // Crash makes the driver stop as a dying process would: it closes the
 // files of its locks without unlocking them (the kernel then drops the
 // flocks) and forgets them, so that its leases learn of the loss at their
@@ -38,4 +40,21 @@ func SetLockedHook(f func(path string)) (restore func()) {
 	old := testHookLocked
 	testHookLocked = f
 	return func() { testHookLocked = old }
+}
+
+// SetBackstop makes waits started from now on retry every d when nothing
+// wakes them; restore undoes it. Not safe to call while locks are being
+// waited for.
+func SetBackstop(d time.Duration) (restore func()) {
+	oldMin, oldMax, oldBlind := minBackstop, maxBackstop, maxBackstopBlind
+	minBackstop, maxBackstop, maxBackstopBlind = d, d, d
+	return func() { minBackstop, maxBackstop, maxBackstopBlind = oldMin, oldMax, oldBlind }
+}
+
+// SetNoEvents keeps waits started from now on off the kernel watcher, so
+// that only a release in this process (or the backstop) wakes them;
+// restore undoes it. Not safe to call while locks are being waited for.
+func SetNoEvents() (restore func()) {
+	testNoEvents = true
+	return func() { testNoEvents = false }
 }

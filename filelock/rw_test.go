@@ -159,11 +159,13 @@ func TestFileWriterPreference(t *testing.T) {
 	releaseAll(t, ctx, r2)
 }
 
-// TestFileRWCancel: a cancelled writer's wait leaves the gate open, and a
-// cancelled reader's leaves nothing.
+// TestFileRWCancel: a cancelled writer's wait ends with its context (the
+// backstop is 30 s, so a return within 5 s is the context's doing) and
+// leaves the gate open, and a cancelled reader's leaves nothing.
 func TestFileRWCancel(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
+	defer filelock.SetBackstop(30 * time.Second)()
 	a, _ := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
 	r := must(t)(a.TryAcquireRead(ctx, "rw"))
@@ -173,8 +175,8 @@ func TestFileRWCancel(t *testing.T) {
 	if _, err := b.AcquireWrite(wctx, "rw"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("AcquireWrite = %v, want DeadlineExceeded", err)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("the wait ended %v after its deadline's start", took)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the wait ended %v after its 100ms deadline's start: not by the deadline, with a backstop of 30 s", took)
 	}
 	r2 := must(t)(b.TryAcquireRead(ctx, "rw")) // the gate is open again
 	releaseAll(t, ctx, r, r2)
@@ -271,9 +273,9 @@ func TestFileRWMutualExclusion(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if maxReaders.Load() < 2 {
-		t.Errorf("readers never overlapped (at most %d together)", maxReaders.Load())
-	}
+	// Whether readers happened to overlap here is the scheduler's choice;
+	// that they may is checked by construction in TestFileRWCancel.
+	t.Logf("at most %d readers together", maxReaders.Load())
 }
 
 // TestProcessWriterPreference: a writer waiting in another process shuts

@@ -13,7 +13,8 @@ import (
 // it try at once and resets the delay to minBackstop; the delay then
 // doubles up to maxBackstop, or maxBackstopBlind when the kernel watcher
 // is unavailable (no inotify on this platform, or its limits reached).
-const (
+// Variables only so that tests can lengthen them (SetBackstop).
+var (
 	minBackstop      = time.Millisecond
 	maxBackstop      = time.Second
 	maxBackstopBlind = 250 * time.Millisecond

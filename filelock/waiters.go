@@ -27,6 +27,10 @@ type waiter struct {
 	events bool          // the kernel watcher watches dir for it
 }
 
+// testNoEvents, set by tests (SetNoEvents), keeps new waiters off the
+// kernel watcher: only releases in this process and the backstop wake them.
+var testNoEvents bool
+
 // addWaiter registers a waiter for the lock file path in dir. Register
 // before the attempt that may fail: a release after the registration then
 // wakes the waiter, and one before it is seen by the attempt.
@@ -39,7 +43,7 @@ func addWaiter(path, dir string) *waiter {
 	}
 	reg.byPath[path] = append(reg.byPath[path], w)
 	reg.n.Add(1)
-	if w.ref = watchRefLocked(); w.ref {
+	if w.ref = !testNoEvents && watchRefLocked(); w.ref {
 		w.events = watchAddDirLocked(dir)
 	}
 	return w

@@ -62,13 +62,13 @@ func (s *suite) tryWhileHeld(t *testing.T, ctx context.Context, name string) {
 }
 
 func (s *suite) waitsForRelease(t *testing.T, ctx context.Context, name string) {
-	a, b := s.locker(t), s.locker(t)
+	a, b := s.locker(t, dlock.WithTTL(holdTTL)), s.locker(t)
 	lease := acquire(t, ctx, a, name)
 	w := startWaiter(func() (*dlock.Lease, error) { return b.Acquire(ctx, name) })
 	w.mustWait(t, s.h.TTL/2, "Acquire returned while another client held the lock", "Acquire while held")
 	released := time.Now()
 	release(t, ctx, lease)
-	w.mustFollow(t, ctx, lease, released, s.h.TTL, "the waiter", "the release", "previous holder's", "Acquire after release")
+	w.mustFollow(t, ctx, lease, released, "the waiter", "the release", "previous holder's", "Acquire after release")
 }
 
 // waiter is an acquisition running in the background.
@@ -106,16 +106,16 @@ func (w waiter) mustWait(t *testing.T, d time.Duration, returned, call string) {
 }
 
 // mustFollow checks that the acquisition, waiting behind prev, acquires
-// once prev was released (at released), well within ttl and with a
-// greater token, and releases it. who, after, prevWho and call name the
+// once prev was released (at released), with a greater token, and
+// releases it; it logs how long after the release. prev must have been
+// taken with holdTTL, so that only its release can explain the grant
+// within the property's time. who, after, prevWho and call name the
 // parties in the messages.
-func (w waiter) mustFollow(t *testing.T, ctx context.Context, prev *dlock.Lease, released time.Time, ttl time.Duration, who, after, prevWho, call string) {
+func (w waiter) mustFollow(t *testing.T, ctx context.Context, prev *dlock.Lease, released time.Time, who, after, prevWho, call string) {
 	t.Helper()
 	select {
 	case l := <-w.got:
-		if wait := time.Since(released); wait > ttl {
-			t.Errorf("%s took %v after %s to acquire; want it notified, well under the TTL %v", who, wait, after, ttl)
-		}
+		t.Logf("%s acquired %v after %s", who, time.Since(released), after)
 		if l.Token() <= prev.Token() {
 			t.Errorf("%s's token %d is not greater than the %s %d", who, l.Token(), prevWho, prev.Token())
 		}
@@ -147,8 +147,10 @@ func (s *suite) cancelDuringWait(t *testing.T, ctx context.Context, name string)
 	if l != nil {
 		t.Error("Acquire returned a lease with an error")
 	}
-	if took > s.h.TTL/2+time.Second {
-		t.Errorf("Acquire returned %v after its %v deadline; want promptly", took-s.h.TTL/2, s.h.TTL/2)
+	// Promptly: a hang bound, ten times the deadline at least.
+	slack := max(prompt, 5*s.h.TTL)
+	if took > s.h.TTL/2+slack {
+		t.Errorf("Acquire returned %v after its %v deadline; want promptly, within %v", took-s.h.TTL/2, s.h.TTL/2, slack)
 	}
 
 	// A cancel during the wait.
@@ -163,8 +165,8 @@ func (s *suite) cancelDuringWait(t *testing.T, ctx context.Context, name string)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Acquire cancelled = %v, want an error matching context.Canceled", err)
 	}
-	if took := time.Since(start); took > s.h.TTL/4+time.Second {
-		t.Errorf("Acquire returned %v after its cancel; want promptly", took-s.h.TTL/4)
+	if took := time.Since(start); took > s.h.TTL/4+slack {
+		t.Errorf("Acquire returned %v after its cancel; want promptly, within %v", took-s.h.TTL/4, slack)
 	}
 
 	// The abandoned waits left nothing held or queued: once the holder

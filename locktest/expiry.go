@@ -56,13 +56,14 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	}
 	select {
 	case <-lease.Done():
-	case <-time.After(time.Second):
-		t.Error("the holder's Done() not closed 1s after another client acquired its expired lock")
+	case <-time.After(prompt):
+		t.Errorf("the holder's Done() not closed %v after another client acquired its expired lock", prompt)
 	}
 	if held := gotAt.Sub(sent); held < s.h.TTL*9/10 {
 		t.Errorf("another client got the lock %v after it was asked for, before its TTL %v", held, s.h.TTL)
 	}
-	if held := gotAt.Sub(acquired); held > s.h.TTL+2*time.Second {
+	t.Logf("another client got the expired lock %v after it was taken (TTL %v)", gotAt.Sub(acquired), s.h.TTL)
+	if held := gotAt.Sub(acquired); held > s.lossBound() {
 		t.Errorf("another client got the expired lock only %v after it was taken (TTL %v)", held, s.h.TTL)
 	}
 	if !errors.Is(lease.Err(), dlock.ErrLost) {
@@ -77,7 +78,7 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 }
 
 // lostWhenTakenAway: when the store loses the lock, the holder's Done
-// closes within a bounded time, Err matches ErrLost, and a context from
+// closes (lossBound only bounds a hang; the time it took is logged), Err matches ErrLost, and a context from
 // Lease.Context is cancelled with that cause.
 func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string) {
 	a := s.locker(t)
@@ -86,7 +87,7 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 	defer cancel()
 	s.h.TakeAway(t, name)
 	taken := time.Now()
-	if !waitDone(lease, s.h.TTL+2*time.Second) {
+	if !waitDone(lease, s.lossBound()) {
 		t.Fatalf("Done() not closed %v after the lock was taken away (TTL %v)", time.Since(taken), s.h.TTL)
 	}
 	// The window docs/GUARANTEES.md reports: the store freed the lock at
@@ -100,7 +101,7 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 		if !errors.Is(context.Cause(work), dlock.ErrLost) {
 			t.Errorf("context.Cause of the lease's context = %v, want ErrLost", context.Cause(work))
 		}
-	case <-time.After(time.Second):
+	case <-time.After(prompt):
 		t.Error("the lease's context was not cancelled after the loss")
 	}
 	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
@@ -125,7 +126,7 @@ func (s *suite) crashedHolder(t *testing.T, ctx context.Context, a, b *dlock.Loc
 		t.Errorf("the new holder's token %d is not greater than the crashed holder's %d", other.Token(), lease.Token())
 	}
 	release(t, ctx, other)
-	if !waitDone(lease, s.h.TTL+5*time.Second) {
+	if !waitDone(lease, s.lossBound()) {
 		t.Error("the crashed holder's Done() never closed")
 	}
 }

@@ -114,6 +114,23 @@ type suite struct {
 	run string
 }
 
+// holdTTL is the TTL of a holder whose release a property waits for: with
+// renewals 20 s apart, such a lock cannot expire within the 30 s the
+// property has, so a waiter that gets it was served by the release, not
+// by the TTL running out.
+const holdTTL = time.Minute
+
+// lossBound is how long the suite waits for something expected within
+// about a TTL — a lost or expired lock noticed, a stopped holder's lock
+// granted to another client: ten times that, and 10 s at least. It only
+// bounds a hang; how soon it happens is a figure, which the suite logs.
+func (s *suite) lossBound() time.Duration { return max(10*s.h.TTL, 10*time.Second) }
+
+// prompt is how long the suite waits for what takes a moment with nothing
+// to wait for — a channel closed after a Done, a lease's timer: a hang
+// bound.
+const prompt = 5 * time.Second
+
 // locker opens a client with the suite's TTL, closed when t ends.
 func (s *suite) locker(t *testing.T, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()

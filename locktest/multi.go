@@ -157,7 +157,7 @@ func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 	taken := time.Now()
 	select {
 	case <-m.Done():
-	case <-time.After(s.h.TTL + 2*time.Second):
+	case <-time.After(s.lossBound()):
 		_ = m.Release(ctx)
 		t.Fatalf("the set's Done() not closed %v after one of its locks was taken away (TTL %v)", time.Since(taken), s.h.TTL)
 	}
@@ -169,7 +169,7 @@ func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 		if !errors.Is(context.Cause(work), dlock.ErrLost) {
 			t.Errorf("context.Cause of the set's context = %v, want ErrLost", context.Cause(work))
 		}
-	case <-time.After(time.Second):
+	case <-time.After(prompt):
 		t.Error("the set's context was not cancelled after the loss")
 	}
 	if err := m.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {

@@ -36,9 +36,10 @@ func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name st
 	})
 }
 
-// rwShareExclude: two readers hold together; then readers and writers
-// contend, and a readers gauge and a writers gauge show that readers
-// overlapped while a writer never had company.
+// rwShareExclude: two readers hold together, and a third joins them; then
+// readers and writers contend, and a readers gauge and a writers gauge
+// show that a writer never had company (how many readers overlapped is the
+// scheduler's choice: logged).
 func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
 	if s.noRW(t, ctx, lockers[0], name) {
@@ -55,7 +56,9 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatalf("TryAcquireRead while another reader holds: %v; readers must share", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL)
+	// Not waiting: an acquisition queued behind r1 and r2 would wait for
+	// ever; the deadline only bounds that.
+	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
 	r3, err := lockers[2].AcquireRead(wctx, name)
 	cancel()
 	if err != nil {
@@ -120,9 +123,7 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 		})
 	}
 	all.Wait()
-	if rg.max.Load() < 2 && fail.count() == 0 {
-		t.Errorf("readers never held the lock together (readers gauge peaked at %d)", rg.max.Load())
-	}
+	t.Logf("under contention, at most %d readers held together", rg.max.Load())
 	tokens.check(t, "readers-writer")
 }
 
@@ -131,7 +132,7 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 // readers that come after it. The readers-writer lock "x" is unrelated to
 // the mutex "x" (unless Harness.WriteIsMutex says their writers are one).
 func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
-	a, b, c := s.locker(t), s.locker(t), s.locker(t)
+	a, b, c := s.locker(t, dlock.WithTTL(holdTTL)), s.locker(t), s.locker(t)
 	if s.noRW(t, ctx, a, name) {
 		return
 	}
@@ -172,7 +173,7 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	}
 	released := time.Now()
 	release(t, ctx, r)
-	writer.mustFollow(t, ctx, r, released, s.h.TTL, "the writer", "the reader's release", "reader's", "AcquireWrite after the reader released")
+	writer.mustFollow(t, ctx, r, released, "the writer", "the reader's release", "reader's", "AcquireWrite after the reader released")
 	// The abandoned reader left nothing queued.
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
 
@@ -195,7 +196,9 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 }
 
 // rwWriterNotStarved: readers keep arriving, always overlapping, so the
-// lock is never free of readers; a writer must still get it soon.
+// lock is never free of readers; a writer must still get it (once the
+// readers in at its arrival leave: a few holds of 20ms; the bound only
+// ends a starved wait).
 func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name string) {
 	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
 	if s.noRW(t, ctx, lockers[0], name) {
@@ -233,7 +236,7 @@ func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name strin
 		})
 	}
 	time.Sleep(5 * hold) // the stream of readers is flowing
-	bound := max(2*time.Second, 2*s.h.TTL)
+	bound := s.lossBound()
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	start := time.Now()
 	w, err := lockers[2].AcquireWrite(wctx, name)

@@ -38,7 +38,7 @@ func TestElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, _ := next(t, ch, time.Second); info != (driver.LeaderInfo{}) {
+	if info, _ := next(t, ch, messageBound); info != (driver.LeaderInfo{}) {
 		t.Fatalf("first value %+v, want no leader", info)
 	}
 	if info, err := d.Leader(ctx, name); err != nil || info != (driver.LeaderInfo{}) {
@@ -50,7 +50,7 @@ func TestElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := next(t, ch, time.Second)
+	got, _ := next(t, ch, messageBound)
 	if got.Value != "node-a" || got.Token != la.Token() {
 		t.Fatalf("observed %+v, want node-a with token %d", got, la.Token())
 	}
@@ -80,17 +80,19 @@ func TestElection(t *testing.T) {
 	if lb == nil {
 		t.FailNow()
 	}
-	got, at := next(t, ch, time.Second)
+	got, at := next(t, ch, messageBound)
 	if got.Value != "node-b" || got.Token != lb.Token() || got.Token <= la.Token() {
 		t.Fatalf("observed %+v, want node-b with token %d > %d", got, lb.Token(), la.Token())
 	}
-	if lat := at.Sub(resigned); lat > 300*time.Millisecond {
+	// The observer does not poll, and node-a's lease (the Locker's TTL,
+	// 30 s) could not have expired: within messageBound it was a message.
+	if lat := at.Sub(resigned); lat > messageBound {
 		t.Errorf("observer learnt of the handoff %v after it: not by message", lat)
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := next(t, ch, time.Second); got != (driver.LeaderInfo{}) {
+	if got, _ := next(t, ch, messageBound); got != (driver.LeaderInfo{}) {
 		t.Fatalf("after the resignation: %+v, want no leader", got)
 	}
 
@@ -100,14 +102,14 @@ func TestElection(t *testing.T) {
 	c := kindRequest(driver.Leader, name, ttl)
 	start := time.Now()
 	tc := mustLock(t, d, c)
-	if got, _ := next(t, ch, time.Second); got.Token != tc || got.Value != c.Value {
+	if got, _ := next(t, ch, messageBound); got.Token != tc || got.Value != c.Value {
 		t.Fatalf("observed %+v, want %q with token %d", got, c.Value, tc)
 	}
-	got, at = next(t, ch, 2*time.Second)
+	got, at = next(t, ch, ttl+messageBound)
 	if got != (driver.LeaderInfo{}) {
 		t.Fatalf("after the leader's expiry: %+v, want no leader", got)
 	}
-	if after := at.Sub(start); after < ttl-20*time.Millisecond || after > ttl+300*time.Millisecond {
+	if after := at.Sub(start); after < ttl-20*time.Millisecond || after > ttl+messageBound {
 		t.Errorf("observer saw the expiry %v after the grant, want right after the TTL %v", after, ttl)
 	}
 }
@@ -134,7 +136,7 @@ func TestObserveLatest(t *testing.T) {
 	tok := mustLock(t, d, last)
 	// The first value is the leader at the call (none), or a later one
 	// if the changes were read before the reader came.
-	first, _ := next(t, ch, time.Second)
+	first, _ := next(t, ch, messageBound)
 	want := driver.LeaderInfo{Value: last.Value, Token: tok}
 	if first == want {
 		return
@@ -202,7 +204,7 @@ func TestObserveEnds(t *testing.T) {
 	r := kindRequest(driver.Leader, "election/ends", 10*time.Second)
 	tok := mustLock(t, d, r)
 	for {
-		got, _ := next(t, ch2, time.Second)
+		got, _ := next(t, ch2, messageBound)
 		if got.Token == tok {
 			break
 		}

@@ -71,6 +71,20 @@ func newLocker(t testing.TB, d *Driver, opts ...dlock.Option) *dlock.Locker {
 	return l
 }
 
+// Under quietOptions and a lock TTL of quietTTL a waiter re-runs its
+// script only every 30 s (a third of its entry lifetime) and its lock does
+// not expire for 90 s: a grant within messageBound of a release came by
+// message (or by the timer set to a holder's known expiry), not by a
+// re-check. messageBound only bounds a hang: a handoff takes a round trip.
+const (
+	quietTTL     = 90 * time.Second
+	messageBound = 5 * time.Second
+)
+
+// quietOptions are the options of a waiter's driver on d's prefix whose
+// re-checks, at quietTTL, are 30 s apart.
+func quietOptions(d *Driver) *Options { return &Options{Prefix: d.prefix, QueueTTL: quietTTL} }
+
 func request(name string, ttl time.Duration) driver.Request {
 	return driver.Request{Name: name, Owner: randomHex(16), TTL: ttl}
 }
