@@ -19,6 +19,11 @@ func Crash(d *Driver) {
 	for c := range d.waiting {
 		conns = append(conns, c)
 	}
+	// A hold's session may have left d.sessions (dropped from picking,
+	// on its way to retiring) while it still holds its lock.
+	for _, h := range d.held {
+		conns = append(conns, h.s.c)
+	}
 	d.mu.Unlock()
 	for _, c := range conns {
 		_ = c.pg.PgConn().Conn().Close()

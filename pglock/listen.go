@@ -38,6 +38,14 @@ type sub struct {
 	ready chan struct{}
 }
 
+// poke wakes s as a notification would.
+func (s *sub) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // subscribe follows channel and returns once it is LISTENed.
 func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 	s := &sub{channel: channel, wake: make(chan struct{}, 1), ready: make(chan struct{})}

@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -24,8 +25,12 @@ import (
 // provided a waiter is blocked on the crashed holder's slot: waiters
 // spread over the slots, and with at least limit waiters every slot has
 // one. A permit freed by a crash on a slot nobody blocks on is taken by
-// the next try: a new acquisition, or the waiters woken by the next
-// release.
+// the next try: a new acquisition, the waiters woken by the next release,
+// or, at the latest, a waiter's own try again once it has been blocked for
+// the request's TTL (the time within which a crashed holder's lock frees
+// itself on the TTL backends): so a lone waiter whose try came just
+// before the crashed holder's session ended on the server, and which then
+// blocked on another holder's slot, still gets the permit.
 func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	ch := channelName(d.st.table, r.Mode, r.Name)
 	sub, err := d.subscribe(ctx, ch)
@@ -50,7 +55,9 @@ func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant
 			return driver.Grant{}, err
 		}
 		p := plan{sql: d.st.lock, args: []any{slot, row}, key: slot, unlock: d.st.unlockPermit, channel: ch}
+		again := time.AfterFunc(max(r.TTL, time.Second), sub.poke)
 		g, err = d.run(ctx, r, p, true, sub.wake)
+		again.Stop()
 		if !errors.Is(err, errWoken) {
 			// Taken, or failed (a server-side timeout ends the wait with
 			// ErrNotAcquired).

@@ -258,3 +258,60 @@ func TestCrashedPermitReturns(t *testing.T) {
 	second := <-got
 	release(t, ctx, first, second)
 }
+
+// TestCrashedPermitLoneWaiter: a lone waiter blocked on one holder's slot
+// gets the permit another holder's crash frees, though no release
+// notifies it: it tries again once it has been blocked for its TTL.
+func TestCrashedPermitLoneWaiter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	name := "sem/lone/" + randomHex(4)
+	const limit = 2
+	const ttl = time.Second
+	holders := []*dlock.Locker{newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})}
+	leases := []*dlock.Lease{
+		mustLease(t)(holders[0].AcquirePermit(ctx, name, limit)),
+		mustLease(t)(holders[1].AcquirePermit(ctx, name, limit)),
+	}
+	waiter := newLocker(t, pglock.Options{}, dlock.WithTTL(ttl))
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		p, err := waiter.AcquirePermit(ctx, name, limit)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	adm := newAdmin(t)
+	blockedOn := -1
+	if !waitUntil(10*time.Second, func() bool {
+		for i := range limit {
+			if _, w := adm.keyRows(t, pglock.ModeKey(table, driver.Permit, name, i)); w == 1 {
+				blockedOn = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("the waiter is not blocked")
+	}
+	// Crash the holder of the slot the waiter does not block on.
+	victimPID := slotHolder(t, adm, name, 1-blockedOn)
+	victim := -1
+	for i, l := range holders {
+		if pglock.HolderPID(l.Driver().(*pglock.Driver), leases[i].Owner()) == victimPID {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("no holder has the server process %d", victimPID)
+	}
+	pglock.Crash(holders[victim].Driver().(*pglock.Driver))
+	select {
+	case p := <-got:
+		release(t, ctx, p)
+	case <-time.After(10 * ttl):
+		t.Fatalf("the waiter, blocked on slot %d, did not get the permit the crash freed on slot %d", blockedOn, 1-blockedOn)
+	}
+	release(t, ctx, leases[1-victim])
+}
