@@ -28,9 +28,14 @@ func TestKillLoss(t *testing.T) {
 	}
 	adm.kill(id)
 	killed := time.Now()
+	// KILL returns before the killed connection's locks are free: the lock
+	// is free once the connection is gone from the server.
+	if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
+		t.Fatalf("connection %d still on the server 5s after KILL", id)
+	}
 	other, err := b.TryAcquire(ctx, "kill/me")
 	if err != nil {
-		t.Fatalf("TryAcquire right after the KILL: %v", err)
+		t.Fatalf("TryAcquire once the killed connection is gone: %v", err)
 	}
 	defer other.Release(ctx)
 	select {
