@@ -253,8 +253,9 @@ func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
 
 // Close ends the driver's waiting calls and observers and waits for its
 // background clean-ups (see Lock), at most 5 s (beyond, it returns an
-// error), then closes the connection if the driver opened it from a URL. Locks still held stay on the server until
-// their TTL runs out. Close is idempotent.
+// error), then closes the connection if the driver opened it from a URL.
+// Locks still held stay on the server until their TTL runs out. Close is
+// idempotent.
 func (d *Driver) Close() error {
 	var err error
 	d.closeOnce.Do(func() {

@@ -139,18 +139,7 @@ func TestPermitWaiterWokenByRelease(t *testing.T) {
 		}
 		got <- p
 	}()
-	blocked := -1
-	if !waitUntil(5*time.Second, func() bool {
-		for i := range limit {
-			if _, n := adm.keyRows(t, pglock.ModeKey(table, driver.Permit, name, i)); n == 1 {
-				blocked = i
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatal("the waiter is not blocked on any slot")
-	}
+	blocked := blockedSlot(t, adm, name, limit, 5*time.Second)
 	// Release a slot other than the one it blocks on: only the
 	// notification can wake it.
 	other := (blocked + 1) % limit
@@ -178,6 +167,25 @@ func TestPermitWaiterWokenByRelease(t *testing.T) {
 			release(t, ctx, p)
 		}
 	}
+}
+
+// blockedSlot waits, at most d, until one waiter is blocked on a slot of
+// semaphore name, and returns that slot.
+func blockedSlot(t *testing.T, adm *admin, name string, limit int, d time.Duration) int {
+	t.Helper()
+	slot := -1
+	if !waitUntil(d, func() bool {
+		for i := range limit {
+			if _, n := adm.keyRows(t, pglock.ModeKey(table, driver.Permit, name, i)); n == 1 {
+				slot = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("the waiter is not blocked on any slot")
+	}
+	return slot
 }
 
 func slotHolder(t *testing.T, adm *admin, name string, slot int) uint32 {
@@ -283,18 +291,7 @@ func TestCrashedPermitLoneWaiter(t *testing.T) {
 		got <- p
 	}()
 	adm := newAdmin(t)
-	blockedOn := -1
-	if !waitUntil(10*time.Second, func() bool {
-		for i := range limit {
-			if _, w := adm.keyRows(t, pglock.ModeKey(table, driver.Permit, name, i)); w == 1 {
-				blockedOn = i
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatal("the waiter is not blocked")
-	}
+	blockedOn := blockedSlot(t, adm, name, limit, 10*time.Second)
 	// Crash the holder of the slot the waiter does not block on.
 	victimPID := slotHolder(t, adm, name, 1-blockedOn)
 	victim := -1
