@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -42,6 +43,12 @@ type trackedConn struct {
 	// this connection has carried to the leader in a server's ping reply
 	// (see session.go); -1 for none.
 	reported time.Duration
+
+	// hold, while not nil, keeps the zk.Conn's reader from reading past
+	// the handshake: see waitHold. rdl is the read deadline, which a
+	// held Read keeps.
+	hold chan struct{}
+	rdl  time.Time
 }
 
 // request is a request frame awaiting its reply.
@@ -73,6 +80,7 @@ const (
 	opCreate2         = 15
 	opCreateContainer = 19
 	opCreateTTL       = 21
+	opSetWatches      = 101
 )
 
 // quorumOp reports whether a reply to op means the leader answered it.
@@ -106,6 +114,9 @@ func (c *trackedConn) request(head []byte, now time.Duration) {
 		if quorumOp(r.op) {
 			r.carries, r.proves = c.readyAt(now), c.reported
 		}
+		if r.op == opSetWatches {
+			c.release()
+		}
 	}
 	c.sent = append(c.sent, r)
 }
@@ -113,7 +124,13 @@ func (c *trackedConn) request(head []byte, now time.Duration) {
 // Read matches each reply frame that starts in what it read with the
 // oldest unanswered request.
 func (c *trackedConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	held := c.hold != nil
+	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
+	if held && err == nil {
+		err = c.waitHold()
+	}
 	if n > 0 {
 		now := c.s.clock()
 		c.mu.Lock()
@@ -145,6 +162,9 @@ func (c *trackedConn) reply(head []byte, now time.Duration) {
 		r, ok := c.pop()
 		if !ok || !r.hello || len(head) < 16 {
 			return
+		}
+		if c.s.anchored.Load() {
+			c.hold = make(chan struct{})
 		}
 		timeout := time.Duration(int32(binary.BigEndian.Uint32(head[4:8]))) * time.Millisecond
 		c.s.greeted(int64(binary.BigEndian.Uint64(head[8:16])), timeout, r.sent)
@@ -196,6 +216,66 @@ func (c *trackedConn) readyAt(now time.Duration) time.Duration {
 		c.cands = append(c.cands[:0], c.cands[i:]...)
 	}
 	return c.ready
+}
+
+// Reads are held back after a reconnection's handshake until the zk.Conn
+// has sent the session's watches again, to keep clear of a data race in
+// go-zookeeper v1.0.4: after each handshake it starts its reader, which
+// stores every reply's zxid in a field, and only then builds the
+// SetWatches request from that field, with no lock between the two.
+// Holding what the reader read until the SetWatches frame is written
+// orders the two: the request is built before it is written. The zk.Conn
+// builds one only when the session has a watch; the session keeps one set
+// for good (session.anchor), and reads are held only once it is
+// (anchored). A held Read still returns by its deadline, or when the
+// session ends.
+
+// waitHold waits until the reader may return what it read.
+func (c *trackedConn) waitHold() error {
+	c.mu.Lock()
+	hold, dl := c.hold, c.rdl
+	c.mu.Unlock()
+	if hold == nil {
+		return nil
+	}
+	var expired <-chan time.Time
+	if !dl.IsZero() {
+		t := time.NewTimer(time.Until(dl))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-c.s.done:
+		return errSessionEnded
+	case <-expired:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+// release lets the reader return what it read. c.mu is held.
+func (c *trackedConn) release() {
+	if c.hold != nil {
+		close(c.hold)
+		c.hold = nil
+	}
+}
+
+// SetDeadline records the read deadline for a held Read.
+func (c *trackedConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdl = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline records the read deadline for a held Read.
+func (c *trackedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdl = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
 }
 
 // pop removes and returns the oldest unanswered request.

@@ -7,18 +7,7 @@ import "time"
 // closed nor kept alive, and the ensemble expires it after its timeout.
 func (d *Driver) Crash() {
 	d.refuse.Store(true)
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	c := s.tcp
-	s.mu.Unlock()
-	if c != nil {
-		_ = c.Close()
-	}
+	d.Drop()
 }
 
 // Wakeups returns how many watch notifications the driver's waiters got.
@@ -70,4 +59,21 @@ func LockNodes(l Layout, names []string) []string {
 		out = append(out, c.name)
 	}
 	return out
+}
+
+// Drop cuts the driver's TCP connection, as a network fault would: the
+// zk.Conn reconnects and keeps the session.
+func (d *Driver) Drop() {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	c := s.tcp
+	s.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
 }

@@ -58,6 +58,10 @@ type session struct {
 	// ends first.
 	dialErr atomic.Pointer[error]
 
+	// anchored says the session's anchor watch is set (see anchor): from
+	// then on, every reconnection sends the session's watches again.
+	anchored atomic.Bool
+
 	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
 	over    atomic.Bool // set when the session ends, before done closes
@@ -214,11 +218,16 @@ func (s *session) monitor() {
 		return
 	}
 	s.watch()
+	fired := s.anchor()
 	t := time.NewTimer(s.syncEvery())
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
+		case <-fired:
+			s.anchored.Store(false)
+			fired = s.anchor()
+			continue
 		case <-s.done:
 			return
 		}
@@ -228,6 +237,33 @@ func (s *session) monitor() {
 		// zk.Conn's close on the session's end returns it.
 		_, _ = s.conn.Sync("/")
 	}
+}
+
+// anchorName is the node the anchor watch waits for. No lock name holds
+// '#', so no lock creates it.
+const anchorName = "/#watch-anchor"
+
+// anchor sets a watch that stays set for the session's life, on a node
+// nobody creates, so that the zk.Conn sends the session's watches again at
+// every reconnection: trackedConn holds its reads back until it has (see
+// waitHold). It returns the watch's channel, which a creation of the
+// node, or the session's end, fires; nil if the session ended first.
+func (s *session) anchor() <-chan zk.Event {
+	select {
+	case <-s.authed:
+	case <-s.done:
+		return nil
+	}
+	var fired <-chan zk.Event
+	err := s.do(func() (err error) {
+		_, _, fired, err = s.conn.ExistsW(s.d.prefix + anchorName)
+		return err
+	})
+	if err != nil {
+		return nil
+	}
+	s.anchored.Store(true)
+	return fired
 }
 
 // end ends the session once: its locks are lost, and its zk.Conn is closed

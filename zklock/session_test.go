@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,6 +136,90 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Errorf("Release after the short loss: %v", err)
+	}
+}
+
+// TestReconnectResendsWatches: connection drops, while a waiter's watch is
+// set and requests are in flight, keep the session, the holder's lock and
+// the waiter's watch: after 20 drops the release still reaches the waiter.
+// Under -race it also checks that each reconnection's SetWatches request is
+// built before the zk.Conn's reader stores a reply's zxid (trackedConn's
+// waitHold; go-zookeeper v1.0.4 races there otherwise).
+func TestReconnectResendsWatches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	servers := []string{testenv.ZKAddr(t)}
+	prefix := testPrefix()
+	const timeout = 10 * time.Second
+	a, da := newLocker(t, servers, prefix, timeout)
+	b, _ := newLocker(t, servers, prefix, timeout)
+	held, err := b.Acquire(ctx, "resend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "resend")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for da.Waiting() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter did not set its watch")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	id, _, _ := da.SessionInfo()
+
+	// Requests on a's session throughout, so that some are queued when
+	// each new connection starts and their replies come in at once.
+	stop := make(chan struct{})
+	var busy sync.WaitGroup
+	for i := range 4 {
+		busy.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if l, err := a.TryAcquire(ctx, fmt.Sprint("busy-", i)); err == nil {
+					_ = l.Release(ctx)
+				}
+			}
+		})
+	}
+	for i := 0; i < 20; i++ {
+		dropped := time.Now()
+		da.Drop()
+		for {
+			if _, _, heard := da.SessionInfo(); heard.After(dropped) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no reply on a new connection after drop %d", i+1)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	close(stop)
+	busy.Wait()
+
+	if id2, _, _ := da.SessionInfo(); id2 != id {
+		t.Fatalf("session %x after the drops, want the same %x", id2, id)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter returned before the release: %v", err)
+	default:
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter, after the release: %v", err)
 	}
 }
 
