@@ -262,15 +262,16 @@
 // that came before them. The request's TTL is not used.
 //
 // The client, github.com/go-zookeeper/zk v1.0.4 (its newest release), has a
-// data race of its own: when a connection is re-established while watches
-// are set, it reads the last zxid seen while the new connection's reader
-// may be writing it (reported upstream as samuel/go-zookeeper#260). The
-// race detector can report it in tests that run with -race and restart
-// ZooKeeper servers; it was seen once in this project's CI, in
-// TestLeaderChange. The value read (a single 64-bit word, on 64-bit
-// platforms) is either the old connection's last zxid, as without the
-// race, or a later one; it only tells the server from which point to
-// replay data changes. A deleted node is reported whatever the zxid, and
-// every release deletes the holder's node, which is what a waiter waits
-// for, so the race does not bear on mutual exclusion or on waking.
+// data race of its own (samuel/go-zookeeper#260): when a connection is
+// re-established while watches are set, it reads the last zxid seen to
+// build the request that sets them again, while the new connection's
+// reader may be writing it. The driver keeps clear of it: after a
+// reconnection, what the reader reads is held back until that request is
+// written, which orders the two (the request is built before it is
+// written). So that the request is always sent and the hold always ends,
+// each session keeps one watch set for its whole life, on a node under the
+// prefix that no lock name can create (#watch-anchor); it costs one
+// request when the session starts. TestReconnectResendsWatches drops the
+// connection 20 times with a waiter's watch set and requests in flight;
+// with the hold turned off, -race reports the client's race in it.
 package zklock
