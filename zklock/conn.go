@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -43,12 +43,6 @@ type trackedConn struct {
 	// this connection has carried to the leader in a server's ping reply
 	// (see session.go); -1 for none.
 	reported time.Duration
-
-	// hold, while not nil, keeps the zk.Conn's reader from reading past
-	// the handshake: see waitHold. rdl is the read deadline, which a
-	// held Read keeps.
-	hold chan struct{}
-	rdl  time.Time
 }
 
 // request is a request frame awaiting its reply.
@@ -92,13 +86,65 @@ func quorumOp(op int32) bool {
 	return false
 }
 
-// Write records the send time and header of each request frame in p.
+// The zxid of each reply is kept from the zk.Conn, which stores it in a
+// field it also reads, with no lock, while it sets a session's watches
+// again after a reconnection: a data race in go-zookeeper v1.0.4
+// (samuel/go-zookeeper#260) that the race detector reports. Instead, the
+// connection records the newest zxid itself (session.zxid) and sets the
+// field in every reply header but the handshake's to 0, which the zk.Conn
+// ignores (it stores only positive ones). The zxid goes to the server in
+// two requests, which Write fills in: the handshake's LastZxidSeen (so
+// that the session reconnects only to a server that has seen what it saw)
+// and SetWatches' RelativeZxid (so that the server reports the changes
+// since then, not every change since the tree began).
+
+// zxidOffset is where the zxid lies in a reply body: after the xid.
+const zxidOffset = 4
+
+// newTrackedConn wraps c for session s.
+func newTrackedConn(c net.Conn, s *session) *trackedConn {
+	t := &trackedConn{Conn: c, s: s, ready: -1, reported: -1}
+	t.in.zeroFrom, t.in.zeroTo = zxidOffset, zxidOffset+8
+	return t
+}
+
+// Write records the send time and header of each request frame in p, and
+// fills in the session's zxid where the request carries it (see above).
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.s.clock()
 	c.mu.Lock()
+	hello := !c.wrote
 	c.out.feed(p, 8, func(head []byte) { c.request(head, now) })
 	c.mu.Unlock()
+	if q := c.withZxid(p, hello); q != nil {
+		return c.Conn.Write(q)
+	}
 	return c.Conn.Write(p)
+}
+
+// withZxid returns a copy of p with the session's zxid written in, when p
+// is a handshake or a SetWatches request; nil otherwise. The zk.Conn
+// writes each request whole, in one Write.
+func (c *trackedConn) withZxid(p []byte, hello bool) []byte {
+	zxid := c.s.zxid.Load()
+	if zxid <= 0 || len(p) < 4 || int(binary.BigEndian.Uint32(p)) != len(p)-4 {
+		return nil
+	}
+	var at int
+	switch {
+	case hello:
+		at = 4 + 4 // ConnectRequest: protocolVersion int32, lastZxidSeen int64
+	case len(p) >= 4+16 && int32(binary.BigEndian.Uint32(p[8:])) == opSetWatches:
+		at = 4 + 8 // RequestHeader (xid, type), then relativeZxid int64
+	default:
+		return nil
+	}
+	if len(p) < at+8 {
+		return nil
+	}
+	q := slices.Clone(p)
+	binary.BigEndian.PutUint64(q[at:], uint64(zxid))
+	return q
 }
 
 // request records a request frame whose body starts with head. c.mu is
@@ -114,9 +160,6 @@ func (c *trackedConn) request(head []byte, now time.Duration) {
 		if quorumOp(r.op) {
 			r.carries, r.proves = c.readyAt(now), c.reported
 		}
-		if r.op == opSetWatches {
-			c.release()
-		}
 	}
 	c.sent = append(c.sent, r)
 }
@@ -124,13 +167,7 @@ func (c *trackedConn) request(head []byte, now time.Duration) {
 // Read matches each reply frame that starts in what it read with the
 // oldest unanswered request.
 func (c *trackedConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	held := c.hold != nil
-	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
-	if held && err == nil {
-		err = c.waitHold()
-	}
 	if n > 0 {
 		now := c.s.clock()
 		c.mu.Lock()
@@ -163,9 +200,6 @@ func (c *trackedConn) reply(head []byte, now time.Duration) {
 		if !ok || !r.hello || len(head) < 16 {
 			return
 		}
-		if c.s.anchored.Load() {
-			c.hold = make(chan struct{})
-		}
 		timeout := time.Duration(int32(binary.BigEndian.Uint32(head[4:8]))) * time.Millisecond
 		c.s.greeted(int64(binary.BigEndian.Uint64(head[8:16])), timeout, r.sent)
 		return
@@ -177,6 +211,9 @@ func (c *trackedConn) reply(head []byte, now time.Duration) {
 	xid := int32(binary.BigEndian.Uint32(head))
 	if xid == -1 {
 		return // a watch notification answers no request
+	}
+	if zxid := int64(binary.BigEndian.Uint64(head[zxidOffset:])); xid >= 0 && zxid > 0 {
+		storeMax(&c.s.zxid, zxid)
 	}
 	r, ok := c.pop()
 	if !ok || r.hello || r.xid != xid || binary.BigEndian.Uint32(head[12:16]) != 0 {
@@ -218,66 +255,6 @@ func (c *trackedConn) readyAt(now time.Duration) time.Duration {
 	return c.ready
 }
 
-// Reads are held back after a reconnection's handshake until the zk.Conn
-// has sent the session's watches again, to keep clear of a data race in
-// go-zookeeper v1.0.4: after each handshake it starts its reader, which
-// stores every reply's zxid in a field, and only then builds the
-// SetWatches request from that field, with no lock between the two.
-// Holding what the reader read until the SetWatches frame is written
-// orders the two: the request is built before it is written. The zk.Conn
-// builds one only when the session has a watch; the session keeps one set
-// for good (session.anchor), and reads are held only once it is
-// (anchored). A held Read still returns by its deadline, or when the
-// session ends.
-
-// waitHold waits until the reader may return what it read.
-func (c *trackedConn) waitHold() error {
-	c.mu.Lock()
-	hold, dl := c.hold, c.rdl
-	c.mu.Unlock()
-	if hold == nil {
-		return nil
-	}
-	var expired <-chan time.Time
-	if !dl.IsZero() {
-		t := time.NewTimer(time.Until(dl))
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case <-hold:
-		return nil
-	case <-c.s.done:
-		return errSessionEnded
-	case <-expired:
-		return os.ErrDeadlineExceeded
-	}
-}
-
-// release lets the reader return what it read. c.mu is held.
-func (c *trackedConn) release() {
-	if c.hold != nil {
-		close(c.hold)
-		c.hold = nil
-	}
-}
-
-// SetDeadline records the read deadline for a held Read.
-func (c *trackedConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rdl = t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
-// SetReadDeadline records the read deadline for a held Read.
-func (c *trackedConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rdl = t
-	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
-}
-
 // pop removes and returns the oldest unanswered request.
 func (c *trackedConn) pop() (request, bool) {
 	if c.first == len(c.sent) {
@@ -297,11 +274,18 @@ func (c *trackedConn) pop() (request, bool) {
 type framer struct {
 	size    [4]byte
 	nsize   int // bytes of the size read
+	body    int // the current frame's body length
 	left    int // bytes of the body still to come
 	head    [16]byte
 	nhead   int  // bytes of the head collected
 	wanted  int  // head bytes to collect for the current frame
 	pending bool // the current frame's head is not delivered yet
+	frames  int  // frames begun
+
+	// zeroFrom and zeroTo, when zeroTo is not 0, are a range of body
+	// bytes that feed sets to zero in every frame but the first, once
+	// they are in the head.
+	zeroFrom, zeroTo int
 }
 
 // feed consumes p. For each frame, onFrame receives the first want bytes
@@ -315,8 +299,10 @@ func (f *framer) feed(p []byte, want int, onFrame func(head []byte)) {
 			if f.nsize < 4 {
 				return
 			}
-			f.left = int(binary.BigEndian.Uint32(f.size[:]))
+			f.body = int(binary.BigEndian.Uint32(f.size[:]))
+			f.left = f.body
 			f.nhead, f.wanted, f.pending = 0, min(want, f.left), true
+			f.frames++
 		}
 		if f.pending && f.nhead < f.wanted {
 			k := copy(f.head[f.nhead:f.wanted], p)
@@ -327,6 +313,12 @@ func (f *framer) feed(p []byte, want int, onFrame func(head []byte)) {
 			onFrame(f.head[:f.nhead])
 		}
 		k := min(len(p), f.left)
+		if f.zeroTo > 0 && f.frames > 1 {
+			off := f.body - f.left
+			for i := max(off, f.zeroFrom); i < min(off+k, f.zeroTo); i++ {
+				p[i-off] = 0
+			}
+		}
 		f.left -= k
 		p = p[k:]
 		if f.left == 0 {

@@ -262,16 +262,16 @@
 // that came before them. The request's TTL is not used.
 //
 // The client, github.com/go-zookeeper/zk v1.0.4 (its newest release), has a
-// data race of its own (samuel/go-zookeeper#260): when a connection is
-// re-established while watches are set, it reads the last zxid seen to
-// build the request that sets them again, while the new connection's
-// reader may be writing it. The driver keeps clear of it: after a
-// reconnection, what the reader reads is held back until that request is
-// written, which orders the two (the request is built before it is
-// written). So that the request is always sent and the hold always ends,
-// each session keeps one watch set for its whole life, on a node under the
-// prefix that no lock name can create (#watch-anchor); it costs one
-// request when the session starts. TestReconnectResendsWatches drops the
-// connection 20 times with a waiter's watch set and requests in flight;
-// with the hold turned off, -race reports the client's race in it.
+// data race of its own (samuel/go-zookeeper#260): it stores the zxid of
+// each reply in a field that it reads, with no lock between the two, to
+// set a session's watches again after a reconnection. The driver keeps
+// clear of it: the connection it gives the client records the newest zxid
+// itself and hands the client every reply with a zxid of 0, which the
+// client does not store; it then writes the zxid into the two requests
+// that carry it, the handshake (so that a session reconnects only to a
+// server that has seen what it saw) and SetWatches (so that the server
+// reports the changes since then). TestReconnectResendsWatches (20
+// connection drops with a waiter's watch set, a lock held and requests in
+// flight) reports the client's race under -race when the replies' zxid is
+// passed on; TestReconnectSendsZxid checks that the handshake carries it.
 package zklock

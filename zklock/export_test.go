@@ -77,3 +77,22 @@ func (d *Driver) Drop() {
 		_ = c.Close()
 	}
 }
+
+// Zxid returns the newest zxid the current session's replies carried.
+func (d *Driver) Zxid() int64 {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.zxid.Load()
+}
+
+// SetZxid sets the zxid the current session sends at its next handshake.
+func (d *Driver) SetZxid(z int64) {
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	s.zxid.Store(z)
+}

@@ -58,9 +58,9 @@ type session struct {
 	// ends first.
 	dialErr atomic.Pointer[error]
 
-	// anchored says the session's anchor watch is set (see anchor): from
-	// then on, every reconnection sends the session's watches again.
-	anchored atomic.Bool
+	// zxid is the newest zxid a reply to the session's requests carried
+	// (see trackedConn.withZxid).
+	zxid atomic.Int64
 
 	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
@@ -156,15 +156,20 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 		}
 		_ = c.SetDeadline(time.Time{})
 		s.dialErr.Store(nil)
-		return &trackedConn{Conn: tc, s: s, ready: -1, reported: -1}, nil
+		return newTrackedConn(tc, s), nil
 	}
 	s.dialErr.Store(nil)
-	return &trackedConn{Conn: c, s: s, ready: -1, reported: -1}, nil
+	return newTrackedConn(c, s), nil
 }
 
 // event receives the zk.Conn's events; it must not block.
 func (s *session) event(ev zk.Event) {
-	if ev.Type != zk.EventSession {
+	switch ev.Type {
+	case zk.EventNodeDeleted, zk.EventNodeDataChanged:
+		s.d.nodeEvent(ev.Path)
+		return
+	case zk.EventSession:
+	default:
 		return
 	}
 	switch ev.State {
@@ -237,33 +242,6 @@ func (s *session) monitor() {
 		// zk.Conn's close on the session's end returns it.
 		_, _ = s.conn.Sync("/")
 	}
-}
-
-// anchorName is the node the anchor watch waits for. No lock name holds
-// '#', so no lock creates it.
-const anchorName = "/#watch-anchor"
-
-// anchor sets a watch that stays set for the session's life, on a node
-// nobody creates, so that the zk.Conn sends the session's watches again at
-// every reconnection: trackedConn holds its reads back until it has (see
-// waitHold). It returns the watch's channel, which a creation of the
-// node, or the session's end, fires; nil if the session ended first.
-func (s *session) anchor() <-chan zk.Event {
-	select {
-	case <-s.authed:
-	case <-s.done:
-		return nil
-	}
-	var fired <-chan zk.Event
-	err := s.do(func() (err error) {
-		_, _, fired, err = s.conn.ExistsW(s.d.prefix + anchorName)
-		return err
-	})
-	if err != nil {
-		return nil
-	}
-	s.anchored.Store(true)
-	return fired
 }
 
 // end ends the session once: its locks are lost, and its zk.Conn is closed

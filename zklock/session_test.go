@@ -140,11 +140,13 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 }
 
 // TestReconnectResendsWatches: connection drops, while a waiter's watch is
-// set and requests are in flight, keep the session, the holder's lock and
-// the waiter's watch: after 20 drops the release still reaches the waiter.
-// Under -race it also checks that each reconnection's SetWatches request is
-// built before the zk.Conn's reader stores a reply's zxid (trackedConn's
-// waitHold; go-zookeeper v1.0.4 races there otherwise).
+// set, a lock is held and requests are in flight, keep the session, the
+// held lock (the watch on its node is set again from the newest zxid, so
+// the server reports no change that came before) and the waiter's watch:
+// after 20 drops the release still reaches the waiter. Under -race it also
+// checks that the zk.Conn's own zxid field, which go-zookeeper v1.0.4
+// reads and writes with no lock on a reconnection, is left alone (see
+// trackedConn.withZxid).
 func TestReconnectResendsWatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -171,7 +173,15 @@ func TestReconnectResendsWatches(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	mine, err := a.Acquire(ctx, "resend-mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // past the 25ms after which its node is watched
 	id, _, _ := da.SessionInfo()
+	if da.Zxid() <= 0 {
+		t.Fatalf("zxid %d after the first requests, want the server's", da.Zxid())
+	}
 
 	// Requests on a's session throughout, so that some are queued when
 	// each new connection starts and their replies come in at once.
@@ -215,11 +225,62 @@ func TestReconnectResendsWatches(t *testing.T) {
 		t.Fatalf("the waiter returned before the release: %v", err)
 	default:
 	}
+	if err := mine.Err(); err != nil {
+		t.Fatalf("the lock held across the drops: %v", err)
+	}
+	if err := mine.Release(ctx); err != nil {
+		t.Fatalf("the lock held across the drops: Release: %v", err)
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("the waiter, after the release: %v", err)
+	}
+}
+
+// TestReconnectSendsZxid: the handshake of a reconnection carries the
+// newest zxid the session saw, so that it reconnects only to a server that
+// has seen as much: with a zxid beyond the server's, the server refuses the
+// session; with the true one, it takes it back, lock and all.
+func TestReconnectSendsZxid(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	servers := []string{testenv.ZKAddr(t)}
+	const timeout = 20 * time.Second
+	a, da := newLocker(t, servers, testPrefix(), timeout)
+	lease, err := a.Acquire(ctx, "zxid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := da.Zxid()
+	if seen <= 0 {
+		t.Fatalf("zxid %d after the acquisition, want the server's", seen)
+	}
+	da.SetZxid(seen + 1<<40)
+	dropped := time.Now()
+	da.Drop()
+	// Refused: no reply on a new connection for 3s (the zk.Conn retries
+	// about every second).
+	time.Sleep(3 * time.Second)
+	if _, _, heard := da.SessionInfo(); heard.After(dropped) {
+		t.Fatal("a server took the session back although its handshake said it had seen a zxid beyond the server's")
+	}
+	da.SetZxid(seen)
+	for {
+		if _, _, heard := da.SessionInfo(); heard.After(dropped) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the session did not come back with its true zxid")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("the lock after the refused reconnections: %v", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
