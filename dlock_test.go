@@ -13,6 +13,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/memlock"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -238,13 +239,7 @@ func TestCloseReleasesLeasesAndLeaksNoGoroutines(t *testing.T) {
 	} else {
 		_ = lease.Release(ctx)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, %d before", n, before)
-	}
+	locktest.NoLeak(t, before)
 }
 
 func TestMetricsAndLogs(t *testing.T) {
@@ -294,17 +289,17 @@ func TestMetricsAndLogs(t *testing.T) {
 }
 
 // signalling wraps a memlock driver; its grants of the lock called
-// "backend" carry a Lost channel the test closes, as a backend does when
-// its session ends.
+// "backend" carry an OnLost the test signals, as a backend does when its
+// session ends.
 type signalling struct {
 	*memlock.Driver
-	lost chan struct{}
+	lost driver.LossNotice
 }
 
 func (s *signalling) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	g, err := s.Driver.TryLock(ctx, r)
 	if r.Name == "backend" {
-		g.Lost = s.lost
+		g.OnLost = s.lost.Set
 	}
 	return g, err
 }
@@ -315,7 +310,7 @@ func TestLostReasons(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	store := memlock.NewStore()
-	d := &signalling{Driver: store.Driver(), lost: make(chan struct{})}
+	d := &signalling{Driver: store.Driver()}
 	l, err := dlock.New(d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +333,7 @@ func TestLostReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(d.lost)
+	d.lost.Signal()
 	// max_hold: renewed, but held for its WithMaxHold.
 	m, err := l.TryAcquire(ctx, "max-hold", dlock.WithMaxHold(120*time.Millisecond))
 	if err != nil {

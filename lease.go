@@ -35,7 +35,6 @@ type Lease struct {
 	maxHold   time.Duration             // WithMaxHold: the longest hold, from base; 0 for none
 	margin    time.Duration             // how long before exp the lease counts as lost
 	check     func(now time.Time) error // the driver's Grant.Check; may be nil
-	lostCh    <-chan struct{}           // the driver's Grant.Lost; may be nil
 	onLost    func(func())              // the driver's Grant.OnLost; may be nil
 	done      chan struct{}
 
@@ -66,7 +65,6 @@ func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool, max
 		maxHold:   maxHold,
 		margin:    lossMargin(req.TTL),
 		check:     g.Check,
-		lostCh:    g.Lost,
 		onLost:    g.OnLost,
 		done:      make(chan struct{}),
 	}

@@ -46,7 +46,7 @@ type Locker struct {
 // so that a constructor can hand its driver over without cleaning up.
 func New(d driver.Driver, opts ...Option) (*Locker, error) {
 	backend := "custom"
-	if s, ok := d.(interface{ Scheme() string }); ok {
+	if s, ok := d.(driver.Schemer); ok {
 		backend = s.Scheme()
 	}
 	return newLocker(d, backend, opts)
@@ -93,11 +93,10 @@ func (l *Locker) Supports(m driver.Mode) bool {
 
 // unsupportedReason ends the error of a request for mode m, which the
 // backend lacks: the driver's reason in parentheses, for a driver whose
-// modes depend on how it was configured (one with an
-// UnsupportedReason(driver.Mode) string method, as redislock's in its
-// redsync layout), or nothing.
+// modes depend on how it was configured (a driver.Unsupporter, as
+// redislock's in its redsync layout), or nothing.
 func (l *Locker) unsupportedReason(m driver.Mode) string {
-	if d, ok := l.drv.(interface{ UnsupportedReason(driver.Mode) string }); ok {
+	if d, ok := l.drv.(driver.Unsupporter); ok {
 		if why := d.UnsupportedReason(m); why != "" {
 			return " (" + why + ")"
 		}

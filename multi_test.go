@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/memlock"
 )
 
@@ -277,12 +278,5 @@ func TestMultiLeaseNoGoroutineLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Close()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
+	locktest.NoLeak(t, before)
 }

@@ -14,14 +14,12 @@ import (
 //     driver's Grant.Check reports the lock gone;
 //   - tick, run by the lease's timer, does the same at the end of the
 //     validity, and renews the lock about every TTL/3 until then;
-//   - watchLost wakes on the driver's Grant.Lost;
+//   - the driver calls lostSignalled (Grant.OnLost);
 //   - a renewal or Release finds the lock gone on the store;
 //   - Release releases it.
 //
-// Nothing runs between these events: a lease with a TTL costs a timer and
-// no goroutine; a lease with a loss channel (Grant.Lost) costs one
-// goroutine waiting on it, and one with a loss callback (Grant.OnLost)
-// none.
+// Nothing runs between these events: a lease costs at most a timer (one
+// with a TTL or a max hold) and no goroutine.
 
 // lossMargin is how long before a lock's conservative expiry the lease is
 // declared lost when no renewal succeeded: the holder must learn of the
@@ -44,11 +42,8 @@ func (s *Lease) start() {
 		s.arm()
 		s.mu.Unlock()
 	}
-	switch {
-	case s.onLost != nil:
+	if s.onLost != nil {
 		s.onLost(s.lostSignalled)
-	case s.lostCh != nil:
-		s.l.bg.Go(s.watchLost)
 	}
 }
 
@@ -148,18 +143,8 @@ func (s *Lease) backendCause(err error) error {
 	return fmt.Errorf("%w: %q: the backend reported the lock lost: %w", ErrLost, s.req.Name, err)
 }
 
-// watchLost waits on the driver's Grant.Lost, for lostSignalled.
-func (s *Lease) watchLost() {
-	select {
-	case <-s.lostCh:
-	case <-s.done:
-		return
-	}
-	s.lostSignalled()
-}
-
 // lostSignalled ends the lease as lost, the driver having signalled the
-// loss (Grant.Lost, Grant.OnLost), unless the lease ended or its release
+// loss (Grant.OnLost), unless the lease ended or its release
 // started first.
 func (s *Lease) lostSignalled() {
 	if s.fin.Load() != nil || s.releasing.Load() {

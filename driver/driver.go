@@ -66,18 +66,16 @@ type Grant struct {
 	// does not expire on its own (it is held as long as the session or
 	// process lives) and needs no renewal.
 	Expires time.Time
-	// Lost, if not nil, is closed by the driver when it learns that the lock
-	// is gone (session expired, connection closed). dlock watches it only
-	// while the lease is held, so a driver need not close it after Unlock.
-	Lost <-chan struct{}
-	// OnLost, if not nil, replaces Lost for a driver that holds many locks
-	// on few sessions: dlock calls it once, right after the grant, with a
+	// OnLost, if not nil, is how the driver tells dlock that the lock is
+	// gone (session expired, connection closed, key deleted behind the
+	// holder's back): dlock calls it once, right after the grant, with a
 	// function for the driver to call (once, from any goroutine, holding
-	// none of the driver's locks) when it learns that the lock is gone,
-	// instead of keeping a goroutine per lease waiting on Lost. A driver
-	// that has already learnt of the loss when OnLost is called calls the
+	// none of the driver's locks) when it learns of the loss. A driver that
+	// has already learnt of the loss when OnLost is called calls the
 	// function at once (on another goroutine). Calls after Unlock are
-	// allowed and ignored. When OnLost is set, dlock does not watch Lost.
+	// allowed and ignored. A LossNotice implements both sides. A driver
+	// that learns of losses from a session tells every lock of the session
+	// from the session's own goroutine: a held lock costs no goroutine.
 	OnLost func(lost func())
 	// Check, if not nil, tells at once whether the lock may still be held
 	// at now: nil while it may, otherwise an error saying why it is not
@@ -88,8 +86,9 @@ type Grant struct {
 	// goroutines have run: it must not block, and must not allocate while
 	// it returns nil. A clock comparison, atomic loads and at most one
 	// non-blocking look at a socket fit; a round trip does not. A driver
-	// whose Check can fail must also close Lost (or let Expires pass) when
-	// the same condition arises, so that Done closes without a caller.
+	// whose Check can fail must also call the OnLost function (or let
+	// Expires pass) when the same condition arises, so that Done closes
+	// without a caller.
 	Check func(now time.Time) error
 }
 
@@ -172,13 +171,29 @@ func (m Mode) String() string {
 // carries a token greater than every earlier grant's for that name and
 // kind of lock (readers holding together have distinct tokens).
 //
-// A driver whose modes depend on how it was configured may also have a
-// method UnsupportedReason(m Mode) string, returning why it lacks mode m
-// ("" when it has it): dlock adds the reason to the ErrUnsupported error
-// of a request for that mode.
+// A driver whose modes depend on how it was configured may also implement
+// Unsupporter, to say why it lacks a mode.
 type Moder interface {
 	// Supports reports whether the driver implements mode m.
 	Supports(m Mode) bool
+}
+
+// Unsupporter is implemented by drivers whose modes depend on how they
+// were configured (a layout that lacks a kind of lock): dlock adds the
+// reason to the ErrUnsupported error of a request for a mode the driver
+// lacks.
+type Unsupporter interface {
+	// UnsupportedReason returns why the driver lacks mode m, "" when it
+	// has it.
+	UnsupportedReason(m Mode) string
+}
+
+// Schemer is implemented by drivers that name their backend, as the
+// scheme of the URLs that open it ("redis", "zk"): dlock uses the name in
+// its metrics and logs, and "custom" for a driver without one.
+type Schemer interface {
+	// Scheme returns the backend's name.
+	Scheme() string
 }
 
 // LeaderInfo describes the leader of an election.

@@ -24,8 +24,7 @@ func (d *Driver) mono(t time.Time) int64 { return int64(t.Sub(d.base)) }
 // lost; a Check that finds lossAt passed marks the session expired, so
 // that every later Check fails and keepAlive gives the session up rather
 // than extend it. It takes no lock and, in the nil path, allocates
-// nothing: one atomic load, a clock subtraction and a non-blocking look
-// at the lost channel. The deadline is the one run would act on, so the
+// nothing: two atomic loads and a clock subtraction. The deadline is the one run would act on, so the
 // answer does not wait for run's goroutine to be scheduled (a holder
 // resumed after a SIGSTOP longer than the TTL gets an error at its first
 // look: its monotonic clock ran on while it was stopped).
@@ -34,12 +33,10 @@ func (l *lock) check(now time.Time) error {
 	for {
 		at := s.lossAt.Load()
 		if s.d.mono(now) < at {
-			select {
-			case <-l.lost:
+			if l.gone.Load() {
 				return l.lostErr()
-			default:
-				return nil
 			}
+			return nil
 		}
 		if at == expired || s.lossAt.CompareAndSwap(at, expired) {
 			return fmt.Errorf("%w: lease %x: no keep-alive was answered in time: its validity (%v from the last answered keep-alive's sending, less a margin of %v) is over",
@@ -49,7 +46,7 @@ func (l *lock) check(now time.Time) error {
 	}
 }
 
-// lostErr says why l, whose lost channel is closed, was lost: its session
+// lostErr says why l, marked gone, was lost: its session
 // ended, or its key was found deleted.
 func (l *lock) lostErr() error {
 	if p := l.s.endErr.Load(); p != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // owner returns a fresh owner value, as dlock makes them.
@@ -71,6 +72,7 @@ func TestCheckDeadline(t *testing.T) {
 		}
 		grants[i] = g
 	}
+	lost0 := locktest.LostCh(grants[0])
 	lease := etcdlock.SessionLease(d, ttl)
 	ttlResp, err := admin.TimeToLive(ctx, lease)
 	if err != nil {
@@ -127,8 +129,8 @@ func TestCheckDeadline(t *testing.T) {
 		}
 	}
 	select {
-	case <-grants[0].Lost:
-		t.Fatal("Lost closed although the session's goroutine is blocked: the test did not test Check alone")
+	case <-lost0:
+		t.Fatal("the loss was signalled although the session's goroutine is blocked: the test did not test Check alone")
 	default:
 	}
 	for i, g := range grants {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -114,8 +115,9 @@ type lock struct {
 	rev         int64  // the key's create revision
 	token       uint64 // the fencing token: rev, or the revision of the admission write
 	s           *session
-	lost        chan struct{} // closed once when the lock is lost
-	unlocking   bool          // guarded by Driver.mu: Unlock owns the slot
+	gone        atomic.Bool       // set once, when the lock is lost, before notice signals
+	notice      driver.LossNotice // Grant.OnLost: signalled when the lock is lost
+	unlocking   bool              // guarded by Driver.mu: Unlock owns the slot
 }
 
 // testHooks let tests count the driver's watches and wake-ups.
@@ -175,6 +177,8 @@ func New(client *clientv3.Client, o *Options, opts ...dlock.Option) (*dlock.Lock
 
 // Scheme returns "etcd", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "etcd" }
+
+var _ driver.Schemer = (*Driver)(nil)
 
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.c }

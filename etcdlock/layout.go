@@ -76,6 +76,8 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", d.layout)
 }
 
+var _ driver.Unsupporter = (*Driver)(nil)
+
 // checkMode rejects, in LayoutConcurrency, what dlock never sends (its
 // Locker asks Supports first) but a direct caller of the driver could.
 func (d *Driver) checkMode(r driver.Request) error {

@@ -177,13 +177,13 @@ func (d *Driver) txnErr(ctx context.Context, s *session, k keys, r driver.Reques
 // as Grant.Check: the lease's Err compares the session's deadline with the
 // clock itself instead of waiting for the session's goroutine to notice.
 func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64, token uint64) (driver.Grant, error) {
-	l := &lock{name: r.Name, owner: r.Owner, mode: r.Mode, k: k, rev: rev, token: token, s: s, lost: make(chan struct{})}
+	l := &lock{name: r.Name, owner: r.Owner, mode: r.Mode, k: k, rev: rev, token: token, s: s}
 	d.mu.Lock()
 	if !s.ended && !d.closed {
 		d.locks[r.Owner] = l
 		s.locks[l] = struct{}{}
 		d.mu.Unlock()
-		return driver.Grant{Token: token, Lost: l.lost, Check: l.check}, nil
+		return driver.Grant{Token: token, OnLost: l.notice.Set, Check: l.check}, nil
 	}
 	closed := d.closed
 	d.mu.Unlock()

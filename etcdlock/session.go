@@ -306,10 +306,12 @@ func (s *session) end(cause error, revoke bool) {
 	}
 	s.ended = true
 	s.cause = cause
-	s.endErr.Store(&cause) // before the locks' lost channels close
+	s.endErr.Store(&cause) // before the locks are marked gone
 	close(s.done)
+	lost := make([]*lock, 0, len(s.locks))
 	for l := range s.locks {
-		close(l.lost)
+		l.gone.Store(true)
+		lost = append(lost, l)
 		if d.locks[l.owner] == l {
 			delete(d.locks, l.owner)
 		}
@@ -321,6 +323,9 @@ func (s *session) end(cause error, revoke bool) {
 		s.slot.cur = nil
 	}
 	d.mu.Unlock()
+	for _, l := range lost {
+		l.notice.Signal()
+	}
 	if revoke {
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.ttl, closeTimeout))
 		_, _ = d.c.Revoke(ctx, s.id)
@@ -385,16 +390,18 @@ func (d *Driver) orphan(s *session, k keys) {
 // lose drops a held lock whose key is gone and signals its loss.
 func (d *Driver) lose(l *lock) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.locks[l.owner] != l {
+		d.mu.Unlock()
 		return
 	}
 	delete(d.locks, l.owner)
 	delete(l.s.locks, l)
-	close(l.lost)
+	l.gone.Store(true)
 	if !l.unlocking && !l.s.ended {
 		delete(l.s.used, l.k.slot) // else Unlock frees it
 	}
+	d.mu.Unlock()
+	l.notice.Signal()
 }
 
 // forget drops a lock released by its holder, without signalling loss.

@@ -128,6 +128,8 @@ func New(dir string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 // Scheme returns "file".
 func (d *Driver) Scheme() string { return Scheme }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Dir returns the driver's lock directory: absolute, with symbolic links
 // resolved.
 func (d *Driver) Dir() string { return d.dir }

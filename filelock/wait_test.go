@@ -11,6 +11,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestSameProcess: flocks belong to open file descriptions, so two Drivers
@@ -218,10 +219,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if filelock.WatcherActive() {
 		t.Error("the watcher still runs after every Locker closed")
 	}
-	if !settle(5*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-	}
+	locktest.NoLeak(t, before)
 }
 
 // TestNoStarvationInProcess: a client of this process that releases a lock

@@ -79,6 +79,7 @@ func Run(t *testing.T, h Harness) {
 		{"LostWhenTakenAway", 30 * time.Second, s.lostWhenTakenAway},
 		{"ReleaseByNonOwner", 30 * time.Second, s.releaseByNonOwner},
 		{"DoubleRelease", 20 * time.Second, s.doubleRelease},
+		{"HeldLocksCostNoGoroutine", 30 * time.Second, s.heldNoGoroutine},
 		{"ResumeByHandle", 60 * time.Second, s.resumeByHandle},
 		{"InspectListsHolders", 30 * time.Second, s.inspectListsHolders},
 		{"RWReadersShareWritersExclude", 60 * time.Second, s.rwShareExclude},

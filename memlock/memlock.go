@@ -79,6 +79,8 @@ type Driver struct {
 // Scheme returns "mem".
 func (d *Driver) Scheme() string { return "mem" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Store returns the driver's store.
 func (d *Driver) Store() *Store { return d.s }
 

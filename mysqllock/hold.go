@@ -40,7 +40,6 @@ type hold struct {
 	s           *session
 	name, owner string
 	key         string            // the server-side name
-	lost        chan struct{}     // Grant.Lost: closed when the hold ends
 	notice      driver.LossNotice // Grant.OnLost: signalled when the hold ends
 	// loss is why the lock was lost (or errReleasedCheck), set once before
 	// lost closes: what Check returns from then on.
@@ -154,7 +153,6 @@ func (h *hold) end(cause error) {
 	if cause != nil {
 		h.noteLoss(cause)
 	}
-	close(h.lost)
 	h.s.putBack(h.key)
 	h.notice.Signal() // with the session given back: dlock runs here
 }

@@ -195,7 +195,7 @@ func (s *session) letGo(key string) {
 // has the use of s, which this gives back. A fresh session joins the
 // driver's sessions, and its keeper starts.
 func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64, fresh bool) (driver.Grant, error) {
-	h := &hold{s: s, name: r.Name, owner: r.Owner, key: key, lost: make(chan struct{})}
+	h := &hold{s: s, name: r.Name, owner: r.Owner, key: key}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -212,7 +212,7 @@ func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64,
 		s.start()
 	}
 	s.releaseUse()
-	return driver.Grant{Token: token, Lost: h.lost, OnLost: h.notice.Set, Check: h.Check}, nil
+	return driver.Grant{Token: token, OnLost: h.notice.Set, Check: h.Check}, nil
 }
 
 // waitOn waits on the server for r's lock, on a connection of its own,

@@ -224,6 +224,8 @@ func New(db *sql.DB, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 // Scheme returns "mysql", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "mysql" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // DB returns the *sql.DB the driver takes its connections from.
 func (d *Driver) DB() *sql.DB { return d.db }
 
@@ -240,7 +242,7 @@ func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) 
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
 // sessions of locks still held are closed (so the server frees those
-// locks, and their Grant.Lost channels close), and the *sql.DB is closed
+// locks, and their loss is signalled), and the *sql.DB is closed
 // if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
 // left open. Before that it waits, at most 5 s, for the driver's own
 // goroutines (a release or a check that went on after its context ended),

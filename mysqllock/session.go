@@ -324,7 +324,6 @@ func (s *session) endLost(cause error) error {
 	<-s.use
 	for _, h := range holds {
 		h.noteLoss(cause)
-		close(h.lost)
 		h.notice.Signal()
 	}
 	discard(s.conn)

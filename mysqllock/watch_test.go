@@ -35,8 +35,8 @@ func (a *admin) killNow(id int64) time.Time {
 	return time.Now()
 }
 
-// TestKillSeenAtOnce: KILL of the holder's connection ends the lock (Lost
-// closes, and Check then reports the loss), in each of 20 runs, by the
+// TestKillSeenAtOnce: KILL of the holder's connection ends the lock (OnLost
+// signals, and Check then reports the loss), in each of 20 runs, by the
 // watch on the socket: with a keep-alive period and a TTL of an hour no
 // check falls due, so only the socket can explain a loss seen within the
 // runs' hang bound of 2s (over 100× the milliseconds it takes on loopback;
@@ -53,6 +53,7 @@ func TestKillSeenAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lost := locktest.LostCh(g)
 		check := g.Check
 		if check == nil {
 			t.Error("Grant.Check is nil")
@@ -63,20 +64,20 @@ func TestKillSeenAtOnce(t *testing.T) {
 		}
 		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
 		select {
-		case <-g.Lost:
+		case <-lost:
 			took = append(took, time.Since(killed))
 		case <-time.After(2 * time.Second):
-			t.Fatalf("run %d: Lost not closed 2s after the KILL", i)
+			t.Fatalf("run %d: loss not signalled 2s after the KILL", i)
 		}
 		if err := check(time.Now()); err == nil {
-			t.Fatalf("run %d: Check = nil after Lost closed", i)
+			t.Fatalf("run %d: Check = nil after loss signalled", i)
 		}
 		if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("run %d: Unlock after the KILL = %v, want ErrNotHeld", i, err)
 		}
 	}
 	slices.Sort(took)
-	t.Logf("Lost closed after KILL returned: p50 %v, p99 %v, max %v (%d runs)",
+	t.Logf("loss signalled after KILL returned: p50 %v, p99 %v, max %v (%d runs)",
 		took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
 }
 
@@ -94,6 +95,7 @@ func TestCheckSeesKillWithoutWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := locktest.LostCh(g)
 	if g.Check == nil {
 		t.Fatal("Grant.Check is nil")
 	}
@@ -110,8 +112,8 @@ func TestCheckSeesKillWithoutWatch(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond) // the close's FIN has surely arrived
 	select {
-	case <-g.Lost:
-		t.Fatal("Lost closed with no watch running")
+	case <-lost:
+		t.Fatal("loss signalled with no watch running")
 	default:
 	}
 	err = g.Check(time.Now())
@@ -120,9 +122,9 @@ func TestCheckSeesKillWithoutWatch(t *testing.T) {
 	}
 	t.Log(err)
 	select {
-	case <-g.Lost:
+	case <-lost:
 	case <-time.After(2 * time.Second):
-		t.Error("Lost not closed after Check found the loss")
+		t.Error("loss not signalled after Check found the loss")
 	}
 	if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
 		t.Errorf("a later Check = %v, want the same loss", err2)
@@ -143,6 +145,7 @@ func TestWatchSurvivesChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lost := locktest.LostCh(g)
 		if g.Check == nil {
 			t.Fatal("Grant.Check is nil")
 		}
@@ -163,10 +166,10 @@ func TestWatchSurvivesChecks(t *testing.T) {
 		}
 		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
 		select {
-		case <-g.Lost:
-			t.Logf("Lost closed %v after the KILL", time.Since(killed))
+		case <-lost:
+			t.Logf("loss signalled %v after the KILL", time.Since(killed))
 		case <-time.After(time.Second):
-			t.Fatal("Lost not closed 1s after the KILL")
+			t.Fatal("loss not signalled 1s after the KILL")
 		}
 	}
 }
@@ -249,6 +252,7 @@ func TestStatementsLookFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			lost := locktest.LostCh(g)
 			id := adm.holder(d.LockName(r.Name))
 			adm.kill(id)
 			if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
@@ -259,9 +263,9 @@ func TestStatementsLookFirst(t *testing.T) {
 			switch path {
 			case "keep-alive":
 				select {
-				case <-g.Lost:
+				case <-lost:
 				case <-time.After(5 * time.Second):
-					t.Fatal("Lost not closed 5s after the KILL")
+					t.Fatal("loss not signalled 5s after the KILL")
 				}
 				got = g.Check(time.Now())
 			case "refresh":

@@ -245,6 +245,8 @@ func NewConn(ctx context.Context, nc *nats.Conn, o *Options, opts ...dlock.Optio
 // Scheme returns "nats", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "nats" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Bucket returns the name of the KV bucket that holds the locks.
 func (d *Driver) Bucket() string { return d.bucket }
 
@@ -294,6 +296,8 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	}
 	return ""
 }
+
+var _ driver.Unsupporter = (*Driver)(nil)
 
 // Compile-time checks of the interfaces the driver implements.
 var (

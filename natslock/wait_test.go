@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/natslock"
 )
 
@@ -208,12 +209,5 @@ func TestNoGoroutineLeak(t *testing.T) {
 			t.Errorf("Lock ended by Close = %v, want ErrClosed", got.err)
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
+	locktest.NoLeak(t, before)
 }

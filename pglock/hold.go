@@ -24,7 +24,6 @@ type hold struct {
 	// takes the channel as $2 and returns a second column.
 	unlock  string
 	channel string
-	lost    chan struct{}     // Grant.Lost: closed when the hold ends
 	notice  driver.LossNotice // Grant.OnLost: signalled when the hold ends
 	// loss is why the lock was lost, set (once) before lost closes: what
 	// Check returns from then on.
@@ -170,7 +169,6 @@ func (h *hold) end(cause error) {
 	if cause != nil {
 		h.noteLoss(cause)
 	}
-	close(h.lost)
 	h.s.putBack([]int64{h.key}, 1)
 	h.notice.Signal() // with the session given back: dlock runs here
 }

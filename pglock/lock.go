@@ -311,13 +311,13 @@ func (d *Driver) grantOn(s *session, r driver.Request, p plan, token int64, keys
 	d.adoptLocked(h, r)
 	d.mu.Unlock()
 	s.releaseUse()
-	return driver.Grant{Token: uint64(token), Lost: h.lost, OnLost: h.notice.Set, Check: h.Check}, nil
+	return driver.Grant{Token: uint64(token), OnLost: h.notice.Set, Check: h.Check}, nil
 }
 
 // newHold returns the hold of the lock p took on s for r.
 func (d *Driver) newHold(s *session, r driver.Request, p plan) *hold {
 	return &hold{s: s, name: r.Name, owner: r.Owner, mode: r.Mode, key: p.key,
-		unlock: p.unlock, channel: p.channel, lost: make(chan struct{})}
+		unlock: p.unlock, channel: p.channel}
 }
 
 // adoptLocked records h as held; Driver.mu is held. A permit's slot is
@@ -458,7 +458,7 @@ func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.G
 	d.mu.Unlock()
 	s.w.Start()
 	s.startKeeper()
-	return driver.Grant{Token: uint64(token), Lost: h.lost, OnLost: h.notice.Set, Check: h.Check}, nil
+	return driver.Grant{Token: uint64(token), OnLost: h.notice.Set, Check: h.Check}, nil
 }
 
 // Unlock releases the lock with pg_advisory_unlock on the session that

@@ -240,6 +240,8 @@ func New(ctx context.Context, config *pgx.ConnConfig, o *Options, opts ...dlock.
 // postgresql:// URLs too).
 func (d *Driver) Scheme() string { return "postgres" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Table returns the token table's name.
 func (d *Driver) Table() string { return d.st.table }
 

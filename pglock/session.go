@@ -279,7 +279,6 @@ func (s *session) endLost(cause error) error {
 	<-s.use
 	for _, h := range holds {
 		h.noteLoss(cause)
-		close(h.lost)
 		h.notice.Signal()
 	}
 	s.c.close()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -205,6 +206,7 @@ func TestCloseEndsWaitsAndHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := locktest.LostCh(g)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.Lock(ctx, driver.Request{Name: name, Owner: randomHex(16), TTL: time.Minute})
@@ -222,9 +224,9 @@ func TestCloseEndsWaitsAndHolds(t *testing.T) {
 	}
 	_ = a.Close()
 	select {
-	case <-g.Lost:
+	case <-lost:
 	case <-time.After(time.Second):
-		t.Error("Grant.Lost not closed by Close")
+		t.Error("loss not signalled by Close")
 	}
 	if !waitUntil(5*time.Second, func() bool { h, _ := adm.lockRows(t, table, name); return len(h) == 0 }) {
 		t.Error("the closed driver's lock is still held on the server")

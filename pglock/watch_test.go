@@ -41,7 +41,7 @@ func (a *admin) terminateNow(t testing.TB, pid uint32) time.Time {
 }
 
 // TestTerminateSeenAtOnce: for every kind of lock, pg_terminate_backend of
-// the holding session ends the hold (Lost closes, and Check then reports
+// the holding session ends the hold (OnLost signals, and Check then reports
 // the loss), in each of 20 runs, by the watch on the socket: the
 // keep-alive interval is an hour and the requests have no TTL, so no ping
 // falls due, and only the socket can explain a loss seen within the runs'
@@ -65,6 +65,7 @@ func TestTerminateSeenAtOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				lost := locktest.LostCh(g)
 				check := g.Check
 				if check == nil {
 					t.Error("Grant.Check is nil")
@@ -76,20 +77,20 @@ func TestTerminateSeenAtOnce(t *testing.T) {
 				pid := pglock.HolderPID(d, r.Owner)
 				killed := adm.terminateNow(t, pid)
 				select {
-				case <-g.Lost:
+				case <-lost:
 					took = append(took, time.Since(killed))
 				case <-time.After(2 * time.Second):
-					t.Fatalf("run %d: Lost not closed 2s after pg_terminate_backend", i)
+					t.Fatalf("run %d: loss not signalled 2s after pg_terminate_backend", i)
 				}
 				if err := check(time.Now()); err == nil {
-					t.Fatalf("run %d: Check = nil after Lost closed", i)
+					t.Fatalf("run %d: Check = nil after loss signalled", i)
 				}
 				if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
 					t.Errorf("run %d: Unlock after the loss = %v, want ErrNotHeld", i, err)
 				}
 			}
 			slices.Sort(took)
-			t.Logf("%s: Lost closed after pg_terminate_backend returned: p50 %v, p99 %v, max %v (%d runs)",
+			t.Logf("%s: loss signalled after pg_terminate_backend returned: p50 %v, p99 %v, max %v (%d runs)",
 				kind, took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
 		})
 	}
@@ -110,6 +111,7 @@ func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lost := locktest.LostCh(g)
 		if g.Check == nil {
 			t.Fatalf("%s: Grant.Check is nil", kind)
 		}
@@ -126,8 +128,8 @@ func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
 			t.Fatalf("%s: backend %d still alive", kind, pid)
 		}
 		select {
-		case <-g.Lost:
-			t.Fatalf("%s: Lost closed with no keeper running", kind)
+		case <-lost:
+			t.Fatalf("%s: loss signalled with no keeper running", kind)
 		default:
 		}
 		err = g.Check(time.Now())
@@ -136,9 +138,9 @@ func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
 		}
 		t.Logf("%s: %v", kind, err)
 		select {
-		case <-g.Lost: // closed by the loss Check found
+		case <-lost: // closed by the loss Check found
 		case <-time.After(2 * time.Second):
-			t.Errorf("%s: Lost not closed after Check found the loss", kind)
+			t.Errorf("%s: loss not signalled after Check found the loss", kind)
 		}
 		if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
 			t.Errorf("%s: a later Check = %v, want the same loss", kind, err2)
@@ -171,6 +173,7 @@ func TestWatchSurvivesQueries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := locktest.LostCh(g)
 	deadline := time.Now().Add(300 * time.Millisecond) // pings every 10ms meanwhile
 	for time.Now().Before(deadline) {
 		if _, err := d.Refresh(ctx, r); err != nil {
@@ -182,10 +185,10 @@ func TestWatchSurvivesQueries(t *testing.T) {
 	}
 	killed := adm.terminateNow(t, pglock.HolderPID(d, r.Owner))
 	select {
-	case <-g.Lost:
-		t.Logf("Lost closed %v after pg_terminate_backend", time.Since(killed))
+	case <-lost:
+		t.Logf("loss signalled %v after pg_terminate_backend", time.Since(killed))
 	case <-time.After(time.Second):
-		t.Fatal("Lost not closed 1s after pg_terminate_backend")
+		t.Fatal("loss not signalled 1s after pg_terminate_backend")
 	}
 }
 
@@ -224,6 +227,7 @@ func TestQueriesLookFirst(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				lost := locktest.LostCh(g)
 				pid := pglock.HolderPID(d, r.Owner)
 				adm.terminateNow(t, pid)
 				if !waitUntil(5*time.Second, func() bool { return !adm.alive(t, pid) }) {
@@ -233,9 +237,9 @@ func TestQueriesLookFirst(t *testing.T) {
 				switch path {
 				case "keep-alive":
 					select {
-					case <-g.Lost:
+					case <-lost:
 					case <-time.After(5 * time.Second):
-						t.Fatalf("%s: Lost not closed 5s after the termination", kind)
+						t.Fatalf("%s: loss not signalled 5s after the termination", kind)
 					}
 					got = g.Check(time.Now())
 				case "refresh":
@@ -253,10 +257,10 @@ func TestQueriesLookFirst(t *testing.T) {
 					t.Errorf("%s: the loss = %v; want it found by the look before the query (%q)", kind, got, byLook)
 				}
 				select {
-				case <-g.Lost:
+				case <-lost:
 				case <-time.After(2 * time.Second):
 					if path != "unlock" {
-						t.Errorf("%s: Lost not closed", kind)
+						t.Errorf("%s: loss not signalled", kind)
 					}
 				}
 			}

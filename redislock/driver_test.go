@@ -18,8 +18,8 @@ func TestTryLockAndUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Token == 0 || g.Lost != nil {
-		t.Errorf("grant %+v: want a token and no Lost channel", g)
+	if g.Token == 0 || g.OnLost != nil {
+		t.Errorf("grant %+v: want a token and no OnLost", g)
 	}
 	if g.Expires.Before(before.Add(a.TTL)) || g.Expires.After(time.Now().Add(a.TTL)) {
 		t.Errorf("Expires %v not within [send+ttl, now+ttl]", g.Expires)

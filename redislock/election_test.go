@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // next receives from ch within d.
@@ -217,12 +218,5 @@ func TestObserveEnds(t *testing.T) {
 	if _, err := d.Observe(ctx, "election/ends"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Observe after Close: %v, want ErrClosed", err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	locktest.NoLeak(t, before)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestNoGoroutineLeak: waiting, cancelling, handing off and closing leave
@@ -78,16 +79,5 @@ func TestNoGoroutineLeak(t *testing.T) {
 		_ = a.Close()
 		_ = b.Close()
 	}()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		after := runtime.NumGoroutine()
-		if after <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after\n%s", before, after, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	locktest.NoLeak(t, before)
 }

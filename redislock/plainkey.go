@@ -80,6 +80,8 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return ""
 }
 
+var _ driver.Unsupporter = (*Driver)(nil)
+
 // errPlainKind is the error of a request for a kind of lock other than
 // the mutex in LayoutRedsync.
 func errPlainKind(what, name string) error {

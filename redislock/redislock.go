@@ -257,6 +257,8 @@ func New(client redis.UniversalClient, o *Options, opts ...dlock.Option) (*dlock
 // Scheme returns "redis", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "redis" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // With 2 of 5 nodes down, the lock still works: it is taken on the 3 live
@@ -331,14 +332,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	locktest.NoLeak(t, before)
 }
 
 // A caller that cancels its context as soon as each call returns (as an

@@ -232,6 +232,8 @@ func New(clients []redis.UniversalClient, o *Options, opts ...dlock.Option) (*dl
 // Scheme returns "redlock", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "redlock" }
 
+var _ driver.Schemer = (*Driver)(nil)
+
 // Nodes returns the number of nodes.
 func (d *Driver) Nodes() int { return len(d.nodes) }
 

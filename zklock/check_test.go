@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -48,7 +49,7 @@ func TestCheckEveryKind(t *testing.T) {
 
 // TestCheckAtDeadline: Check turns non-nil at the session's validity's
 // end, decided at the call (no goroutine runs between the calls), stays
-// so, and ends the session: the lock's Lost closes at once.
+// so, and ends the session: the lock's loss is signalled at once.
 func TestCheckAtDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,6 +59,7 @@ func TestCheckAtDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := locktest.LostCh(g)
 	now := time.Now()
 	v := d.ValidUntil()
 	if left := v.Sub(now); left <= 0 || left > timeout*9/10 {
@@ -86,8 +88,8 @@ func TestCheckAtDeadline(t *testing.T) {
 		t.Error("Check went back to nil after reporting the validity over")
 	}
 	select {
-	case <-g.Lost:
+	case <-lost:
 	default:
-		t.Error("Lost still open after Check found the validity over")
+		t.Error("loss not signalled after Check found the validity over")
 	}
 }

@@ -209,7 +209,9 @@
 // the node still exists. The lease's Done closes when the node disappears
 // (deleted by an operator or another client: noticed through a watch on
 // the node, set once the lock has been held for 25ms) or at once when the
-// session ends.
+// session ends. No goroutine waits per held lock: the session's event
+// callback receives the watch's notification, and the session's end
+// reaches every lock through Grant.OnLost.
 //
 // When the connection to the ensemble is lost, the session is SUSPENDED:
 // the client reconnects, to any server of the ensemble, and while it

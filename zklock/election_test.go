@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -214,12 +215,5 @@ func TestObserveEnds(t *testing.T) {
 			t.Fatal("an Observe channel did not close with the driver")
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the observers:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	locktest.NoLeak(t, before)
 }

@@ -82,7 +82,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		return driver.Grant{}, err
 	}
 	if alone {
-		return d.grant(n, nil), nil
+		return d.grant(n), nil
 	}
 	switch n.mode {
 	case driver.Read, driver.Write, driver.Permit:

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
@@ -51,16 +51,21 @@ type node struct {
 	// with the same guid may then exist; release removes it too.
 	recovered bool
 
-	lost       chan struct{} // Grant.Lost; nil until granted
-	lostOnce   sync.Once
-	guardTimer *time.Timer // starts guard, for a grant without a node watch
+	gone       atomic.Bool       // set once, when the lock ends
+	notice     driver.LossNotice // Grant.OnLost: signalled when the lock ends
+	guardTimer *time.Timer       // sets the node's watch (see guard)
 }
 
 // base returns the node's name within its parent.
 func (n *node) base() string { return n.path[len(n.parent)+1:] }
 
-// lose closes n.lost once.
-func (n *node) lose() { n.lostOnce.Do(func() { close(n.lost) }) }
+// lose marks n gone and signals its loss, once. The caller holds none of
+// the driver's locks.
+func (n *node) lose() {
+	if n.gone.CompareAndSwap(false, true) {
+		n.notice.Signal()
+	}
+}
 
 // guidFor returns the guid of an acquisition: the owner value when it is 32
 // lower-case hex digits, else a random one.

@@ -38,7 +38,7 @@ func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, e
 			return driver.Grant{}, errRequeue // taken away while queued
 		}
 		if i == 0 {
-			return d.grant(n, own), nil
+			return d.grant(n), nil
 		}
 		if !wait {
 			d.discard(n, true)
@@ -56,7 +56,7 @@ func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, e
 			return driver.Grant{}, err
 		}
 		if granted {
-			return d.grant(n, own), nil
+			return d.grant(n), nil
 		}
 	}
 }
@@ -168,30 +168,27 @@ func requeueIfGone(err error) error {
 	return err
 }
 
-// grant records n as held and starts watching its node for loss. own is
-// the node's watch if the wait set one.
-func (d *Driver) grant(n *node, own <-chan zk.Event) driver.Grant {
-	n.lost = make(chan struct{})
+// grant records n as held, and arms the timer that watches its node for
+// loss (a watch the wait set on it may have fired before n was recorded).
+func (d *Driver) grant(n *node) driver.Grant {
 	d.mu.Lock()
 	d.held[n.owner] = n
+	d.byPath[n.path] = n
 	d.mu.Unlock()
-	switch {
-	case n.s.ended():
+	if n.s.ended() {
 		d.forget(n) // the session's end may have missed it
-	case own != nil:
-		d.bg.Go(func() { d.guard(n, own) })
-	default:
+	} else {
 		// Most locks held briefly are released before the watch would be
 		// set: set it only if the lock is still held after guardDelay.
 		n.guardTimer = time.AfterFunc(guardDelay, func() {
 			done := d.bg.Add()
 			defer done()
-			d.guard(n, nil)
+			d.guard(n)
 		})
 	}
 	// Every kind of lock is granted here, with its session's Check: the lock
 	// lives exactly as long as the session may (see session.confirmedAt).
-	return driver.Grant{Token: n.token, Lost: n.lost, Check: n.s.checkFn}
+	return driver.Grant{Token: n.token, OnLost: n.notice.Set, Check: n.s.checkFn}
 }
 
 // guardDelay is how long after a grant without a watch on its node (an
@@ -207,6 +204,7 @@ func (d *Driver) loseSession(s *session) {
 	for owner, n := range d.held {
 		if n.s == s {
 			delete(d.held, owner)
+			delete(d.byPath, n.path)
 			gone = append(gone, n)
 		}
 	}
@@ -216,30 +214,40 @@ func (d *Driver) loseSession(s *session) {
 	}
 }
 
-// guard closes n.lost when n's node goes (taken away, or removed by Unlock)
-// or its session ends. The watch is set in the background after the grant:
-// a node deleted before it is set shows as gone when it is set. Any event
-// ends the lock: the node was deleted, its session is over, or its data
-// changed, which only a release does (in the transaction that deletes it).
-func (d *Driver) guard(n *node, ev <-chan zk.Event) {
-	defer d.forget(n)
-	if ev == nil {
-		var err error
-		if ev, err = d.watchCtx(context.Background(), n.s, n.path); err != nil {
-			return
-		}
+// guard sets a watch on n's node, so that its deletion behind the
+// holder's back reaches nodeEvent; a node already gone ends the lock at
+// once. No goroutine waits on the watch: the session's event callback
+// receives it.
+func (d *Driver) guard(n *node) {
+	if n.gone.Load() {
+		return
 	}
-	select {
-	case <-ev:
-	case <-n.s.done:
+	if _, err := d.watchCtx(context.Background(), n.s, n.path); errors.Is(err, zk.ErrNoNode) {
+		d.forget(n)
 	}
 }
 
-// forget drops n from the held locks and closes its Lost channel.
+// nodeEvent ends the held lock whose node an event is about: the node was
+// deleted, or its data changed, which only a release does (in the
+// transaction that deletes it). It runs on the zk.Conn's reader, so the
+// loss is signalled on a goroutine of its own.
+func (d *Driver) nodeEvent(path string) {
+	d.mu.Lock()
+	n := d.byPath[path]
+	d.mu.Unlock()
+	if n != nil {
+		d.bg.Go(func() { d.forget(n) })
+	}
+}
+
+// forget drops n from the held locks and ends it.
 func (d *Driver) forget(n *node) {
 	d.mu.Lock()
 	if d.held[n.owner] == n {
 		delete(d.held, n.owner)
+	}
+	if d.byPath[n.path] == n {
+		delete(d.byPath, n.path)
 	}
 	d.mu.Unlock()
 	n.lose()

@@ -25,6 +25,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	n := d.held[r.Owner]
 	if n != nil && n.name == r.Name && n.mode == r.Mode {
 		delete(d.held, r.Owner)
+		delete(d.byPath, n.path)
 	} else {
 		n = nil
 	}
@@ -32,10 +33,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if n == nil {
 		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
-	select {
-	case <-n.lost:
+	if n.gone.Load() {
 		return fmt.Errorf("%w: %q: the lock was lost", driver.ErrNotHeld, r.Name)
-	default:
 	}
 	if n.guardTimer != nil {
 		n.guardTimer.Stop()

@@ -223,16 +223,11 @@ func (s *session) monitor() {
 		return
 	}
 	s.watch()
-	fired := s.anchor()
 	t := time.NewTimer(s.syncEvery())
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-		case <-fired:
-			s.anchored.Store(false)
-			fired = s.anchor()
-			continue
 		case <-s.done:
 			return
 		}

@@ -117,6 +117,7 @@ type Driver struct {
 	mu     sync.Mutex
 	sess   *session
 	held   map[string]*node // by owner
+	byPath map[string]*node // the held nodes, by path: see nodeEvent
 	closed bool
 
 	// Test hooks: refuse makes the dialer fail, as for a crashed process;
@@ -190,6 +191,7 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 		acl:     opt.ACL,
 		log:     opt.Logger,
 		held:    map[string]*node{},
+		byPath:  map[string]*node{},
 	}
 	if _, err := d.session(); err != nil {
 		return nil, err
@@ -209,6 +211,8 @@ func New(servers []string, o *Options, opts ...dlock.Option) (*dlock.Locker, err
 
 // Scheme returns "zk", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "zk" }
+
+var _ driver.Schemer = (*Driver)(nil)
 
 // Prefix returns the znode under which the driver keeps its locks.
 func (d *Driver) Prefix() string { return d.prefix }

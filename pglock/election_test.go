@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -225,9 +226,6 @@ func TestKindsLeaveNoGoroutine(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-	}
+	locktest.NoLeak(t, before)
 	release(t, ctx, lead, full)
 }

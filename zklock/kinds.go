@@ -40,6 +40,8 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return fmt.Sprintf("the %s layout has no %v", d.format.layout, m)
 }
 
+var _ driver.Unsupporter = (*Driver)(nil)
+
 // dir returns the znode of the lock called name in mode m.
 func (d *Driver) dir(m driver.Mode, name string) string { return d.prefix + d.format.dirs[m] + name }
 
@@ -126,7 +128,7 @@ func (d *Driver) queueShared(ctx context.Context, n *node, wait bool) (driver.Gr
 		}
 		p := n.planFor(locks, i)
 		if p.hold {
-			return d.grantShared(ctx, n, own)
+			return d.grantShared(ctx, n)
 		}
 		if !wait {
 			d.discard(n, true)
@@ -149,7 +151,7 @@ func (d *Driver) queueShared(ctx context.Context, n *node, wait bool) (driver.Gr
 			return driver.Grant{}, err
 		}
 		if granted {
-			return d.grantShared(ctx, n, own)
+			return d.grantShared(ctx, n)
 		}
 	}
 }
@@ -246,15 +248,15 @@ func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event)
 
 // grantShared grants n after its listing or its wait said it holds the
 // lock. A permit holder first marks its node (see semaphore.go), which
-// tells the waiter behind it to look again; its node watch, which the mark
-// fires, is then set afresh by grant.
-func (d *Driver) grantShared(ctx context.Context, n *node, own <-chan zk.Event) (driver.Grant, error) {
+// tells the waiter behind it to look again. The mark's own notification
+// comes before its reply, so before grant records n: it does not end the
+// lock (see nodeEvent).
+func (d *Driver) grantShared(ctx context.Context, n *node) (driver.Grant, error) {
 	if n.mode == driver.Permit {
 		if err := d.mark(ctx, n); err != nil {
 			d.discard(n, true)
 			return driver.Grant{}, err
 		}
-		own = nil
 	}
-	return d.grant(n, own), nil
+	return d.grant(n), nil
 }
