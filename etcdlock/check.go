@@ -24,10 +24,11 @@ func (d *Driver) mono(t time.Time) int64 { return int64(t.Sub(d.base)) }
 // lost; a Check that finds lossAt passed marks the session expired, so
 // that every later Check fails and keepAlive gives the session up rather
 // than extend it. It takes no lock and, in the nil path, allocates
-// nothing: two atomic loads and a clock subtraction. The deadline is the one run would act on, so the
-// answer does not wait for run's goroutine to be scheduled (a holder
-// resumed after a SIGSTOP longer than the TTL gets an error at its first
-// look: its monotonic clock ran on while it was stopped).
+// nothing: two atomic loads and a clock subtraction. The deadline is the
+// one run would act on, so the answer does not wait for run's goroutine
+// to be scheduled (a holder resumed after a SIGSTOP longer than the TTL
+// gets an error at its first look: its monotonic clock ran on while it
+// was stopped).
 func (l *lock) check(now time.Time) error {
 	s := l.s
 	for {

@@ -42,7 +42,7 @@ type hold struct {
 	key         string            // the server-side name
 	notice      driver.LossNotice // Grant.OnLost: signalled when the hold ends
 	// loss is why the lock was lost (or errReleasedCheck), set once before
-	// lost closes: what Check returns from then on.
+	// the loss is signalled: what Check returns from then on.
 	loss atomic.Pointer[error]
 
 	ended bool // released or lost; guarded by Driver.mu

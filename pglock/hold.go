@@ -25,7 +25,7 @@ type hold struct {
 	unlock  string
 	channel string
 	notice  driver.LossNotice // Grant.OnLost: signalled when the hold ends
-	// loss is why the lock was lost, set (once) before lost closes: what
+	// loss is why the lock was lost, set (once) before the loss is signalled: what
 	// Check returns from then on.
 	loss atomic.Pointer[error]
 
