@@ -23,9 +23,7 @@ func (d *Driver) Waiting() int64 { return d.waiting.Load() }
 // granted, and the wall-clock instant at which the driver last knew the
 // ensemble heard from it.
 func (d *Driver) SessionInfo() (id int64, granted time.Duration, heard time.Time) {
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
+	s := d.current()
 	if s == nil {
 		return 0, 0, time.Time{}
 	}
@@ -38,9 +36,7 @@ var ErrNoContact = errNoContact
 // ValidUntil returns the end of the current session's validity, on the
 // monotonic clock: Grant.Check fails from that instant on.
 func (d *Driver) ValidUntil() time.Time {
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
+	s := d.current()
 	if s == nil {
 		return time.Time{}
 	}
@@ -64,9 +60,7 @@ func LockNodes(l Layout, names []string) []string {
 // Drop cuts the driver's TCP connection, as a network fault would: the
 // zk.Conn reconnects and keeps the session.
 func (d *Driver) Drop() {
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
+	s := d.current()
 	if s == nil {
 		return
 	}
@@ -80,9 +74,7 @@ func (d *Driver) Drop() {
 
 // Zxid returns the newest zxid the current session's replies carried.
 func (d *Driver) Zxid() int64 {
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
+	s := d.current()
 	if s == nil {
 		return 0
 	}
@@ -91,8 +83,13 @@ func (d *Driver) Zxid() int64 {
 
 // SetZxid sets the zxid the current session sends at its next handshake.
 func (d *Driver) SetZxid(z int64) {
-	d.mu.Lock()
-	s := d.sess
-	d.mu.Unlock()
+	s := d.current()
 	s.zxid.Store(z)
+}
+
+// current returns the driver's session, nil if it has none.
+func (d *Driver) current() *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sess
 }

@@ -164,12 +164,11 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 
 // event receives the zk.Conn's events; it must not block.
 func (s *session) event(ev zk.Event) {
-	switch ev.Type {
-	case zk.EventNodeDeleted, zk.EventNodeDataChanged:
+	if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
 		s.d.nodeEvent(ev.Path)
 		return
-	case zk.EventSession:
-	default:
+	}
+	if ev.Type != zk.EventSession {
 		return
 	}
 	switch ev.State {
