@@ -16,9 +16,10 @@ import (
 // goes on in the background when its context ends while the lock's
 // connection is busy: see Run.
 type BackgroundRelease struct {
-	// Package is the backend's import path: none of its goroutines may be
+	// Packages are the import paths of the backend and of the internal
+	// packages that run its goroutines: none of their goroutines may be
 	// left after Close.
-	Package string
+	Packages []string
 	// Open opens a new Locker on the backend, with occupy, which keeps the
 	// connection holding owner's lock busy until free is called, and held,
 	// which reports whether the server has name's lock held by anyone.
@@ -35,7 +36,7 @@ func (c BackgroundRelease) Run(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range 5 {
-		before := testenv.Goroutines(c.Package)
+		before := testenv.Goroutines(c.Packages...)
 		l, occupy, held := c.Open(t)
 		name := fmt.Sprintf("close-bg/%d-%d", time.Now().UnixNano(), i)
 		lease, err := l.Acquire(ctx, name)
@@ -61,7 +62,7 @@ func (c BackgroundRelease) Run(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatalf("run %d: Close: %v", i, err)
 		}
-		if left := testenv.NewGoroutines(before, c.Package); left != "" {
+		if left := testenv.NewGoroutines(before, c.Packages...); left != "" {
 			t.Fatalf("run %d: goroutines of the driver left after Close:\n%s", i, left)
 		}
 		if held(name) {
@@ -71,11 +72,11 @@ func (c BackgroundRelease) Run(t *testing.T) {
 }
 
 // releaseWaiting reports whether a release started since before waits
-// for its connection: a goroutine of the backend's hold.release blocked in
-// session.take.
+// for its connection: a goroutine of the backend's release blocked in
+// its session's Take.
 func (c BackgroundRelease) releaseWaiting(before map[int64]string) bool {
-	for id, s := range testenv.Goroutines(c.Package) {
-		if _, ok := before[id]; !ok && strings.Contains(s, "(*hold).release") && strings.Contains(s, "(*session).take") &&
+	for id, s := range testenv.Goroutines(c.Packages...) {
+		if _, ok := before[id]; !ok && strings.Contains(s, ").release") && strings.Contains(s, ").Take(") &&
 			(strings.Contains(s, "[select") || strings.Contains(s, "[chan send")) {
 			return true
 		}

@@ -15,7 +15,7 @@ import (
 func TestCloseWaitsForBackgroundRelease(t *testing.T) {
 	adm := newAdmin(t)
 	locktest.BackgroundRelease{
-		Package: "github.com/dlockgo/dlock/mysqllock",
+		Packages: []string{"github.com/dlockgo/dlock/mysqllock", "github.com/dlockgo/dlock/internal/sqlsession"},
 		Open: func(t *testing.T) (*dlock.Locker, func(string) func(), func(string) bool) {
 			l, d := newLocker(t, mysqllock.Options{})
 			occupy := func(owner string) func() { return mysqllock.Occupy(d, owner) }

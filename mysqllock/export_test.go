@@ -7,9 +7,9 @@ import "time"
 // open, but the server hears nothing on them.
 func (d *Driver) Freeze(dur time.Duration) {
 	ch := make(chan struct{})
-	d.freeze.Store(&ch)
+	d.pool.Hooks.Freeze.Store(&ch)
 	time.AfterFunc(dur, func() {
-		d.freeze.CompareAndSwap(&ch, nil)
+		d.pool.Hooks.Freeze.CompareAndSwap(&ch, nil)
 		close(ch)
 	})
 }
@@ -22,15 +22,14 @@ func (d *Driver) KeepAlive() time.Duration { return d.keepAlive }
 
 // Held returns the number of locks the driver holds.
 func (d *Driver) Held() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.held)
+	_, n := d.pool.Len()
+	return n
 }
 
 // NoWatch stops the driver from starting the watch goroutine of the locks
 // it grants from now on (on is true), so that only Check can learn of
 // their loss from the socket: a holder whose goroutines have not run.
-func NoWatch(d *Driver, on bool) { d.noWatch.Store(on) }
+func NoWatch(d *Driver, on bool) { d.pool.Hooks.TimerKeeper.Store(on) }
 
 // SetOpenTimeout sets the bound of Open's first connection, and returns a
 // function that restores it.
@@ -42,19 +41,13 @@ func SetOpenTimeout(d time.Duration) (restore func()) {
 
 // Sessions returns the number of the driver's sessions.
 func Sessions(d *Driver) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.sessions)
+	n, _ := d.pool.Len()
+	return n
 }
 
 // Occupy takes the use of the session holding owner's lock, as a
 // keep-alive check stuck on a silent server would, until the returned
 // function is called.
 func Occupy(d *Driver, owner string) (free func()) {
-	d.mu.Lock()
-	h := d.held[owner]
-	d.mu.Unlock()
-	h.s.use <- struct{}{}
-	h.s.w.Pause()
-	return h.s.releaseUse
+	return d.pool.Held(owner).S.Occupy()
 }

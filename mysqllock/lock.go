@@ -84,33 +84,34 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request) (driver.Grant, err
 	key := d.LockName(r.Name)
 	timeout := sessionTimeout(r.TTL)
 	for retried := false; ; retried = true {
-		s, fresh, err := d.session(ctx, key, timeout)
+		s, err := d.pool.Session(ctx, timeout, key)
 		if err != nil {
 			return driver.Grant{}, err
 		}
+		fresh := s.Fresh()
 		var got sql.NullInt64
 		if fresh {
-			err = d.openSession(s, key, &got)
+			err = d.openSession(s.C, key, &got)
 		} else {
-			err = s.query("SELECT GET_LOCK("+literal(key)+", 0)", &got)
+			err = s.C.query("SELECT GET_LOCK("+literal(key)+", 0)", &got)
 		}
 		switch {
 		case err == nil && got.Valid && got.Int64 == 1:
-			tok, err := s.bump(r.Name)
+			tok, err := s.C.bump(r.Name)
 			if err != nil {
-				s.letGo(key)
+				letGo(s, key)
 				return driver.Grant{}, err
 			}
-			return d.grantOn(s, r, key, tok, fresh)
+			return d.grantOn(s, r, key, tok)
 		case err == nil && got.Valid:
-			s.putBack(key)
+			s.Unreserve(key)
 			return driver.Grant{}, &driver.HeldError{Name: r.Name}
 		case err == nil:
 			err = errNullLock
 		}
 		// The connection failed, or its state is unknown: end the session,
 		// which frees anything it held.
-		s.endLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
+		s.EndLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
 		switch {
 		case d.isClosed():
 			return driver.Grant{}, driver.ErrClosed
@@ -125,94 +126,55 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request) (driver.Grant, err
 	}
 }
 
-// openSession sets up a fresh session, s, with its first GET_LOCK(key, 0): the
-// session's wait_timeout goes down to the lock's TTL (in whole seconds)
-// before the lock can be granted, so that the server frees the locks of a
-// holder that went silent (a host that died without closing its
-// connections, a partition) after the TTL, not after its default of 8
-// hours. On the caller's pool the old value is saved, to be restored when
-// the session retires; on an exclusive pool the connection keeps the
-// value the last session set, and its first GET_LOCK runs with the DSN's
-// wait_timeout.
-func (d *Driver) openSession(s *session, key string, got *sql.NullInt64) error {
+// openSession sets up a fresh session's connection, c, with its first
+// GET_LOCK(key, 0): the session's wait_timeout goes down to the lock's
+// TTL (in whole seconds) before the lock can be granted, so that the
+// server frees the locks of a holder that went silent (a host that died
+// without closing its connections, a partition) after the TTL, not after
+// its default of 8 hours. On the caller's pool the old value is saved, to
+// be restored when the session retires; on an exclusive pool the
+// connection keeps the value the last session set, and its first GET_LOCK
+// runs with the DSN's wait_timeout.
+func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	if !d.exclusive {
-		if err := s.exec(saveTimeout(s.timeout)); err != nil {
+		if err := c.exec(saveTimeout(c.timeout)); err != nil {
 			return fmt.Errorf("set wait_timeout: %w", err)
 		}
 	}
 	var id, current int64
-	if err := s.query("SELECT GET_LOCK("+literal(key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout", got, &id, &current); err != nil {
+	if err := c.query("SELECT GET_LOCK("+literal(key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout", got, &id, &current); err != nil {
 		return err
 	}
-	s.identify(id)
-	if time.Duration(current)*time.Second != s.timeout {
-		if err := s.exec("SET SESSION wait_timeout = " + seconds(s.timeout)); err != nil {
+	c.identify(id)
+	if time.Duration(current)*time.Second != c.timeout {
+		if err := c.exec("SET SESSION wait_timeout = " + seconds(c.timeout)); err != nil {
 			return fmt.Errorf("set wait_timeout: %w", err)
 		}
 	}
 	return nil
 }
 
-// exec runs q on the session, bounded as query is; the caller has the use
-// of s.
-func (s *session) exec(q string) error {
-	ctx, cancel := s.bound()
-	defer cancel()
-	sent := time.Now()
-	_, err := s.conn.ExecContext(ctx, q)
-	if err == nil {
-		s.lastOK = sent
-	}
-	return err
-}
-
-// bump advances the token of name on the session, which has just taken
-// its lock; the caller has the use of s.
-func (s *session) bump(name string) (uint64, error) {
-	ctx, cancel := s.bound()
-	defer cancel()
-	sent := time.Now()
-	tok, err := s.d.bump(ctx, s.conn, name)
-	if err == nil {
-		s.lastOK = sent
-	}
-	return tok, err
-}
-
-// letGo releases key on the session after the acquisition failed past
-// GET_LOCK, and gives the session back; when the release fails too, the
-// session ends, which frees the lock. The caller has the use of s.
-func (s *session) letGo(key string) {
+// letGo releases key on s after the acquisition failed past GET_LOCK, and
+// gives the session back; when the release fails too, the session ends,
+// which frees the lock. The caller has the use of s.
+func letGo(s *session, key string) {
 	var rel sql.NullInt64
-	if err := s.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
-		s.endLost(fmt.Errorf("mysqllock: releasing an abandoned lock failed: %w", err))
+	if err := s.C.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
+		s.EndLost(fmt.Errorf("mysqllock: releasing an abandoned lock failed: %w", err))
 		return
 	}
-	s.putBack(key)
+	s.Unreserve(key)
 }
 
 // grantOn makes the lock that s just took for r a hold of s; the caller
 // has the use of s, which this gives back. A fresh session joins the
 // driver's sessions, and its keeper starts.
-func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64, fresh bool) (driver.Grant, error) {
-	h := &hold{s: s, name: r.Name, owner: r.Owner, key: key}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		s.endLost(driver.ErrClosed)
-		return driver.Grant{}, driver.ErrClosed
+func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64) (driver.Grant, error) {
+	h := &hold{S: s, Name: r.Name, Owner: r.Owner, Key: key}
+	if err := d.pool.Adopt(h, key); err != nil {
+		return driver.Grant{}, err
 	}
-	s.holds[h] = struct{}{}
-	d.held[r.Owner] = h
-	if fresh {
-		d.sessions = append(d.sessions, s)
-	}
-	d.mu.Unlock()
-	if fresh {
-		s.start()
-	}
-	s.releaseUse()
-	return driver.Grant{Token: token, OnLost: h.notice.Set, Check: h.Check}, nil
+	return h.Grant(token), nil
 }
 
 // waitOn waits on the server for r's lock, on a connection of its own,
@@ -223,15 +185,13 @@ func (d *Driver) waitOn(ctx context.Context, r driver.Request) (driver.Grant, er
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", r.Name, err)
 	}
-	s := d.newSession(c, sessionTimeout(r.TTL))
-	s.keys[key] = struct{}{}
-	s.n = 1
-	s.use <- struct{}{} // the caller's until the grant
+	timeout := sessionTimeout(r.TTL)
+	sc := d.sconn(c, timeout)
 	// On this connection of its own, the statements run under ctx: when
 	// it ends, go-sql-driver closes the connection, which holds nothing
 	// else.
 	if !d.exclusive {
-		if _, err := c.ExecContext(ctx, saveTimeout(s.timeout)); err != nil {
+		if _, err := c.ExecContext(ctx, saveTimeout(timeout)); err != nil {
 			discard(c)
 			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
 		}
@@ -248,15 +208,15 @@ func (d *Driver) waitOn(ctx context.Context, r driver.Request) (driver.Grant, er
 		discard(c)
 		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, errNullLock)
 	}
-	s.identify(id)
-	if time.Duration(current)*time.Second != s.timeout {
-		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(s.timeout)); err != nil {
+	sc.identify(id)
+	if time.Duration(current)*time.Second != timeout {
+		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(timeout)); err != nil {
 			abandon(c, key, got.Int64 == 1)
 			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
 		}
 	}
 	if got.Int64 == 0 {
-		if err := d.wait(ctx, s, key, r.Name); err != nil {
+		if err := d.wait(ctx, sc, key, r.Name); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -266,8 +226,8 @@ func (d *Driver) waitOn(ctx context.Context, r driver.Request) (driver.Grant, er
 		abandon(c, key, true)
 		return driver.Grant{}, err
 	}
-	s.lastOK = sent
-	return d.grantOn(s, r, key, tok, true)
+	sc.lastOK = sent
+	return d.grantOn(d.pool.NewSession(sc, timeout, key), r, key, tok)
 }
 
 // abandon gives up an acquisition on a connection of its own that did not
@@ -285,7 +245,7 @@ func abandon(c *sql.Conn, key string, held bool) {
 }
 
 // wait waits on the server for the lock key (called name), on the
-// connection of s, a session of its own not yet shared, until it holds it
+// connection s, of a session of its own not yet shared, until it holds it
 // or ctx (or Close) ends the wait.
 //
 // go-sql-driver answers a cancelled context by closing the connection; the
@@ -295,7 +255,7 @@ func abandon(c *sql.Conn, key string, held bool) {
 // wait at once; closing the connection is the fallback when the KILL
 // cannot be sent in time or does not take. The connection is discarded
 // afterwards either way.
-func (d *Driver) wait(ctx context.Context, s *session, key, name string) error {
+func (d *Driver) wait(ctx context.Context, s *sconn, key, name string) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlockgo/dlock"
@@ -123,24 +121,19 @@ type Driver struct {
 	sql          statements
 	socks        *Sockets // nil: no socket is watched
 
-	ctx     context.Context // ends at Close
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // acquisitions in progress
-	keepers sync.WaitGroup // sessions' keeper goroutines
-	// bg counts the driver's other goroutines: a release or a check that
-	// outlived its caller's context, a session's end after a Check found
-	// the server gone. Close waits for them, at most closeWait.
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // acquisitions in progress
+	// bg counts the driver's other goroutines: the sessions' keepers, a
+	// release or a check that outlived its caller's context, a session's
+	// end after a Check found the server gone. Close waits for them, at most closeWait.
 	bg bg.Group
 
-	mu       sync.Mutex
-	closed   bool
-	held     map[string]*hold // by owner
-	sessions []*session       // those acquisitions may pick
+	mu     sync.Mutex
+	closed bool
+	pool   *pool // the sessions, and the locks held on them
 
 	gates gate.Set[struct{}] // waiting Lock calls, by name
-
-	freeze  atomic.Pointer[chan struct{}] // test hook: pauses keep-alive checks
-	noWatch atomic.Bool                   // test hook: no watch goroutine
 }
 
 // NewDriver returns a driver that takes its connections from db, a
@@ -205,8 +198,8 @@ func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 		sessionLocks: opt.SessionLocks,
 		sql:          newStatements(table),
 		socks:        opt.Sockets,
-		held:         map[string]*hold{},
 	}
+	d.pool = d.newPool()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	return d, nil
 }
@@ -255,14 +248,10 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
-	sessions := slices.Clone(d.sessions)
 	d.mu.Unlock()
 	d.cancel()
-	for _, s := range sessions {
-		s.lose(driver.ErrClosed)
-	}
+	d.pool.LoseAll(driver.ErrClosed)
 	d.wg.Wait()
-	d.keepers.Wait()
 	var err error
 	if !d.bg.Wait(closeWait) {
 		err = fmt.Errorf("mysqllock: close: the driver's background work (a release, the close of a connection) did not end within %v", closeWait)

@@ -15,7 +15,7 @@ import (
 func TestCloseWaitsForBackgroundRelease(t *testing.T) {
 	adm := newAdmin(t)
 	locktest.BackgroundRelease{
-		Package: "github.com/dlockgo/dlock/pglock",
+		Packages: []string{"github.com/dlockgo/dlock/pglock", "github.com/dlockgo/dlock/internal/sqlsession"},
 		Open: func(t *testing.T) (*dlock.Locker, func(string) func(), func(string) bool) {
 			d := newDriver(t, pglock.Options{MaxIdle: -1})
 			l, err := dlock.New(d)

@@ -80,7 +80,7 @@ func (w *watcher) HandleUnwatchAfterCancel() {
 
 // dial opens a connection and prepares its session.
 func (d *Driver) dial(ctx context.Context) (*conn, error) {
-	if d.refuse.Load() {
+	if d.pool.Hooks.Refuse.Load() {
 		return nil, errors.New("pglock: connect: refused (crashed)")
 	}
 	c := &conn{}

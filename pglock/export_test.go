@@ -9,20 +9,15 @@ import (
 // connections is cut (the socket closed, no Terminate message), so its
 // sessions end without unlocking anything, and it makes no new ones.
 func Crash(d *Driver) {
-	d.refuse.Store(true)
+	d.pool.Hooks.Refuse.Store(true)
 	d.mu.Lock()
 	var conns []*conn
 	conns = append(conns, d.idle...)
-	for _, s := range d.sessions {
-		conns = append(conns, s.c)
+	for _, c := range d.pool.ConnsLocked() {
+		conns = append(conns, c.conn)
 	}
 	for c := range d.waiting {
 		conns = append(conns, c)
-	}
-	// A hold's session may have left d.sessions (dropped from picking,
-	// on its way to retiring) while it still holds its lock.
-	for _, h := range d.held {
-		conns = append(conns, h.s.c)
 	}
 	d.mu.Unlock()
 	for _, c := range conns {
@@ -33,10 +28,8 @@ func Crash(d *Driver) {
 // HolderPID returns the server process id of the session holding the lock
 // of owner, or 0.
 func HolderPID(d *Driver, owner string) uint32 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if h := d.held[owner]; h != nil {
-		return h.s.c.pid()
+	if h := d.pool.Held(owner); h != nil {
+		return h.S.C.pid()
 	}
 	return 0
 }
@@ -75,23 +68,19 @@ func IdlePIDs(d *Driver) []uint32 {
 // keep-alive check stuck on a silent server would, until the returned
 // function is called.
 func Occupy(d *Driver, owner string) (free func()) {
-	d.mu.Lock()
-	h := d.held[owner]
-	d.mu.Unlock()
-	h.s.acquire()
-	return h.s.releaseUse
+	return d.pool.Held(owner).S.Occupy()
 }
 
 // NoKeeper stops the driver from starting the keeper goroutine of the
 // locks it grants from now on (on is true), so that only Check can learn
 // of their loss: a holder whose goroutines have not run yet.
-func NoKeeper(d *Driver, on bool) { d.noKeeper.Store(on) }
+func NoKeeper(d *Driver, on bool) { d.pool.Hooks.NoKeeper.Store(on) }
 
 // TimerKeeper makes the keepers of the locks the driver grants from now
 // on ping on their timer alone (on is true), without waiting for the
 // socket to speak: a keeper whose keep-alive check falls due before it
 // has seen the server's close, as at a holder's resume after a pause.
-func TimerKeeper(d *Driver, on bool) { d.timerKeeper.Store(on) }
+func TimerKeeper(d *Driver, on bool) { d.pool.Hooks.TimerKeeper.Store(on) }
 
 // ConnectTimeout returns the connect timeout of the driver's connections.
 func ConnectTimeout(d *Driver) time.Duration { return d.cfg.ConnectTimeout }
@@ -106,7 +95,6 @@ func SetDefaultConnectTimeout(t time.Duration) (restore func()) {
 
 // Sessions returns the number of sessions holding locks.
 func Sessions(d *Driver) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.sessions)
+	n, _ := d.pool.Len()
+	return n
 }

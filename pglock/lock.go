@@ -227,30 +227,31 @@ func (d *Driver) plan(r driver.Request, wait bool) plan {
 
 // tryOn runs p, a try, on a session that is not asked for keys (the
 // keys p may take), and makes the session the holder when the lock was
-// taken. The statement runs under the session's own bound (session.bound),
+// taken. The statement runs under the session's own bound (sconn.bound),
 // not ctx, which bounds only the wait for the session.
 func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int64) (driver.Grant, error) {
 	period := d.period(r)
 	for retried := false; ; retried = true {
-		s, reused, err := d.session(ctx, keys, period)
+		s, err := d.pool.Session(ctx, period, keys...)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		s.bound()
-		token, _, err := d.take(context.Background(), s.c, &p, false, nil)
-		s.unbound()
+		reused := !s.Fresh() || s.C.reused
+		s.C.bound()
+		token, _, err := d.take(context.Background(), s.C.conn, &p, false, nil)
+		s.C.unbound()
 		switch {
 		case err == nil:
 			return d.grantOn(s, r, p, token, keys)
 		case errors.Is(err, pgx.ErrNoRows):
-			s.unreserve(keys)
+			s.Unreserve(keys...)
 			return driver.Grant{}, &driver.HeldError{Name: r.Name}
-		case pgCode(err) != "" && !s.c.pg.IsClosed():
+		case pgCode(err) != "" && !s.C.pg.IsClosed():
 			// The server refused the statement and the session lives on;
 			// but a session lock taken before the statement failed
 			// outlives the statement's transaction: let go of the keys.
-			if s.letGo(r.Mode, keys) {
-				s.unreserve(keys)
+			if d.letGo(s.C, r.Mode, keys) {
+				s.Unreserve(keys...)
 				if pgCode(err) == codeLockNotAvailable || pgCode(err) == codeQueryCanceled {
 					return driver.Grant{}, &driver.HeldError{Name: r.Name}
 				}
@@ -259,8 +260,8 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 		}
 		// The connection's state is unknown: end the session, which frees
 		// anything it took.
-		dead := s.c.pg.IsClosed() // pgx closed it: the session had failed
-		s.endLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
+		dead := s.C.pg.IsClosed() // pgx closed it: the session had failed
+		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
 		switch {
 		case d.isClosed():
 			return driver.Grant{}, errClosed
@@ -275,60 +276,37 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 	}
 }
 
-// letGo releases keys on s after a statement that asked for them failed;
-// false when that failed too. The caller has the use of s.
-func (s *session) letGo(m driver.Mode, keys []int64) bool {
-	sql := s.d.st.letGo
+// letGo releases keys on c after a statement that asked for them failed;
+// false when that failed too. The caller has the use of c's session.
+func (d *Driver) letGo(c *sconn, m driver.Mode, keys []int64) bool {
+	sql := d.st.letGo
 	if m == driver.Read {
-		sql = s.d.st.letGoShared
+		sql = d.st.letGoShared
 	}
-	s.c.begin(false)
-	s.bound()
-	_, err := s.c.pg.Exec(context.Background(), sql, keys)
-	s.unbound()
+	c.begin(false)
+	c.bound()
+	_, err := c.pg.Exec(context.Background(), sql, keys)
+	c.unbound()
 	return err == nil
 }
 
-// grantOn makes the lock that p just took on s a hold of s; the caller
-// has the use of s, which this gives back.
+// grantOn makes the lock that p just took on s for the keys it was asked
+// for a hold of s; the caller has the use of s, which this gives back.
 func (d *Driver) grantOn(s *session, r driver.Request, p plan, token int64, keys []int64) (driver.Grant, error) {
-	h := d.newHold(s, r, p)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		s.endLost(errClosed)
-		return driver.Grant{}, errClosed
+	h := &hold{S: s, Name: r.Name, Owner: r.Owner, Key: p.key,
+		X: lockInfo{mode: r.Mode, unlock: p.unlock, channel: p.channel}}
+	if err := d.pool.Adopt(h, keys...); err != nil {
+		return driver.Grant{}, err
 	}
-	kept := false
-	for _, k := range keys {
-		if k == p.key && !kept {
-			kept = true
-			continue
-		}
-		s.unkeyLocked(k)
-	}
-	s.busy--
-	d.adoptLocked(h, r)
-	d.mu.Unlock()
-	s.releaseUse()
-	return driver.Grant{Token: uint64(token), OnLost: h.notice.Set, Check: h.Check}, nil
+	return h.Grant(uint64(token)), nil
 }
 
-// newHold returns the hold of the lock p took on s for r.
-func (d *Driver) newHold(s *session, r driver.Request, p plan) *hold {
-	return &hold{s: s, name: r.Name, owner: r.Owner, mode: r.Mode, key: p.key,
-		unlock: p.unlock, channel: p.channel}
-}
-
-// adoptLocked records h as held; Driver.mu is held. A permit's slot is
-// counted among the driver's keys here (other kinds reserved theirs
-// before asking).
-func (d *Driver) adoptLocked(h *hold, r driver.Request) {
-	if r.Mode == driver.Permit {
-		d.keyLocked(h.key).n++
+// adoptedLocked counts a permit's slot among the driver's keys once it is
+// held (other kinds reserved theirs before asking); Driver.mu is held.
+func (d *Driver) adoptedLocked(h *hold) {
+	if h.X.mode == driver.Permit {
+		d.keyLocked(h.Key).n++
 	}
-	h.s.holds[h] = struct{}{}
-	d.held[r.Owner] = h
 }
 
 // run executes p, a wait, on a connection of its own, and makes that
@@ -443,22 +421,9 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 // grant makes c, on which a wait just took the lock, a session holding
 // it: among the sessions later acquisitions may use.
 func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.Grant, error) {
-	s := d.newSession(c, d.period(r))
-	s.keys[p.key] = 1
-	s.n = 1
-	h := d.newHold(s, r, p)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		c.close()
-		return driver.Grant{}, errClosed
-	}
-	d.sessions = append(d.sessions, s)
-	d.adoptLocked(h, r)
-	d.mu.Unlock()
-	s.w.Start()
-	s.startKeeper()
-	return driver.Grant{Token: uint64(token), OnLost: h.notice.Set, Check: h.Check}, nil
+	period := d.period(r)
+	s := d.pool.NewSession(d.sconn(c, period, true), period, p.key)
+	return d.grantOn(s, r, p, token, []int64{p.key})
 }
 
 // Unlock releases the lock with pg_advisory_unlock on the session that
@@ -473,8 +438,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
 	}
-	d.forget(h)
-	return h.release(ctx)
+	d.pool.Forget(h)
+	return d.release(ctx, h)
 }
 
 // Refresh checks, on the lock's session, that the session still holds
@@ -491,24 +456,13 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	return time.Time{}, h.check(ctx)
+	return time.Time{}, d.check(ctx, h)
 }
 
 // lookup returns the held lock of r, or nil.
 func (d *Driver) lookup(r driver.Request) *hold {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if h := d.held[r.Owner]; h != nil && h.name == r.Name && h.mode == r.Mode {
+	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name && h.X.mode == r.Mode {
 		return h
 	}
 	return nil
-}
-
-// forget drops h from the held locks.
-func (d *Driver) forget(h *hold) {
-	d.mu.Lock()
-	if d.held[h.owner] == h {
-		delete(d.held, h.owner)
-	}
-	d.mu.Unlock()
 }

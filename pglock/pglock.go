@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,16 +117,6 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// refuse makes dial fail, as for a crashed process (a test hook).
-	refuse atomic.Bool
-	// noKeeper grants locks without their keeper goroutine (a test hook:
-	// a holder whose goroutines have not run).
-	noKeeper atomic.Bool
-	// timerKeeper makes the keepers of locks granted from now on ping on
-	// their timer without waiting on the socket (a test hook: a keeper
-	// whose keep-alive check falls due before it sees the socket speak).
-	timerKeeper atomic.Bool
-
 	// life ends when the driver closes (endLife); it bounds the
 	// listener's and the observers' own work.
 	life    context.Context
@@ -141,12 +129,11 @@ type Driver struct {
 	// request. Close waits for them, at most closeWait.
 	bg bg.Group
 
-	mu       sync.Mutex
-	closed   bool
-	idle     []*conn
-	sessions []*session       // those acquisitions may use
-	held     map[string]*hold // by owner
-	keys     map[int64]*keyState
+	mu     sync.Mutex
+	closed bool
+	idle   []*conn
+	pool   *pool // the sessions, and the locks held on them
+	keys   map[int64]*keyState
 	// spareKey is a keyState no key uses, for the next: most acquisitions
 	// then allocate none.
 	spareKey *keyState
@@ -204,10 +191,10 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 		maxIdle:           opt.MaxIdle,
 		sessionLocks:      opt.SessionLocks,
 		noServerKeepalive: opt.NoServerKeepalive,
-		held:              map[string]*hold{},
 		keys:              map[int64]*keyState{},
 		waiting:           map[*conn]context.CancelFunc{},
 	}
+	d.pool = d.newPool()
 	d.life, d.endLife = context.WithCancel(context.Background())
 	c, err := d.dial(ctx)
 	if err != nil {
@@ -278,7 +265,6 @@ func (d *Driver) Close() error {
 	d.closed = true
 	idle := d.idle
 	d.idle = nil
-	sessions := slices.Clone(d.sessions)
 	for _, cancel := range d.waiting {
 		cancel()
 	}
@@ -290,9 +276,7 @@ func (d *Driver) Close() error {
 	for _, c := range idle {
 		c.close()
 	}
-	for _, s := range sessions {
-		s.lose(errClosed)
-	}
+	d.pool.LoseAll(errClosed)
 	if listening {
 		<-d.lis.done
 	}

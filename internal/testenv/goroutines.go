@@ -3,16 +3,18 @@ package testenv
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// Goroutines returns the stacks of the running goroutines that are in
-// package pkg's code (an import path, say "github.com/dlockgo/dlock/pglock")
-// outside its tests, by goroutine id. Ids are never reused, so the ones
+// Goroutines returns the stacks of the running goroutines that are in the
+// code of one of pkgs (import paths, say "github.com/dlockgo/dlock/pglock"
+// and the internal packages that run its goroutines) outside their tests,
+// by goroutine id. Ids are never reused, so the ones
 // absent from an earlier call's result are goroutines started since: see
 // NewGoroutines.
-func Goroutines(pkg string) map[int64]string {
+func Goroutines(pkgs ...string) map[int64]string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -23,15 +25,13 @@ func Goroutines(pkg string) map[int64]string {
 		buf = make([]byte, 2*len(buf))
 	}
 	out := map[int64]string{}
-	dir := "/" + pkg[strings.LastIndexByte(pkg, '/')+1:] + "/"
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
 		s := string(g)
-		if !strings.Contains(s, pkg+".") || strings.Contains(s, "_test.go") {
-			continue
-		}
-		// A frame of the package's own code, not only of a dependency
-		// named alike.
-		if !strings.Contains(s, dir) {
+		if strings.Contains(s, "_test.go") || !slices.ContainsFunc(pkgs, func(pkg string) bool {
+			// A frame of the package's own code, not only of a
+			// dependency named alike.
+			return strings.Contains(s, pkg+".") && strings.Contains(s, "/"+pkg[strings.LastIndexByte(pkg, '/')+1:]+"/")
+		}) {
 			continue
 		}
 		head, _, _ := strings.Cut(s, " [")
@@ -43,11 +43,11 @@ func Goroutines(pkg string) map[int64]string {
 	return out
 }
 
-// NewGoroutines returns the stacks, joined, of the goroutines in pkg's code
-// that were not in before (an earlier Goroutines(pkg)); "" when none.
-func NewGoroutines(before map[int64]string, pkg string) string {
+// NewGoroutines returns the stacks, joined, of the goroutines in pkgs' code
+// that were not in before (an earlier Goroutines(pkgs...)); "" when none.
+func NewGoroutines(before map[int64]string, pkgs ...string) string {
 	var b strings.Builder
-	for id, s := range Goroutines(pkg) {
+	for id, s := range Goroutines(pkgs...) {
 		if _, ok := before[id]; !ok {
 			b.WriteString(s)
 			b.WriteString("\n\n")

@@ -1,0 +1,295 @@
+package sqlsession
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/bg"
+)
+
+// A Pool is a driver's sessions and held locks. Its mutex is the driver's
+// own, so that the driver's state and the pool's change together.
+type Pool[C Conn, K comparable, X any] struct {
+	mu     *sync.Mutex
+	closed *bool // the driver's, guarded by mu
+	bg     *bg.Group
+	cfg    Config[C, K, X]
+
+	// Hooks are for tests.
+	Hooks Hooks
+
+	// Guarded by mu.
+	sessions []*Session[C, K, X] // those acquisitions may pick
+	held     map[string]*Hold[C, K, X]
+}
+
+// Config is what a backend tells its pool.
+type Config[C Conn, K comparable, X any] struct {
+	// Locks is how many locks a session holds at most.
+	Locks int
+	// Open returns a connection for a new session of class, from the
+	// backend's idle connections or a new one.
+	Open func(ctx context.Context, class time.Duration) (C, error)
+	// Period returns the keep-alive period of sessions of class.
+	Period func(class time.Duration) time.Duration
+	// Idle, if not nil, reports (under the mutex) whether the backend has
+	// an idle connection, which opens a session at no cost.
+	Idle func() bool
+	// Adopted and Ended, if not nil, run under the mutex when a lock
+	// becomes a hold and when a hold ends.
+	Adopted, Ended func(h *Hold[C, K, X])
+}
+
+// Hooks are switches for tests; the zero value is what production runs.
+type Hooks struct {
+	// NoKeeper grants locks without their keeper goroutine: a holder
+	// whose goroutines have not run.
+	NoKeeper atomic.Bool
+	// TimerKeeper makes keepers started from now on run their checks on
+	// the timer alone, without waiting on the socket.
+	TimerKeeper atomic.Bool
+	// Freeze, while set, pauses the keep-alive checks until it is closed.
+	Freeze atomic.Pointer[chan struct{}]
+	// Refuse makes the backend's new connections fail, as for a crashed
+	// process.
+	Refuse atomic.Bool
+}
+
+// NewPool returns the pool of a driver whose mutex is mu, with closed
+// the driver's closed flag (guarded by mu) and group its background
+// goroutines (Close waits for them).
+func NewPool[C Conn, K comparable, X any](mu *sync.Mutex, closed *bool, group *bg.Group, cfg Config[C, K, X]) *Pool[C, K, X] {
+	return &Pool[C, K, X]{mu: mu, closed: closed, bg: group, cfg: cfg, held: map[string]*Hold[C, K, X]{}}
+}
+
+// busySessions is how many sessions a pool opens, before it makes
+// acquisitions wait for one another's statements, when every session with
+// room is running a statement: concurrent acquisitions then run side by
+// side on as many connections.
+const busySessions = 16
+
+// Session returns a session of class on which to ask for keys, whose use
+// the caller then has, with keys and a place reserved on it: give them
+// back with Session.Unreserve, or make them a hold with Adopt. It is one
+// that holds none of the keys and has room, else a fresh one (see
+// Session.Fresh) on a connection from Config.Open. ctx bounds the wait
+// for a session and the opening of a connection.
+func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys ...K) (*Session[C, K, X], error) {
+	for {
+		p.mu.Lock()
+		if *p.closed {
+			p.mu.Unlock()
+			return nil, driver.ErrClosed
+		}
+		s := p.pickLocked(keys, class)
+		if s != nil {
+			for _, k := range keys {
+				s.keys[k]++
+			}
+			s.n++
+			s.busy++
+		}
+		p.mu.Unlock()
+		if s == nil {
+			break
+		}
+		switch err := s.Take(ctx); {
+		case err == nil:
+			return s, nil
+		case ctx.Err() != nil:
+			s.drop(keys)
+			return nil, ctx.Err()
+		}
+		// The session ended meanwhile: pick again.
+		s.drop(keys)
+	}
+	c, err := p.cfg.Open(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	return p.NewSession(c, class, keys...), nil
+}
+
+// NewSession returns a fresh session of class on c, whose use the caller
+// has, with keys and a place reserved on it, as Session does. It joins
+// the pool when Adopt makes its first lock a hold.
+func (p *Pool[C, K, X]) NewSession(c C, class time.Duration, keys ...K) *Session[C, K, X] {
+	s := &Session[C, K, X]{
+		p:      p,
+		C:      c,
+		Class:  class,
+		period: p.cfg.Period(class),
+		stop:   make(chan struct{}),
+		use:    make(chan struct{}, 1),
+		holds:  map[*Hold[C, K, X]]struct{}{},
+		keys:   make(map[K]int, len(keys)),
+		n:      1,
+		busy:   1,
+	}
+	for _, k := range keys {
+		s.keys[k]++
+	}
+	s.use <- struct{}{}
+	return s
+}
+
+// pickLocked returns the session to ask for keys, or nil to open one:
+// one nothing is using; else a new one, on an idle connection or when
+// every session is in other acquisitions' hands; else one only a release
+// or a check is using; and once busySessions are open, the one fewest
+// acquisitions are using. The mutex is held.
+func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K, X] {
+	var unused, spare *Session[C, K, X]
+	for _, s := range p.sessions {
+		if s.n >= p.cfg.Locks || s.Class != class || s.holdsAny(keys) {
+			continue
+		}
+		if s.busy == 0 {
+			if len(s.use) == 0 { // nor is a release or a check, at a glance
+				return s
+			}
+			unused = s
+		}
+		if spare == nil || s.busy < spare.busy {
+			spare = s
+		}
+	}
+	switch {
+	case len(p.sessions) >= busySessions:
+		return spare
+	case p.cfg.Idle != nil && p.cfg.Idle(), spare == nil, spare.busy > 0:
+		// An idle connection opens a session at no cost; and when every
+		// session is in other acquisitions' hands, one more runs side by
+		// side rather than after them.
+		return nil
+	}
+	return unused // nothing but a release or a check has it: wait for it
+}
+
+// Adopt makes h, the lock just taken on its session h.S for the keys the
+// session was asked for, a hold of h.S: the keys other than h.Key are
+// given back, and so is the use of the session, which the caller has. A
+// fresh session is watched from now on, joins the sessions acquisitions
+// pick, and its keeper starts. After the driver's Close, Adopt ends the
+// session as lost instead, and returns driver.ErrClosed.
+func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
+	s := h.S
+	fresh := s.w == nil
+	if fresh {
+		s.w = s.C.Watch()
+		s.w.Start()
+		s.w.Pause()
+	}
+	p.mu.Lock()
+	if *p.closed {
+		p.mu.Unlock()
+		s.EndLost(driver.ErrClosed)
+		return driver.ErrClosed
+	}
+	kept := false
+	for _, k := range keys {
+		if k == h.Key && !kept {
+			kept = true
+			continue
+		}
+		s.unkeyLocked(k)
+	}
+	if !kept {
+		s.keys[h.Key]++
+	}
+	s.busy--
+	s.holds[h] = struct{}{}
+	p.held[h.Owner] = h
+	if p.cfg.Adopted != nil {
+		p.cfg.Adopted(h)
+	}
+	if fresh {
+		p.sessions = append(p.sessions, s)
+	}
+	p.mu.Unlock()
+	if fresh && !p.Hooks.NoKeeper.Load() {
+		p.bg.Go(s.keep)
+	}
+	s.Release()
+	return nil
+}
+
+// Held returns the hold of owner, or nil.
+func (p *Pool[C, K, X]) Held(owner string) *Hold[C, K, X] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[owner]
+}
+
+// Forget drops h from the held locks (a release is under way).
+func (p *Pool[C, K, X]) Forget(h *Hold[C, K, X]) {
+	p.mu.Lock()
+	if p.held[h.Owner] == h {
+		delete(p.held, h.Owner)
+	}
+	p.mu.Unlock()
+}
+
+// endLocked forgets h, which has ended; the mutex is held.
+func (p *Pool[C, K, X]) endLocked(h *Hold[C, K, X]) {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	if p.held[h.Owner] == h {
+		delete(p.held, h.Owner)
+	}
+	if p.cfg.Ended != nil {
+		p.cfg.Ended(h)
+	}
+}
+
+// dropLocked takes s out of the sessions acquisitions pick from; the
+// mutex is held.
+func (p *Pool[C, K, X]) dropLocked(s *Session[C, K, X]) {
+	if s.gone {
+		return
+	}
+	s.gone = true
+	if i := slices.Index(p.sessions, s); i >= 0 {
+		p.sessions = slices.Delete(p.sessions, i, i+1)
+	}
+}
+
+// LoseAll ends every session as lost with cause, for the driver's Close
+// (after it set its closed flag: no session joins from then on).
+func (p *Pool[C, K, X]) LoseAll(cause error) {
+	p.mu.Lock()
+	sessions := slices.Clone(p.sessions)
+	p.mu.Unlock()
+	for _, s := range sessions {
+		s.Lose(cause)
+	}
+}
+
+// ConnsLocked returns the connections of the pool's sessions and of its held
+// locks' sessions; the mutex is held (for tests).
+func (p *Pool[C, K, X]) ConnsLocked() []C {
+	var cs []C
+	for _, s := range p.sessions {
+		cs = append(cs, s.C)
+	}
+	// A hold's session may have left the sessions (dropped from picking,
+	// on its way to retiring) while it still holds its lock.
+	for _, h := range p.held {
+		cs = append(cs, h.S.C)
+	}
+	return cs
+}
+
+// Len returns the number of sessions acquisitions may pick, and of held
+// locks.
+func (p *Pool[C, K, X]) Len() (sessions, held int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sessions), len(p.held)
+}

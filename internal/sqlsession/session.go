@@ -1,0 +1,349 @@
+// Package sqlsession is the session machine the SQL backends (pglock,
+// mysqllock) share. Their locks live with a server session: a held lock is
+// kept on one of the driver's connections, a session, with up to
+// Pool.Locks others, and is lost when that connection is.
+//
+// A Session has a use slot (one statement at a time on its connection,
+// waited for at most until the caller's context ends), a watch of its
+// socket (internal/sockwatch) and one keeper goroutine that waits on the
+// watch and runs the backend's keep-alive check every period: when the
+// connection is lost, every lock on it is lost at once, in one order —
+// the loss recorded (for Check), the session taken out of the pool, each
+// lock's loss signalled, and only then the connection closed, whatever
+// the close costs. A session left holding nothing retires: its connection
+// goes back to the backend.
+//
+// A backend supplies what its store needs behind Conn (the keep-alive
+// check, what a closed socket means, closing and giving back a
+// connection) and runs its own statements while it has a session's use.
+package sqlsession
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dlockgo/dlock/internal/sockwatch"
+)
+
+// Conn is a session's connection, as its backend drives it.
+type Conn interface {
+	// Keep runs one keep-alive check on the session's idle connection,
+	// whose use the caller has; an error is the session's loss.
+	Keep() error
+	// Gone describes the socket a look found closed by the server
+	// (errno 0) or failing.
+	Gone(errno syscall.Errno) error
+	// Watch returns the watch of the connection's socket, once its first
+	// lock is taken (see Pool.Adopt).
+	Watch() *sockwatch.Watch
+	// Close closes the connection of a lost session: the server frees
+	// whatever it still holds when it reads the close.
+	Close()
+	// Retire gives back the connection of a session that holds nothing.
+	Retire()
+}
+
+// A Session is one of a driver's connections while it holds locks, or is
+// asked for one. Its exported fields are set when it is made.
+type Session[C Conn, K comparable, X any] struct {
+	p *Pool[C, K, X]
+	// C is the backend's connection.
+	C C
+	// Class groups sessions that locks may share: the backend asks for a
+	// session of a class (a keep-alive period, a server-side timeout).
+	Class  time.Duration
+	period time.Duration // between two keep-alive checks
+	w      *sockwatch.Watch
+	stop   chan struct{} // closed when the session ends: stops the keeper
+	// loss is why the session was lost, set once, before its locks' loss
+	// is signalled and before the connection is closed.
+	loss atomic.Pointer[error]
+
+	// use is a one-slot semaphore: whoever fills it may use C and ended.
+	// Unlike a mutex, waiting for it can end with a context, so that a
+	// release never waits past its context for a keep-alive check stuck
+	// on a silent server.
+	use   chan struct{}
+	ended bool // retired or lost
+
+	// Guarded by the pool's mutex.
+	holds map[*Hold[C, K, X]]struct{}
+	keys  map[K]int // keys held or being asked for on the session
+	n     int       // holds and acquisitions under way
+	busy  int       // acquisitions under way
+	gone  bool      // no longer among the sessions acquisitions pick
+}
+
+// ErrEnded tells the caller of Take that the session ended while it
+// waited.
+var ErrEnded = errors.New("session ended")
+
+// Period returns the time between two keep-alive checks of s.
+func (s *Session[C, K, X]) Period() time.Duration { return s.period }
+
+// Loss returns why s was lost, or nil.
+func (s *Session[C, K, X]) Loss() error {
+	if p := s.loss.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Fresh reports whether s has not taken its first lock yet (see
+// Pool.Adopt); the caller has its use.
+func (s *Session[C, K, X]) Fresh() bool { return s.w == nil }
+
+// Take takes the use slot, waiting for it at most until ctx ends
+// (context.Background: no bound), and then the socket from the watch
+// with a look on the way (sockwatch.Take): no statement starts on a
+// connection whose server has already hung up, or a Check would say
+// "held" until that statement failed. The error is ctx's, ErrEnded when
+// the session had ended, or the loss when the look found the server
+// gone, in which case Take ended the session as lost without a statement.
+// With a nil error the caller has the use of s until Release.
+func (s *Session[C, K, X]) Take(ctx context.Context) error {
+	select {
+	case s.use <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.ended {
+		<-s.use
+		return ErrEnded
+	}
+	if v, errno := s.w.Take(); v == sockwatch.VGone {
+		return s.EndLost(s.C.Gone(errno))
+	}
+	return nil
+}
+
+// Release gives the socket back to the watch, and the use slot back.
+func (s *Session[C, K, X]) Release() {
+	s.w.Resume()
+	<-s.use
+}
+
+// Occupy takes the use of s without a look, as a keep-alive check stuck
+// on a silent server would, until free is called (for tests).
+func (s *Session[C, K, X]) Occupy() (free func()) {
+	s.use <- struct{}{}
+	s.w.Pause()
+	return s.Release
+}
+
+// noteLoss records cause as the loss, unless one is already recorded,
+// and returns the recorded one.
+func (s *Session[C, K, X]) noteLoss(cause error) error {
+	s.loss.CompareAndSwap(nil, &cause)
+	return *s.loss.Load()
+}
+
+// keep is the keeper goroutine. While no statement runs, it waits for the
+// socket to speak (ending the session as lost when the server hung up)
+// or for the next period, and then runs the keep-alive check, which also
+// reads whatever the server sent unprompted (a notice, or an error that
+// fails the check). Where the socket is not watched, the checks run on
+// the timer alone.
+func (s *Session[C, K, X]) keep() {
+	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
+	next := time.Now().Add(s.period)
+	for {
+		ev := sockwatch.EvDeadline
+		if watched {
+			var errno syscall.Errno
+			ev, errno = s.w.Wait(next)
+			switch ev {
+			case sockwatch.EvStopped:
+				return
+			case sockwatch.EvGone:
+				s.Lose(s.C.Gone(errno))
+				return
+			}
+		} else if !s.sleepUntil(next) {
+			return
+		}
+		if ev == sockwatch.EvDeadline {
+			next = time.Now().Add(s.period)
+		}
+		if f := s.p.Hooks.Freeze.Load(); f != nil {
+			select {
+			case <-*f:
+			case <-s.stop:
+				return
+			}
+		}
+		if !s.keepOrLose() {
+			return
+		}
+		if ev == sockwatch.EvData && s.stillData() {
+			// Bytes the check did not take: watching would wake at once
+			// again; wait for the next period instead.
+			if !s.sleepUntil(next) {
+				return
+			}
+		}
+	}
+}
+
+// stillData reports whether the socket shows bytes again right after a
+// check that should have read them.
+func (s *Session[C, K, X]) stillData() bool {
+	v, _ := s.w.Look()
+	return v == sockwatch.VData
+}
+
+// sleepUntil waits until t; false when the session ended first.
+func (s *Session[C, K, X]) sleepUntil(t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// keepOrLose runs a keep-alive check, and ends the session as lost when
+// it fails; false when the session has ended.
+func (s *Session[C, K, X]) keepOrLose() bool {
+	if err := s.Take(context.Background()); err != nil {
+		return false // ended, or Take found the server gone and ended it
+	}
+	if err := s.C.Keep(); err != nil {
+		s.EndLost(err)
+		return false
+	}
+	s.Release()
+	return true
+}
+
+// Lose ends the session as lost, with every lock on it: see EndLost.
+func (s *Session[C, K, X]) Lose(cause error) {
+	cause = s.noteLoss(cause)
+	s.use <- struct{}{}
+	if s.ended {
+		<-s.use
+		return
+	}
+	s.EndLost(cause)
+}
+
+// EndLost is Lose for a caller that has the use of s, which has not
+// ended; it gives the use back, and returns the recorded loss. Each
+// lock's loss is recorded (for Check) and signalled before the
+// connection is closed, because the holders must stop at once, whatever
+// the close costs; closing it makes the server free the locks, if it
+// still has them.
+func (s *Session[C, K, X]) EndLost(cause error) error {
+	cause = s.noteLoss(cause)
+	s.ended = true
+	if s.w != nil {
+		s.w.Stop()
+	}
+	close(s.stop)
+	p := s.p
+	p.mu.Lock()
+	p.dropLocked(s)
+	holds := make([]*Hold[C, K, X], 0, len(s.holds))
+	for h := range s.holds {
+		delete(s.holds, h)
+		p.endLocked(h)
+		holds = append(holds, h)
+	}
+	p.mu.Unlock()
+	<-s.use
+	for _, h := range holds {
+		h.noteLoss(cause)
+		h.notice.Signal()
+	}
+	s.C.Close()
+	return cause
+}
+
+// Unreserve gives back a reservation of keys on s that took no lock; the
+// caller has the use of s, and gives it back here.
+func (s *Session[C, K, X]) Unreserve(keys ...K) {
+	s.p.mu.Lock()
+	s.busy--
+	s.p.mu.Unlock()
+	s.putBack(keys, 1)
+}
+
+// putBack gives back the use of s, and with it places places and a count
+// of each of keys. A session left with nothing retires instead.
+func (s *Session[C, K, X]) putBack(keys []K, places int) {
+	p := s.p
+	p.mu.Lock()
+	for _, k := range keys {
+		s.unkeyLocked(k)
+	}
+	s.n -= places
+	retire := s.n == 0
+	if retire {
+		p.dropLocked(s)
+	}
+	p.mu.Unlock()
+	if retire {
+		s.retire()
+		return
+	}
+	s.Release()
+}
+
+// unkeyLocked drops one count of key k; the pool's mutex is held.
+func (s *Session[C, K, X]) unkeyLocked(k K) {
+	if s.keys[k]--; s.keys[k] <= 0 {
+		delete(s.keys, k)
+	}
+}
+
+// retire ends a session that holds nothing, whose use the caller has,
+// and gives its connection back.
+func (s *Session[C, K, X]) retire() {
+	s.ended = true
+	if s.w != nil {
+		s.w.Stop() // paused by Take: the watch never looks again
+	}
+	close(s.stop)
+	<-s.use
+	s.C.Retire()
+}
+
+// drop gives back a reservation of keys on s whose use the caller did
+// not get. A session it leaves with nothing retires once its use is free.
+func (s *Session[C, K, X]) drop(keys []K) {
+	p := s.p
+	p.mu.Lock()
+	for _, k := range keys {
+		s.unkeyLocked(k)
+	}
+	s.n--
+	s.busy--
+	empty := s.n == 0
+	p.mu.Unlock()
+	if empty {
+		p.bg.Go(s.retireIfEmpty)
+	}
+}
+
+// retireIfEmpty retires s if it still holds nothing once its use is free.
+func (s *Session[C, K, X]) retireIfEmpty() {
+	if s.Take(context.Background()) == nil {
+		s.putBack(nil, 0)
+	}
+}
+
+// holdsAny reports whether s holds or is asked for one of keys; the
+// pool's mutex is held.
+func (s *Session[C, K, X]) holdsAny(keys []K) bool {
+	for _, k := range keys {
+		if s.keys[k] > 0 {
+			return true
+		}
+	}
+	return false
+}
