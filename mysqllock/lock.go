@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 )
 
@@ -50,8 +49,8 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 }
 
 func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
-	// Names are sent as SQL literals: they must be valid (see literal).
-	if err := dlock.ValidateName(r.Name); err != nil {
+	q, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -65,47 +64,45 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		// Of the driver's waiters for a name, one at a time waits on the
 		// server, with a connection; the others queue here, with none, so
 		// that a thousand of them do not pass the server's max_connections.
-		g, err := d.gates.Enter(ctx, r.Name, d.ctx.Done())
+		g, err := d.gates.Enter(ctx, q.name, d.ctx.Done())
 		if err != nil {
 			return driver.Grant{}, d.cancelled(ctx)
 		}
 		defer g.Leave(struct{}{})
 	}
-	g, err := d.tryOn(ctx, r)
+	g, err := d.tryOn(ctx, q)
 	if !wait || !errors.Is(err, driver.ErrNotAcquired) {
 		return g, err
 	}
-	return d.waitOn(ctx, r)
+	return d.waitOn(ctx, q)
 }
 
 // tryOn runs GET_LOCK(key, 0) on a session, and the token after it, and
 // makes the session the lock's holder when it got the lock.
-func (d *Driver) tryOn(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	key := d.LockName(r.Name)
-	timeout := sessionTimeout(r.TTL)
+func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	for retried := false; ; retried = true {
-		s, err := d.pool.Session(ctx, timeout, key)
+		s, err := d.pool.Session(ctx, q.timeout, q.key)
 		if err != nil {
 			return driver.Grant{}, err
 		}
 		fresh := s.Fresh()
 		var got sql.NullInt64
 		if fresh {
-			err = d.openSession(s.C, key, &got)
+			err = d.openSession(s.C, q.key, &got)
 		} else {
-			err = s.C.query("SELECT GET_LOCK("+literal(key)+", 0)", &got)
+			err = s.C.query("SELECT GET_LOCK("+literal(q.key)+", 0)", &got)
 		}
 		switch {
 		case err == nil && got.Valid && got.Int64 == 1:
-			tok, err := s.C.bump(r.Name)
+			tok, err := s.C.bump(q.name)
 			if err != nil {
-				letGo(s, key)
+				letGo(s, q.key)
 				return driver.Grant{}, err
 			}
-			return d.grantOn(s, r, key, tok)
+			return d.grantOn(s, q, tok)
 		case err == nil && got.Valid:
-			s.Unreserve(key)
-			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+			s.Unreserve(q.key)
+			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case err == nil:
 			err = errNullLock
 		}
@@ -122,7 +119,7 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request) (driver.Grant, err
 			// kill): try once more on another.
 			continue
 		}
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, err)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
 	}
 }
 
@@ -166,68 +163,66 @@ func letGo(s *session, key string) {
 	s.Unreserve(key)
 }
 
-// grantOn makes the lock that s just took for r a hold of s; the caller
+// grantOn makes the lock that s just took for q a hold of s; the caller
 // has the use of s, which this gives back. A fresh session joins the
 // driver's sessions, and its keeper starts.
-func (d *Driver) grantOn(s *session, r driver.Request, key string, token uint64) (driver.Grant, error) {
-	h := &hold{S: s, Name: r.Name, Owner: r.Owner, Key: key}
-	if err := d.pool.Adopt(h, key); err != nil {
+func (d *Driver) grantOn(s *session, q lockReq, token uint64) (driver.Grant, error) {
+	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: q.key}
+	if err := d.pool.Adopt(h, q.key); err != nil {
 		return driver.Grant{}, err
 	}
 	return h.Grant(token), nil
 }
 
-// waitOn waits on the server for r's lock, on a connection of its own,
+// waitOn waits on the server for q's lock, on a connection of its own,
 // which becomes a session holding the lock once it has it.
-func (d *Driver) waitOn(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	key := d.LockName(r.Name)
+func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	c, err := d.db.Conn(ctx)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", r.Name, err)
+		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", q.name, err)
 	}
-	timeout := sessionTimeout(r.TTL)
-	sc := d.sconn(c, timeout)
+	sc := d.sconn(c, q.timeout)
 	// On this connection of its own, the statements run under ctx: when
 	// it ends, go-sql-driver closes the connection, which holds nothing
 	// else.
 	if !d.exclusive {
-		if _, err := c.ExecContext(ctx, saveTimeout(timeout)); err != nil {
+		if _, err := c.ExecContext(ctx, saveTimeout(q.timeout)); err != nil {
 			discard(c)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
+			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
 		}
 	}
 	var got sql.NullInt64
 	var id, current int64
-	err = c.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
+	err = c.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(q.key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
 		Scan(&got, &id, &current)
 	switch {
 	case err != nil:
 		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, err)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
 	case !got.Valid:
 		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", r.Name, errNullLock)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, errNullLock)
 	}
 	sc.identify(id)
-	if time.Duration(current)*time.Second != timeout {
-		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(timeout)); err != nil {
-			abandon(c, key, got.Int64 == 1)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", r.Name, err)
+	if time.Duration(current)*time.Second != q.timeout {
+		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(q.timeout)); err != nil {
+			abandon(c, q.key, got.Int64 == 1)
+			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
 		}
 	}
 	if got.Int64 == 0 {
-		if err := d.wait(ctx, sc, key, r.Name); err != nil {
+		if err := d.wait(ctx, sc, q); err != nil {
 			return driver.Grant{}, err
 		}
 	}
 	sent := time.Now()
-	tok, err := d.bump(ctx, c, r.Name)
+	tok, err := d.bump(ctx, c, q.name)
 	if err != nil {
-		abandon(c, key, true)
+		abandon(c, q.key, true)
 		return driver.Grant{}, err
 	}
 	sc.lastOK = sent
-	return d.grantOn(d.pool.NewSession(sc, timeout, key), r, key, tok)
+	return d.grantOn(d.pool.NewSession(sc, q.timeout, q.key), q, tok)
 }
 
 // abandon gives up an acquisition on a connection of its own that did not
@@ -244,7 +239,7 @@ func abandon(c *sql.Conn, key string, held bool) {
 	discard(c)
 }
 
-// wait waits on the server for the lock key (called name), on the
+// wait waits on the server for q's lock, on the
 // connection s, of a session of its own not yet shared, until it holds it
 // or ctx (or Close) ends the wait.
 //
@@ -255,7 +250,7 @@ func abandon(c *sql.Conn, key string, held bool) {
 // wait at once; closing the connection is the fallback when the KILL
 // cannot be sent in time or does not take. The connection is discarded
 // afterwards either way.
-func (d *Driver) wait(ctx context.Context, s *sconn, key, name string) error {
+func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(d.ctx, cancel)()
@@ -292,33 +287,33 @@ func (d *Driver) wait(ctx context.Context, s *sconn, key, name string) error {
 		return ended
 	}
 
-	q := "SELECT GET_LOCK(" + literal(key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
+	stmt := "SELECT GET_LOCK(" + literal(q.key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
 	for {
 		if wctx.Err() != nil {
 			finish()
-			abandon(s.conn, key, false)
+			abandon(s.conn, q.key, false)
 			return d.cancelled(ctx)
 		}
 		var got sql.NullInt64
-		err := s.conn.QueryRowContext(qctx, q).Scan(&got)
+		err := s.conn.QueryRowContext(qctx, stmt).Scan(&got)
 		acquired := err == nil && got.Valid && got.Int64 == 1
 		if err == nil && got.Valid && got.Int64 == 0 && wctx.Err() == nil {
 			continue // a step timed out: wait again
 		}
 		if finish() {
-			abandon(s.conn, key, acquired)
+			abandon(s.conn, q.key, acquired)
 			return d.cancelled(ctx)
 		}
 		switch {
 		case err != nil:
 			discard(s.conn)
-			return fmt.Errorf("mysqllock: wait for %q: %w", name, err)
+			return fmt.Errorf("mysqllock: wait for %q: %w", q.name, err)
 		case !got.Valid:
 			discard(s.conn)
-			return fmt.Errorf("mysqllock: wait for %q: %w", name, errNullLock)
+			return fmt.Errorf("mysqllock: wait for %q: %w", q.name, errNullLock)
 		case !acquired:
 			discard(s.conn)
-			return fmt.Errorf("mysqllock: wait for %q: GET_LOCK returned %d", name, got.Int64)
+			return fmt.Errorf("mysqllock: wait for %q: GET_LOCK returned %d", q.name, got.Int64)
 		}
 		return nil
 	}

@@ -292,12 +292,4 @@ func (d *Driver) cancelled(ctx context.Context) error {
 	return driver.ErrClosed
 }
 
-// errNotHeld wraps driver.ErrNotHeld for the lock called name.
-func errNotHeld(name, why string, cause error) error {
-	if cause == nil {
-		return fmt.Errorf("%w: %q: %s", driver.ErrNotHeld, name, why)
-	}
-	return fmt.Errorf("%w: %q: %s: %w", driver.ErrNotHeld, name, why, cause)
-}
-
 var errNullLock = errors.New("GET_LOCK returned NULL (the statement was killed, or the server failed)")

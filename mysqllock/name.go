@@ -5,6 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 )
 
 // MaxLockNameLen is the longest user-level lock name MySQL accepts (5.7
@@ -45,6 +49,33 @@ func lockName(prefix, name string) string {
 	var h [2 * sha256.Size]byte
 	hex.Encode(h[:], sum[:])
 	return prefix + "#" + string(h[:MaxLockNameLen-len(prefix)-1])
+}
+
+// A lockReq is a request resolved once, at the driver's entry: what every
+// step after needs of it.
+type lockReq struct {
+	name, owner string
+	key         string        // the server-side name (lockName)
+	timeout     time.Duration // the wait_timeout of its session (sessionTimeout)
+}
+
+// resolve checks r and resolves it. Names are sent as SQL literals: they
+// must be valid (see literal).
+func (d *Driver) resolve(r driver.Request) (lockReq, error) {
+	if err := dlock.ValidateName(r.Name); err != nil {
+		return lockReq{}, err
+	}
+	return lockReq{name: r.Name, owner: r.Owner, key: lockName(d.prefix, r.Name), timeout: sessionTimeout(r.TTL)}, nil
+}
+
+// maxSessionTimeout is the largest wait_timeout MySQL and MariaDB accept.
+const maxSessionTimeout = 31536000 * time.Second
+
+// sessionTimeout is the wait_timeout for a lock with the given TTL: the TTL
+// rounded up to whole seconds, within the server's bounds.
+func sessionTimeout(ttl time.Duration) time.Duration {
+	s := (ttl + time.Second - 1).Truncate(time.Second)
+	return min(max(s, time.Second), maxSessionTimeout)
 }
 
 func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }

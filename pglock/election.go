@@ -84,7 +84,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s, err := d.subscribe(ctx, channelName(d.st.table, driver.Leader, name))
+	s, err := d.subscribe(ctx, channelName(d.st.table, "leader", name))
 	if err != nil {
 		return nil, err
 	}

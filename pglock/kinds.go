@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -24,6 +25,34 @@ func (d *Driver) Supports(m driver.Mode) bool {
 	}
 	return false
 }
+
+// Key returns the advisory lock key of the lock called name, for a driver
+// whose token table is table: the first 8 bytes, read as a big-endian
+// two's-complement integer, of the SHA-256 of "dlock/" + table + "/" + name.
+// A table name holds no slash, so the hashed string is unambiguous; the
+// table is part of it because locks and their tokens belong together: two
+// drivers on different tables never share a lock, so their token sequences
+// never mix on one.
+//
+// The same value in SQL, for operators looking a lock up in pg_locks:
+//
+//	SELECT ('x' || encode(substr(sha256(convert_to('dlock/' || 'dlock_tokens' || '/' || 'orders/42', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint
+//
+// pg_locks shows a bigint key split in two: classid is its high 32 bits
+// and objid its low 32 bits (both unsigned), with objsubid 1.
+//
+// Two names whose keys are equal exclude each other: that is safe for
+// mutual exclusion, never unsafe (each keeps its own token row). Among n
+// names in use, the chance that any two share a key is about n²/2⁶⁵:
+// 3·10⁻⁸ for a million names.
+func Key(table, name string) int64 {
+	return hashKey("dlock/", table, "", name)
+}
+
+// migrateKey is the advisory key under which Migrate serializes the
+// creation of table, so that concurrent first uses do not race in
+// CREATE ... IF NOT EXISTS.
+func migrateKey(table string) int64 { return Key(table, "#migrate") }
 
 // ModeKey returns the advisory lock key of the lock called name of kind m
 // (Read and Write are the same readers-writer lock), for a driver whose
@@ -53,7 +82,8 @@ func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 }
 
 // hashKey is the first 8 bytes of SHA-256(prefix + table + "/" + mid +
-// name), as a bigint.
+// name), as a bigint. The hashed string is built on the stack when it
+// fits, as it does for every valid table and lock name.
 func hashKey(prefix, table, mid, name string) int64 {
 	var buf [len("dlock-leader/") + 2*maxIdent + 1 + len("/") + 8 + 200]byte
 	b := append(buf[:0], prefix...)
@@ -82,11 +112,11 @@ func rowName(m driver.Mode, name string) string {
 }
 
 // channelName is the LISTEN/NOTIFY channel of the semaphore or election
-// called name: "dlock_" and 16 hex digits of a hash, a lower-case
-// identifier well within PostgreSQL's 63 bytes whatever the name's
-// length.
-func channelName(table string, m driver.Mode, name string) string {
-	k := hashKey("dlock-chan-"+m.String()+"/", table, "", name)
+// called name (kind is "permit" or "leader"): "dlock_" and 16 hex digits
+// of a hash, a lower-case identifier well within PostgreSQL's 63 bytes
+// whatever the name's length.
+func channelName(table, kind, name string) string {
+	k := hashKey("dlock-chan-"+kind+"/", table, "", name)
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(k))
 	return "dlock_" + hex.EncodeToString(b[:])
@@ -99,6 +129,62 @@ func permitKeys(table, name string, limit int) []int64 {
 		ks[i] = ModeKey(table, driver.Permit, name, i)
 	}
 	return ks
+}
+
+// A lockReq is a request resolved once, at the driver's entry: its kind's
+// advisory keys, token row and channel, and its keep-alive period, which
+// every step after uses.
+type lockReq struct {
+	name, owner string
+	mode        driver.Mode
+	value       string        // an election's candidate
+	ttl         time.Duration // for a semaphore's waiter: see lockPermit
+	period      time.Duration // the keep-alive period of its session
+	key         int64         // the advisory key (a semaphore's: see slots)
+	slots       []int64       // a semaphore's keys, one per permit
+	row         string        // the token table row
+	channel     string        // a semaphore's or an election's channel
+	word        string        // its kind in errors: see modeWord
+}
+
+// resolve checks r and resolves it.
+func (d *Driver) resolve(r driver.Request) (*lockReq, error) {
+	if err := checkMode(r); err != nil {
+		return nil, err
+	}
+	t := d.st.table
+	q := &lockReq{name: r.Name, owner: r.Owner, mode: r.Mode, value: r.Value, ttl: r.TTL,
+		period: d.keepalive, row: rowName(r.Mode, r.Name), word: modeWord(r.Mode)}
+	if r.TTL > 0 { // a third of the TTL, if that is shorter
+		q.period = max(MinKeepalive, min(d.keepalive, r.TTL/3))
+	}
+	switch r.Mode {
+	case driver.Permit:
+		q.slots = permitKeys(t, r.Name, r.Limit)
+		q.channel = channelName(t, q.word, r.Name)
+	case driver.Leader:
+		q.key = ModeKey(t, r.Mode, r.Name, 0)
+		q.channel = channelName(t, q.word, r.Name)
+	default:
+		q.key = ModeKey(t, r.Mode, r.Name, 0)
+	}
+	return q, nil
+}
+
+// modeWord names a mode in errors and channels: "mutex" for the mutex,
+// and Mode.String's word for the others.
+func modeWord(m driver.Mode) string {
+	switch m {
+	case driver.Read:
+		return "read"
+	case driver.Write:
+		return "write"
+	case driver.Permit:
+		return "permit"
+	case driver.Leader:
+		return "leader"
+	}
+	return "mutex"
 }
 
 // checkMode rejects what dlock never sends but a direct caller could.

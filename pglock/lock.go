@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,31 +36,31 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkMode(r); err != nil {
+	q, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
 	switch {
-	case r.Mode == driver.Permit && wait:
-		return d.lockPermit(ctx, r)
-	case r.Mode == driver.Permit:
-		return d.tryPermit(ctx, r)
+	case q.mode == driver.Permit && wait:
+		return d.lockPermit(ctx, q)
+	case q.mode == driver.Permit:
+		return d.tryPermit(ctx, q)
 	case wait:
-		return d.lockKey(ctx, r)
+		return d.lockKey(ctx, q)
 	}
-	p := d.plan(r, false)
 	d.mu.Lock()
 	switch {
 	case d.closed:
 		d.mu.Unlock()
 		return driver.Grant{}, errClosed
-	case !d.reserveKeyLocked(p.key, r.Mode):
+	case !d.reserveKeyLocked(q.key, q.mode):
 		d.mu.Unlock()
-		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		return driver.Grant{}, &driver.HeldError{Name: q.name}
 	}
 	d.mu.Unlock()
-	g, err := d.tryOn(ctx, r, p, []int64{p.key})
+	g, err := d.tryOn(ctx, q, d.plan(q, false), []int64{q.key})
 	if err != nil {
-		d.dropKey(p.key)
+		d.dropKey(q.key)
 	}
 	return g, err
 }
@@ -78,9 +77,8 @@ func (d *Driver) dropKey(key int64) {
 // own holds of the key let it in, then tries the lock on a session, and
 // waits on the server, on a connection of its own, when another session
 // holds it.
-func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	try := d.plan(r, false)
-	key := try.key
+func (d *Driver) lockKey(ctx context.Context, q *lockReq) (driver.Grant, error) {
+	key := q.key
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -113,12 +111,12 @@ func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, e
 			d.mu.Unlock()
 			return driver.Grant{}, errClosed
 		}
-		if d.reserveKeyLocked(key, r.Mode) {
+		if d.reserveKeyLocked(key, q.mode) {
 			k.writer = false
 			d.mu.Unlock()
 			break
 		}
-		k.writer = r.Mode != driver.Read
+		k.writer = q.mode != driver.Read
 		if k.changed == nil {
 			k.changed = make(chan struct{})
 		}
@@ -138,48 +136,15 @@ func (d *Driver) lockKey(ctx context.Context, r driver.Request) (driver.Grant, e
 		}
 		return driver.Grant{}, errClosed
 	}
-	g, err := d.tryOn(ctx, r, try, []int64{key})
+	g, err := d.tryOn(ctx, q, d.plan(q, false), []int64{key})
 	if errors.Is(err, driver.ErrNotAcquired) {
 		// Another session holds it: wait on the server.
-		g, err = d.run(ctx, r, d.plan(r, true), true, nil)
+		g, err = d.run(ctx, q, d.plan(q, true), true, nil)
 	}
 	if err != nil {
 		d.dropKey(key)
 	}
 	return g, err
-}
-
-// tryPermit takes a free permit of semaphore r.Name: the first slot,
-// among those this driver does not hold, that no other session holds.
-func (d *Driver) tryPermit(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	keys := permitKeys(d.st.table, r.Name, r.Limit)
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return driver.Grant{}, errClosed
-	}
-	free := keys[:0]
-	for _, k := range keys {
-		if ks := d.keys[k]; ks == nil || ks.n == 0 {
-			free = append(free, k)
-		}
-	}
-	d.mu.Unlock()
-	if len(free) == 0 {
-		return driver.Grant{}, &driver.HeldError{Name: r.Name}
-	}
-	ch := channelName(d.st.table, r.Mode, r.Name)
-	p := plan{sql: d.st.tryPermit, args: []any{free, rowName(r.Mode, r.Name)}, permit: true, unlock: d.st.unlockPermit, channel: ch}
-	return d.tryOn(ctx, r, p, free)
-}
-
-// period is the keep-alive period of r's lock: Options.Keepalive, or a
-// third of the TTL if that is shorter.
-func (d *Driver) period(r driver.Request) time.Duration {
-	if r.TTL > 0 {
-		return max(MinKeepalive, min(d.keepalive, r.TTL/3))
-	}
-	return d.keepalive
 }
 
 // A plan is the statement of one acquisition and what its hold needs.
@@ -198,9 +163,9 @@ type plan struct {
 	channel string
 }
 
-// plan returns the statement that takes r's lock, waiting if wait is set
+// plan returns the statement that takes q's lock, waiting if wait is set
 // (for a semaphore, only a try: see lockPermit).
-func (d *Driver) plan(r driver.Request, wait bool) plan {
+func (d *Driver) plan(q *lockReq, wait bool) plan {
 	st := &d.st
 	pick := func(waiting, try string) string {
 		if wait {
@@ -208,31 +173,25 @@ func (d *Driver) plan(r driver.Request, wait bool) plan {
 		}
 		return try
 	}
-	row := rowName(r.Mode, r.Name)
-	switch r.Mode {
+	switch q.mode {
 	case driver.Read:
-		k := ModeKey(st.table, r.Mode, r.Name, 0)
-		return plan{sql: pick(st.lockShared, st.tryLockShared), args: []any{k, row}, key: k, unlock: st.unlockShared}
+		return plan{sql: pick(st.lockShared, st.tryLockShared), args: []any{q.key, q.row}, key: q.key, unlock: st.unlockShared}
 	case driver.Permit:
-		ch := channelName(st.table, r.Mode, r.Name)
-		return plan{sql: st.tryPermit, args: []any{permitKeys(st.table, r.Name, r.Limit), row}, permit: true, unlock: st.unlockPermit, channel: ch}
+		return plan{sql: st.tryPermit, args: []any{q.slots, q.row}, permit: true, unlock: st.unlockPermit, channel: q.channel}
 	case driver.Leader:
-		k := ModeKey(st.table, r.Mode, r.Name, 0)
-		ch := channelName(st.table, r.Mode, r.Name)
-		return plan{sql: pick(st.lockLeader, st.tryLockLeader), args: []any{k, row, r.Value, ch}, key: k, notify: true, unlock: st.unlockLeader, channel: ch}
+		return plan{sql: pick(st.lockLeader, st.tryLockLeader), args: []any{q.key, q.row, q.value, q.channel}, key: q.key, notify: true, unlock: st.unlockLeader, channel: q.channel}
 	}
-	k := ModeKey(st.table, r.Mode, r.Name, 0) // Exclusive, Write
-	return plan{sql: pick(st.lock, st.tryLock), args: []any{k, row}, key: k, unlock: st.unlock}
+	// Exclusive, Write
+	return plan{sql: pick(st.lock, st.tryLock), args: []any{q.key, q.row}, key: q.key, unlock: st.unlock}
 }
 
 // tryOn runs p, a try, on a session that is not asked for keys (the
 // keys p may take), and makes the session the holder when the lock was
 // taken. The statement runs under the session's own bound (sconn.bound),
 // not ctx, which bounds only the wait for the session.
-func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int64) (driver.Grant, error) {
-	period := d.period(r)
+func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (driver.Grant, error) {
 	for retried := false; ; retried = true {
-		s, err := d.pool.Session(ctx, period, keys...)
+		s, err := d.pool.Session(ctx, q.period, keys...)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -242,20 +201,20 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 		s.C.unbound()
 		switch {
 		case err == nil:
-			return d.grantOn(s, r, p, token, keys)
+			return d.grantOn(s, q, p, token, keys)
 		case errors.Is(err, pgx.ErrNoRows):
 			s.Unreserve(keys...)
-			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case pgCode(err) != "" && !s.C.pg.IsClosed():
 			// The server refused the statement and the session lives on;
 			// but a session lock taken before the statement failed
 			// outlives the statement's transaction: let go of the keys.
-			if d.letGo(s.C, r.Mode, keys) {
+			if d.letGo(s.C, q.mode, keys) {
 				s.Unreserve(keys...)
 				if pgCode(err) == codeLockNotAvailable || pgCode(err) == codeQueryCanceled {
-					return driver.Grant{}, &driver.HeldError{Name: r.Name}
+					return driver.Grant{}, &driver.HeldError{Name: q.name}
 				}
-				return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
+				return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 			}
 		}
 		// The connection's state is unknown: end the session, which frees
@@ -272,7 +231,7 @@ func (d *Driver) tryOn(ctx context.Context, r driver.Request, p plan, keys []int
 			// try once more on another.
 			continue
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
+		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 	}
 }
 
@@ -292,9 +251,9 @@ func (d *Driver) letGo(c *sconn, m driver.Mode, keys []int64) bool {
 
 // grantOn makes the lock that p just took on s for the keys it was asked
 // for a hold of s; the caller has the use of s, which this gives back.
-func (d *Driver) grantOn(s *session, r driver.Request, p plan, token int64, keys []int64) (driver.Grant, error) {
-	h := &hold{S: s, Name: r.Name, Owner: r.Owner, Key: p.key,
-		X: lockInfo{mode: r.Mode, unlock: p.unlock, channel: p.channel}}
+func (d *Driver) grantOn(s *session, q *lockReq, p plan, token int64, keys []int64) (driver.Grant, error) {
+	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: p.key,
+		X: lockInfo{mode: q.mode, unlock: p.unlock, channel: p.channel}}
 	if err := d.pool.Adopt(h, keys...); err != nil {
 		return driver.Grant{}, err
 	}
@@ -312,7 +271,7 @@ func (d *Driver) adoptedLocked(h *hold) {
 // run executes p, a wait, on a connection of its own, and makes that
 // connection a session holding the lock when it was taken. The wait also
 // ends, with errWoken, when wake (if not nil) is closed or receives.
-func (d *Driver) run(ctx context.Context, r driver.Request, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
+func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)
 		if err != nil {
@@ -321,10 +280,10 @@ func (d *Driver) run(ctx context.Context, r driver.Request, p plan, wait bool, w
 		token, woken, err := d.take(ctx, c, &p, wait, wake)
 		switch {
 		case err == nil && !c.cancelSent():
-			return d.grant(c, r, p, token)
+			return d.grant(c, q, p, token)
 		case errors.Is(err, pgx.ErrNoRows) && !c.cancelSent():
 			d.put(c)
-			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		}
 		// The connection's state is unknown, or a cancel request may still
 		// be on its way to it: close it, which frees anything its session
@@ -341,26 +300,18 @@ func (d *Driver) run(ctx context.Context, r driver.Request, p plan, wait bool, w
 		case pgCode(err) == codeLockNotAvailable, wait && pgCode(err) == codeQueryCanceled:
 			// The session's lock_timeout or statement_timeout (or an
 			// operator's pg_cancel_backend) ended the wait.
-			return driver.Grant{}, &driver.HeldError{Name: r.Name}
+			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case reused && !retried && dead:
 			// An idle connection that had died (server restart, idle
 			// timeout): try once more on a new one.
 			continue
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", modeWord(r.Mode), r.Name, hint(err, d.st.table))
+		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 	}
 }
 
 // errWoken ends a wait that a notification interrupted.
 var errWoken = errors.New("pglock: wait interrupted by a notification")
-
-// modeWord names a mode in errors ("lock" for the mutex).
-func modeWord(m driver.Mode) string {
-	if m == driver.Exclusive {
-		return "mutex"
-	}
-	return m.String()
-}
 
 // take runs p's statement on c, which takes the lock and advances its
 // token. pgx.ErrNoRows means that the lock was not taken; woken that wake
@@ -420,49 +371,93 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 
 // grant makes c, on which a wait just took the lock, a session holding
 // it: among the sessions later acquisitions may use.
-func (d *Driver) grant(c *conn, r driver.Request, p plan, token int64) (driver.Grant, error) {
-	period := d.period(r)
-	s := d.pool.NewSession(d.sconn(c, period, true), period, p.key)
-	return d.grantOn(s, r, p, token, []int64{p.key})
+func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, error) {
+	s := d.pool.NewSession(d.sconn(c, q.period, true), q.period, p.key)
+	return d.grantOn(s, q, p, token, []int64{p.key})
 }
 
-// Unlock releases the lock with pg_advisory_unlock on the session that
-// holds it; a session left holding nothing goes back to the idle
-// connections. It returns an error
-// matching ErrNotHeld when r.Owner does not hold the lock through this
-// driver, or the lock's session has ended. When ctx ends during the
-// release, the unlock runs once the session is free (ctx bounds only the
-// wait for the session, never a statement on it), and Close waits for it.
-func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	h := d.lookup(r)
-	if h == nil {
-		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
-	}
-	d.pool.Forget(h)
-	return d.release(ctx, h)
+// A keyState is what the driver knows of one advisory key locally: the
+// locks it holds on it and the acquisitions under way, so that it never
+// asks a session for a key that this driver already holds, answers a try
+// at once when the key is taken here, and lets one Lock at a time wait on
+// the server for it while the others wait in the process.
+type keyState struct {
+	n      int  // holds and acquisitions under way
+	shared bool // all n are readers
+	// writer is set while a Lock that conflicts with readers waits for
+	// the key: a reader's try then fails here, as on the server behind a
+	// waiting writer.
+	writer bool
+	// gate is held by the one Lock of the key that may wait; the others
+	// wait to fill it.
+	gate chan struct{}
+	// changed, when not nil, is closed when n next drops.
+	changed chan struct{}
+	refs    int // Locks using gate
 }
 
-// Refresh checks, on the lock's session, that the session still holds
-// the lock (in pg_locks), and returns the zero time: a session lock needs
-// no renewal. When the session no longer holds it, or the check fails
-// (which leaves the connection unusable, so that the session's locks go
-// with it), the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
-// that is done before the check starts only returns its error.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	h := d.lookup(r)
-	if h == nil {
-		return time.Time{}, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+// conflicts reports whether a lock of mode m must wait for what the
+// driver holds or asks for on the key.
+func (k *keyState) conflicts(m driver.Mode) bool {
+	if m == driver.Read {
+		return k.writer || (k.n > 0 && !k.shared)
 	}
-	if err := ctx.Err(); err != nil {
-		return time.Time{}, err
-	}
-	return time.Time{}, d.check(ctx, h)
+	return k.n > 0
 }
 
-// lookup returns the held lock of r, or nil.
-func (d *Driver) lookup(r driver.Request) *hold {
-	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name && h.X.mode == r.Mode {
-		return h
+// reserveKeyLocked counts an acquisition of mode m of key under way, or
+// returns false when it conflicts with what the driver has; Driver.mu is
+// held.
+func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
+	k := d.keyLocked(key)
+	if k.conflicts(m) {
+		return false
 	}
-	return nil
+	if k.n == 0 {
+		k.shared = true
+	}
+	k.n++
+	k.shared = k.shared && m == driver.Read
+	return true
+}
+
+// dropKeyLocked undoes one reserveKeyLocked (a hold ended, or an
+// acquisition failed), and wakes the Lock waiting for the key.
+func (d *Driver) dropKeyLocked(key int64) {
+	k := d.keys[key]
+	if k == nil {
+		return
+	}
+	k.n--
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+	d.tidyKeyLocked(key, k)
+}
+
+// keyLocked returns the state of key, made if needed; Driver.mu is held.
+func (d *Driver) keyLocked(key int64) *keyState {
+	k := d.keys[key]
+	if k == nil {
+		k, d.spareKey = d.spareKey, nil
+		if k == nil {
+			k = &keyState{}
+		}
+		d.keys[key] = k
+	}
+	return k
+}
+
+// tidyKeyLocked forgets k, the state of key, once nothing uses it, and
+// keeps it as the spare (see Driver.spareKey); Driver.mu is held.
+func (d *Driver) tidyKeyLocked(key int64, k *keyState) {
+	if k.n != 0 || k.refs != 0 || k.writer {
+		return
+	}
+	delete(d.keys, key)
+	if d.spareKey == nil && k.changed == nil {
+		k.shared = false
+		d.spareKey = k // its gate, if any, is empty: no Lock uses it
+	}
 }

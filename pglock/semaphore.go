@@ -8,7 +8,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// lockPermit waits for a permit of semaphore r.Name: the semaphore's
+// lockPermit waits for a permit of semaphore q.name: the semaphore's
 // limit slots are advisory keys, and a holder holds one.
 //
 // It first listens on the semaphore's channel (on the driver's shared
@@ -31,32 +31,29 @@ import (
 // itself on the TTL backends): so a lone waiter whose try came just
 // before the crashed holder's session ended on the server, and which then
 // blocked on another holder's slot, still gets the permit.
-func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	ch := channelName(d.st.table, r.Mode, r.Name)
-	sub, err := d.subscribe(ctx, ch)
+func (d *Driver) lockPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
+	sub, err := d.subscribe(ctx, q.channel)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	defer d.unsubscribe(sub)
-	keys := permitKeys(d.st.table, r.Name, r.Limit)
-	row := rowName(r.Mode, r.Name)
 	for {
 		// Anything notified so far is seen by this try.
 		select {
 		case <-sub.wake:
 		default:
 		}
-		g, err := d.tryPermit(ctx, r)
+		g, err := d.tryPermit(ctx, q)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
 			return g, err
 		}
-		slot, err := d.pickSlot(ctx, keys)
+		slot, err := d.pickSlot(ctx, q.slots)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		p := plan{sql: d.st.lock, args: []any{slot, row}, key: slot, unlock: d.st.unlockPermit, channel: ch}
-		again := time.AfterFunc(max(r.TTL, time.Second), sub.poke)
-		g, err = d.run(ctx, r, p, true, sub.wake)
+		p := plan{sql: d.st.lock, args: []any{slot, q.row}, key: slot, unlock: d.st.unlockPermit, channel: q.channel}
+		again := time.AfterFunc(max(q.ttl, time.Second), sub.poke)
+		g, err = d.run(ctx, q, p, true, sub.wake)
 		again.Stop()
 		if !errors.Is(err, errWoken) {
 			// Taken, or failed (a server-side timeout ends the wait with
@@ -64,6 +61,28 @@ func (d *Driver) lockPermit(ctx context.Context, r driver.Request) (driver.Grant
 			return g, err
 		}
 	}
+}
+
+// tryPermit takes a free permit of semaphore q.name: the first slot,
+// among those this driver does not hold, that no other session holds.
+func (d *Driver) tryPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return driver.Grant{}, errClosed
+	}
+	free := make([]int64, 0, len(q.slots))
+	for _, k := range q.slots {
+		if ks := d.keys[k]; ks == nil || ks.n == 0 {
+			free = append(free, k)
+		}
+	}
+	d.mu.Unlock()
+	if len(free) == 0 {
+		return driver.Grant{}, &driver.HeldError{Name: q.name}
+	}
+	p := plan{sql: d.st.tryPermit, args: []any{free, q.row}, permit: true, unlock: d.st.unlockPermit, channel: q.channel}
+	return d.tryOn(ctx, q, p, free)
 }
 
 // pickSlot returns the slot key among keys with the fewest waiters.

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/sockwatch"
 	"github.com/dlockgo/dlock/internal/sqlsession"
@@ -109,3 +111,138 @@ func (c *sconn) Close() { c.close() }
 
 // Retire gives the connection back to the driver's idle ones.
 func (c *sconn) Retire() { c.d.put(c.conn) }
+
+// Unlock releases the lock with pg_advisory_unlock on the session that
+// holds it; a session left holding nothing goes back to the idle
+// connections. It returns an error
+// matching ErrNotHeld when r.Owner does not hold the lock through this
+// driver, or the lock's session has ended. When ctx ends during the
+// release, the unlock runs once the session is free (ctx bounds only the
+// wait for the session, never a statement on it), and Close waits for it.
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	h := d.lookup(r)
+	if h == nil {
+		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	}
+	d.pool.Forget(h)
+	return d.release(ctx, h)
+}
+
+// Refresh checks, on the lock's session, that the session still holds
+// the lock (in pg_locks), and returns the zero time: a session lock needs
+// no renewal. When the session no longer holds it, or the check fails
+// (which leaves the connection unusable, so that the session's locks go
+// with it), the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
+// that is done before the check starts only returns its error.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	h := d.lookup(r)
+	if h == nil {
+		return time.Time{}, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	}
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return time.Time{}, d.check(ctx, h)
+}
+
+// lookup returns the held lock of r, or nil.
+func (d *Driver) lookup(r driver.Request) *hold {
+	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name && h.X.mode == r.Mode {
+		return h
+	}
+	return nil
+}
+
+// check verifies, on the lock's session, that the session still holds
+// the lock.
+func (d *Driver) check(ctx context.Context, h *hold) error {
+	s := h.S
+	switch err := s.Take(ctx); {
+	case err == nil:
+	case errors.Is(err, sqlsession.ErrEnded):
+		return endedErr(h)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	default: // Take found the server gone, and ended the session
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
+	}
+	s.C.begin(false)
+	var held bool
+	s.C.bound()
+	err := s.C.pg.QueryRow(context.Background(), d.st.held, h.Key).Scan(&held)
+	s.C.unbound()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("pglock: %q: checking the lock failed, and took its connection with it: %w", h.Name, err)
+		s.EndLost(err)
+	case !held:
+		err = fmt.Errorf("pglock: %q: the session no longer holds the lock", h.Name)
+		h.End(err)
+	default:
+		s.Release()
+		return nil
+	}
+	return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
+}
+
+// release unlocks on the lock's session. When ctx ends before the
+// session is free (a keep-alive check stuck on a silent server), the
+// unlock still runs once it is.
+func (d *Driver) release(ctx context.Context, h *hold) error {
+	s := h.S
+	switch err := s.Take(ctx); {
+	case err == nil:
+	case errors.Is(err, sqlsession.ErrEnded):
+		return endedErr(h)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		d.bg.Go(func() { // Close waits for it
+			if s.Take(context.Background()) == nil {
+				_ = unlockTaken(h)
+			}
+		})
+		return fmt.Errorf("pglock: unlock %q: %w (the lock will be released once its connection is free, or freed with the connection)", h.Name, err)
+	default:
+		// Take found the server gone: the session, and its locks, ended.
+		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
+	}
+	return unlockTaken(h)
+}
+
+// unlockTaken runs the unlock statement; the caller has the use of the
+// session, which this gives back.
+func unlockTaken(h *hold) error {
+	s := h.S
+	c := s.C
+	c.begin(false)
+	var ok bool
+	var err error
+	ctx := context.Background() // bounded by c.bound
+	c.bound()
+	if h.X.channel != "" {
+		err = c.pg.QueryRow(ctx, h.X.unlock, h.Key, h.X.channel).Scan(&ok, nil)
+	} else {
+		err = c.pg.QueryRow(ctx, h.X.unlock, h.Key).Scan(&ok)
+	}
+	c.unbound()
+	switch {
+	case err == nil && ok:
+		h.Released()
+		return nil
+	case err == nil:
+		err = fmt.Errorf("pglock: %q: the server says the session did not hold it", h.Name)
+		h.End(err)
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
+	case c.pg.IsClosed() && !pgconn.Timeout(err):
+		// The session had ended (terminated, server restarted): its locks
+		// went with it.
+		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
+		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
+	}
+	s.EndLost(fmt.Errorf("pglock: unlock %q failed, and took its connection with it: %w", h.Name, err))
+	return fmt.Errorf("pglock: unlock %q: %w (the connection was closed instead, which frees the lock once the server reads the close)", h.Name, err)
+}
+
+// endedErr says why h ended.
+func endedErr(h *hold) error {
+	return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, h.Name, h.Why())
+}

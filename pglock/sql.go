@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -220,4 +221,48 @@ func hint(err error, table string) error {
 		return fmt.Errorf("%w (the token table %s predates elections: run pglock.Migrate)", err, table)
 	}
 	return err
+}
+
+// Limits of a table name: PostgreSQL identifiers have at most 63 bytes,
+// and the sequence's name adds "_seq".
+const (
+	maxIdent      = 63
+	seqSuffix     = "_seq"
+	maxTableIdent = maxIdent - len(seqSuffix)
+)
+
+// checkTable reports whether t can be a token table's name: an unquoted
+// identifier of lower-case ASCII letters, digits and underscores, not
+// starting with a digit, optionally qualified by a schema of the same
+// form ("locks.dlock_tokens").
+func checkTable(t string) error {
+	schema, table, qualified := strings.Cut(t, ".")
+	if !qualified {
+		schema, table = "", t
+	} else if err := checkIdent(schema, maxIdent); err != nil {
+		return fmt.Errorf("pglock: table %q: schema: %w", t, err)
+	}
+	if err := checkIdent(table, maxTableIdent); err != nil {
+		return fmt.Errorf("pglock: table %q: %w", t, err)
+	}
+	return nil
+}
+
+func checkIdent(s string, max int) error {
+	if s == "" {
+		return fmt.Errorf("empty identifier")
+	}
+	if len(s) > max {
+		return fmt.Errorf("%d bytes, more than %d", len(s), max)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', c == '_':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return fmt.Errorf("character %q at %d: want lower-case letters, digits and underscores, not starting with a digit", c, i)
+		}
+	}
+	return nil
 }
