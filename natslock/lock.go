@@ -13,27 +13,17 @@ import (
 // resolve refuses a request the driver cannot serve, and resolves the
 // others: every call starts here.
 func (d *Driver) resolve(r driver.Request) (lockReq, error) {
-	if err := d.check(r); err != nil {
-		return lockReq{}, err
+	switch {
+	case d.closed.Load():
+		return lockReq{}, driver.ErrClosed
+	case !d.Supports(r.Mode):
+		return lockReq{}, fmt.Errorf("natslock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
+	case r.TTL <= 0:
+		return lockReq{}, fmt.Errorf("natslock: lock %q: TTL %v is not positive", r.Name, r.TTL)
+	case r.Mode == driver.Permit && r.Limit < 1:
+		return lockReq{}, fmt.Errorf("natslock: semaphore %q: limit %d is below 1", r.Name, r.Limit)
 	}
 	return lockReq{Request: r, base: keyBase(r.Mode, r.Name), ttl: storeTTL(r.TTL)}, nil
-}
-
-// check refuses a request the driver cannot serve.
-func (d *Driver) check(r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
-	}
-	if !d.Supports(r.Mode) {
-		return fmt.Errorf("natslock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
-	}
-	if r.TTL <= 0 {
-		return fmt.Errorf("natslock: lock %q: TTL %v is not positive", r.Name, r.TTL)
-	}
-	if r.Mode == driver.Permit && r.Limit < 1 {
-		return fmt.Errorf("natslock: semaphore %q: limit %d is below 1", r.Name, r.Limit)
-	}
-	return nil
 }
 
 // Supports reports whether the driver implements mode m: the mutex, the
@@ -114,7 +104,8 @@ func (d *Driver) tryAll(ctx context.Context, q *lockReq, keys []string, start ti
 // the grant, or an error matching driver.ErrNotAcquired (with the
 // holder's remaining TTL in the outcome), or another error.
 func (d *Driver) take(ctx context.Context, q *lockReq, key string, b []byte, start time.Time) (outcome, error) {
-	rev, err := d.put(ctx, key, b, q.ttl, d.marks.get(key))
+	mark, _ := d.marks.get(key)
+	rev, err := d.put(ctx, key, b, q.ttl, mark)
 	if err == nil {
 		return outcome{g: d.granted(q, key, rev, 0, start)}, nil
 	}
@@ -336,36 +327,41 @@ type hold struct {
 	value string
 }
 
-// holds maps the owner of each lock the driver holds to its hold. An
-// owner is unique to an acquisition, so it identifies the lock.
-type holds struct {
-	mu sync.Mutex
-	m  map[string]hold
+// A table is a map guarded by a mutex, of at most max entries (0: no
+// bound); it is emptied when full.
+type table[V any] struct {
+	mu  sync.Mutex
+	m   map[string]V
+	max int
 }
 
-func (h *holds) get(owner string) (hold, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.m[owner]
+func (t *table[V]) get(k string) (V, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[k]
 	return v, ok
 }
 
-func (h *holds) set(owner string, v hold) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[string]hold{}
+func (t *table[V]) set(k string, v V) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil || t.max > 0 && len(t.m) >= t.max {
+		t.m = make(map[string]V)
 	}
-	h.m[owner] = v
+	t.m[k] = v
 }
 
-func (h *holds) drop(owner string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.m, owner)
+func (t *table[V]) drop(k string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, k)
 }
 
-// maxMarks bounds the marks cache; it is emptied when full.
+// holds maps the owner of each lock the driver holds to its hold. An
+// owner is unique to an acquisition, so it identifies the lock.
+type holds = table[hold]
+
+// maxMarks bounds the marks table.
 const maxMarks = 4096
 
 // marks remembers the revision of the last marker the driver saw or wrote
@@ -373,28 +369,4 @@ const maxMarks = 4096
 // of the key, which must name that revision, takes one round trip. An
 // entry that is out of date costs a read and a second try, never safety:
 // the server checks the revision.
-type marks struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (c *marks) get(key string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[key]
-}
-
-func (c *marks) set(key string, rev uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxMarks {
-		c.m = make(map[string]uint64)
-	}
-	c.m[key] = rev
-}
-
-func (c *marks) drop(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, key)
-}
+type marks = table[uint64]

@@ -148,6 +148,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 		markerTTL:  strconv.FormatInt(int64(storeTTL(opt.MarkerTTL)/time.Second), 10),
 		done:       make(chan struct{}),
 	}
+	d.marks.max = maxMarks
 	d.gates.Discard = discardHandover
 	if err := checkServer(js.Conn()); err != nil {
 		return nil, err
