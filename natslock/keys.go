@@ -116,17 +116,17 @@ const (
 )
 
 // A lockReq is a driver.Request resolved once, where a call enters the
-// driver (Driver.resolve): the keys it may take and the per-key TTL it
-// writes. Every step after reads it rather than the request.
+// driver (Driver.resolve): the per-key TTL it writes, and as methods the
+// keys it may take (made only by the calls that need them: a release
+// finds its key in the hold). Every step after reads it rather than the
+// request.
 type lockReq struct {
 	driver.Request
-	// base is the key of a mutex or an election, and what starts the
-	// keys of a semaphore's permit slots: sem.<name>.<slot>.
-	base string
-	ttl  time.Duration // the per-key TTL, storeTTL(TTL)
+	ttl time.Duration // the per-key TTL, storeTTL(TTL)
 }
 
-// keyBase is lockReq.base for the lock of mode m called name.
+// keyBase is the key of the mutex or the election called name, or what
+// starts the keys of the semaphore's permit slots: sem.<name>.<slot>.
 func keyBase(m driver.Mode, name string) string {
 	switch m {
 	case driver.Leader:
@@ -140,22 +140,23 @@ func keyBase(m driver.Mode, name string) string {
 // keys returns the keys q may take: the mutex's or the election's one
 // key, or the Limit permit slots of a semaphore.
 func (q *lockReq) keys() []string {
+	base := keyBase(q.Mode, q.Name)
 	if q.Mode != driver.Permit {
-		return []string{q.base}
+		return []string{base}
 	}
 	k := make([]string, q.Limit)
 	for i := range k {
-		k[i] = q.base + strconv.Itoa(i)
+		k[i] = base + strconv.Itoa(i)
 	}
 	return k
 }
 
-// filter is the subject filter of a watch of q's keys.
-func (q *lockReq) filter() string {
+// filter is the subject filter of a watch of keys, q's keys.
+func (q *lockReq) filter(keys []string) string {
 	if q.Mode == driver.Permit {
-		return q.base + "*"
+		return keyBase(q.Mode, q.Name) + "*"
 	}
-	return q.base
+	return keys[0]
 }
 
 // record returns the record q writes, with token (0 in the acquiring

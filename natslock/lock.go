@@ -23,7 +23,7 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	case r.Mode == driver.Permit && r.Limit < 1:
 		return lockReq{}, fmt.Errorf("natslock: semaphore %q: limit %d is below 1", r.Name, r.Limit)
 	}
-	return lockReq{Request: r, base: keyBase(r.Mode, r.Name), ttl: storeTTL(r.TTL)}, nil
+	return lockReq{Request: r, ttl: storeTTL(r.TTL)}, nil
 }
 
 // Supports reports whether the driver implements mode m: the mutex, the

@@ -116,8 +116,8 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if fatal(err) {
 		return w.abandon(err)
 	}
-	// The gate of a lock: its key, or its semaphore's keys' start.
-	gate, gerr := d.gates.Enter(ctx, q.base, d.done)
+	// A lock's gate is named by its first key: each mode's keys are apart.
+	gate, gerr := d.gates.Enter(ctx, ks[0], d.done)
 	if gerr != nil {
 		if !errors.Is(gerr, driver.ErrClosed) {
 			gerr = fmt.Errorf("natslock: lock %q: %w", q.Name, gerr)
@@ -190,7 +190,7 @@ func (w *wait) run(ctx context.Context, ks []string, gate *waitGate) (g driver.G
 		stopWatch(watcher)
 		gate.Leave(nil)
 	}()
-	filter := w.q.filter()
+	filter := w.q.filter(ks)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var watchAt time.Time // when to watch again, after a failure
