@@ -96,17 +96,7 @@ func TestSemaphoreWaitersWatch(t *testing.T) {
 	keys := waitQueue(t, admin, q, 5)
 	waitWatches(t, counter, 3)
 	time.Sleep(50 * time.Millisecond)
-	counter.mu.Lock()
-	want := map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1}
-	if len(counter.watches) != len(want) {
-		t.Errorf("watched %v, want %v", counter.watches, want)
-	}
-	for k, n := range want {
-		if counter.watches[k] != n {
-			t.Errorf("%q watched %d times, want %d (watches %v)", k, counter.watches[k], n, counter.watches)
-		}
-	}
-	counter.mu.Unlock()
+	counter.expect(t, map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1})
 
 	if err := h2.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -29,6 +29,22 @@ func newWatchCounter() *watchCounter {
 	return &watchCounter{watches: map[string]int{}, wakes: map[string]int{}}
 }
 
+// expect checks that the watched keys are those of want, each watched
+// as many times as want says.
+func (c *watchCounter) expect(t *testing.T, want map[string]int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.watches) != len(want) {
+		t.Errorf("watched keys %v, want %v", c.watches, want)
+	}
+	for k, n := range want {
+		if c.watches[k] != n {
+			t.Errorf("key %q watched %d times, want %d (watches %v)", k, c.watches[k], n, c.watches)
+		}
+	}
+}
+
 // countedLockers returns n Lockers, each on a client of its own, whose
 // drivers' watches one counter counts.
 func countedLockers(t *testing.T, eps []string, prefix string, n int) ([]*dlock.Locker, *watchCounter) {
