@@ -24,20 +24,21 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	if d.isClosed() {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
-	rctx, cancel := d.req(ctx)
-	defer cancel()
-	info, _, _, err := d.leader(rctx, d.queuePrefix(driver.Leader, name), 0)
+	info, _, _, err := d.leader(ctx, d.f.queue(driver.Leader, name), 0)
 	return info, err
 }
 
-// leader reads the oldest key under prefix, at revision rev (0: now), and
-// returns its leader, the key, and the revision read.
+// leader reads, in one request bounded by RequestTimeout, the oldest key
+// under prefix, at revision rev (0: now), and returns its leader, the
+// key, and the revision read.
 func (d *Driver) leader(ctx context.Context, prefix string, rev int64) (driver.LeaderInfo, string, int64, error) {
 	opts := clientv3.WithFirstCreate()
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	resp, err := d.c.Get(ctx, prefix, opts...)
+	rctx, cancel := d.req(ctx)
+	defer cancel()
+	resp, err := d.c.Get(rctx, prefix, opts...)
 	if err != nil {
 		return driver.LeaderInfo{}, "", 0, fmt.Errorf("etcdlock: read the leader: %w", err)
 	}
@@ -56,10 +57,8 @@ func (d *Driver) leader(ctx context.Context, prefix string, rev int64) (driver.L
 // behind gets the latest leader when it receives next. The goroutine ends,
 // closing the channel, when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
-	prefix := d.queuePrefix(driver.Leader, name)
-	rctx, cancel := d.req(ctx)
-	first, key, rev, err := d.leader(rctx, prefix, 0)
-	cancel()
+	prefix := d.f.queue(driver.Leader, name)
+	first, key, rev, err := d.leader(ctx, prefix, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -100,10 +99,7 @@ func (o *observer) run(ctx context.Context) {
 	defer stop()
 	for fails := 0; ctx.Err() == nil; {
 		if o.rev == 0 {
-			rctx, rcancel := o.d.req(ctx)
-			info, key, rev, err := o.d.leader(rctx, o.prefix, 0)
-			rcancel()
-			if err == nil {
+			if info, key, rev, err := o.d.leader(ctx, o.prefix, 0); err == nil {
 				o.set(info, key)
 				o.rev = rev
 			}
@@ -152,9 +148,7 @@ func (o *observer) follow(ctx context.Context) bool {
 			if o.changed(wr.Events) {
 				// Read at the event's revision, so that the watch goes on
 				// from where the read saw the election.
-				rctx, rcancel := o.d.req(ctx)
-				info, key, _, err := o.d.leader(rctx, o.prefix, wr.Header.Revision)
-				rcancel()
+				info, key, _, err := o.d.leader(ctx, o.prefix, wr.Header.Revision)
 				if err != nil {
 					o.rev = 0
 					return got

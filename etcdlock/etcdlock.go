@@ -84,10 +84,8 @@ type Options struct {
 type Driver struct {
 	c       *clientv3.Client
 	own     bool // opened from a URL: Close closes c
-	prefix  string
-	layout  Layout
+	f       format
 	timeout time.Duration // RequestTimeout
-	hooks   *testHooks    // nil outside tests
 	base    time.Time     // origin of the sessions' lossAt, with a monotonic reading
 	reads   chan struct{} // a turn for each read of a queue in flight (see queueReads)
 
@@ -120,14 +118,27 @@ type lock struct {
 	unlocking   bool              // guarded by Driver.mu: Unlock owns the slot
 }
 
-// testHooks let tests count the driver's watches and wake-ups.
-type testHooks struct {
+// hooks let the package's tests count a driver's watches and wake-ups,
+// and stop its keep-alives.
+type hooks struct {
 	watch   func(name, key string) // a waiter started watching key
 	wake    func(name, key string) // a waiter saw key deleted
 	requeue func(name string)      // a waiter lost its key and queued again
 	// keepAlive, if set, runs in a session's goroutine before each
 	// keep-alive; a test blocks it to stop keep-alives and the goroutine.
 	keepAlive func(ctx context.Context)
+}
+
+// testHooks maps a driver to its hooks. Only the package's tests
+// (export_test.go) fill it: outside them no driver has any.
+var testHooks sync.Map // *Driver -> *hooks
+
+// hooksOf returns d's hooks, nil outside tests.
+func hooksOf(d *Driver) *hooks {
+	if h, ok := testHooks.Load(d); ok {
+		return h.(*hooks)
+	}
+	return nil
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
@@ -141,24 +152,15 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 	if o != nil {
 		opt = *o
 	}
-	layout := cmp.Or(opt.Layout, LayoutDlock)
-	if !layout.known() {
+	if !cmp.Or(opt.Layout, LayoutDlock).known() {
 		panic(fmt.Sprintf("etcdlock: NewDriver with Options.Layout %q: %v", opt.Layout, errLayout))
-	}
-	prefix := opt.Prefix
-	if layout == LayoutDlock {
-		prefix = strings.TrimRight(prefix, "/")
-		if prefix == "" {
-			prefix = DefaultPrefix
-		}
 	}
 	if opt.RequestTimeout <= 0 {
 		opt.RequestTimeout = DefaultRequestTimeout
 	}
 	d := &Driver{
 		c:       client,
-		prefix:  prefix,
-		layout:  layout,
+		f:       newFormat(opt.Layout, opt.Prefix),
 		timeout: opt.RequestTimeout,
 		base:    time.Now(),
 		reads:   make(chan struct{}, queueReads),
@@ -185,7 +187,7 @@ func (d *Driver) Client() *clientv3.Client { return d.c }
 
 // Prefix returns the prefix of every key the driver writes, as
 // Options.Prefix describes it for the driver's layout.
-func (d *Driver) Prefix() string { return d.prefix }
+func (d *Driver) Prefix() string { return d.f.prefix }
 
 // keys of one acquisition attempt. Every contender's key for a name starts
 // with prefix. The last segment is the session's lease ID in hex, with
@@ -197,9 +199,8 @@ func (d *Driver) Prefix() string { return d.prefix }
 // acquisition's owner. Names cannot contain '#', so "<name>/#" never
 // starts the keys of another name.
 type keys struct {
-	prefix string // <Prefix>/<name>/#, or <Prefix>/#<kind>/<name>/#; in LayoutConcurrency, lockPrefix(name)/ (see queuePrefix)
-	key    string // prefix + [r|w] + <lease>[.<n>]
-	slot   slotKey
+	key  string // lockReq.queue + lockReq.kind + <lease>[.<n>]
+	slot slotKey
 }
 
 // slotKey names a key slot of a session: one name in one mode, one index.
@@ -296,7 +297,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix := urlPrefix(u.Path, layout)
+	prefix := layout.urlPrefix(u.Path)
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            eps,
 		TLS:                  tlsConfig,

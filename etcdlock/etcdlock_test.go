@@ -40,6 +40,16 @@ func newLocker(t testing.TB, eps []string, prefix string, opts ...dlock.Option) 
 	return l
 }
 
+// fixture is what most tests start from: the endpoints of the cluster,
+// an admin client, a fresh prefix, and a context that ends after limit
+// (a hang bound) or with the test.
+func fixture(t *testing.T, limit time.Duration) ([]string, *clientv3.Client, string, context.Context) {
+	eps := testenv.EtcdEndpoints(t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return eps, testenv.EtcdClient(t, eps), randomPrefix(), ctx
+}
+
 func drv(l *dlock.Locker) *etcdlock.Driver { return l.Driver().(*etcdlock.Driver) }
 
 // holderKey returns the key that holds name: the oldest under it. Its
@@ -124,11 +134,7 @@ func locktestRun(t *testing.T, eps []string, prefix string, layout etcdlock.Layo
 // lease revoke) frees the lock at once and the holder learns of it at its
 // next keep-alive.
 func TestLostWhenLeaseRevoked(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 20*time.Second)
 	const ttl = 3 * time.Second
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
@@ -204,11 +210,7 @@ func countingClient(t *testing.T, eps []string) (*clientv3.Client, func() map[st
 // one transaction and a release one delete; TryAcquire of a held lock is
 // one transaction that writes nothing.
 func TestOneTransaction(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 20*time.Second)
 	c, calls := countingClient(t, eps)
 	l, err := etcdlock.New(c, &etcdlock.Options{Prefix: prefix})
 	if err != nil {
@@ -294,11 +296,7 @@ func TestTTLRoundsUp(t *testing.T) {
 // every acquisition); acquisitions of one name that overlap get keys of
 // their own, and a slot is reused once free.
 func TestKeysAreReused(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 20*time.Second)
 	l := newLocker(t, eps, prefix)
 	var first string
 	for i := range 5 {

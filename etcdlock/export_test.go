@@ -11,7 +11,8 @@ import (
 // watching a key, sees a watched key deleted, or queues again after losing
 // its key or session. Call it before the driver is used.
 func SetHooks(d *Driver, watch, wake func(name, key string), requeue func(name string)) {
-	d.hooks = &testHooks{watch: watch, wake: wake, requeue: requeue}
+	h := hooksFor(d)
+	h.watch, h.wake, h.requeue = watch, wake, requeue
 }
 
 // SessionLease returns the lease of the driver's live session for ttl, or
@@ -30,8 +31,11 @@ func SessionLease(d *Driver, ttl time.Duration) clientv3.LeaseID {
 // that blocks in f stops both the keep-alives and that goroutine, as a
 // paused process would. Call it before the driver is used.
 func SetKeepAliveHook(d *Driver, f func(ctx context.Context)) {
-	if d.hooks == nil {
-		d.hooks = &testHooks{}
-	}
-	d.hooks.keepAlive = f
+	hooksFor(d).keepAlive = f
+}
+
+// hooksFor returns d's hooks, making them if it has none.
+func hooksFor(d *Driver) *hooks {
+	h, _ := testHooks.LoadOrStore(d, &hooks{})
+	return h.(*hooks)
 }

@@ -40,19 +40,19 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.isClosed() {
 		return nil, driver.ErrClosed
 	}
-	if d.layout == LayoutConcurrency {
+	if d.f.layout == LayoutConcurrency {
 		return d.inspectConcurrency(ctx, prefix)
 	}
 	// Every mutex key sorts after <Prefix>/$ (names start with none of the
 	// characters up to '$'), and every key of another kind, <Prefix>/#...,
 	// before it; so for an empty prefix the mutexes' range leaves the
 	// other kinds out.
-	mutexes := clientv3.OpGet(d.prefix+"/"+prefix, clientv3.WithPrefix())
+	mutexes := clientv3.OpGet(d.f.prefix+"/"+prefix, clientv3.WithPrefix())
 	if prefix == "" {
-		mutexes = clientv3.OpGet(d.prefix+"/$", clientv3.WithRange(clientv3.GetPrefixRangeEnd(d.prefix+"/")))
+		mutexes = clientv3.OpGet(d.f.prefix+"/$", clientv3.WithRange(clientv3.GetPrefixRangeEnd(d.f.prefix+"/")))
 	}
-	rw := d.prefix + "/#rw/"
-	elect := d.prefix + "/#elect/"
+	rw := d.f.prefix + "/#rw/"
+	elect := d.f.prefix + "/#elect/"
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Txn(rctx).Then(mutexes,
 		clientv3.OpGet(rw+prefix, clientv3.WithPrefix()),
@@ -71,7 +71,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	for i, tree := range []struct {
 		base string
 		mode driver.Mode
-	}{{d.prefix + "/", driver.Exclusive}, {rw, driver.Read}, {elect, driver.Leader}} {
+	}{{d.f.prefix + "/", driver.Exclusive}, {rw, driver.Read}, {elect, driver.Leader}} {
 		for name, kvs := range queues(tree.base, resp.Responses[i].GetResponseRange().GetKvs()) {
 			if !strings.HasPrefix(name, prefix) {
 				continue

@@ -38,18 +38,118 @@ var errLayout = fmt.Errorf("unknown layout: want %q or %q", LayoutDlock, LayoutC
 func (l Layout) known() bool { return l == LayoutDlock || l == LayoutConcurrency }
 
 // Layout returns the driver's layout.
-func (d *Driver) Layout() Layout { return d.layout }
+func (d *Driver) Layout() Layout { return d.f.layout }
 
 // urlPrefix returns the key prefix of a URL's path. In LayoutDlock it is
 // the path without its slashes, DefaultPrefix when that is empty. In
 // LayoutConcurrency only the slash that ends the host part is dropped,
 // so that the prefix can be empty (etcd://host or etcd://host/) or "/"
 // (etcd://host//).
-func urlPrefix(path string, layout Layout) string {
-	if layout == LayoutConcurrency {
+func (l Layout) urlPrefix(path string) string {
+	if l == LayoutConcurrency {
 		return strings.TrimPrefix(path, "/")
 	}
 	return cmp.Or(strings.Trim(path, "/"), DefaultPrefix)
+}
+
+// A format is the driver's layout with its prefix: where each lock's keys
+// are and what they hold. Every choice that depends on the layout is one
+// of its methods.
+type format struct {
+	layout Layout
+	prefix string
+}
+
+// newFormat returns the format of layout (known, "" for LayoutDlock)
+// with prefix, as Options.Prefix describes it: in LayoutDlock without
+// trailing slashes, DefaultPrefix when empty.
+func newFormat(layout Layout, prefix string) format {
+	f := format{layout: cmp.Or(layout, LayoutDlock), prefix: prefix}
+	if f.layout == LayoutDlock {
+		f.prefix = cmp.Or(strings.TrimRight(prefix, "/"), DefaultPrefix)
+	}
+	return f
+}
+
+// supports reports whether f has mode m: LayoutDlock every kind of lock,
+// LayoutConcurrency the mutex and the election.
+func (f format) supports(m driver.Mode) bool {
+	switch m {
+	case driver.Exclusive, driver.Leader:
+		return true
+	case driver.Read, driver.Write, driver.Permit:
+		return f.layout == LayoutDlock
+	}
+	return false
+}
+
+// A lockReq is a driver.Request resolved once, where an acquisition
+// enters the driver (Driver.resolve): every step after reads it.
+type lockReq struct {
+	driver.Request
+	// queue starts every key that holds or awaits the lock (see
+	// format.queue); block, the keys that bar an immediate grant, the
+	// newest of which a waiter waits for: the whole queue, or for a
+	// reader, the write keys.
+	queue, block string
+	// kind follows queue in the caller's key, before the session's
+	// lease: the side of a readers-writer lock ("r" or "w"), so that the
+	// write keys form a range of their own.
+	kind  string
+	value string // what the caller's key holds
+	// slot is the mode whose key slots the key takes: in
+	// LayoutConcurrency the mutex and the election of a name share one
+	// queue, so one set of keys.
+	slot driver.Mode
+	secs int64 // the lease TTL of the session it uses, leaseSeconds(TTL)
+}
+
+// resolve refuses a request the driver cannot serve (dlock never sends
+// one, its Locker asks Supports first, but a direct caller of the driver
+// could), and resolves the others.
+func (d *Driver) resolve(r driver.Request) (lockReq, error) {
+	f := d.f
+	if !f.supports(r.Mode) {
+		return lockReq{}, fmt.Errorf("etcdlock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, f.unsupported())
+	}
+	queue := f.queue(r.Mode, r.Name)
+	block, kind, value, slot := queue, "", r.Owner, r.Mode
+	switch {
+	case r.Mode == driver.Read:
+		kind, block = "r", queue+"w"
+	case r.Mode == driver.Write:
+		kind = "w"
+	case r.Mode == driver.Leader:
+		value = r.Value // the candidate's
+	case f.layout == LayoutConcurrency:
+		value = "" // as concurrency.Mutex writes
+	}
+	if f.layout == LayoutConcurrency {
+		slot = driver.Exclusive
+	}
+	return lockReq{Request: r, queue: queue, block: block, kind: kind, value: value, slot: slot, secs: leaseSeconds(r.TTL)}, nil
+}
+
+// queue returns the prefix of every key that holds or awaits the lock of
+// kind m called name. In LayoutDlock a mutex's keys are
+// <Prefix>/<name>/#...; the other kinds' are <Prefix>/#<kind>/<name>/#... .
+// Names contain no '#', so no kind's queue prefix starts another's, nor
+// another name's. In LayoutConcurrency the mutex and the election called
+// name share the prefix lockPrefix(name) + "/", as in etcd's concurrency
+// package.
+func (f format) queue(m driver.Mode, name string) string {
+	if f.layout == LayoutConcurrency {
+		return f.lockPrefix(name) + "/"
+	}
+	switch m {
+	case driver.Read, driver.Write:
+		return f.prefix + "/#rw/" + name + "/#"
+	case driver.Permit:
+		return f.prefix + "/#sem/" + name + "/#"
+	case driver.Leader:
+		return f.prefix + "/#elect/" + name + "/#"
+	}
+	return f.prefix + "/" + name + "/#"
 }
 
 // lockPrefix is, in LayoutConcurrency, what etcd's concurrency package
@@ -60,31 +160,16 @@ func urlPrefix(path string, layout Layout) string {
 // lock "jobs/x" is `etcdctl lock jobs/x`; with "/" it is
 // NewMutex(s, "/jobs/x"); with "app" or "app/", NewMutex(s, "app/jobs/x").
 // The keys are lockPrefix + "/" + the lease in hex.
-func (d *Driver) lockPrefix(name string) string {
-	if d.prefix == "" || strings.HasSuffix(d.prefix, "/") {
-		return d.prefix + name
+func (f format) lockPrefix(name string) string {
+	if f.prefix == "" || strings.HasSuffix(f.prefix, "/") {
+		return f.prefix + name
 	}
-	return d.prefix + "/" + name
+	return f.prefix + "/" + name
 }
 
-// UnsupportedReason says why the driver lacks mode m ("" when it has it):
-// dlock adds it to the error of a request for that mode.
-func (d *Driver) UnsupportedReason(m driver.Mode) string {
-	if d.Supports(m) {
-		return ""
-	}
-	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", d.layout)
-}
-
-var _ driver.Unsupporter = (*Driver)(nil)
-
-// checkMode rejects, in LayoutConcurrency, what dlock never sends (its
-// Locker asks Supports first) but a direct caller of the driver could.
-func (d *Driver) checkMode(r driver.Request) error {
-	if d.layout != LayoutConcurrency || r.Mode == driver.Exclusive || r.Mode == driver.Leader {
-		return nil
-	}
-	return fmt.Errorf("etcdlock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
+// unsupported says why f lacks the modes it lacks.
+func (f format) unsupported() string {
+	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", f.layout)
 }
 
 // inspectConcurrency is Inspect in LayoutConcurrency. A key belongs to a
@@ -96,7 +181,7 @@ func (d *Driver) checkMode(r driver.Request) error {
 // for locks this driver holds, "lease <hex>" for the others (etcd's
 // concurrency package stores no owner).
 func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	base := d.lockPrefix("")
+	base := d.f.lockPrefix("")
 	// With no prefix at all, WithPrefix ranges over the whole key space.
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Get(rctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())

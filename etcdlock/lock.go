@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,7 +51,8 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 }
 
 func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driver.Grant, error) {
-	if err := d.checkMode(r); err != nil {
+	q, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
 	var lastErr error
@@ -63,14 +65,14 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 				return driver.Grant{}, d.stopErr(ctx, lastErr)
 			}
 		}
-		s, err := d.session(ctx, r.TTL)
+		s, err := d.session(ctx, q.secs)
 		if err == nil {
-			k, ok := d.take(s, r)
+			k, ok := d.take(s, &q)
 			if !ok {
 				err = fmt.Errorf("%w: the session ended", errRequeue)
 			} else {
 				var g driver.Grant
-				if g, err = d.attempt(ctx, s, r, k, wait); err == nil {
+				if g, err = d.attempt(ctx, s, &q, k, wait); err == nil {
 					return g, nil
 				}
 			}
@@ -78,8 +80,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		lastErr = err
 		switch {
 		case errors.Is(err, errRequeue):
-			if d.hooks != nil && d.hooks.requeue != nil {
-				d.hooks.requeue(r.Name)
+			if h := hooksOf(d); h != nil && h.requeue != nil {
+				h.requeue(q.Name)
 			}
 		case ctx.Err() != nil || d.ctx.Err() != nil:
 			return driver.Grant{}, d.stopErr(ctx, err)
@@ -104,18 +106,11 @@ func (d *Driver) stopErr(ctx context.Context, cause error) error {
 
 // attempt makes one acquisition with session s: the transaction, then,
 // for Lock, the wait.
-func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
-	if r.Mode == driver.Permit {
-		return d.attemptPermit(ctx, s, r, k, wait)
+func (d *Driver) attempt(ctx context.Context, s *session, q *lockReq, k keys, wait bool) (driver.Grant, error) {
+	if q.Mode == driver.Permit {
+		return d.attemptPermit(ctx, s, q, k, wait)
 	}
-	// The keys that bar an immediate grant, the newest of which the waiter
-	// waits for: every key of the queue, or a reader's, the write keys.
-	block := k.prefix
-	if r.Mode == driver.Read {
-		block = k.prefix + "w"
-	}
-	value := d.keyValue(r)
-	put := clientv3.OpPut(k.key, value, clientv3.WithLease(s.id))
+	put := clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))
 	rctx, cancel := d.req(ctx)
 	var resp *clientv3.TxnResponse
 	var err error
@@ -127,47 +122,47 @@ func (d *Driver) attempt(ctx context.Context, s *session, r driver.Request, k ke
 		// only; the key to wait for is read after, off the apply loop, by
 		// wait's first check.
 		resp, err = d.c.Txn(rctx).Then(
-			clientv3.OpGet(block, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-			clientv3.OpPut(k.key, value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
+			clientv3.OpGet(q.block, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
 	} else {
-		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(block), "=", 0).WithPrefix()).Then(put).Commit()
+		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(q.block), "=", 0).WithPrefix()).Then(put).Commit()
 	}
 	cancel()
 	if err != nil {
-		return driver.Grant{}, d.txnErr(ctx, s, k, r, err)
+		return driver.Grant{}, d.txnErr(ctx, s, k, q, err)
 	}
 	rev := resp.Header.Revision
 	if !wait {
 		if resp.Succeeded {
-			return d.grant(s, r, k, rev, uint64(rev))
+			return d.grant(s, q, k, rev, uint64(rev))
 		}
 		d.free(s, k.slot) // nothing was written
-		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
 	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
 	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() == 0 {
-		return d.grant(s, r, k, rev, uint64(rev))
+		return d.grant(s, q, k, rev, uint64(rev))
 	}
 	myRev := rev
 	if prev != nil {
 		myRev = prev.CreateRevision // defensive: the slot's key was left
 	}
-	return d.wait(ctx, s, r, k, myRev, target{}, rev)
+	return d.wait(ctx, s, q, k, myRev, rev)
 }
 
 // txnErr handles a failed acquiring transaction: a lease found gone ends
 // the session (and the acquisition queues again); otherwise the key, which
 // may have been written, is deleted.
-func (d *Driver) txnErr(ctx context.Context, s *session, k keys, r driver.Request, err error) error {
+func (d *Driver) txnErr(ctx context.Context, s *session, k keys, q *lockReq, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.end(fmt.Errorf("%w: lease %x is gone: %w", driver.ErrLost, int64(s.id), err), false)
 		return fmt.Errorf("%w: %w", errRequeue, err)
 	}
 	d.abandon(s, k, true) // the put may have been applied
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("etcdlock: acquire %q: no answer within the request timeout %v: %w", r.Name, d.timeout, err)
+		return fmt.Errorf("etcdlock: acquire %q: no answer within the request timeout %v: %w", q.Name, d.timeout, err)
 	}
-	return fmt.Errorf("etcdlock: acquire %q: %w", r.Name, err)
+	return fmt.Errorf("etcdlock: acquire %q: %w", q.Name, err)
 }
 
 // grant records the lock as held and returns its grant; if the session
@@ -176,11 +171,11 @@ func (d *Driver) txnErr(ctx context.Context, s *session, k keys, r driver.Reques
 // permit, leader) is granted here, so each grant carries the lock's check
 // as Grant.Check: the lease's Err compares the session's deadline with the
 // clock itself instead of waiting for the session's goroutine to notice.
-func (d *Driver) grant(s *session, r driver.Request, k keys, rev int64, token uint64) (driver.Grant, error) {
-	l := &lock{name: r.Name, owner: r.Owner, mode: r.Mode, k: k, rev: rev, token: token, s: s}
+func (d *Driver) grant(s *session, q *lockReq, k keys, rev int64, token uint64) (driver.Grant, error) {
+	l := &lock{name: q.Name, owner: q.Owner, mode: q.Mode, k: k, rev: rev, token: token, s: s}
 	d.mu.Lock()
 	if !s.ended && !d.closed {
-		d.locks[r.Owner] = l
+		d.locks[q.Owner] = l
 		s.locks[l] = struct{}{}
 		d.mu.Unlock()
 		return driver.Grant{Token: token, OnLost: l.notice.Set, Check: l.check}, nil
@@ -208,6 +203,78 @@ func (d *Driver) abandon(s *session, k keys, unknown bool) {
 		return
 	}
 	d.free(s, k.slot)
+}
+
+// take reserves the session's lowest free key slot for q's name and
+// mode; false when the session has ended.
+func (d *Driver) take(s *session, q *lockReq) (keys, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.ended {
+		return keys{}, false
+	}
+	sk := slotKey{mode: q.slot, name: q.Name}
+	for {
+		if _, used := s.used[sk]; !used {
+			break
+		}
+		sk.n++
+	}
+	s.used[sk] = struct{}{}
+	k := keys{key: q.queue + q.kind + s.hex, slot: sk}
+	if sk.n > 0 {
+		k.key += "." + strconv.Itoa(sk.n)
+	}
+	return k, true
+}
+
+// free returns a key slot whose key is known gone, with no deletion of it
+// in flight, so that no later use of the key can be deleted by mistake.
+func (d *Driver) free(s *session, sk slotKey) {
+	d.mu.Lock()
+	if !s.ended {
+		delete(s.used, sk)
+	}
+	d.mu.Unlock()
+}
+
+// orphan queues k for deletion at the session's next keep-alive; its slot
+// stays taken until then.
+func (d *Driver) orphan(s *session, k keys) {
+	d.mu.Lock()
+	if !s.ended {
+		s.orphans = append(s.orphans, k)
+	}
+	d.mu.Unlock()
+}
+
+// lose drops a held lock whose key is gone and signals its loss.
+func (d *Driver) lose(l *lock) {
+	d.mu.Lock()
+	if d.locks[l.owner] != l {
+		d.mu.Unlock()
+		return
+	}
+	delete(d.locks, l.owner)
+	delete(l.s.locks, l)
+	l.gone.Store(true)
+	if !l.unlocking && !l.s.ended {
+		delete(l.s.used, l.k.slot) // else Unlock frees it
+	}
+	d.mu.Unlock()
+	l.notice.Signal()
+}
+
+// forget drops a lock released by its holder, without signalling loss.
+func (d *Driver) forget(l *lock) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.locks[l.owner] == l {
+		delete(d.locks, l.owner)
+	}
+	if l.s.locks != nil {
+		delete(l.s.locks, l)
+	}
 }
 
 // Unlock implements driver.Driver: it deletes the caller's key. The key's

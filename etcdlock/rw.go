@@ -22,12 +22,10 @@ import (
 // (a writer holds or waits). Tokens: see admit.
 
 // readerOps are the ranges a reader's check reads: its own key, and the
-// newest write key created before it.
-func readerOps(k keys, myRev int64, extra []clientv3.OpOption) []clientv3.Op {
+// newest key created before it under writes, the write keys' prefix.
+func readerOps(k keys, writes string, myRev int64, extra []clientv3.OpOption) []clientv3.Op {
 	own := append([]clientv3.OpOption{clientv3.WithKeysOnly()}, extra...)
-	writers := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}, extra...)
-	return []clientv3.Op{clientv3.OpGet(k.key, own...), clientv3.OpGet(k.prefix+"w", writers...)}
+	return []clientv3.Op{clientv3.OpGet(k.key, own...), clientv3.OpGet(writes, newest(1, myRev, extra)...)}
 }
 
 // readerCheck interprets what readerOps read.

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockgo/dlock/driver"
@@ -36,54 +37,40 @@ import (
 // apply loop (see attempt).
 // (etcd's comparisons cannot count keys, so TryLock on a full semaphore
 // writes its key and deletes it.)
-func (d *Driver) attemptPermit(ctx context.Context, s *session, r driver.Request, k keys, wait bool) (driver.Grant, error) {
+func (d *Driver) attemptPermit(ctx context.Context, s *session, q *lockReq, k keys, wait bool) (driver.Grant, error) {
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Txn(rctx).Then(
-		clientv3.OpGet(k.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpPut(k.key, r.Owner, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
+		clientv3.OpGet(q.queue, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
 	cancel()
 	if err != nil {
-		return driver.Grant{}, d.txnErr(ctx, s, k, r, err)
+		return driver.Grant{}, d.txnErr(ctx, s, k, q, err)
 	}
 	rev := resp.Header.Revision
 	ahead := resp.Responses[0].GetResponseRange().GetCount()
 	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
-	if prev == nil && ahead < int64(r.Limit) {
-		return d.grant(s, r, k, rev, uint64(rev))
+	if prev == nil && ahead < int64(q.Limit) {
+		return d.grant(s, q, k, rev, uint64(rev))
 	}
 	if !wait {
 		d.abandon(s, k, false)
-		return driver.Grant{}, &driver.HeldError{Name: r.Name}
+		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
 	myRev := rev
 	if prev != nil {
 		myRev = prev.CreateRevision // defensive: the slot's key was left, and counted
 	}
-	return d.wait(ctx, s, r, k, myRev, target{}, rev)
+	return d.wait(ctx, s, q, k, myRev, rev)
 }
 
-// permitOps is the range a semaphore waiter's check reads: the Limit+2
-// newest keys up to its own (its own first). etcd counts a range before
-// it applies revision filters, so the keys are read, not counted: at most
-// Limit+2 of them, keys only.
-func permitOps(r driver.Request, k keys, myRev int64, extra []clientv3.OpOption) []clientv3.Op {
-	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.Limit) + 2)}, extra...)
-	return []clientv3.Op{clientv3.OpGet(k.prefix, opts...)}
-}
-
-// permitCheck interprets what permitOps read.
-func permitCheck(st checked, r driver.Request, k keys, myRev int64, resps []*clientv3.GetResponse) checked {
-	kvs := resps[0].Kvs
-	if len(kvs) == 0 || kvs[0].CreateRevision != myRev {
-		st.gone = true
-		return st
-	}
+// permitCheck interprets what a semaphore waiter's check read: kvs, the
+// newest keys of the queue up to the waiter's, its own first.
+func permitCheck(st checked, q *lockReq, myRev int64, kvs []*mvccpb.KeyValue) checked {
 	switch ahead := int64(len(kvs) - 1); {
-	case ahead < int64(r.Limit):
+	case ahead < int64(q.Limit):
 		// holds
-	case ahead == int64(r.Limit):
-		st.t = target{key: k.prefix, whole: true, max: myRev, count: ahead + 1}
+	case ahead == int64(q.Limit):
+		st.t = target{key: q.queue, whole: true, max: myRev, count: ahead + 1}
 	default:
 		st.t = target{key: string(kvs[1].Key), rev: kvs[1].CreateRevision, puts: true, mod: kvs[1].ModRevision}
 	}

@@ -10,18 +10,13 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/etcdlock"
-	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // TestSemaphoreNeverOverLimit: 32 goroutines on 4 clients take permits of
 // a semaphore of 3, 3 times each. The holders gauge never exceeds 3 and
 // reaches it; every token is distinct; nothing is left in the queue.
 func TestSemaphoreNeverOverLimit(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 90*time.Second)
 	const limit, goroutines, rounds = 3, 32, 3
 	lockers := make([]*dlock.Locker, 4)
 	for i := range lockers {
@@ -78,18 +73,9 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 // then watches the queue; W3 is not woken. TryAcquirePermit fails while
 // all permits are held and leaves no key.
 func TestSemaphoreWaitersWatch(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
+	eps, admin, prefix, ctx := fixture(t, 60*time.Second)
 	q := prefix + "/#sem/pool/#"
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	counter := newWatchCounter()
-	lockers := make([]*dlock.Locker, 5)
-	for i := range lockers {
-		lockers[i] = newLocker(t, eps, prefix)
-		counter.install(drv(lockers[i]))
-	}
+	lockers, counter := countedLockers(t, eps, prefix, 5)
 	h1, err := lockers[0].AcquirePermit(ctx, "pool", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -110,17 +96,7 @@ func TestSemaphoreWaitersWatch(t *testing.T) {
 	keys := waitQueue(t, admin, q, 5)
 	waitWatches(t, counter, 3)
 	time.Sleep(50 * time.Millisecond)
-	counter.mu.Lock()
-	want := map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1}
-	if len(counter.watches) != len(want) {
-		t.Errorf("watched %v, want %v", counter.watches, want)
-	}
-	for k, n := range want {
-		if counter.watches[k] != n {
-			t.Errorf("%q watched %d times, want %d (watches %v)", k, counter.watches[k], n, counter.watches)
-		}
-	}
-	counter.mu.Unlock()
+	counter.expect(t, map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1})
 
 	if err := h2.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -168,11 +144,7 @@ func TestSemaphoreWaitersWatch(t *testing.T) {
 // before (the lease is gone on the server when it is granted), and not
 // never (a hang bound of 30s, 15× the TTL).
 func TestSemaphoreCrashedHolder(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 60*time.Second)
 	const ttl = 2 * time.Second
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
@@ -215,12 +187,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // TestSemaphoreCancelledWaiter: a waiter that gives up leaves the queue at
 // once; the waiter behind it moves up and is admitted on the next release.
 func TestSemaphoreCancelledWaiter(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
+	eps, admin, prefix, ctx := fixture(t, 30*time.Second)
 	q := prefix + "/#sem/c/#"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	l := newLocker(t, eps, prefix)
 	h, err := l.AcquirePermit(ctx, "c", 1)
 	if err != nil {

@@ -75,10 +75,9 @@ func retryDelay(ttl time.Duration) time.Duration {
 	return min(max(ttl/20, 20*time.Millisecond), 500*time.Millisecond)
 }
 
-// session returns the live session for ttl, granting a new lease when
-// there is none.
-func (d *Driver) session(ctx context.Context, ttl time.Duration) (*session, error) {
-	secs := leaseSeconds(ttl)
+// session returns the live session whose lease TTL is secs, granting a
+// new lease when there is none.
+func (d *Driver) session(ctx context.Context, secs int64) (*session, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -171,8 +170,8 @@ func (s *session) run() {
 			return
 		case <-timer.C:
 		}
-		if d.hooks != nil && d.hooks.keepAlive != nil {
-			d.hooks.keepAlive(d.ctx)
+		if h := hooksOf(d); h != nil && h.keepAlive != nil {
+			h.keepAlive(d.ctx)
 		}
 		if err := s.keepAlive(); err != nil {
 			if d.ctx.Err() == nil {
@@ -338,80 +337,4 @@ func (s *session) endCause() error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	return s.cause
-}
-
-// take reserves the session's lowest free key slot for r's name and mode;
-// false when the session has ended.
-func (d *Driver) take(s *session, r driver.Request) (keys, bool) {
-	p := d.queuePrefix(r.Mode, r.Name)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if s.ended {
-		return keys{}, false
-	}
-	sk := slotKey{mode: r.Mode, name: r.Name}
-	if d.layout == LayoutConcurrency {
-		sk.mode = driver.Exclusive // the mutex and the election of a name share one queue, so one set of keys
-	}
-	for {
-		if _, used := s.used[sk]; !used {
-			break
-		}
-		sk.n++
-	}
-	s.used[sk] = struct{}{}
-	k := keys{prefix: p, key: p + keyKind(r.Mode) + s.hex, slot: sk}
-	if sk.n > 0 {
-		k.key += "." + strconv.Itoa(sk.n)
-	}
-	return k, true
-}
-
-// free returns a key slot whose key is known gone, with no deletion of it
-// in flight, so that no later use of the key can be deleted by mistake.
-func (d *Driver) free(s *session, sk slotKey) {
-	d.mu.Lock()
-	if !s.ended {
-		delete(s.used, sk)
-	}
-	d.mu.Unlock()
-}
-
-// orphan queues k for deletion at the session's next keep-alive; its slot
-// stays taken until then.
-func (d *Driver) orphan(s *session, k keys) {
-	d.mu.Lock()
-	if !s.ended {
-		s.orphans = append(s.orphans, k)
-	}
-	d.mu.Unlock()
-}
-
-// lose drops a held lock whose key is gone and signals its loss.
-func (d *Driver) lose(l *lock) {
-	d.mu.Lock()
-	if d.locks[l.owner] != l {
-		d.mu.Unlock()
-		return
-	}
-	delete(d.locks, l.owner)
-	delete(l.s.locks, l)
-	l.gone.Store(true)
-	if !l.unlocking && !l.s.ended {
-		delete(l.s.used, l.k.slot) // else Unlock frees it
-	}
-	d.mu.Unlock()
-	l.notice.Signal()
-}
-
-// forget drops a lock released by its holder, without signalling loss.
-func (d *Driver) forget(l *lock) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.locks[l.owner] == l {
-		delete(d.locks, l.owner)
-	}
-	if l.s.locks != nil {
-		delete(l.s.locks, l)
-	}
 }

@@ -38,6 +38,36 @@ func leaseAlive(t *testing.T, admin *clientv3.Client, prefix string, lease *dloc
 	return id
 }
 
+// queuedWaiter is a holder of "job" and a waiter queued behind it, on
+// two Lockers of a fresh prefix, with a watch counter on the waiter's
+// driver.
+type queuedWaiter struct {
+	ctx     context.Context
+	prefix  string
+	w       *dlock.Locker
+	counter *watchCounter
+	held    *dlock.Lease
+	waiter  pending
+}
+
+// queueBehind sets up a queuedWaiter, its Lockers with TTL ttl, and returns once
+// the waiter's key is queued.
+func queueBehind(t *testing.T, eps []string, admin *clientv3.Client, ttl time.Duration) *queuedWaiter {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	q := &queuedWaiter{ctx: ctx, prefix: randomPrefix(), counter: newWatchCounter()}
+	h := newLocker(t, eps, q.prefix, dlock.WithTTL(ttl))
+	q.w = newLocker(t, eps, q.prefix, dlock.WithTTL(ttl))
+	q.counter.install(drv(q.w))
+	var err error
+	if q.held, err = h.Acquire(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	q.waiter = start(func() (*dlock.Lease, error) { return q.w.Acquire(ctx, "job") })
+	waitKeys(t, admin, q.prefix, "job", 2)
+	return q
+}
+
 // TestWaiterSessionExpires is the fault of etcd-io/etcd#11456 and #19597:
 // a waiter whose lease dies while it waits must never report a lock on the
 // dead lease. It queues again with a new session instead.
@@ -49,55 +79,34 @@ func TestWaiterSessionExpires(t *testing.T) {
 	// notice (30s TTL: keep-alives 10s apart): the waiter finds its key
 	// gone in its post-wait check.
 	t.Run("RevokedThenReleased", func(t *testing.T) {
-		prefix := randomPrefix()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		h := newLocker(t, eps, prefix, dlock.WithTTL(30*time.Second))
-		w := newLocker(t, eps, prefix, dlock.WithTTL(30*time.Second))
-		counter := newWatchCounter()
-		counter.install(drv(w))
-		held, err := h.Acquire(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan *dlock.Lease, 1)
-		errc := make(chan error, 1)
-		go func() {
-			lease, err := w.Acquire(ctx, "job")
-			if err != nil {
-				errc <- err
-				return
-			}
-			got <- lease
-		}()
-		waitKeys(t, admin, prefix, "job", 2)
-		resp, err := admin.Get(ctx, prefix+"/job/#", clientv3.WithLastCreate()...)
+		q := queueBehind(t, eps, admin, 30*time.Second)
+		resp, err := admin.Get(q.ctx, q.prefix+"/job/#", clientv3.WithLastCreate()...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		dead := clientv3.LeaseID(resp.Kvs[0].Lease)
 		deadRev := resp.Kvs[0].CreateRevision
-		if _, err := admin.Revoke(ctx, dead); err != nil {
+		if _, err := admin.Revoke(q.ctx, dead); err != nil {
 			t.Fatal(err)
 		}
-		if err := held.Release(ctx); err != nil {
+		if err := q.held.Release(q.ctx); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case lease := <-got:
-			if id := leaseAlive(t, admin, prefix, lease); id == dead {
+		case lease := <-q.waiter.lease:
+			if id := leaseAlive(t, admin, q.prefix, lease); id == dead {
 				t.Errorf("the waiter reports a lock on its revoked lease %x", dead)
 			}
 			if lease.Token() <= uint64(deadRev) {
 				t.Errorf("token %d, want above the dead key's revision %d: a new key", lease.Token(), deadRev)
 			}
-			if n := counter.requeues.Load(); n == 0 {
+			if n := q.counter.requeues.Load(); n == 0 {
 				t.Error("the waiter did not queue again after its key was gone")
 			}
-			_ = lease.Release(ctx)
-		case err := <-errc:
+			_ = lease.Release(q.ctx)
+		case err := <-q.waiter.err:
 			t.Logf("the waiter returned an error, which is allowed: %v", err)
-		case <-ctx.Done():
+		case <-q.ctx.Done():
 			t.Fatal("the waiter never returned")
 		}
 	})
@@ -106,35 +115,14 @@ func TestWaiterSessionExpires(t *testing.T) {
 	// the lease gone and the waiter queues again at once, with a new
 	// session, without waiting for the holder (#19597).
 	t.Run("RevokedWhileWaiting", func(t *testing.T) {
-		prefix := randomPrefix()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		const ttl = 3 * time.Second
-		h := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		w := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		counter := newWatchCounter()
-		counter.install(drv(w))
-		held, err := h.Acquire(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan *dlock.Lease, 1)
-		go func() {
-			lease, err := w.Acquire(ctx, "job")
-			if err != nil {
-				t.Errorf("waiter: %v", err)
-				close(got)
-				return
-			}
-			got <- lease
-		}()
-		waitKeys(t, admin, prefix, "job", 2)
-		dead := etcdlock.SessionLease(drv(w), ttl)
-		if _, err := admin.Revoke(ctx, dead); err != nil {
+		q := queueBehind(t, eps, admin, ttl)
+		dead := etcdlock.SessionLease(drv(q.w), ttl)
+		if _, err := admin.Revoke(q.ctx, dead); err != nil {
 			t.Fatal(err)
 		}
 		revoked := time.Now()
-		for counter.requeues.Load() == 0 || countKeys(t, admin, prefix, "job") != 2 {
+		for q.counter.requeues.Load() == 0 || countKeys(t, admin, q.prefix, "job") != 2 {
 			// A hang bound, over 10× the keep-alive period TTL/3 that
 			// finds the lease gone; the holder keeps the lock meanwhile.
 			if time.Since(revoked) > 15*time.Second {
@@ -143,74 +131,43 @@ func TestWaiterSessionExpires(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		t.Logf("the waiter queued again %v after its lease was revoked", time.Since(revoked))
-		if id := etcdlock.SessionLease(drv(w), ttl); id == dead || id == 0 {
+		if id := etcdlock.SessionLease(drv(q.w), ttl); id == dead || id == 0 {
 			t.Errorf("the waiter's session lease is %x, want a new one (revoked %x)", id, dead)
 		}
-		select {
-		case <-got:
-			t.Fatal("the waiter acquired while the holder held the lock")
-		default:
-		}
-		if err := held.Release(ctx); err != nil {
+		q.waiter.notYet(t, "the waiter, while the holder holds the lock,")
+		if err := q.held.Release(q.ctx); err != nil {
 			t.Fatal(err)
 		}
-		lease, ok := <-got
-		if !ok {
-			return
-		}
-		if id := leaseAlive(t, admin, prefix, lease); id == dead {
+		lease := q.waiter.get(t, "the waiter")
+		if id := leaseAlive(t, admin, q.prefix, lease); id == dead {
 			t.Errorf("the waiter reports a lock on its revoked lease %x", dead)
 		}
-		_ = lease.Release(ctx)
+		_ = lease.Release(q.ctx)
 	})
 
 	// The waiter's key alone is deleted (its session lives): after the
 	// holder's release the waiter finds its key gone and queues again.
 	t.Run("KeyDeleted", func(t *testing.T) {
-		prefix := randomPrefix()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		h := newLocker(t, eps, prefix)
-		w := newLocker(t, eps, prefix)
-		counter := newWatchCounter()
-		counter.install(drv(w))
-		held, err := h.Acquire(ctx, "job")
+		q := queueBehind(t, eps, admin, dlock.DefaultTTL)
+		resp, err := admin.Get(q.ctx, q.prefix+"/job/#", clientv3.WithLastCreate()...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *dlock.Lease, 1)
-		go func() {
-			lease, err := w.Acquire(ctx, "job")
-			if err != nil {
-				t.Errorf("waiter: %v", err)
-				close(got)
-				return
-			}
-			got <- lease
-		}()
-		waitKeys(t, admin, prefix, "job", 2)
-		resp, err := admin.Get(ctx, prefix+"/job/#", clientv3.WithLastCreate()...)
-		if err != nil {
+		if _, err := admin.Delete(q.ctx, string(resp.Kvs[0].Key)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Delete(ctx, string(resp.Kvs[0].Key)); err != nil {
+		if err := q.held.Release(q.ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		lease, ok := <-got
-		if !ok {
-			return
-		}
-		leaseAlive(t, admin, prefix, lease)
+		lease := q.waiter.get(t, "the waiter")
+		leaseAlive(t, admin, q.prefix, lease)
 		if lease.Token() <= uint64(resp.Kvs[0].CreateRevision) {
 			t.Errorf("token %d, want a new key's, above %d", lease.Token(), resp.Kvs[0].CreateRevision)
 		}
-		if counter.requeues.Load() != 1 {
-			t.Errorf("%d re-queues, want 1", counter.requeues.Load())
+		if q.counter.requeues.Load() != 1 {
+			t.Errorf("%d re-queues, want 1", q.counter.requeues.Load())
 		}
-		_ = lease.Release(ctx)
+		_ = lease.Release(q.ctx)
 	})
 }
 

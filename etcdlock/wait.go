@@ -74,25 +74,23 @@ func (w *predWatch) nextProbe() {
 }
 
 // wait waits until the caller's key, created at myRev, holds the lock.
-// t is what it waits for, read at revision seen; a zero t means it must
-// be looked up first, at seen, a revision the caller's member applied.
-func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys, myRev int64, t target, seen int64) (driver.Grant, error) {
+// What it waits for is looked up first, at seen, a revision the caller's
+// member applied.
+func (d *Driver) wait(ctx context.Context, s *session, q *lockReq, k keys, myRev, seen int64) (driver.Grant, error) {
 	w := &predWatch{probe: time.NewTimer(time.Hour)}
 	w.probe.Stop()
 	defer w.stop()
 	every := max(s.ttl, time.Second)
 	recheck := time.NewTimer(every) // a safety net: a watch is not trusted for ever
 	defer recheck.Stop()
-	needCheck := t.key == ""
-	var at int64 // a revision applied where the watch runs, to read at; 0: now
-	if needCheck {
-		at = seen
-	}
+	var t target
+	needCheck := true
+	at := seen      // a revision applied where the watch runs, to read at; 0: now
 	watchFails := 0 // in a row, for the pause before the next try
 	for {
 		if needCheck {
 			needCheck = false
-			st, err := d.check(ctx, r, k, myRev, at)
+			st, err := d.check(ctx, q, k, myRev, at)
 			at = 0
 			switch {
 			case err != nil:
@@ -102,7 +100,7 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 				d.free(s, k.slot)
 				return driver.Grant{}, fmt.Errorf("%w: key %q", errRequeue, k.key)
 			case st.t.key == "":
-				return d.admit(ctx, s, r, k, myRev)
+				return d.admit(ctx, s, q, k, myRev)
 			}
 			t, seen = st.t, st.rev
 			if w.t.same(t) {
@@ -115,7 +113,7 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 		}
 		if !w.t.same(t) {
 			w.stop()
-			if !d.watch(ctx, s, w, r.Name, t) {
+			if !d.watch(ctx, s, w, q.Name, t) {
 				if err := d.waitErr(ctx, s); err != nil {
 					d.abandon(s, k, false)
 					return driver.Grant{}, err
@@ -140,13 +138,13 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 				w.stop() // watch again after the check
 			case w.t.changed(wr.Events):
 				at = wr.Header.Revision
-				d.woke(r.Name, w.t.key)
+				d.woke(q.Name, w.t.key)
 			}
 			needCheck = true
 		case <-w.probe.C:
 			if rev, changed := d.probe(ctx, w); changed {
 				at, needCheck = rev, true
-				d.woke(r.Name, w.t.key)
+				d.woke(q.Name, w.t.key)
 			}
 		case <-recheck.C:
 			needCheck = true
@@ -159,6 +157,39 @@ func (d *Driver) wait(ctx context.Context, s *session, r driver.Request, k keys,
 			return driver.Grant{}, err
 		}
 	}
+}
+
+// admit grants the lock to a waiter whose check found it holds. A mutex's
+// or a candidate's token is its key's create revision: only the oldest key
+// holds, so keys are granted in the order of their revisions. Readers,
+// writers and permits are not granted in that order (a reader that
+// arrives once a writer has gone holds at once, while an older reader may
+// not have woken yet), so the waiter puts its key again, if it still
+// exists with its create revision, and its token is the revision of that
+// write: greater than every grant's before, distinct from every other's.
+// The put also tells a semaphore's next waiter, which watches the key,
+// that this one has left the queue.
+func (d *Driver) admit(ctx context.Context, s *session, q *lockReq, k keys, myRev int64) (driver.Grant, error) {
+	if q.Mode == driver.Exclusive || q.Mode == driver.Leader {
+		return d.grant(s, q, k, myRev, uint64(myRev))
+	}
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(k.key), "=", myRev)).
+		Then(clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))).Commit()
+	cancel()
+	if err != nil {
+		// A put that lands after the deletion fails its comparison.
+		d.abandon(s, k, false)
+		if ctx.Err() == nil && d.ctx.Err() == nil {
+			return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", q.Name, err)
+		}
+		return driver.Grant{}, err
+	}
+	if !resp.Succeeded {
+		d.free(s, k.slot)
+		return driver.Grant{}, fmt.Errorf("%w: key %q", errRequeue, k.key)
+	}
+	return d.grant(s, q, k, myRev, uint64(resp.Header.Revision))
 }
 
 // watch starts w on t and waits for etcd to create it; false when the
@@ -180,8 +211,8 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name strin
 			w.stop()
 			return false
 		}
-		if d.hooks != nil && d.hooks.watch != nil {
-			d.hooks.watch(name, t.key) // counted once etcd has created it
+		if h := hooksOf(d); h != nil && h.watch != nil {
+			h.watch(name, t.key) // counted once etcd has created it
 		}
 		w.from, w.born = wr.Header.Revision, time.Now()
 		w.probeAt = probeFirst
@@ -237,8 +268,8 @@ func (d *Driver) probe(ctx context.Context, w *predWatch) (int64, bool) {
 }
 
 func (d *Driver) woke(name, key string) {
-	if d.hooks != nil && d.hooks.wake != nil {
-		d.hooks.wake(name, key)
+	if h := hooksOf(d); h != nil && h.wake != nil {
+		h.wake(name, key)
 	}
 }
 
@@ -278,21 +309,21 @@ type checked struct {
 // member that has not applied it yet (or has compacted it) makes check
 // fall back to a linearizable read. Transient failures are retried until
 // ctx ends.
-func (d *Driver) check(ctx context.Context, r driver.Request, k keys, myRev, at int64) (checked, error) {
+func (d *Driver) check(ctx context.Context, q *lockReq, k keys, myRev, at int64) (checked, error) {
 	if at > 0 {
-		resps, hdr, err := d.read(ctx, checkOps(r, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
+		resps, hdr, err := d.read(ctx, checkOps(q, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
 		if err == nil {
-			return readCheck(r, k, myRev, at, hdr, resps), nil
+			return readCheck(q, myRev, at, hdr, resps), nil
 		}
 		if ctx.Err() != nil {
 			return checked{}, err
 		}
 	}
-	ops := checkOps(r, k, myRev)
+	ops := checkOps(q, k, myRev)
 	for attempt := 1; ; attempt++ {
 		resps, hdr, err := d.read(ctx, ops)
 		if err == nil {
-			return readCheck(r, k, myRev, hdr, hdr, resps), nil
+			return readCheck(q, myRev, hdr, hdr, resps), nil
 		}
 		if d.ctx.Err() != nil || !transient(ctx, err) {
 			return checked{}, err
@@ -346,36 +377,44 @@ func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetRe
 	return out, resp.Header.Revision, nil
 }
 
-// checkOps returns the ranges check reads for r's mode: for the mutex, a
-// writer and a candidate, the two newest keys of the queue up to the
-// caller's (its own, and the one just ahead); for a reader and a
-// semaphore, see readerOps and permitOps.
-func checkOps(r driver.Request, k keys, myRev int64, extra ...clientv3.OpOption) []clientv3.Op {
-	switch r.Mode {
-	case driver.Read:
-		return readerOps(k, myRev, extra)
-	case driver.Permit:
-		return permitOps(r, k, myRev, extra)
+// checkOps returns the ranges check reads for q's mode: for a reader, see
+// readerOps; otherwise the newest keys of the queue up to the caller's,
+// its own first: two for the mutex, a writer and a candidate (its own,
+// and the one just ahead), Limit+2 for a semaphore. etcd counts a range
+// before it applies revision filters, so a semaphore's keys are read, not
+// counted: at most Limit+2 of them, keys only.
+func checkOps(q *lockReq, k keys, myRev int64, extra ...clientv3.OpOption) []clientv3.Op {
+	if q.Mode == driver.Read {
+		return readerOps(k, q.block, myRev, extra)
 	}
-	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)}, extra...)
-	return []clientv3.Op{clientv3.OpGet(k.prefix, opts...)}
+	n := int64(2)
+	if q.Mode == driver.Permit {
+		n = int64(q.Limit) + 2
+	}
+	return []clientv3.Op{clientv3.OpGet(q.queue, newest(n, myRev, extra)...)}
+}
+
+// newest returns, with extra, the options of a range over a prefix that
+// reads the keys only of the n newest keys created at or before myRev.
+func newest(n, myRev int64, extra []clientv3.OpOption) []clientv3.OpOption {
+	return append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)}, extra...)
 }
 
 // readCheck interprets what checkOps read at revision rev (cur: the
 // member's revision then).
-func readCheck(r driver.Request, k keys, myRev, rev, cur int64, resps []*clientv3.GetResponse) checked {
+func readCheck(q *lockReq, myRev, rev, cur int64, resps []*clientv3.GetResponse) checked {
 	st := checked{rev: rev, cur: cur}
-	switch r.Mode {
-	case driver.Read:
+	if q.Mode == driver.Read {
 		return readerCheck(st, myRev, resps)
-	case driver.Permit:
-		return permitCheck(st, r, k, myRev, resps)
 	}
 	kvs := resps[0].Kvs
 	if len(kvs) == 0 || kvs[0].CreateRevision != myRev {
 		st.gone = true
 		return st
+	}
+	if q.Mode == driver.Permit {
+		return permitCheck(st, q, myRev, kvs)
 	}
 	if len(kvs) > 1 {
 		st.t = target{key: string(kvs[1].Key), rev: kvs[1].CreateRevision}

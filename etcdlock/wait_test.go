@@ -29,6 +29,34 @@ func newWatchCounter() *watchCounter {
 	return &watchCounter{watches: map[string]int{}, wakes: map[string]int{}}
 }
 
+// expect checks that the watched keys are those of want, each watched
+// as many times as want says.
+func (c *watchCounter) expect(t *testing.T, want map[string]int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.watches) != len(want) {
+		t.Errorf("watched keys %v, want %v", c.watches, want)
+	}
+	for k, n := range want {
+		if c.watches[k] != n {
+			t.Errorf("key %q watched %d times, want %d (watches %v)", k, c.watches[k], n, c.watches)
+		}
+	}
+}
+
+// countedLockers returns n Lockers, each on a client of its own, whose
+// drivers' watches one counter counts.
+func countedLockers(t *testing.T, eps []string, prefix string, n int) ([]*dlock.Locker, *watchCounter) {
+	counter := newWatchCounter()
+	lockers := make([]*dlock.Locker, n)
+	for i := range lockers {
+		lockers[i] = newLocker(t, eps, prefix)
+		counter.install(drv(lockers[i]))
+	}
+	return lockers, counter
+}
+
 func (c *watchCounter) install(d *etcdlock.Driver) {
 	etcdlock.SetHooks(d,
 		func(_, key string) { c.mu.Lock(); c.watches[key]++; c.mu.Unlock() },
@@ -53,18 +81,9 @@ func (c *watchCounter) totals() (watches, wakes int) {
 // key is watched by two waiters, and each release wakes exactly one
 // waiter: no herd.
 func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 60*time.Second)
 	const waiters = 12
-	counter := newWatchCounter()
-	lockers := make([]*dlock.Locker, 4)
-	for i := range lockers {
-		lockers[i] = newLocker(t, eps, prefix)
-		counter.install(drv(lockers[i]))
-	}
+	lockers, counter := countedLockers(t, eps, prefix, 4)
 	holder, err := lockers[0].Acquire(ctx, "herd")
 	if err != nil {
 		t.Fatal(err)
@@ -120,11 +139,7 @@ func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
 // gives up; its key goes at once, its successor moves on to the key before
 // it, and the order of the others holds.
 func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
-	eps := testenv.EtcdEndpoints(t)
-	admin := testenv.EtcdClient(t, eps)
-	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	eps, admin, prefix, ctx := fixture(t, 30*time.Second)
 	counter := newWatchCounter()
 	l := newLocker(t, eps, prefix)
 	counter.install(drv(l))

@@ -21,7 +21,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	if d.closed.Load() {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
-	e, err := d.get(ctx, electionKey(name))
+	e, err := d.get(ctx, keyBase(driver.Leader, name))
 	if err != nil {
 		return driver.LeaderInfo{}, fmt.Errorf("natslock: leader of %q: %w", name, err)
 	}
@@ -33,7 +33,7 @@ func leaderOf(e entry) driver.LeaderInfo {
 	if !e.held {
 		return driver.LeaderInfo{}
 	}
-	return driver.LeaderInfo{Value: e.rec.value, Token: e.rec.tokenAt(e.rev)}
+	return driver.LeaderInfo{Value: e.rec.value, Token: e.token()}
 }
 
 // Observe sends the election's leader on the returned channel: the
@@ -49,7 +49,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	key := electionKey(name)
+	key := keyBase(driver.Leader, name)
 	o := &observer{d: d, key: key, out: make(chan driver.LeaderInfo, 1)}
 	watcher, err := o.watch(ctx)
 	if err != nil {

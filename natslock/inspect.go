@@ -52,7 +52,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		all = append(all, listed{slot: p.slot, info: driver.LockInfo{
 			Name:    p.name,
 			Mode:    p.mode,
-			Token:   e.rec.tokenAt(e.rev),
+			Token:   e.token(),
 			Owner:   e.rec.owner,
 			Expires: e.time.Add(e.rec.ttl),
 			Waiters: -1,

@@ -3,6 +3,7 @@ package natslock
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -26,15 +27,6 @@ import (
 
 // escapeByte starts an escape in an encoded name.
 const escapeByte = '='
-
-// needsEscape reports whether name byte c is written as an escape.
-func needsEscape(c byte) bool {
-	switch c {
-	case '.', ':', '@', '+', escapeByte:
-		return true
-	}
-	return false
-}
 
 const upperHex = "0123456789ABCDEF"
 
@@ -67,13 +59,15 @@ func EncodeName(name string) string {
 	return b.String()
 }
 
-// escaped reports whether EncodeName writes c as an escape: the name
-// bytes keys lack, and anything outside the key alphabet.
+// escaped reports whether EncodeName writes c as an escape: every byte
+// but letters, digits, '-', '_' and '/', the name bytes that keys have
+// and that do not split a subject.
 func escaped(c byte) bool {
-	if needsEscape(c) {
-		return true
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '/':
+		return false
 	}
-	return !driver.NameByte(c)
+	return true
 }
 
 // DecodeName returns the lock name that EncodeName turned into token, and
@@ -121,18 +115,66 @@ const (
 	kindElection  = "elect"
 )
 
-// mutexKey is the key of the mutex name.
-func mutexKey(name string) string { return kindMutex + "." + EncodeName(name) }
+// A lockReq is a driver.Request resolved once, where a call enters the
+// driver (Driver.resolve): the per-key TTL it writes, and as methods the
+// keys it may take (made only by the calls that need them: a release
+// finds its key in the hold). Every step after reads it rather than the
+// request.
+type lockReq struct {
+	driver.Request
+	ttl time.Duration // the per-key TTL, storeTTL(TTL)
+}
 
-// electionKey is the key of the election name.
-func electionKey(name string) string { return kindElection + "." + EncodeName(name) }
+// keyBase is the key of the mutex or the election called name, or what
+// starts the keys of the semaphore's permit slots: sem.<name>.<slot>.
+func keyBase(m driver.Mode, name string) string {
+	switch m {
+	case driver.Leader:
+		return kindElection + "." + EncodeName(name)
+	case driver.Permit:
+		return kindSemaphore + "." + EncodeName(name) + "."
+	}
+	return kindMutex + "." + EncodeName(name)
+}
 
-// semaphoreBase is what starts the keys of the semaphore name's permits.
-func semaphoreBase(name string) string { return kindSemaphore + "." + EncodeName(name) + "." }
+// keys returns the keys q may take: the mutex's or the election's one
+// key, or the Limit permit slots of a semaphore.
+func (q *lockReq) keys() []string {
+	base := keyBase(q.Mode, q.Name)
+	if q.Mode != driver.Permit {
+		return []string{base}
+	}
+	k := make([]string, q.Limit)
+	for i := range k {
+		k[i] = base + strconv.Itoa(i)
+	}
+	return k
+}
 
-// slotKey is the key of permit slot i of the semaphore whose keys start
-// with base.
-func slotKey(base string, i int) string { return base + strconv.Itoa(i) }
+// filter is the subject filter of a watch of keys, q's keys.
+func (q *lockReq) filter(keys []string) string {
+	if q.Mode == driver.Permit {
+		return keyBase(q.Mode, q.Name) + "*"
+	}
+	return keys[0]
+}
+
+// record returns the record q writes, with token (0 in the acquiring
+// write, whose revision is the token) and, for an election, value.
+func (q *lockReq) record(token uint64, value string) []byte {
+	b := make([]byte, 0, 64+len(value))
+	b = append(b, q.Owner...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, token, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(q.ttl/time.Second), 10)
+	b = append(b, 's')
+	if q.Mode == driver.Leader {
+		b = append(b, '\n')
+		b = append(b, value...)
+	}
+	return b
+}
 
 // parsedKey is a key the driver writes, taken apart.
 type parsedKey struct {
@@ -173,4 +215,56 @@ func parseKey(key string) (parsedKey, bool) {
 	}
 	p.name = name
 	return p, true
+}
+
+// record is what a held lock's key holds, as text:
+//
+//	<owner> <token> <ttl>[\n<value>]
+//
+// owner is the acquisition's owner value; token its fencing token, or 0
+// in the message that took the lock, whose own revision is the token (the
+// server assigns it on store, so the message cannot carry it); ttl the TTL
+// the key was written with, in whole seconds as a Go duration ("2s"),
+// which waiters and Inspect read (a watch gives values, not headers); and,
+// for an election, a newline and the candidate's value.
+type record struct {
+	owner string
+	token uint64
+	ttl   time.Duration
+	value string // an election's candidate's
+}
+
+// parseRecord reads a record written by lockReq.record; false for anything
+// else (a key written by another program).
+func parseRecord(data []byte) (record, bool) {
+	s := string(data)
+	var r record
+	line, value, _ := strings.Cut(s, "\n")
+	owner, rest, ok := strings.Cut(line, " ")
+	if !ok || owner == "" {
+		return record{}, false
+	}
+	tok, ttl, ok := strings.Cut(rest, " ")
+	if !ok {
+		return record{}, false
+	}
+	var err error
+	if r.token, err = strconv.ParseUint(tok, 10, 64); err != nil {
+		return record{}, false
+	}
+	if r.ttl, err = time.ParseDuration(ttl); err != nil || r.ttl <= 0 {
+		return record{}, false
+	}
+	r.owner, r.value = owner, value
+	return r, true
+}
+
+// storeTTL is the per-key TTL the server keeps a lock of lease TTL ttl
+// for: ttl rounded up to whole seconds, at least one. The server counts
+// message TTLs in whole seconds and refuses shorter ones; rounding up, not
+// down, keeps the key on the store at least as long as the lease is
+// believed held.
+func storeTTL(ttl time.Duration) time.Duration {
+	s := (ttl + time.Second - 1) / time.Second
+	return max(s, 1) * time.Second
 }

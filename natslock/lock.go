@@ -4,51 +4,49 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
 )
 
-// keys returns the keys r may take: the mutex's or the election's one
-// key, or the Limit permit slots of a semaphore.
-func keys(r driver.Request) []string {
-	switch r.Mode {
-	case driver.Leader:
-		return []string{electionKey(r.Name)}
-	case driver.Permit:
-		base := semaphoreBase(r.Name)
-		k := make([]string, r.Limit)
-		for i := range k {
-			k[i] = slotKey(base, i)
-		}
-		return k
+// resolve refuses a request the driver cannot serve, and resolves the
+// others: every call starts here.
+func (d *Driver) resolve(r driver.Request) (lockReq, error) {
+	switch {
+	case d.closed.Load():
+		return lockReq{}, driver.ErrClosed
+	case !d.Supports(r.Mode):
+		return lockReq{}, fmt.Errorf("natslock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
+	case r.TTL <= 0:
+		return lockReq{}, fmt.Errorf("natslock: lock %q: TTL %v is not positive", r.Name, r.TTL)
+	case r.Mode == driver.Permit && r.Limit < 1:
+		return lockReq{}, fmt.Errorf("natslock: semaphore %q: limit %d is below 1", r.Name, r.Limit)
 	}
-	return []string{mutexKey(r.Name)}
+	return lockReq{Request: r, ttl: storeTTL(r.TTL)}, nil
 }
 
-// data returns the record r writes, with token (0 in the acquiring
-// write, whose revision is the token).
-func data(r driver.Request, token uint64) []byte {
-	rec := record{owner: r.Owner, token: token, ttl: storeTTL(r.TTL), value: r.Value, election: r.Mode == driver.Leader}
-	return appendRecord(make([]byte, 0, 64+len(r.Value)), rec)
+// Supports reports whether the driver implements mode m: the mutex, the
+// semaphore and the election. Readers-writer locks are not (see
+// UnsupportedReason).
+func (d *Driver) Supports(m driver.Mode) bool {
+	switch m {
+	case driver.Exclusive, driver.Permit, driver.Leader:
+		return true
+	}
+	return false
 }
 
-// check refuses a request the driver cannot serve.
-func (d *Driver) check(r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
+// UnsupportedReason says why the driver lacks mode m, "" when it has it.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if m == driver.Read || m == driver.Write {
+		return "a NATS KV bucket changes one key at a time, with no transaction over a writer's key and the readers' keys, " +
+			"so it cannot admit a writer and exclude readers atomically"
 	}
-	if !d.Supports(r.Mode) {
-		return fmt.Errorf("natslock: %s lock %q: %w (%s)", r.Mode, r.Name, driver.ErrUnsupported, d.UnsupportedReason(r.Mode))
-	}
-	if r.TTL <= 0 {
-		return fmt.Errorf("natslock: lock %q: TTL %v is not positive", r.Name, r.TTL)
-	}
-	if r.Mode == driver.Permit && r.Limit < 1 {
-		return fmt.Errorf("natslock: semaphore %q: limit %d is below 1", r.Name, r.Limit)
-	}
-	return nil
+	return ""
 }
+
+var _ driver.Unsupporter = (*Driver)(nil)
 
 // TryLock makes one attempt to take the lock: a write of the lock's key
 // that the server accepts only if the key holds no lock (no message, or a
@@ -62,12 +60,13 @@ func (d *Driver) check(r driver.Request) error {
 // returns the error and removes the key in the background if its write
 // went through after all (see abandon).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if err := d.check(r); err != nil {
+	q, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
-	o, err := d.tryAll(ctx, r, keys(r), time.Now())
+	o, err := d.tryAll(ctx, &q, q.keys(), time.Now())
 	if err != nil && o.maybe {
-		d.abandon(r)
+		d.abandon(q)
 	}
 	return o.g, err
 }
@@ -81,11 +80,11 @@ type outcome struct {
 
 // tryAll makes one attempt on each of keys in turn until one is taken,
 // as TryLock describes; start is before the first request.
-func (d *Driver) tryAll(ctx context.Context, r driver.Request, keys []string, start time.Time) (outcome, error) {
-	b := data(r, 0)
+func (d *Driver) tryAll(ctx context.Context, q *lockReq, keys []string, start time.Time) (outcome, error) {
+	b := q.record(0, q.Value)
 	var all outcome
 	for _, key := range keys {
-		o, err := d.take(ctx, r, key, b, start)
+		o, err := d.take(ctx, q, key, b, start)
 		all.maybe = all.maybe || o.maybe
 		if err == nil {
 			all.g = o.g
@@ -98,55 +97,54 @@ func (d *Driver) tryAll(ctx context.Context, r driver.Request, keys []string, st
 			all.left = o.left
 		}
 	}
-	return all, &driver.HeldError{Name: r.Name, Remaining: all.left}
+	return all, &driver.HeldError{Name: q.Name, Remaining: all.left}
 }
 
-// take tries to take key for r with the record b, as TryLock describes:
+// take tries to take key for q with the record b, as TryLock describes:
 // the grant, or an error matching driver.ErrNotAcquired (with the
 // holder's remaining TTL in the outcome), or another error.
-func (d *Driver) take(ctx context.Context, r driver.Request, key string, b []byte, start time.Time) (outcome, error) {
-	ttl := storeTTL(r.TTL)
-	rev, err := d.put(ctx, key, b, ttl, d.marks.get(key))
+func (d *Driver) take(ctx context.Context, q *lockReq, key string, b []byte, start time.Time) (outcome, error) {
+	mark, _ := d.marks.get(key)
+	rev, err := d.put(ctx, key, b, q.ttl, mark)
 	if err == nil {
-		return outcome{g: d.granted(r, key, rev, 0, start)}, nil
+		return outcome{g: d.granted(q, key, rev, 0, start)}, nil
 	}
 	if !wrongRevision(err) {
-		return d.unknown(ctx, r, key, start, err)
+		return d.unknown(ctx, q, key, start, err)
 	}
 	e, err := d.get(ctx, key)
 	if err != nil {
-		return outcome{}, fmt.Errorf("natslock: lock %q: read %s: %w", r.Name, key, err)
+		return outcome{}, fmt.Errorf("natslock: lock %q: read %s: %w", q.Name, key, err)
 	}
 	if e.found && !e.marker {
-		if e.held && e.rec.owner == r.Owner {
+		if e.ownedBy(q.Owner) {
 			// A write of this acquisition whose answer was lost.
-			return outcome{g: d.granted(r, key, e.rev, e.rec.tokenAt(e.rev), start)}, nil
+			return outcome{g: d.granted(q, key, e.rev, e.token(), start)}, nil
 		}
 		return outcome{left: e.remaining()}, driver.ErrNotAcquired
 	}
-	rev, err = d.put(ctx, key, b, ttl, e.rev) // e.rev is 0 when the key has no message
+	rev, err = d.put(ctx, key, b, q.ttl, e.rev) // e.rev is 0 when the key has no message
 	switch {
 	case err == nil:
-		return outcome{g: d.granted(r, key, rev, 0, start)}, nil
+		return outcome{g: d.granted(q, key, rev, 0, start)}, nil
 	case wrongRevision(err):
 		return outcome{}, driver.ErrNotAcquired // taken just now
 	}
-	return d.unknown(ctx, r, key, start, err)
+	return d.unknown(ctx, q, key, start, err)
 }
 
-// unknown handles a write of r on key that failed with cause: refused, it
+// unknown handles a write of q on key that failed with cause: refused, it
 // wrote nothing; otherwise one read tells whether it went through.
-func (d *Driver) unknown(ctx context.Context, r driver.Request, key string, start time.Time, cause error) (outcome, error) {
-	err := fmt.Errorf("natslock: lock %q: write %s: %w", r.Name, key, cause)
+func (d *Driver) unknown(ctx context.Context, q *lockReq, key string, start time.Time, cause error) (outcome, error) {
+	err := fmt.Errorf("natslock: lock %q: write %s: %w", q.Name, key, cause)
 	if refused(cause) {
 		return outcome{}, err
 	}
 	if ctx.Err() != nil {
 		return outcome{maybe: true}, err
 	}
-	e, gerr := d.get(ctx, key)
-	if gerr == nil && e.held && e.rec.owner == r.Owner {
-		return outcome{g: d.granted(r, key, e.rev, e.rec.tokenAt(e.rev), start)}, nil
+	if e, gerr := d.get(ctx, key); gerr == nil && e.ownedBy(q.Owner) {
+		return outcome{g: d.granted(q, key, e.rev, e.token(), start)}, nil
 	}
 	return outcome{maybe: true}, err
 }
@@ -161,17 +159,17 @@ func (e entry) remaining() time.Duration {
 	return max(time.Until(e.time.Add(e.rec.ttl)), 0)
 }
 
-// granted records the lock r took on key at revision rev (token 0: rev
+// granted records the lock q took on key at revision rev (token 0: rev
 // is the token) and returns its grant, valid from start, before the
-// request that took it was sent, for r.TTL: the server counts the key's
-// TTL, which is r.TTL rounded up, from when it stored the write.
-func (d *Driver) granted(r driver.Request, key string, rev, token uint64, start time.Time) driver.Grant {
+// request that took it was sent, for q.TTL: the server counts the key's
+// TTL, which is q.TTL rounded up, from when it stored the write.
+func (d *Driver) granted(q *lockReq, key string, rev, token uint64, start time.Time) driver.Grant {
 	if token == 0 {
 		token = rev
 	}
-	d.holds.set(r.Owner, hold{key: key, rev: rev, token: token, value: r.Value})
+	d.holds.set(q.Owner, hold{key: key, rev: rev, token: token, value: q.Value})
 	d.marks.drop(key)
-	return driver.Grant{Token: token, Expires: start.Add(r.TTL)}
+	return driver.Grant{Token: token, Expires: start.Add(q.TTL)}
 }
 
 // Refresh extends the lock to r.TTL: a write of the key with a new
@@ -182,39 +180,21 @@ func (d *Driver) granted(r driver.Request, key string, rev, token uint64, start 
 // driver.ErrNotHeld. The expiry returned is measured from before the
 // write was sent.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	if err := d.check(r); err != nil {
-		return time.Time{}, err
-	}
-	h, err := d.holdOf(ctx, r)
+	q, h, err := d.holdOf(ctx, r)
 	if err != nil {
 		return time.Time{}, err
 	}
 	start := time.Now()
-	r.Value = h.value
-	b := data(r, h.token)
-	ttl := storeTTL(r.TTL)
-	for range 2 {
-		rev, err := d.put(ctx, h.key, b, ttl, h.rev)
-		if err == nil {
-			h.rev = rev
-			d.holds.set(r.Owner, h)
-			return start.Add(r.TTL), nil
-		}
-		if !wrongRevision(err) {
-			return time.Time{}, fmt.Errorf("natslock: refresh %q: %w", r.Name, err)
-		}
-		e, err := d.get(ctx, h.key)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("natslock: refresh %q: read %s: %w", r.Name, h.key, err)
-		}
-		if !e.held || e.rec.owner != r.Owner {
-			d.holds.drop(r.Owner)
-			return time.Time{}, fmt.Errorf("natslock: refresh %q: %w", r.Name, driver.ErrNotHeld)
-		}
-		h.rev = e.rev
+	b := q.record(h.token, h.value)
+	rev, err := d.rewrite(ctx, &q, &h, "refresh", func(expect uint64) (uint64, error) {
+		return d.put(ctx, h.key, b, q.ttl, expect)
+	})
+	if err != nil {
+		return time.Time{}, err
 	}
-	d.holds.drop(r.Owner)
-	return time.Time{}, fmt.Errorf("natslock: refresh %q: %w (its key keeps changing)", r.Name, driver.ErrNotHeld)
+	h.rev = rev
+	d.holds.set(q.Owner, h)
+	return start.Add(q.TTL), nil
 }
 
 // Unlock releases the lock: a purge marker on its key, which the server
@@ -222,37 +202,51 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // wakes the waiters and expires after the marker TTL. It returns an
 // error wrapping driver.ErrNotHeld when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	if err := d.check(r); err != nil {
-		return err
-	}
-	h, err := d.holdOf(ctx, r)
+	q, h, err := d.holdOf(ctx, r)
 	if err != nil {
 		return err
 	}
+	rev, err := d.rewrite(ctx, &q, &h, "unlock", func(expect uint64) (uint64, error) {
+		return d.purge(ctx, h.key, expect)
+	})
+	if err != nil {
+		return err
+	}
+	d.marks.set(h.key, rev)
+	d.holds.drop(q.Owner)
+	return nil
+}
+
+// rewrite makes write, Refresh's or Unlock's write of h's key on the
+// condition that its last revision is expect, and returns the new
+// revision. When the key has another revision, it reads it: one that
+// holds q.Owner's record is a renewal whose answer was lost, and is
+// written over in turn; anything else means the lock is gone, and the
+// error wraps driver.ErrNotHeld.
+func (d *Driver) rewrite(ctx context.Context, q *lockReq, h *hold, op string, write func(expect uint64) (uint64, error)) (uint64, error) {
 	for range 2 {
-		rev, err := d.purge(ctx, h.key, h.rev)
+		rev, err := write(h.rev)
 		if err == nil {
-			d.marks.set(h.key, rev)
-			d.holds.drop(r.Owner)
-			return nil
+			return rev, nil
 		}
 		if !wrongRevision(err) {
-			return fmt.Errorf("natslock: unlock %q: %w", r.Name, err)
+			return 0, fmt.Errorf("natslock: %s %q: %w", op, q.Name, err)
 		}
 		e, err := d.get(ctx, h.key)
 		if err != nil {
-			return fmt.Errorf("natslock: unlock %q: read %s: %w", r.Name, h.key, err)
+			return 0, fmt.Errorf("natslock: %s %q: read %s: %w", op, q.Name, h.key, err)
 		}
-		if !e.held || e.rec.owner != r.Owner {
-			d.holds.drop(r.Owner)
+		if !e.ownedBy(q.Owner) {
+			d.holds.drop(q.Owner)
 			if e.marker {
 				d.marks.set(h.key, e.rev)
 			}
-			return fmt.Errorf("natslock: unlock %q: %w", r.Name, driver.ErrNotHeld)
+			return 0, fmt.Errorf("natslock: %s %q: %w", op, q.Name, driver.ErrNotHeld)
 		}
-		h.rev = e.rev // a renewal whose answer was lost
+		h.rev = e.rev
 	}
-	return fmt.Errorf("natslock: unlock %q: %w (its key keeps changing)", r.Name, driver.ErrNotHeld)
+	d.holds.drop(q.Owner)
+	return 0, fmt.Errorf("natslock: %s %q: %w (its key keeps changing)", op, q.Name, driver.ErrNotHeld)
 }
 
 // Resume checks that r.Owner holds r.Name in r.Mode, by reading the
@@ -262,43 +256,47 @@ func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, er
 	return driver.ResumeByRefresh(ctx, d, r)
 }
 
-// holdOf returns what the driver knows of r's lock, reading the lock's
-// keys for r.Owner's record when it knows nothing (a lock resumed from
-// another process).
-func (d *Driver) holdOf(ctx context.Context, r driver.Request) (hold, error) {
-	if h, ok := d.holds.get(r.Owner); ok {
-		return h, nil
+// holdOf resolves r and returns what the driver knows of its lock,
+// reading the lock's keys for r.Owner's record when it knows nothing (a
+// lock resumed from another process).
+func (d *Driver) holdOf(ctx context.Context, r driver.Request) (lockReq, hold, error) {
+	q, err := d.resolve(r)
+	if err != nil {
+		return q, hold{}, err
 	}
-	for _, key := range keys(r) {
+	if h, ok := d.holds.get(q.Owner); ok {
+		return q, h, nil
+	}
+	for _, key := range q.keys() {
 		e, err := d.get(ctx, key)
 		if err != nil {
-			return hold{}, fmt.Errorf("natslock: lock %q: read %s: %w", r.Name, key, err)
+			return q, hold{}, fmt.Errorf("natslock: lock %q: read %s: %w", q.Name, key, err)
 		}
-		if e.held && e.rec.owner == r.Owner {
-			h := hold{key: key, rev: e.rev, token: e.rec.tokenAt(e.rev), value: e.rec.value}
-			d.holds.set(r.Owner, h)
-			return h, nil
+		if e.ownedBy(q.Owner) {
+			h := hold{key: key, rev: e.rev, token: e.token(), value: e.rec.value}
+			d.holds.set(q.Owner, h)
+			return q, h, nil
 		}
 	}
-	return hold{}, fmt.Errorf("natslock: lock %q: %w", r.Name, driver.ErrNotHeld)
+	return q, hold{}, fmt.Errorf("natslock: lock %q: %w", q.Name, driver.ErrNotHeld)
 }
 
-// abandon removes, in the background, a key r may have written without
-// learning of it (a write that timed out but went through): it reads r's
-// keys and purges the one holding r.Owner's record, trying again with a
+// abandon removes, in the background, a key q may have written without
+// learning of it (a write that timed out but went through): it reads q's
+// keys and purges the one holding q.Owner's record, trying again with a
 // growing pause until the key, had it been written, would have expired.
 // Close waits for it.
-func (d *Driver) abandon(r driver.Request) {
+func (d *Driver) abandon(q lockReq) {
 	if d.closed.Load() {
 		return
 	}
 	d.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTTL(r.TTL)+d.reqTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), q.ttl+d.reqTimeout)
 		defer cancel()
 		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
-			for _, key := range keys(r) {
+			for _, key := range q.keys() {
 				e, err := d.get(ctx, key)
-				if err == nil && e.held && e.rec.owner == r.Owner {
+				if err == nil && e.ownedBy(q.Owner) {
 					if _, err := d.purge(ctx, key, e.rev); err == nil || wrongRevision(err) {
 						return
 					}
@@ -317,3 +315,58 @@ func (d *Driver) abandon(r driver.Request) {
 		}
 	})
 }
+
+// hold is what the driver remembers of a lock it holds: its key, the
+// revision of its last write (the condition of the next one), its token
+// and, for an election, the candidate's value, which a lock resumed from
+// a handle (which does not carry it) must keep writing.
+type hold struct {
+	key   string
+	rev   uint64
+	token uint64
+	value string
+}
+
+// A table is a map guarded by a mutex, of at most max entries (0: no
+// bound); it is emptied when full.
+type table[V any] struct {
+	mu  sync.Mutex
+	m   map[string]V
+	max int
+}
+
+func (t *table[V]) get(k string) (V, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[k]
+	return v, ok
+}
+
+func (t *table[V]) set(k string, v V) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil || t.max > 0 && len(t.m) >= t.max {
+		t.m = make(map[string]V)
+	}
+	t.m[k] = v
+}
+
+func (t *table[V]) drop(k string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, k)
+}
+
+// holds maps the owner of each lock the driver holds to its hold. An
+// owner is unique to an acquisition, so it identifies the lock.
+type holds = table[hold]
+
+// maxMarks bounds the marks table.
+const maxMarks = 4096
+
+// marks remembers the revision of the last marker the driver saw or wrote
+// on a key (its own releases, its watches), so that the next acquisition
+// of the key, which must name that revision, takes one round trip. An
+// entry that is out of date costs a read and a second try, never safety:
+// the server checks the revision.
+type marks = table[uint64]

@@ -148,6 +148,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 		markerTTL:  strconv.FormatInt(int64(storeTTL(opt.MarkerTTL)/time.Second), 10),
 		done:       make(chan struct{}),
 	}
+	d.marks.max = maxMarks
 	d.gates.Discard = discardHandover
 	if err := checkServer(js.Conn()); err != nil {
 		return nil, err
@@ -276,28 +277,6 @@ func (d *Driver) Close() error {
 // closeWait bounds Close's wait for the driver's clean-ups, each of which
 // ends with the request it has under way once the driver closes.
 const closeWait = 5 * time.Second
-
-// Supports reports whether the driver implements mode m: the mutex, the
-// semaphore and the election. Readers-writer locks are not (see
-// UnsupportedReason).
-func (d *Driver) Supports(m driver.Mode) bool {
-	switch m {
-	case driver.Exclusive, driver.Permit, driver.Leader:
-		return true
-	}
-	return false
-}
-
-// UnsupportedReason says why the driver lacks mode m, "" when it has it.
-func (d *Driver) UnsupportedReason(m driver.Mode) string {
-	if m == driver.Read || m == driver.Write {
-		return "a NATS KV bucket changes one key at a time, with no transaction over a writer's key and the readers' keys, " +
-			"so it cannot admit a writer and exclude readers atomically"
-	}
-	return ""
-}
-
-var _ driver.Unsupporter = (*Driver)(nil)
 
 // Compile-time checks of the interfaces the driver implements.
 var (

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -141,6 +140,18 @@ func (d *Driver) get(ctx context.Context, key string) (entry, error) {
 	return e, nil
 }
 
+// ownedBy reports whether e holds owner's lock.
+func (e entry) ownedBy(owner string) bool { return e.held && e.rec.owner == owner }
+
+// token is the fencing token of the lock e holds: its record's, or, in
+// the message that took the lock, its revision.
+func (e entry) token() uint64 {
+	if e.rec.token == 0 {
+		return e.rev
+	}
+	return e.rec.token
+}
+
 // fromKV is what a watch reports of a key.
 func fromKV(e jetstream.KeyValueEntry) entry {
 	out := entry{found: true, rev: e.Revision(), time: e.Created()}
@@ -172,78 +183,4 @@ func refused(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrNoResponders)
-}
-
-// hold is what the driver remembers of a lock it holds: its key, the
-// revision of its last write (the condition of the next one), its token
-// and, for an election, the candidate's value, which a lock resumed from
-// a handle (which does not carry it) must keep writing.
-type hold struct {
-	key   string
-	rev   uint64
-	token uint64
-	value string
-}
-
-// holds maps the owner of each lock the driver holds to its hold. An
-// owner is unique to an acquisition, so it identifies the lock.
-type holds struct {
-	mu sync.Mutex
-	m  map[string]hold
-}
-
-func (h *holds) get(owner string) (hold, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.m[owner]
-	return v, ok
-}
-
-func (h *holds) set(owner string, v hold) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[string]hold{}
-	}
-	h.m[owner] = v
-}
-
-func (h *holds) drop(owner string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.m, owner)
-}
-
-// maxMarks bounds the marks cache; it is emptied when full.
-const maxMarks = 4096
-
-// marks remembers the revision of the last marker the driver saw or wrote
-// on a key (its own releases, its watches), so that the next acquisition
-// of the key, which must name that revision, takes one round trip. An
-// entry that is out of date costs a read and a second try, never safety:
-// the server checks the revision.
-type marks struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (c *marks) get(key string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[key]
-}
-
-func (c *marks) set(key string, rev uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxMarks {
-		c.m = make(map[string]uint64)
-	}
-	c.m[key] = rev
-}
-
-func (c *marks) drop(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, key)
 }

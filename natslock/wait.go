@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/gate"
 )
 
 // expirySlack is how long after a holder's TTL would have run out, as a
@@ -34,6 +36,54 @@ type slot struct {
 	due  time.Time // when held: the backstop, when to try without an event
 }
 
+// gates let one waiting Lock per lock of a driver wait on the server at a
+// time (see internal/gate). Without them every waiter holds a KV watch, a
+// consumer on the server, and answers every release with a write, so that
+// a handoff costs more the more waiters there are (docs/SCALING.md). A
+// waiter that gets the lock leaves its watch to the next one, which so
+// starts waiting without making a consumer; the last to leave stops it.
+type gates = gate.Set[*handover]
+
+// waitGate is one lock's queue of waiters.
+type waitGate = gate.Gate[*handover]
+
+// A handover is a watch one waiter leaves to the next, with what it had
+// learnt of the keys.
+type handover struct {
+	w     *kvWatch
+	slots []slot
+	init  bool
+}
+
+// discardHandover stops the watch no waiter is left to take.
+func discardHandover(h *handover) {
+	if h != nil {
+		stopWatch(h.w)
+	}
+}
+
+// takeHandover returns the watch the last waiter left in g, if it watches
+// keys.
+func takeHandover(g *waitGate, keys []string) *handover {
+	h := g.Take()
+	if h != nil && !slices.EqualFunc(h.slots, keys, func(s slot, k string) bool { return s.key == k }) {
+		stopWatch(h.w)
+		return nil
+	}
+	return h
+}
+
+// handOver is what a waiter granted the lock leaves to the next: its
+// watch, and its keys as held until the watch says otherwise (its own
+// write is on the way), the backstop at ttl.
+func handOver(w *kvWatch, slots []slot, init bool, ttl time.Duration) *handover {
+	due := time.Now().Add(ttl + expirySlack)
+	for i := range slots {
+		slots[i].free, slots[i].due = false, due
+	}
+	return &handover{w: w, slots: slots, init: init}
+}
+
 // Lock takes the lock, waiting as long as ctx allows. It first makes
 // TryLock's attempt; if the lock is held it watches the lock's keys (the
 // semaphore's every slot) with a KV watch, an ordered consumer, and tries
@@ -53,39 +103,35 @@ type slot struct {
 // outcome was unknown, removes in the background a key that write may
 // have taken.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if err := d.check(r); err != nil {
+	q, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
-	ks := keys(r)
-	o, err := d.tryAll(ctx, r, ks, time.Now())
+	ks := q.keys()
+	o, err := d.tryAll(ctx, &q, ks, time.Now())
 	if err == nil {
 		return o.g, nil
 	}
+	w := &wait{d: d, q: q, b: q.record(0, q.Value), maybe: o.maybe}
 	if fatal(err) {
-		if o.maybe {
-			d.abandon(r)
-		}
-		return driver.Grant{}, err
+		return w.abandon(err)
 	}
-	gate, gerr := d.gates.Enter(ctx, gateKey(r), d.done)
+	// A lock's gate is named by its first key: each mode's keys are apart.
+	gate, gerr := d.gates.Enter(ctx, ks[0], d.done)
 	if gerr != nil {
-		if o.maybe {
-			d.abandon(r)
+		if !errors.Is(gerr, driver.ErrClosed) {
+			gerr = fmt.Errorf("natslock: lock %q: %w", q.Name, gerr)
 		}
-		if errors.Is(gerr, driver.ErrClosed) {
-			return driver.Grant{}, gerr
-		}
-		return driver.Grant{}, fmt.Errorf("natslock: lock %q: %w", r.Name, gerr)
+		return w.abandon(gerr)
 	}
-	w := &wait{d: d, r: r, b: data(r, 0), maybe: o.maybe}
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		w.failed(err)
 	}
 	g, err := w.run(ctx, ks, gate)
-	if err != nil && w.maybe {
-		d.abandon(r)
+	if err != nil {
+		return w.abandon(err)
 	}
-	return g, err
+	return g, nil
 }
 
 // fatal reports whether an attempt's error ends a waiting Lock: the
@@ -103,7 +149,7 @@ func fatal(err error) bool {
 // wait is one waiting Lock call.
 type wait struct {
 	d     *Driver
-	r     driver.Request
+	q     lockReq
 	b     []byte // the record the acquisition writes
 	slots []slot
 	// init says the watch has delivered every key's last message.
@@ -113,6 +159,15 @@ type wait struct {
 	maybe bool
 	last  error // the last error met, for the caller when ctx ends
 	pause time.Duration
+}
+
+// abandon ends a Lock that failed with err, removing in the background
+// a key it may have taken unseen.
+func (w *wait) abandon(err error) (driver.Grant, error) {
+	if w.maybe {
+		w.d.abandon(w.q)
+	}
+	return driver.Grant{}, err
 }
 
 // run waits for one of ks, the waiter in gate's slot; it leaves the gate,
@@ -129,16 +184,13 @@ func (w *wait) run(ctx context.Context, ks []string, gate *waitGate) (g driver.G
 	}
 	defer func() {
 		if err == nil && watcher != nil {
-			gate.Leave(handOver(watcher, w.slots, w.init, storeTTL(w.r.TTL)))
+			gate.Leave(handOver(watcher, w.slots, w.init, w.q.ttl))
 			return
 		}
 		stopWatch(watcher)
 		gate.Leave(nil)
 	}()
-	filter := ks[0]
-	if w.r.Mode == driver.Permit {
-		filter = semaphoreBase(w.r.Name) + "*"
-	}
+	filter := w.q.filter(ks)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var watchAt time.Time // when to watch again, after a failure
@@ -206,7 +258,7 @@ func (w *wait) rewatched() {
 func (w *wait) watch(ctx context.Context, filter string) (*kvWatch, error) {
 	watcher, err := w.d.watch(ctx, filter)
 	if err != nil {
-		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.r.Name, filter, err)
+		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.q.Name, filter, err)
 	}
 	return watcher, nil
 }
@@ -283,7 +335,7 @@ func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Gra
 		}
 		return driver.Grant{}, false
 	}
-	ttl := storeTTL(w.r.TTL)
+	ttl := w.q.ttl
 	if en.held {
 		ttl = en.rec.ttl
 	}
@@ -336,16 +388,16 @@ func (w *wait) due(ctx context.Context) (driver.Grant, bool) {
 func (w *wait) try(ctx context.Context, s *slot) (driver.Grant, bool) {
 	start := time.Now()
 	if s.free && !w.maybe && w.pause == 0 {
-		rev, err := w.d.put(ctx, s.key, w.b, storeTTL(w.r.TTL), s.rev)
+		rev, err := w.d.put(ctx, s.key, w.b, w.q.ttl, s.rev)
 		switch {
 		case err == nil:
-			return w.d.granted(w.r, s.key, rev, 0, start), true
+			return w.d.granted(&w.q, s.key, rev, 0, start), true
 		case wrongRevision(err):
 			// Another waiter took it: its write is on the way.
-			s.free, s.due = false, start.Add(storeTTL(w.r.TTL)+expirySlack)
+			s.free, s.due = false, start.Add(w.q.ttl+expirySlack)
 			return driver.Grant{}, false
 		}
-		o, err := w.d.unknown(ctx, w.r, s.key, start, err)
+		o, err := w.d.unknown(ctx, &w.q, s.key, start, err)
 		if err == nil {
 			return o.g, true
 		}
@@ -353,7 +405,7 @@ func (w *wait) try(ctx context.Context, s *slot) (driver.Grant, bool) {
 		w.failed(err)
 		return driver.Grant{}, false
 	}
-	o, err := w.d.take(ctx, w.r, s.key, w.b, start)
+	o, err := w.d.take(ctx, &w.q, s.key, w.b, start)
 	w.maybe = w.maybe || o.maybe
 	switch {
 	case err == nil:
@@ -397,7 +449,7 @@ func (w *wait) nextDue() time.Duration {
 
 // ended is the error of a wait whose ctx ended.
 func (w *wait) ended(ctx context.Context) error {
-	err := fmt.Errorf("natslock: lock %q: %w", w.r.Name, ctx.Err())
+	err := fmt.Errorf("natslock: lock %q: %w", w.q.Name, ctx.Err())
 	if w.last != nil && !errors.Is(w.last, driver.ErrNotAcquired) {
 		return errors.Join(err, w.last)
 	}
