@@ -41,11 +41,9 @@ type sconn struct {
 	timeout time.Duration // the session's wait_timeout
 	period  time.Duration // between keep-alive checks
 	// raw is the connection's socket, when the driver knows it (see
-	// Options.Sockets): statements are then bounded by its deadline, and
-	// unbound lifts that.
-	raw     net.Conn
-	unbound context.CancelFunc
-	lastOK  time.Time // when the last statement that succeeded was sent
+	// Options.Sockets): statements are then bounded by its deadline.
+	raw    net.Conn
+	lastOK time.Time // when the last statement that succeeded was sent
 }
 
 // stmtTimeouts is how many keep-alive periods (at least a second each) a
@@ -98,9 +96,6 @@ func (d *Driver) sconn(c *sql.Conn, timeout time.Duration) *sconn {
 func (c *sconn) identify(id int64) {
 	c.id = id
 	c.raw = c.d.socks.socket(id)
-	if c.raw != nil {
-		c.unbound = func() { _ = c.raw.SetDeadline(time.Time{}) }
-	}
 }
 
 // Watch returns the watch of the connection's socket.
@@ -112,25 +107,35 @@ func (c *sconn) Watch() *sockwatch.Watch {
 func (c *sconn) stmtBound() time.Duration { return stmtTimeouts * max(c.period, time.Second) }
 
 // bound returns the context of a statement on the session, bounded by
-// stmtBound rather than by any caller's context (see session), and what
-// lifts the bound once the statement is done. Where the driver knows the
-// socket, the bound is its deadline: no timer, and no goroutine of
-// database/sql's watching a context, per statement.
+// stmtBound rather than by any caller's context (see session), and the
+// cancel function that unbound takes once the statement is done. Where
+// the driver knows the socket, the bound is its deadline: no timer, and
+// no goroutine of database/sql's watching a context, per statement.
 func (c *sconn) bound() (context.Context, context.CancelFunc) {
 	if c.raw != nil {
 		_ = c.raw.SetDeadline(time.Now().Add(c.stmtBound()))
-		return context.Background(), c.unbound
+		return context.Background(), nil
 	}
 	return context.WithTimeout(context.Background(), c.stmtBound())
+}
+
+// unbound lifts the bound of a statement: cancel, from bound, or the
+// socket's deadline.
+func (c *sconn) unbound(cancel context.CancelFunc) {
+	if cancel != nil {
+		cancel()
+		return
+	}
+	_ = c.raw.SetDeadline(time.Time{})
 }
 
 // query runs q on the session, bounded (see bound), and scans its one
 // row into dest. The caller has the use of the session.
 func (c *sconn) query(q string, dest ...any) error {
 	ctx, cancel := c.bound()
-	defer cancel()
 	sent := time.Now()
 	err := c.conn.QueryRowContext(ctx, q).Scan(dest...)
+	c.unbound(cancel)
 	if err == nil {
 		c.lastOK = sent
 	}
@@ -141,9 +146,9 @@ func (c *sconn) query(q string, dest ...any) error {
 // of the session.
 func (c *sconn) exec(q string) error {
 	ctx, cancel := c.bound()
-	defer cancel()
 	sent := time.Now()
 	_, err := c.conn.ExecContext(ctx, q)
+	c.unbound(cancel)
 	if err == nil {
 		c.lastOK = sent
 	}
@@ -154,9 +159,9 @@ func (c *sconn) exec(q string) error {
 // its lock; the caller has the use of the session.
 func (c *sconn) bump(name string) (uint64, error) {
 	ctx, cancel := c.bound()
-	defer cancel()
 	sent := time.Now()
 	tok, err := c.d.bump(ctx, c.conn, name)
+	c.unbound(cancel)
 	if err == nil {
 		c.lastOK = sent
 	}

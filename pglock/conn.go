@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/dlockgo/dlock/internal/bg"
-	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // cancelGrace bounds how long a cancelled wait waits for the server to
@@ -32,11 +31,17 @@ const closeTimeout = time.Second
 // locks are re-entrant within a session, so a connection handed to a
 // second user could take a lock that its first user holds.
 type conn struct {
+	d  *Driver
 	pg *pgx.Conn
 	w  *watcher
 	// raw is the socket as dialled, under any TLS: what a held lock's
 	// watch (newSockWatch) peeks at.
 	raw net.Conn
+	// As a session's connection (see Driver.newPool): timeout bounds a
+	// ping, a longer one is a lost connection; reused tells whether the
+	// connection was used before the session.
+	timeout time.Duration
+	reused  bool
 }
 
 // watcher is the connection's context watcher handler: what pgx does when
@@ -83,19 +88,22 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 	if d.pool.Hooks.Refuse.Load() {
 		return nil, errors.New("pglock: connect: refused (crashed)")
 	}
-	c := &conn{}
+	c := &conn{d: d}
 	cfg := d.cfg.Copy()
 	// TCP keep-alive on the client's side too, so that a wait on a server
 	// that went silent fails within about four keep-alive intervals (Go's
 	// defaults, which pgx's dialer keeps, take 15s + 9 × 15s).
+	// Once connected, pgx dials only for cancel requests, from goroutines
+	// of its own: those sockets are not the session's.
 	dialFunc := cfg.DialFunc
+	var connected atomic.Bool
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := dialFunc(ctx, network, addr)
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: d.keepalive, Interval: d.keepalive, Count: 3})
 		}
-		if err == nil {
-			c.raw = nc // the last dial is the one pgx keeps
+		if err == nil && !connected.Load() {
+			c.raw = nc // the last dial of the connect is the one pgx keeps
 		}
 		return nc, err
 	}
@@ -104,6 +112,7 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		return c.w
 	}
 	pg, err := pgx.ConnectConfig(ctx, cfg)
+	connected.Store(true)
 	if err != nil {
 		if ctx.Err() == nil && pgconn.Timeout(err) {
 			// The connect timeout, not the caller's context, ended it.
@@ -191,9 +200,6 @@ func (c *conn) begin(wait bool) {
 // cancelSent reports whether the last query was a lock wait whose context
 // ended while it ran, so that a cancel request went to the server.
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
-
-// newWatch returns a watch of c's socket for a lock just taken on it.
-func (c *conn) newWatch() *sockwatch.Watch { return newSockWatch(c.raw, c.pg.PgConn().Conn()) }
 
 // pid returns the server process id of c's session.
 func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }

@@ -13,9 +13,7 @@ func Crash(d *Driver) {
 	d.mu.Lock()
 	var conns []*conn
 	conns = append(conns, d.idle...)
-	for _, c := range d.pool.ConnsLocked() {
-		conns = append(conns, c.conn)
-	}
+	conns = append(conns, d.pool.ConnsLocked()...)
 	for c := range d.waiting {
 		conns = append(conns, c)
 	}

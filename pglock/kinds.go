@@ -148,12 +148,12 @@ type lockReq struct {
 }
 
 // resolve checks r and resolves it.
-func (d *Driver) resolve(r driver.Request) (*lockReq, error) {
+func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	if err := checkMode(r); err != nil {
-		return nil, err
+		return lockReq{}, err
 	}
 	t := d.st.table
-	q := &lockReq{name: r.Name, owner: r.Owner, mode: r.Mode, value: r.Value, ttl: r.TTL,
+	q := lockReq{name: r.Name, owner: r.Owner, mode: r.Mode, value: r.Value, ttl: r.TTL,
 		period: d.keepalive, row: rowName(r.Mode, r.Name), word: modeWord(r.Mode)}
 	if r.TTL > 0 { // a third of the TTL, if that is shorter
 		q.period = max(MinKeepalive, min(d.keepalive, r.TTL/3))

@@ -36,10 +36,11 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	q, err := d.resolve(r)
+	rq, err := d.resolve(r)
 	if err != nil {
 		return driver.Grant{}, err
 	}
+	q := &rq
 	switch {
 	case q.mode == driver.Permit && wait:
 		return d.lockPermit(ctx, q)
@@ -187,7 +188,7 @@ func (d *Driver) plan(q *lockReq, wait bool) plan {
 
 // tryOn runs p, a try, on a session that is not asked for keys (the
 // keys p may take), and makes the session the holder when the lock was
-// taken. The statement runs under the session's own bound (sconn.bound),
+// taken. The statement runs under the session's own bound (conn.bound),
 // not ctx, which bounds only the wait for the session.
 func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (driver.Grant, error) {
 	for retried := false; ; retried = true {
@@ -197,7 +198,7 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 		}
 		reused := !s.Fresh() || s.C.reused
 		s.C.bound()
-		token, _, err := d.take(context.Background(), s.C.conn, &p, false, nil)
+		token, _, err := d.take(context.Background(), s.C, &p, false, nil)
 		s.C.unbound()
 		switch {
 		case err == nil:
@@ -237,7 +238,7 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 
 // letGo releases keys on c after a statement that asked for them failed;
 // false when that failed too. The caller has the use of c's session.
-func (d *Driver) letGo(c *sconn, m driver.Mode, keys []int64) bool {
+func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	sql := d.st.letGo
 	if m == driver.Read {
 		sql = d.st.letGoShared
@@ -372,7 +373,8 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 // grant makes c, on which a wait just took the lock, a session holding
 // it: among the sessions later acquisitions may use.
 func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, error) {
-	s := d.pool.NewSession(d.sconn(c, q.period, true), q.period, p.key)
+	c.session(q.period, true)
+	s := d.pool.NewSession(c, q.period, p.key)
 	return d.grantOn(s, q, p, token, []int64{p.key})
 }
 

@@ -21,9 +21,9 @@ import (
 // so a session is never asked for a key that it holds or is being asked
 // for: the pool picks another session, or opens one.
 type (
-	pool    = sqlsession.Pool[*sconn, int64, lockInfo]
-	session = sqlsession.Session[*sconn, int64, lockInfo]
-	hold    = sqlsession.Hold[*sconn, int64, lockInfo]
+	pool    = sqlsession.Pool[*conn, int64, lockInfo]
+	session = sqlsession.Session[*conn, int64, lockInfo]
+	hold    = sqlsession.Hold[*conn, int64, lockInfo]
 )
 
 // lockInfo is what the driver keeps of a held lock besides its key.
@@ -35,15 +35,6 @@ type lockInfo struct {
 	channel string
 }
 
-// An sconn is the connection of a session: a pgx.Conn runs one statement
-// at a time, whoever has the session's use.
-type sconn struct {
-	*conn
-	d       *Driver
-	timeout time.Duration // bounds a ping: a longer one is a lost connection
-	reused  bool          // the connection was used before this session
-}
-
 // stmtTimeouts is how many ping timeouts a statement on a shared session
 // may take before the session counts as lost: long enough for a server
 // under load, short enough that a silent one does not keep the session.
@@ -51,14 +42,15 @@ const stmtTimeouts = 4
 
 // newPool returns the driver's pool of sessions.
 func (d *Driver) newPool() *pool {
-	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*sconn, int64, lockInfo]{
+	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*conn, int64, lockInfo]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, period time.Duration) (*sconn, error) {
+		Open: func(ctx context.Context, period time.Duration) (*conn, error) {
 			c, reused, err := d.get(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return d.sconn(c, period, reused), nil
+			c.session(period, reused)
+			return c, nil
 		},
 		Period:  func(period time.Duration) time.Duration { return period },
 		Idle:    func() bool { return len(d.idle) > 0 },
@@ -67,9 +59,10 @@ func (d *Driver) newPool() *pool {
 	})
 }
 
-// sconn returns c as the connection of a session of keep-alive period.
-func (d *Driver) sconn(c *conn, period time.Duration, reused bool) *sconn {
-	return &sconn{conn: c, d: d, timeout: max(period, time.Second), reused: reused}
+// session makes c the connection of a session of keep-alive period;
+// reused tells whether it was used before.
+func (c *conn) session(period time.Duration, reused bool) {
+	c.timeout, c.reused = max(period, time.Second), reused
 }
 
 // bound bounds the statement about to run on the session, through its
@@ -77,15 +70,15 @@ func (d *Driver) sconn(c *conn, period time.Duration, reused bool) *sconn {
 // interrupted half-way leaves the connection unusable and would take every
 // lock of the session with it; and not a context of its own, which would
 // cost allocations on every statement. unbound lifts it.
-func (c *sconn) bound() {
+func (c *conn) bound() {
 	_ = c.pg.PgConn().Conn().SetDeadline(time.Now().Add(stmtTimeouts * c.timeout))
 }
 
-func (c *sconn) unbound() { _ = c.pg.PgConn().Conn().SetDeadline(time.Time{}) }
+func (c *conn) unbound() { _ = c.pg.PgConn().Conn().SetDeadline(time.Time{}) }
 
 // Keep pings the server (pgx reads whatever it sent meanwhile: a notice,
 // a parameter status, an error that ends the session).
-func (c *sconn) Keep() error {
+func (c *conn) Keep() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	c.begin(false)
@@ -96,7 +89,7 @@ func (c *sconn) Keep() error {
 }
 
 // Gone describes a socket that a look found closed or failing.
-func (c *sconn) Gone(errno syscall.Errno) error {
+func (c *conn) Gone(errno syscall.Errno) error {
 	if errno != 0 {
 		return fmt.Errorf("pglock: the connection holding the lock failed: %w", errno)
 	}
@@ -104,13 +97,13 @@ func (c *sconn) Gone(errno syscall.Errno) error {
 }
 
 // Watch returns a watch of the connection's socket.
-func (c *sconn) Watch() *sockwatch.Watch { return c.newWatch() }
+func (c *conn) Watch() *sockwatch.Watch { return newSockWatch(c.raw, c.pg.PgConn().Conn()) }
 
 // Close closes the connection of a lost session.
-func (c *sconn) Close() { c.close() }
+func (c *conn) Close() { c.close() }
 
 // Retire gives the connection back to the driver's idle ones.
-func (c *sconn) Retire() { c.d.put(c.conn) }
+func (c *conn) Retire() { c.d.put(c) }
 
 // Unlock releases the lock with pg_advisory_unlock on the session that
 // holds it; a session left holding nothing goes back to the idle

@@ -22,6 +22,8 @@ type Pool[C Conn, K comparable, X any] struct {
 	// Hooks are for tests.
 	Hooks Hooks
 
+	keepers sync.WaitGroup // the sessions' keeper goroutines
+
 	// Guarded by mu.
 	sessions []*Session[C, K, X] // those acquisitions may pick
 	held     map[string]*Hold[C, K, X]
@@ -207,12 +209,16 @@ func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
 	if p.cfg.Adopted != nil {
 		p.cfg.Adopted(h)
 	}
+	keeper := fresh && !p.Hooks.NoKeeper.Load()
 	if fresh {
 		p.sessions = append(p.sessions, s)
 	}
+	if keeper {
+		p.keepers.Add(1) // before Close's LoseAll waits: see closed
+	}
 	p.mu.Unlock()
-	if fresh && !p.Hooks.NoKeeper.Load() {
-		p.bg.Go(s.keep)
+	if keeper {
+		go s.keep()
 	}
 	s.Release()
 	return nil
@@ -260,8 +266,9 @@ func (p *Pool[C, K, X]) dropLocked(s *Session[C, K, X]) {
 	}
 }
 
-// LoseAll ends every session as lost with cause, for the driver's Close
-// (after it set its closed flag: no session joins from then on).
+// LoseAll ends every session as lost with cause, and waits for their
+// keepers, for the driver's Close (after it set its closed flag: no
+// session joins from then on).
 func (p *Pool[C, K, X]) LoseAll(cause error) {
 	p.mu.Lock()
 	sessions := slices.Clone(p.sessions)
@@ -269,6 +276,7 @@ func (p *Pool[C, K, X]) LoseAll(cause error) {
 	for _, s := range sessions {
 		s.Lose(cause)
 	}
+	p.keepers.Wait()
 }
 
 // ConnsLocked returns the connections of the pool's sessions and of its held

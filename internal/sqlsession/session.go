@@ -148,6 +148,7 @@ func (s *Session[C, K, X]) noteLoss(cause error) error {
 // fails the check). Where the socket is not watched, the checks run on
 // the timer alone.
 func (s *Session[C, K, X]) keep() {
+	defer s.p.keepers.Done()
 	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
 	next := time.Now().Add(s.period)
 	for {
