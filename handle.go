@@ -194,8 +194,8 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 	if err != nil {
 		return nil, err
 	}
-	if !l.Supports(h.Mode) {
-		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", h.Mode, h.Name, l.backend, ErrUnsupported, l.unsupportedReason(h.Mode))
+	if err := l.check(h.Name, h.Mode); err != nil {
+		return nil, err
 	}
 	cfg := l.cfg
 	cfg.ttl = h.TTL
@@ -225,8 +225,8 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 	return newLease(l, req, g, cfg.autoRenew, cfg.maxHold), nil
 }
 
-// handleDriver checks that h can be taken over on this Locker (a
-// Resumer backend, the same scheme, a valid name) and returns the driver.
+// handleDriver checks that h's lock can be taken over on this Locker (a
+// Resumer backend, the same scheme) and returns the driver.
 func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	r, ok := l.drv.(driver.Resumer)
 	if !ok {
@@ -235,7 +235,7 @@ func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	if h.Scheme != l.backend {
 		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
 	}
-	return r, ValidateName(h.Name)
+	return r, nil
 }
 
 // notResumable is the error of Resume and Detach on a backend without
@@ -253,6 +253,9 @@ func (l *Locker) notResumable() error {
 // process.
 func (l *Locker) ReleaseHandle(ctx context.Context, h Handle) error {
 	if _, err := l.handleDriver(h); err != nil {
+		return err
+	}
+	if err := ValidateName(h.Name); err != nil {
 		return err
 	}
 	if l.isClosed() {
