@@ -36,18 +36,18 @@ type Handle struct {
 	// Deadline, when not zero, is when the hold must end (WithMaxHold of
 	// the acquisition): a resumed lease ends there.
 	Deadline time.Time
-	// Holder, for a lock that cannot outlive the process that took it
-	// (see Resume), is where the process holding it for others listens:
-	// the socket of the dlock CLI's detached holder. Empty otherwise.
-	Holder string
 }
 
 // handlePrefix starts every encoded Handle, with the format's version.
 const handlePrefix = "dlock1"
 
-// String encodes h: the version, the scheme, the mode, the TTL and the
-// deadline in milliseconds (0: none), the token, the limit, the owner, the
-// name and the holder (both base64url), separated by dots.
+// String encodes h in nine fields separated by dots: the version, the
+// scheme, the mode, the TTL and the deadline in milliseconds (0: none),
+// the token, the limit, the owner and the name (base64url).
+//
+// Handles written before had a tenth field, the socket of the dlock CLI's
+// detached holder, empty in every handle of the library; the CLI still
+// adds it to the handles it prints (see ParseHandle).
 func (h Handle) String() string {
 	var deadline int64
 	if !h.Deadline.IsZero() {
@@ -55,16 +55,19 @@ func (h Handle) String() string {
 	}
 	return strings.Join([]string{handlePrefix, h.Scheme, h.Mode.String(), strconv.FormatInt(h.TTL.Milliseconds(), 10),
 		strconv.FormatInt(deadline, 10), strconv.FormatUint(h.Token, 10), strconv.Itoa(h.Limit), h.Owner,
-		base64.RawURLEncoding.EncodeToString([]byte(h.Name)), base64.RawURLEncoding.EncodeToString([]byte(h.Holder))}, ".")
+		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
 }
 
 // ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle), or
 // names another backend than the Locker's (Resume).
 var ErrBadHandle = errors.New("dlock: not a lock handle")
 
-// ParseHandle decodes a Handle encoded by Handle.String. Text that is not
-// one (garbled, truncated, of another version) is an error matching
-// ErrBadHandle that says what is wrong.
+// ParseHandle decodes a Handle encoded by Handle.String, now or before:
+// an older handle's tenth field (see String) must be empty, as the
+// library wrote it; one that names a holder process is the dlock CLI's,
+// for its extend and release. Text that is not a handle (garbled,
+// truncated, of another version) is an error matching ErrBadHandle that
+// says what is wrong.
 func ParseHandle(s string) (Handle, error) {
 	bad := func(what string) (Handle, error) {
 		return Handle{}, fmt.Errorf("%w: %s", ErrBadHandle, what)
@@ -73,8 +76,14 @@ func ParseHandle(s string) (Handle, error) {
 	if len(f) == 0 || f[0] != handlePrefix {
 		return bad("it does not start with " + handlePrefix + ".")
 	}
-	if len(f) != 10 {
-		return bad(fmt.Sprintf("%d fields, want 10", len(f)))
+	if len(f) == 10 {
+		if f[9] != "" {
+			return bad("it names a holder process of the dlock CLI, which only dlock extend and dlock release reach")
+		}
+		f = f[:9]
+	}
+	if len(f) != 9 {
+		return bad(fmt.Sprintf("%d fields, want 9", len(f)))
 	}
 	var h Handle
 	h.Scheme = f[1]
@@ -116,11 +125,6 @@ func ParseHandle(s string) (Handle, error) {
 	if err := ValidateName(h.Name); err != nil {
 		return bad(err.Error())
 	}
-	holder, err := base64.RawURLEncoding.DecodeString(f[9])
-	if err != nil {
-		return bad("the holder is not base64url")
-	}
-	h.Holder = string(holder)
 	return h, nil
 }
 
