@@ -114,18 +114,10 @@ func (f *flaky) Refresh(ctx context.Context, r driver.Request) (time.Time, error
 }
 
 func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
-	ctx := context.Background()
 	store := memlock.NewStore()
 	d := &flaky{Driver: store.Driver()}
-	l, err := dlock.New(d, dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
 	time.Sleep(250 * time.Millisecond) // some renewals succeed
 	if lease.Err() != nil {
 		t.Fatalf("lease ended while renewals succeed: %v", lease.Err())
@@ -156,16 +148,9 @@ func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
 func TestNoRenewalAfterRelease(t *testing.T) {
 	ctx := context.Background()
 	d := &flaky{Driver: memlock.NewStore().Driver()}
-	l, err := dlock.New(d, dlock.WithTTL(30*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithTTL(30*time.Millisecond))
 	for range 50 {
-		lease, err := l.Acquire(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, l, "job")
 		time.Sleep(time.Duration(runtime.NumGoroutine()%3) * 5 * time.Millisecond)
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -180,15 +165,8 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 
 func TestLeaseContext(t *testing.T) {
 	ctx := context.Background()
-	l, err := memlock.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newMem(t, memlock.NewStore())
+	lease := mustAcquire(t, l, "job")
 	work, cancel := lease.Context(ctx)
 	defer cancel()
 	if work.Err() != nil {
@@ -249,15 +227,8 @@ func TestMetricsAndLogs(t *testing.T) {
 	var logs testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := memlock.NewStore()
-	l, err := memlock.New(store, dlock.WithMeterProvider(mp), dlock.WithLogger(logger), dlock.WithTTL(60*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newMem(t, store, dlock.WithMeterProvider(mp), dlock.WithLogger(logger), dlock.WithTTL(60*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
 	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatal(err)
 	}
@@ -311,11 +282,7 @@ func TestLostReasons(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	store := memlock.NewStore()
 	d := &signalling{Driver: store.Driver()}
-	l, err := dlock.New(d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
 
 	// expired: no renewal, the validity runs out.
 	a, err := l.TryAcquire(ctx, "expired", dlock.WithAutoRenew(false), dlock.WithTTL(50*time.Millisecond))

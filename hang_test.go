@@ -44,17 +44,9 @@ func (h *hanging) Unlock(ctx context.Context, r driver.Request) error {
 // closes while the renewal still hangs (it returns only after), and the
 // lock is unlocked once the renewal returns.
 func TestHungRenewalDoesNotDelayLoss(t *testing.T) {
-	ctx := context.Background()
 	d := &hanging{Driver: memlock.NewStore().Driver(), stuck: make(chan struct{}), unblock: make(chan struct{}), unlocks: make(chan driver.Request, 1)}
-	l, err := dlock.New(d, dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
 	time.Sleep(150 * time.Millisecond) // a renewal succeeds
 	close(d.stuck)
 	exp := lease.Expires()

@@ -40,10 +40,7 @@ func TestAcquireRetriesAfterBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, l, "job")
 	if err := lease.Err(); err != nil {
 		t.Errorf("the lease is not held: %v", err)
 	}
@@ -57,11 +54,7 @@ func TestAcquireRetriesAfterBackoff(t *testing.T) {
 func TestAcquireRetryPause(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.NewStore()
-	l, err := dlock.New(tryOnly{store.Driver()}, dlock.WithBackoff(dlock.ConstantBackoff(time.Hour)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, tryOnly{store.Driver()}, dlock.WithBackoff(dlock.ConstantBackoff(time.Hour)))
 
 	// A holder that does not renew: its lock is free after its TTL, long
 	// before the backoff.

@@ -41,11 +41,7 @@ func (d *lateDriver) Lock(ctx context.Context, r driver.Request) (driver.Grant, 
 func TestSpentGrantIsReleased(t *testing.T) {
 	store := memlock.NewStore()
 	d := &lateDriver{Driver: store.Driver()}
-	l, err := dlock.New(d, dlock.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithTTL(time.Second))
 	other := newMem(t, store)
 	ctx := context.Background()
 
