@@ -37,8 +37,7 @@ type Locker struct {
 	leases map[*Lease]struct{}
 
 	// bg counts the goroutines started on a lease's behalf (the unlock
-	// after a loss or a max hold, the wait on a loss channel); Close waits
-	// for them.
+	// after a loss or a max hold); Close waits for them.
 	bg bg.Group
 }
 
@@ -203,7 +202,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 			// another's by now, so it is not the caller's. Release it, so that
 			// it passes on, and try again when waiting, as a new acquisition:
 			// a new owner, the backoff from its start.
-			l.releaseSpent(ctx, req)
+			l.unlockBounded(ctx, req, "dlock: releasing a grant that arrived after its TTL")
 			if !wait {
 				err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
 				break
@@ -261,13 +260,15 @@ func spent(g driver.Grant, ttl time.Duration, now time.Time) bool {
 	return g.Check != nil && g.Check(now) != nil
 }
 
-// releaseSpent unlocks a grant that arrived spent, even when ctx has ended,
-// within closeReleaseTimeout; a failure leaves the lock to its TTL.
-func (l *Locker) releaseSpent(ctx context.Context, req driver.Request) {
+// unlockBounded makes a best-effort, owner-checked unlock of req that its
+// caller does not wait on: bounded by closeReleaseTimeout, even when ctx
+// has ended. A failure is logged at warn, as what with args; a lock
+// already gone is none. A failed unlock leaves the lock to its TTL.
+func (l *Locker) unlockBounded(ctx context.Context, req driver.Request, what string, args ...any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
 	defer cancel()
 	if err := l.drv.Unlock(ctx, req); err != nil && !errors.Is(err, ErrNotHeld) {
-		l.log.WarnContext(ctx, "dlock: releasing a grant that arrived after its TTL", "name", req.Name, "error", err)
+		l.log.WarnContext(ctx, what, append(append([]any{"name", req.Name}, args...), "error", err)...)
 	}
 }
 
