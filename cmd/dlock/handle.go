@@ -76,10 +76,8 @@ const releaseExamples = `  dlock release "$H"
 func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("acquire", acquireHelp, acquireExamples)
 	var o runOpts
-	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
-	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
-	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "the lock's time to live on the store: how long it stays without a dlock extend")
-	f.DurationVar(&o.maxHold, "max-hold", 0, "the longest the lock may be held, extensions included (default: no cap)")
+	o.lockFlags(f, "the lock's time to live on the store: how long it stays without a dlock extend",
+		"the longest the lock may be held, extensions included (default: no cap)")
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
 		return code

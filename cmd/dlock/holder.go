@@ -133,10 +133,7 @@ func startHolder(sio *stdio, f *flags, backend string, o runOpts) int {
 func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags(holdCommand, "", "")
 	var o runOpts
-	f.DurationVar(&o.wait, "wait", 0, "")
-	f.BoolVar(&o.noWait, "no-wait", false, "")
-	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "")
-	f.DurationVar(&o.maxHold, "max-hold", 0, "")
+	o.lockFlags(f, "", "") // as dlock acquire's, which passes them on
 	word := os.NewFile(3, "word")
 	say := func(format string, a ...any) {
 		if word != nil {
