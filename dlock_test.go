@@ -124,17 +124,8 @@ func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
 	}
 	d.failRefresh.Store(true)
 	failedFrom := time.Now()
-	exp := lease.Expires()
-	// Reported by the validity's end: Err decides at the call, so this
-	// holds however late this goroutine or the lease's timer runs.
-	time.Sleep(time.Until(exp))
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() at the end of the lock's validity = %v, want ErrLost", lease.Err())
-	}
-	select {
-	case <-lease.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("lease not reported lost while renewals fail")
+	if !lostAtExpiry(t, lease, "while renewals fail") {
+		t.FailNow()
 	}
 	if !errors.Is(lease.Err(), dlock.ErrLost) || !strings.Contains(lease.Err().Error(), "network down") {
 		t.Errorf("Err() = %v, want ErrLost with the renewal's cause", lease.Err())
@@ -191,6 +182,25 @@ func (h *hanging) Unlock(ctx context.Context, r driver.Request) error {
 	return h.Driver.Unlock(ctx, r)
 }
 
+// lostAtExpiry sleeps until the lease's Expires and checks that it ends
+// lost there, when (why) no renewal succeeds: Err says so at the call,
+// however late this goroutine or the lease's timer runs, and Done closes.
+// It reports whether Done closed.
+func lostAtExpiry(t *testing.T, lease *dlock.Lease, why string) bool {
+	t.Helper()
+	time.Sleep(time.Until(lease.Expires()))
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() at the end of the lock's validity, %s = %v, want ErrLost", why, lease.Err())
+	}
+	select {
+	case <-lease.Done():
+		return true
+	case <-time.After(5 * time.Second):
+		t.Errorf("lease not reported lost %s", why)
+		return false
+	}
+}
+
 // A renewal that hangs past the lock's validity, ignoring its context,
 // does not delay the loss signal: Err says lost at the validity's end, Done
 // closes while the renewal still hangs (it returns only after), and the
@@ -201,16 +211,9 @@ func TestHungRenewalDoesNotDelayLoss(t *testing.T) {
 	lease := mustAcquire(t, l, "job")
 	time.Sleep(150 * time.Millisecond) // a renewal succeeds
 	close(d.stuck)
-	exp := lease.Expires()
-	time.Sleep(time.Until(exp))
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() at the end of the lock's validity, its renewal hung = %v, want ErrLost", lease.Err())
-	}
-	select {
-	case <-lease.Done():
-	case <-time.After(5 * time.Second):
+	if !lostAtExpiry(t, lease, "while its renewal hangs") {
 		close(d.unblock)
-		t.Fatal("lease not reported lost while its renewal hangs")
+		t.FailNow()
 	}
 	if !errors.Is(lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", lease.Err())
