@@ -159,7 +159,8 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 
 // acquire takes the lock req asks for (Name, Mode, Limit, Value set; the
 // rest filled in here), waiting if wait is set. The request is checked
-// once, here, and every try after sends it as it is.
+// once, here, and every try after sends it as it is (with a new owner
+// only after a grant that arrived spent).
 func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option, wait bool) (*Lease, error) {
 	name := req.Name
 	cfg := l.cfg
