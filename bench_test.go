@@ -12,11 +12,7 @@ import (
 // metrics) over the in-process memlock driver, whose own work is a map
 // operation under a mutex.
 func BenchmarkAcquireRelease(b *testing.B) {
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(b, memlock.NewStore())
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -114,35 +114,18 @@ func (f *flaky) Refresh(ctx context.Context, r driver.Request) (time.Time, error
 }
 
 func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
-	ctx := context.Background()
 	store := memlock.NewStore()
 	d := &flaky{Driver: store.Driver()}
-	l, err := dlock.New(d, dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
 	time.Sleep(250 * time.Millisecond) // some renewals succeed
 	if lease.Err() != nil {
 		t.Fatalf("lease ended while renewals succeed: %v", lease.Err())
 	}
 	d.failRefresh.Store(true)
 	failedFrom := time.Now()
-	exp := lease.Expires()
-	// Reported by the validity's end: Err decides at the call, so this
-	// holds however late this goroutine or the lease's timer runs.
-	time.Sleep(time.Until(exp))
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() at the end of the lock's validity = %v, want ErrLost", lease.Err())
-	}
-	select {
-	case <-lease.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("lease not reported lost while renewals fail")
+	if !lostAtExpiry(t, lease, "while renewals fail") {
+		t.FailNow()
 	}
 	if !errors.Is(lease.Err(), dlock.ErrLost) || !strings.Contains(lease.Err().Error(), "network down") {
 		t.Errorf("Err() = %v, want ErrLost with the renewal's cause", lease.Err())
@@ -156,16 +139,9 @@ func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
 func TestNoRenewalAfterRelease(t *testing.T) {
 	ctx := context.Background()
 	d := &flaky{Driver: memlock.NewStore().Driver()}
-	l, err := dlock.New(d, dlock.WithTTL(30*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithTTL(30*time.Millisecond))
 	for range 50 {
-		lease, err := l.Acquire(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, l, "job")
 		time.Sleep(time.Duration(runtime.NumGoroutine()%3) * 5 * time.Millisecond)
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -178,17 +154,85 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 	}
 }
 
+// hanging wraps a memlock driver; once stuck is closed, its Refresh
+// blocks until unblock is closed, whatever its context says, as a client
+// stuck on a silent connection does.
+type hanging struct {
+	*memlock.Driver
+	stuck   chan struct{} // closed: refreshes hang
+	unblock chan struct{} // closed: hanging refreshes return
+	unlocks chan driver.Request
+}
+
+func (h *hanging) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	select {
+	case <-h.stuck:
+		<-h.unblock
+		return time.Time{}, errors.New("connection reset")
+	default:
+		return h.Driver.Refresh(ctx, r)
+	}
+}
+
+func (h *hanging) Unlock(ctx context.Context, r driver.Request) error {
+	select {
+	case h.unlocks <- r:
+	default:
+	}
+	return h.Driver.Unlock(ctx, r)
+}
+
+// lostAtExpiry sleeps until the lease's Expires and checks that it ends
+// lost there, when (why) no renewal succeeds: Err says so at the call,
+// however late this goroutine or the lease's timer runs, and Done closes.
+// It reports whether Done closed.
+func lostAtExpiry(t *testing.T, lease *dlock.Lease, why string) bool {
+	t.Helper()
+	time.Sleep(time.Until(lease.Expires()))
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() at the end of the lock's validity, %s = %v, want ErrLost", why, lease.Err())
+	}
+	select {
+	case <-lease.Done():
+		return true
+	case <-time.After(5 * time.Second):
+		t.Errorf("lease not reported lost %s", why)
+		return false
+	}
+}
+
+// A renewal that hangs past the lock's validity, ignoring its context,
+// does not delay the loss signal: Err says lost at the validity's end, Done
+// closes while the renewal still hangs (it returns only after), and the
+// lock is unlocked once the renewal returns.
+func TestHungRenewalDoesNotDelayLoss(t *testing.T) {
+	d := &hanging{Driver: memlock.NewStore().Driver(), stuck: make(chan struct{}), unblock: make(chan struct{}), unlocks: make(chan driver.Request, 1)}
+	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
+	time.Sleep(150 * time.Millisecond) // a renewal succeeds
+	close(d.stuck)
+	if !lostAtExpiry(t, lease, "while its renewal hangs") {
+		close(d.unblock)
+		t.FailNow()
+	}
+	if !errors.Is(lease.Err(), dlock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+	close(d.unblock)
+	select {
+	case r := <-d.unlocks:
+		if r.Owner != lease.Owner() {
+			t.Errorf("unlocked owner %q, want the lease's %q", r.Owner, lease.Owner())
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("no unlock after the hung renewal returned")
+	}
+}
+
 func TestLeaseContext(t *testing.T) {
 	ctx := context.Background()
-	l, err := memlock.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newMem(t, memlock.NewStore())
+	lease := mustAcquire(t, l, "job")
 	work, cancel := lease.Context(ctx)
 	defer cancel()
 	if work.Err() != nil {
@@ -249,15 +293,8 @@ func TestMetricsAndLogs(t *testing.T) {
 	var logs testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := memlock.NewStore()
-	l, err := memlock.New(store, dlock.WithMeterProvider(mp), dlock.WithLogger(logger), dlock.WithTTL(60*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	lease, err := l.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newMem(t, store, dlock.WithMeterProvider(mp), dlock.WithLogger(logger), dlock.WithTTL(60*time.Millisecond))
+	lease := mustAcquire(t, l, "job")
 	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatal(err)
 	}
@@ -311,11 +348,7 @@ func TestLostReasons(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	store := memlock.NewStore()
 	d := &signalling{Driver: store.Driver()}
-	l, err := dlock.New(d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithMeterProvider(mp), dlock.WithTTL(200*time.Millisecond))
 
 	// expired: no renewal, the validity runs out.
 	a, err := l.TryAcquire(ctx, "expired", dlock.WithAutoRenew(false), dlock.WithTTL(50*time.Millisecond))
@@ -390,6 +423,46 @@ func TestValidateNameSaysWhichCharacter(t *testing.T) {
 		if !errors.Is(err, dlock.ErrInvalidName) || !strings.Contains(err.Error(), c.want) ||
 			!strings.Contains(err.Error(), "ASCII letters, digits") {
 			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName saying %s and what a name holds", c.name, err, c.want)
+		}
+	}
+}
+
+// A handle's text has nine fields and decodes to the same Handle; a text
+// written before the CLI's holder left the library (a tenth field, empty)
+// decodes as it did; one naming a holder, or with fields missing, is
+// refused with ErrBadHandle.
+func TestHandleText(t *testing.T) {
+	h := dlock.Handle{Scheme: "redis", Name: "deploy-prod", Mode: driver.Permit, Limit: 3,
+		Owner: "fedcba9876543210fedcba9876543210", Token: 42, TTL: 10 * time.Minute}
+	text := h.String()
+	if n := strings.Count(text, ".") + 1; n != 9 {
+		t.Errorf("String() = %q: %d fields, want 9", text, n)
+	}
+	withDeadline := dlock.Handle{Scheme: "zk", Name: "jobs/a", Mode: driver.Read,
+		Owner: "0123456789abcdef0123456789abcdef", Token: 7, TTL: 5 * time.Second, Deadline: time.UnixMilli(1796400000000)}
+	for _, c := range []struct {
+		text string
+		want dlock.Handle
+	}{
+		{text, h},
+		{withDeadline.String(), withDeadline},
+		// Written by Handle.String before (its tenth field, the holder,
+		// empty): decoded the same.
+		{"dlock1.redis.permit.600000.0.42.3.fedcba9876543210fedcba9876543210.ZGVwbG95LXByb2Q.", h},
+	} {
+		if got, err := dlock.ParseHandle(c.text); err != nil || got != c.want {
+			t.Errorf("ParseHandle(%q) = %+v, %v; want %+v", c.text, got, err, c.want)
+		}
+	}
+	for _, s := range []string{
+		// The dlock CLI's handle of a lock in its detached holder.
+		"dlock1.zk.read.5000.1796400000000.7.0.0123456789abcdef0123456789abcdef.am9icy9h.L3J1bi91c2VyLzEwMDAvZGxvY2svaG9sZC1hYjEyLnNvY2s",
+		"dlock1.redis.permit.600000.0.42.3.fedcba9876543210fedcba9876543210",
+		text + "..",
+		"dlock2" + strings.TrimPrefix(text, "dlock1"),
+	} {
+		if _, err := dlock.ParseHandle(s); !errors.Is(err, dlock.ErrBadHandle) {
+			t.Errorf("ParseHandle(%q) = %v, want ErrBadHandle", s, err)
 		}
 	}
 }

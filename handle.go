@@ -36,18 +36,18 @@ type Handle struct {
 	// Deadline, when not zero, is when the hold must end (WithMaxHold of
 	// the acquisition): a resumed lease ends there.
 	Deadline time.Time
-	// Holder, for a lock that cannot outlive the process that took it
-	// (see Resume), is where the process holding it for others listens:
-	// the socket of the dlock CLI's detached holder. Empty otherwise.
-	Holder string
 }
 
 // handlePrefix starts every encoded Handle, with the format's version.
 const handlePrefix = "dlock1"
 
-// String encodes h: the version, the scheme, the mode, the TTL and the
-// deadline in milliseconds (0: none), the token, the limit, the owner, the
-// name and the holder (both base64url), separated by dots.
+// String encodes h in nine fields separated by dots: the version, the
+// scheme, the mode, the TTL and the deadline in milliseconds (0: none),
+// the token, the limit, the owner and the name (base64url).
+//
+// Handles written before had a tenth field, the socket of the dlock CLI's
+// detached holder, empty in every handle of the library; the CLI still
+// adds it to the handles it prints (see ParseHandle).
 func (h Handle) String() string {
 	var deadline int64
 	if !h.Deadline.IsZero() {
@@ -55,16 +55,19 @@ func (h Handle) String() string {
 	}
 	return strings.Join([]string{handlePrefix, h.Scheme, h.Mode.String(), strconv.FormatInt(h.TTL.Milliseconds(), 10),
 		strconv.FormatInt(deadline, 10), strconv.FormatUint(h.Token, 10), strconv.Itoa(h.Limit), h.Owner,
-		base64.RawURLEncoding.EncodeToString([]byte(h.Name)), base64.RawURLEncoding.EncodeToString([]byte(h.Holder))}, ".")
+		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
 }
 
 // ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle), or
 // names another backend than the Locker's (Resume).
 var ErrBadHandle = errors.New("dlock: not a lock handle")
 
-// ParseHandle decodes a Handle encoded by Handle.String. Text that is not
-// one (garbled, truncated, of another version) is an error matching
-// ErrBadHandle that says what is wrong.
+// ParseHandle decodes a Handle encoded by Handle.String, now or before:
+// an older handle's tenth field (see String) must be empty, as the
+// library wrote it; one that names a holder process is the dlock CLI's,
+// for its extend and release. Text that is not a handle (garbled,
+// truncated, of another version) is an error matching ErrBadHandle that
+// says what is wrong.
 func ParseHandle(s string) (Handle, error) {
 	bad := func(what string) (Handle, error) {
 		return Handle{}, fmt.Errorf("%w: %s", ErrBadHandle, what)
@@ -73,8 +76,14 @@ func ParseHandle(s string) (Handle, error) {
 	if len(f) == 0 || f[0] != handlePrefix {
 		return bad("it does not start with " + handlePrefix + ".")
 	}
-	if len(f) != 10 {
-		return bad(fmt.Sprintf("%d fields, want 10", len(f)))
+	if len(f) == 10 {
+		if f[9] != "" {
+			return bad("it names a holder process of the dlock CLI, which only dlock extend and dlock release reach")
+		}
+		f = f[:9]
+	}
+	if len(f) != 9 {
+		return bad(fmt.Sprintf("%d fields, want 9", len(f)))
 	}
 	var h Handle
 	h.Scheme = f[1]
@@ -116,11 +125,6 @@ func ParseHandle(s string) (Handle, error) {
 	if err := ValidateName(h.Name); err != nil {
 		return bad(err.Error())
 	}
-	holder, err := base64.RawURLEncoding.DecodeString(f[9])
-	if err != nil {
-		return bad("the holder is not base64url")
-	}
-	h.Holder = string(holder)
 	return h, nil
 }
 
@@ -194,8 +198,8 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 	if err != nil {
 		return nil, err
 	}
-	if !l.Supports(h.Mode) {
-		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", h.Mode, h.Name, l.backend, ErrUnsupported, l.unsupportedReason(h.Mode))
+	if err := l.check(h.Name, h.Mode); err != nil {
+		return nil, err
 	}
 	cfg := l.cfg
 	cfg.ttl = h.TTL
@@ -225,8 +229,8 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 	return newLease(l, req, g, cfg.autoRenew, cfg.maxHold), nil
 }
 
-// handleDriver checks that h can be taken over on this Locker (a
-// Resumer backend, the same scheme, a valid name) and returns the driver.
+// handleDriver checks that h's lock can be taken over on this Locker (a
+// Resumer backend, the same scheme) and returns the driver.
 func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	r, ok := l.drv.(driver.Resumer)
 	if !ok {
@@ -235,7 +239,7 @@ func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	if h.Scheme != l.backend {
 		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
 	}
-	return r, ValidateName(h.Name)
+	return r, nil
 }
 
 // notResumable is the error of Resume and Detach on a backend without
@@ -253,6 +257,9 @@ func (l *Locker) notResumable() error {
 // process.
 func (l *Locker) ReleaseHandle(ctx context.Context, h Handle) error {
 	if _, err := l.handleDriver(h); err != nil {
+		return err
+	}
+	if err := ValidateName(h.Name); err != nil {
 		return err
 	}
 	if l.isClosed() {

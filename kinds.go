@@ -128,8 +128,8 @@ func (l *Locker) checkElection(name string) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
-	if !l.Supports(driver.Leader) {
-		return fmt.Errorf("dlock: election %q on the %s backend: %w%s", name, l.backend, ErrUnsupported, l.unsupportedReason(driver.Leader))
+	if leader := l.modes[driver.Leader]; !leader.ok {
+		return fmt.Errorf("dlock: election %q on the %s backend: %w%s", name, l.backend, ErrUnsupported, leader.why)
 	}
 	if l.isClosed() {
 		return ErrClosed

@@ -47,11 +47,7 @@ func (moderOnly) Supports(driver.Mode) bool { return true }
 func TestUnsupportedKinds(t *testing.T) {
 	ctx := context.Background()
 	p := &plainDriver{d: memlock.NewStore().Driver()}
-	l, err := dlock.New(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, p)
 	if !l.Supports(driver.Exclusive) {
 		t.Error("Supports(Exclusive) = false")
 	}
@@ -82,11 +78,7 @@ func TestUnsupportedKinds(t *testing.T) {
 	}
 
 	// A Moder that is no Elector has no elections.
-	l2, err := dlock.New(moderOnly{&plainDriver{d: memlock.NewStore().Driver()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	l2 := newLocker(t, moderOnly{&plainDriver{d: memlock.NewStore().Driver()}})
 	if l2.Supports(driver.Leader) || !l2.Supports(driver.Permit) {
 		t.Error("a Moder without Elector: want Permit supported and Leader not")
 	}

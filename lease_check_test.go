@@ -99,11 +99,7 @@ func (c *checking) TryLock(ctx context.Context, r driver.Request) (driver.Grant,
 func TestErrAsksTheDriver(t *testing.T) {
 	ctx := context.Background()
 	d := &checking{Driver: memlock.NewStore().Driver()}
-	l, err := dlock.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d)
 	lease, err := l.TryAcquire(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
@@ -155,11 +151,7 @@ func BenchmarkLeaseErr(b *testing.B) {
 		d    driver.Driver
 	}{{"ttl", memlock.NewStore().Driver()}, {"check", &checking{Driver: memlock.NewStore().Driver()}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			l, err := dlock.New(bc.d)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
+			l := newLocker(b, bc.d)
 			lease, err := l.TryAcquire(ctx, "job")
 			if err != nil {
 				b.Fatal(err)
@@ -177,11 +169,7 @@ func BenchmarkLeaseErr(b *testing.B) {
 // BenchmarkLeaseContextErr measures the same look through Lease.Context.
 func BenchmarkLeaseContextErr(b *testing.B) {
 	ctx := context.Background()
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(b, memlock.NewStore())
 	lease, err := l.TryAcquire(ctx, "job")
 	if err != nil {
 		b.Fatal(err)

@@ -22,20 +22,22 @@ import (
 type Locker struct {
 	drv     driver.Driver
 	waiter  driver.Waiter
-	moder   driver.Moder   // nil: Exclusive only
 	elector driver.Elector // nil: no elections
 	backend string
 	cfg     config
 	m       *metrics
 	log     *slog.Logger
 
+	// modes is what the driver answered, at New, for each mode of
+	// driver.Mode: whether it has the mode and, if not, why.
+	modes [driver.Leader + 1]modeSupport
+
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
 
 	// bg counts the goroutines started on a lease's behalf (the unlock
-	// after a loss or a max hold, the wait on a loss channel); Close waits
-	// for them.
+	// after a loss or a max hold); Close waits for them.
 	bg bg.Group
 }
 
@@ -63,8 +65,10 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 	}
 	l := &Locker{drv: d, backend: backend, cfg: cfg, leases: map[*Lease]struct{}{}}
 	l.waiter, _ = d.(driver.Waiter)
-	l.moder, _ = d.(driver.Moder)
 	l.elector, _ = d.(driver.Elector)
+	for m := range l.modes {
+		l.modes[m] = supportOf(d, driver.Mode(m))
+	}
 	l.m = newMetrics(cfg.meter, backend)
 	l.log = cfg.logger
 	if l.log == nil {
@@ -78,30 +82,57 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 // lock m: always for driver.Exclusive (the mutex), for other modes when
 // the driver says so (see driver.Moder). Methods for a mode the backend
 // lacks fail with ErrUnsupported.
-func (l *Locker) Supports(m driver.Mode) bool {
-	if m == driver.Exclusive {
-		return true
-	}
-	if l.moder == nil {
-		return false
-	}
-	if m == driver.Leader && l.elector == nil {
-		return false
-	}
-	return l.moder.Supports(m)
+func (l *Locker) Supports(m driver.Mode) bool { return l.support(m).ok }
+
+// modeSupport is whether a Locker's driver implements a mode and, if not,
+// the end of the ErrUnsupported error of a request in that mode: the
+// driver's reason in parentheses, for a driver whose modes depend on how
+// it was configured (a driver.Unsupporter, as redislock's in its redsync
+// layout), or nothing.
+type modeSupport struct {
+	ok  bool
+	why string
 }
 
-// unsupportedReason ends the error of a request for mode m, which the
-// backend lacks: the driver's reason in parentheses, for a driver whose
-// modes depend on how it was configured (a driver.Unsupporter, as
-// redislock's in its redsync layout), or nothing.
-func (l *Locker) unsupportedReason(m driver.Mode) string {
-	if d, ok := l.drv.(driver.Unsupporter); ok {
-		if why := d.UnsupportedReason(m); why != "" {
-			return " (" + why + ")"
+// supportOf asks driver d about mode m, once, for New: the mutex is always
+// there; another mode needs a driver.Moder that has it, and an election a
+// driver.Elector too. A driver's modes are fixed when it is made.
+func supportOf(d driver.Driver, m driver.Mode) modeSupport {
+	moder, _ := d.(driver.Moder)
+	_, elector := d.(driver.Elector)
+	if m == driver.Exclusive || moder != nil && (m != driver.Leader || elector) && moder.Supports(m) {
+		return modeSupport{ok: true}
+	}
+	if u, ok := d.(driver.Unsupporter); ok {
+		if why := u.UnsupportedReason(m); why != "" {
+			return modeSupport{why: " (" + why + ")"}
 		}
 	}
-	return ""
+	return modeSupport{}
+}
+
+// support is what the driver said of mode m at New; a mode that
+// driver.Mode does not define is unsupported.
+func (l *Locker) support(m driver.Mode) modeSupport {
+	if int(m) < len(l.modes) {
+		return l.modes[m]
+	}
+	return modeSupport{}
+}
+
+// check is the entry check of a request for the lock name in mode m, made
+// once, before the driver sees the request: the name must be valid (an
+// error wrapping ErrInvalidName) and the driver must have the mode (an
+// error wrapping ErrUnsupported, with the driver's reason).
+func (l *Locker) check(name string, m driver.Mode) error {
+	mode := l.support(m)
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if !mode.ok {
+		return fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", m, name, l.backend, ErrUnsupported, mode.why)
+	}
+	return nil
 }
 
 // Driver returns the Locker's driver, for backend-specific features.
@@ -127,7 +158,9 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 }
 
 // acquire takes the lock req asks for (Name, Mode, Limit, Value set; the
-// rest filled in here), waiting if wait is set.
+// rest filled in here), waiting if wait is set. The request is checked
+// once, here, and every try after sends it as it is (with a new owner
+// only after a grant that arrived spent).
 func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option, wait bool) (*Lease, error) {
 	name := req.Name
 	cfg := l.cfg
@@ -137,11 +170,8 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 			return nil, cfg.err
 		}
 	}
-	if err := ValidateName(name); err != nil {
+	if err := l.check(name, req.Mode); err != nil {
 		return nil, err
-	}
-	if !l.Supports(req.Mode) {
-		return nil, fmt.Errorf("dlock: %s lock %q on the %s backend: %w%s", req.Mode, name, l.backend, ErrUnsupported, l.unsupportedReason(req.Mode))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
@@ -150,35 +180,45 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, ErrClosed
 	}
 	req.TTL = cfg.ttl
+	// One loop for every try: a driver that can wait (a driver.Waiter) is
+	// asked to; another is tried again after a pause while the lock is
+	// busy (see pause).
 	start := time.Now()
 	var g driver.Grant
 	var err error
-	var end time.Time // when the last attempt returned
-	for {
-		req.Owner = newOwner()
-		switch {
-		case !wait:
-			g, err = l.drv.TryLock(ctx, req)
-		case l.waiter != nil:
+	var end time.Time // when the last try returned
+	for attempt := 1; ; attempt++ {
+		if attempt == 1 {
+			req.Owner = newOwner()
+		}
+		if wait && l.waiter != nil {
 			g, err = l.waiter.Lock(ctx, req)
-		default:
-			g, err = l.retry(ctx, req, cfg.backoff)
+		} else {
+			g, err = l.drv.TryLock(ctx, req)
 		}
 		end = time.Now()
-		if err != nil || !spent(g, req.TTL, end) {
+		if err == nil && spent(g, req.TTL, end) {
+			// The grant arrived with its validity already over (the request
+			// outlasted the TTL, as while a store fails over): the lock may be
+			// another's by now, so it is not the caller's. Release it, so that
+			// it passes on, and try again when waiting, as a new acquisition:
+			// a new owner, the backoff from its start.
+			l.unlockBounded(ctx, req, "dlock: releasing a grant that arrived after its TTL")
+			if !wait {
+				err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
+				break
+			}
+			if err = ctx.Err(); err != nil {
+				break
+			}
+			attempt = 0
+			continue
+		}
+		if err == nil || !wait || l.waiter != nil || !errors.Is(err, ErrNotAcquired) {
 			break
 		}
-		// The grant arrived with its validity already over (the request
-		// outlasted the TTL, as while a store fails over): the lock may be
-		// another's by now, so it is not the caller's. Release it, so that
-		// it passes on, and try again when waiting.
-		l.releaseSpent(ctx, req)
-		if !wait {
-			err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
-			break
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			err = cerr
+		if err = pause(ctx, cfg.backoff, attempt, err); err != nil {
+			end = time.Now()
 			break
 		}
 	}
@@ -221,40 +261,15 @@ func spent(g driver.Grant, ttl time.Duration, now time.Time) bool {
 	return g.Check != nil && g.Check(now) != nil
 }
 
-// releaseSpent unlocks a grant that arrived spent, even when ctx has ended,
-// within closeReleaseTimeout; a failure leaves the lock to its TTL.
-func (l *Locker) releaseSpent(ctx context.Context, req driver.Request) {
+// unlockBounded makes a best-effort, owner-checked unlock of req that its
+// caller does not wait on: bounded by closeReleaseTimeout, even when ctx
+// has ended. A failure is logged at warn, as what with args; a lock
+// already gone is none. A failed unlock leaves the lock to its TTL.
+func (l *Locker) unlockBounded(ctx context.Context, req driver.Request, what string, args ...any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
 	defer cancel()
 	if err := l.drv.Unlock(ctx, req); err != nil && !errors.Is(err, ErrNotHeld) {
-		l.log.WarnContext(ctx, "dlock: releasing a grant that arrived after its TTL", "name", req.Name, "error", err)
-	}
-}
-
-// retry is the waiting policy for drivers that cannot be notified: TryLock,
-// then sleep for the backoff, never past the holder's known expiry.
-func (l *Locker) retry(ctx context.Context, req driver.Request, backoff Backoff) (driver.Grant, error) {
-	var timer *time.Timer
-	for attempt := 1; ; attempt++ {
-		g, err := l.drv.TryLock(ctx, req)
-		if err == nil || !errors.Is(err, ErrNotAcquired) {
-			return g, err
-		}
-		d := backoff(attempt)
-		if held, ok := errors.AsType[*HeldError](err); ok && held.Remaining > 0 {
-			d = min(d, held.Remaining)
-		}
-		if timer == nil {
-			timer = time.NewTimer(d)
-			defer timer.Stop()
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
-		case <-timer.C:
-		}
+		l.log.WarnContext(ctx, what, append(append([]any{"name", req.Name}, args...), "error", err)...)
 	}
 }
 

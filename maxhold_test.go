@@ -37,16 +37,8 @@ func TestMaxHold(t *testing.T) {
 		{"session", sessionBound{memlock.NewStore().Driver()}, dlock.DefaultTTL},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			l, err := dlock.New(c.drv, dlock.WithTTL(c.ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			other, err := dlock.New(c.drv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close()
+			l := newLocker(t, c.drv, dlock.WithTTL(c.ttl))
+			other := newLocker(t, c.drv)
 			start := time.Now()
 			lease, err := l.Acquire(ctx, "job", dlock.WithMaxHold(maxHold))
 			if err != nil {
@@ -97,11 +89,7 @@ func TestMaxHold(t *testing.T) {
 
 // A negative WithMaxHold is an error naming it.
 func TestMaxHoldNegative(t *testing.T) {
-	l, err := memlock.New(memlock.NewStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newMem(t, memlock.NewStore())
 	if _, err := l.TryAcquire(context.Background(), "x", dlock.WithMaxHold(-time.Second)); err == nil {
 		t.Fatal("TryAcquire with a negative max hold succeeded")
 	}
@@ -158,11 +146,7 @@ func TestCloseWaitsForUnlockAfterEnd(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatalf("Close = %v", err)
 			}
-			other, err := dlock.New(store.Driver())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close()
+			other := newLocker(t, store.Driver())
 			next, err := other.TryAcquire(ctx, "job")
 			if err != nil {
 				t.Fatalf("TryAcquire right after Close = %v, want the lock free", err)

@@ -48,35 +48,11 @@ func (r *recorder) Lock(ctx context.Context, req driver.Request) (driver.Grant, 
 	return r.Driver.Lock(ctx, req)
 }
 
-func newMem(t *testing.T, store *memlock.Store, opts ...dlock.Option) *dlock.Locker {
-	t.Helper()
-	l, err := memlock.New(store, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
-func isFree(t *testing.T, l *dlock.Locker, name string) bool {
-	t.Helper()
-	lease, err := l.TryAcquire(context.Background(), name)
-	if err != nil {
-		return false
-	}
-	_ = lease.Release(context.Background())
-	return true
-}
-
 func TestAcquireAllCanonicalOrder(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.NewStore()
 	rec := &recorder{Driver: store.Driver()}
-	l, err := dlock.New(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, rec)
 	for _, acquireAll := range []func(context.Context, []string, ...dlock.Option) (*dlock.MultiLease, error){l.AcquireAll, l.TryAcquireAll} {
 		rec.names = nil
 		m, err := acquireAll(ctx, []string{"c", "a", "b", "a", "c"})
@@ -107,11 +83,7 @@ func TestAcquireAllCanonicalOrder(t *testing.T) {
 func TestAcquireAllChecksNamesFirst(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{Driver: memlock.NewStore().Driver()}
-	l, err := dlock.New(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, rec)
 	if _, err := l.AcquireAll(ctx, []string{"a", "b//c"}); !errors.Is(err, dlock.ErrInvalidName) {
 		t.Errorf("AcquireAll with an invalid name = %v, want ErrInvalidName", err)
 	}
@@ -127,11 +99,7 @@ func TestAcquireAllReleasesOnFailure(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.NewStore()
 	rec := &recorder{Driver: store.Driver(), fail: map[string]bool{"c": true}}
-	l, err := dlock.New(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, rec)
 	other := newMem(t, store)
 	m, err := l.AcquireAll(ctx, []string{"d", "c", "b", "a"})
 	if err == nil || m != nil {
@@ -148,10 +116,7 @@ func TestAcquireAllReleasesOnFailure(t *testing.T) {
 
 	// A ctx that ends while AcquireAll waits for the second lock.
 	holder := newMem(t, store)
-	held, err := holder.Acquire(ctx, "y")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := mustAcquire(t, holder, "y")
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err = other.AcquireAll(wctx, []string{"y", "x"})
 	cancel()

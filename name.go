@@ -11,6 +11,15 @@ import (
 // MaxNameLen is the longest valid lock name, in bytes.
 const MaxNameLen = 200
 
+// nameBytes marks the bytes a name may hold: driver.NameByte's rule, as a
+// table for ValidateName's loop.
+var nameBytes = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = driver.NameByte(byte(c))
+	}
+	return t
+}()
+
 // ValidateName reports whether name is a valid lock name, with an error
 // wrapping ErrInvalidName when it is not.
 //
@@ -32,7 +41,7 @@ func ValidateName(name string) error {
 			return fmt.Errorf("%w: %q: byte %#02x at %d is not UTF-8: a name holds ASCII letters, digits and - _ . : @ + = /",
 				ErrInvalidName, name, name[i], i)
 		}
-		if r >= utf8.RuneSelf || !driver.NameByte(byte(r)) {
+		if r >= utf8.RuneSelf || !nameBytes[r] {
 			return fmt.Errorf("%w: %q: character %q (%U) at byte %d is not allowed: a name holds ASCII letters, digits and - _ . : @ + = /",
 				ErrInvalidName, name, r, r, i)
 		}

@@ -47,14 +47,11 @@ func (n *notifying) signal(name string) {
 func TestOnLost(t *testing.T) {
 	ctx := context.Background()
 	d := &notifying{Driver: memlock.NewStore().Driver(), notices: map[string]*driver.LossNotice{}}
-	l, err := dlock.New(d, dlock.WithTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newLocker(t, d, dlock.WithTTL(time.Hour))
 	const n = 500
 	before := runtime.NumGoroutine()
 	leases := make([]*dlock.Lease, n)
+	var err error
 	for i := range leases {
 		if leases[i], err = l.TryAcquire(ctx, "job-"+strconv.Itoa(i)); err != nil {
 			t.Fatal(err)

@@ -1,6 +1,8 @@
 package dlock
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -51,4 +53,23 @@ func ConstantBackoff(d time.Duration) Backoff {
 // clamp returns d limited to [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration {
 	return max(lo, min(d, hi))
+}
+
+// pause is the wait between the tries of a driver that cannot be
+// notified, after try number attempt found the lock busy with err: the
+// backoff, never past the holder's known expiry (err's *HeldError). It
+// returns ctx's error when ctx ends first.
+func pause(ctx context.Context, backoff Backoff, attempt int, err error) error {
+	d := backoff(attempt)
+	if held, ok := errors.AsType[*HeldError](err); ok && held.Remaining > 0 {
+		d = min(d, held.Remaining)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -122,16 +122,11 @@ func (s *Lease) endAndUnlock(cause error, lost string) {
 // unlockAfterLoss is the owner-checked unlock after expire or endMaxHold.
 // It waits for a renewal in flight to return first. It is bounded as
 // Close's releases are, so that Close, which waits for it, returns once
-// the store has answered or the bound has passed. A failure is logged; a
-// lock already gone is none.
+// the store has answered or the bound has passed.
 func (s *Lease) unlockAfterLoss() {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
-	defer cancel()
-	if err := s.l.drv.Unlock(ctx, s.req); err != nil && !errors.Is(err, ErrNotHeld) {
-		s.l.log.Warn("dlock: unlock after the lease's end failed", "name", s.req.Name, "token", s.token, "error", err)
-	}
+	s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
 }
 
 // backendCause is the lease's end when the driver reports the lock gone;

@@ -172,7 +172,8 @@ func (m Mode) String() string {
 // kind of lock (readers holding together have distinct tokens).
 //
 // A driver whose modes depend on how it was configured may also implement
-// Unsupporter, to say why it lacks a mode.
+// Unsupporter, to say why it lacks a mode. dlock asks both about every
+// mode once, when the Locker is made: the answers must not change.
 type Moder interface {
 	// Supports reports whether the driver implements mode m.
 	Supports(m Mode) bool

@@ -189,6 +189,16 @@ func (f *flags) parse(sio *stdio, args []string) ([]string, int, bool) {
 	}
 }
 
+// parseNone is parse for a command that takes flags only: a positional
+// argument is a usage error.
+func (f *flags) parseNone(sio *stdio, args []string) (int, bool) {
+	pos, code, ok := f.parse(sio, args)
+	if ok && len(pos) > 0 {
+		return usageErr(sio, f.cmd, "no arguments expected, got %q", pos), false
+	}
+	return code, ok
+}
+
 // parseOnce parses the flags before the first positional argument, which
 // f.Args then returns with everything after it. ok is false when parsing
 // ended the command, with the exit code.

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/scale"
 )
 
 const benchHelp = `Usage: dlock bench [flags]
@@ -61,13 +61,10 @@ func cmdBench(ctx context.Context, sio *stdio, args []string) int {
 	dur := f.Duration("duration", 2*time.Second, "how long each phase runs")
 	conc := f.Int("concurrency", 8, "goroutines in the parallel and contended phases")
 	sf := addScaleFlags(f)
-	pos, code, ok := f.parse(sio, args)
-	if !ok {
+	if code, ok := f.parseNone(sio, args); !ok {
 		return code
 	}
 	switch {
-	case len(pos) > 0:
-		return usageErr(sio, f.cmd, "no arguments expected, got %q", pos)
 	case *dur < 10*time.Millisecond:
 		return usageErr(sio, f.cmd, "--duration %v: want at least 10ms", *dur)
 	case *conc < 2 || *conc > 1024:
@@ -158,8 +155,8 @@ func (b *bench) sequential(ctx context.Context, r *benchResult) error {
 		rel = append(rel, time.Since(t1))
 	}
 	r.seqRate = float64(len(acq)) / time.Since(start).Seconds()
-	r.acqP50, r.acqP99 = percentile(acq, 50), percentile(acq, 99)
-	r.relP50, r.relP99 = percentile(rel, 50), percentile(rel, 99)
+	r.acqP50, r.acqP99 = scale.Percentile(acq, 50), scale.Percentile(acq, 99)
+	r.relP50, r.relP99 = scale.Percentile(rel, 50), scale.Percentile(rel, 99)
 	return nil
 }
 
@@ -248,16 +245,6 @@ func (b *bench) contended(ctx context.Context, r *benchResult) error {
 		r.handoff = float64(other) / float64(n-1)
 	}
 	return nil
-}
-
-// percentile returns the p-th percentile of ds (sorted in place).
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := (len(ds)*p + 99) / 100
-	return ds[min(max(i-1, 0), len(ds)-1)]
 }
 
 func printBench(w io.Writer, rs []benchResult, conc int) {

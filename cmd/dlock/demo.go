@@ -47,13 +47,10 @@ func cmdDemo(ctx context.Context, sio *stdio, args []string) int {
 	f.Lookup("backend").Usage = "backend `URL` (default $" + envBackend + ", else lock files in a temporary directory, removed at the end)"
 	workers := f.Int("workers", 5, "number of concurrent workers")
 	stock := f.Int("stock", 10, "items in stock")
-	pos, code, ok := f.parse(sio, args)
-	if !ok {
+	if code, ok := f.parseNone(sio, args); !ok {
 		return code
 	}
 	switch {
-	case len(pos) > 0:
-		return usageErr(sio, f.cmd, "no arguments expected, got %q", pos)
 	case *workers < 2 || *workers > 100:
 		return usageErr(sio, f.cmd, "--workers %d: want 2 to 100", *workers)
 	case *stock < 1 || *stock > 10000:

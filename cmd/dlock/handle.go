@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock"
@@ -74,10 +76,8 @@ const releaseExamples = `  dlock release "$H"
 func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("acquire", acquireHelp, acquireExamples)
 	var o runOpts
-	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
-	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
-	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "the lock's time to live on the store: how long it stays without a dlock extend")
-	f.DurationVar(&o.maxHold, "max-hold", 0, "the longest the lock may be held, extensions included (default: no cap)")
+	o.lockFlags(f, "the lock's time to live on the store: how long it stays without a dlock extend",
+		"the longest the lock may be held, extensions included (default: no cap)")
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
 		return code
@@ -115,8 +115,43 @@ func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
 		releaseAfterRun(sio, f.cmd, log, lease)
 		return failf(sio, exitUnavailable, f.cmd, "%s", oneLine(err))
 	}
-	fmt.Fprintln(sio.out, h.String())
+	fmt.Fprintln(sio.out, cliHandle{Handle: h}.String())
 	return exitOK
+}
+
+// cliHandle is a handle as the CLI prints and reads it: the library's
+// dlock.Handle and the socket of the lock's detached holder (see
+// holdCommand), empty for a lock that lives on the store by itself.
+type cliHandle struct {
+	dlock.Handle
+	holder string
+}
+
+// String encodes h as Handle.String does, then a dot and the holder in
+// base64url: the tenth field that handles had before the library dropped
+// it, so that the CLI prints the same handles as before (one without a
+// holder ends with a dot).
+func (h cliHandle) String() string {
+	return h.Handle.String() + "." + base64.RawURLEncoding.EncodeToString([]byte(h.holder))
+}
+
+// parseHandle decodes a handle the CLI printed (String), now or before,
+// or one of the library (dlock.Handle.String), which has no holder: the
+// library's nine fields, then the CLI's tenth, if there.
+func parseHandle(s string) (cliHandle, error) {
+	s = strings.TrimSpace(s)
+	var h cliHandle
+	if strings.Count(s, ".") == 9 {
+		i := strings.LastIndexByte(s, '.')
+		holder, err := base64.RawURLEncoding.DecodeString(s[i+1:])
+		if err != nil {
+			return h, fmt.Errorf("%w: the holder is not base64url", dlock.ErrBadHandle)
+		}
+		s, h.holder = s[:i], string(holder)
+	}
+	var err error
+	h.Handle, err = dlock.ParseHandle(s)
+	return h, err
 }
 
 func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
@@ -129,14 +164,14 @@ func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
 	if *ttl < dlock.MinTTL {
 		return usageErr(sio, f.cmd, "--ttl %v: below the minimum %v", *ttl, dlock.MinTTL)
 	}
-	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
-		if h.Holder != "" {
+	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h cliHandle) error {
+		if h.holder != "" {
 			if !h.Deadline.IsZero() && time.Now().After(h.Deadline) {
 				return fmt.Errorf("%w: its --max-hold deadline has passed", dlock.ErrMaxHold)
 			}
 			return askHolder(h, "extend", strconv.FormatInt(ttl.Milliseconds(), 10))
 		}
-		lease, err := locker.Resume(ctx, h, dlock.WithTTL(*ttl), dlock.WithAutoRenew(false))
+		lease, err := locker.Resume(ctx, h.Handle, dlock.WithTTL(*ttl), dlock.WithAutoRenew(false))
 		if err != nil {
 			return err
 		}
@@ -151,27 +186,27 @@ func cmdRelease(ctx context.Context, sio *stdio, args []string) int {
 	if !ok {
 		return code
 	}
-	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h dlock.Handle) error {
-		if h.Holder != "" {
+	return withHandle(ctx, sio, f, pos, func(locker *dlock.Locker, h cliHandle) error {
+		if h.holder != "" {
 			return askHolder(h, "release", "")
 		}
-		return locker.ReleaseHandle(ctx, h)
+		return locker.ReleaseHandle(ctx, h.Handle)
 	})
 }
 
 // withHandle parses the one HANDLE argument, opens the backend and runs
 // do, turning its error into the exit code: 76 when the handle no longer
 // holds the lock.
-func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func(*dlock.Locker, dlock.Handle) error) int {
+func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func(*dlock.Locker, cliHandle) error) int {
 	if len(pos) != 1 {
 		return usageErr(sio, f.cmd, "one HANDLE expected (printed by dlock acquire), got %d arguments", len(pos))
 	}
-	h, err := dlock.ParseHandle(pos[0])
+	h, err := parseHandle(pos[0])
 	if err != nil {
 		return usageErr(sio, f.cmd, "%v", err)
 	}
 	var locker *dlock.Locker
-	if h.Holder == "" { // a holder's lock is reached through the holder
+	if h.holder == "" { // a holder's lock is reached through the holder
 		var code int
 		if locker, _, code = openWithLog(ctx, sio, f); locker == nil {
 			return code

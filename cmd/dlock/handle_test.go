@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
 )
 
@@ -46,6 +48,9 @@ func TestHandlePipeline(t *testing.T) {
 			h := strings.TrimSpace(r.stdout)
 			if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(h, "dlock1.") {
 				t.Fatalf("dlock acquire printed %q, want one handle line", r.stdout)
+			}
+			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock") {
+				t.Errorf("handle %q: holder %q, %v; want one on the backends whose locks live in a process only", h, ch.holder, err)
 			}
 			if r := c.runRetrying("extend", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
 				t.Fatalf("dlock extend: exit %d: %s", r.code, r.stderr)
@@ -180,17 +185,17 @@ func TestAcquireRuntimeDirChecked(t *testing.T) {
 // exited and removed its socket: nothing is left behind.
 func holderGone(t *testing.T, handle string) {
 	t.Helper()
-	h, err := dlock.ParseHandle(handle)
+	h, err := parseHandle(handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Holder == "" {
+	if h.holder == "" {
 		return
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, statErr := os.Stat(h.Holder)
-		out, _ := exec.Command("pgrep", "-f", h.Holder).Output()
+		_, statErr := os.Stat(h.holder)
+		out, _ := exec.Command("pgrep", "-f", h.holder).Output()
 		if os.IsNotExist(statErr) && len(out) == 0 {
 			return
 		}
@@ -198,5 +203,41 @@ func holderGone(t *testing.T, handle string) {
 			t.Fatalf("the holder is not gone: socket %v, processes %q", statErr, out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The CLI prints the library's handle and a tenth field, its holder's
+// socket, as it did when the holder was a field of dlock.Handle: handles
+// printed before decode the same, holder included, and a handle without a
+// holder is the library's text and a dot. The library's own text (nine
+// fields) decodes with no holder.
+func TestHandleHolderField(t *testing.T) {
+	h := dlock.Handle{Scheme: "zk", Name: "jobs/a", Mode: driver.Read,
+		Owner: "0123456789abcdef0123456789abcdef", Token: 7, TTL: 5 * time.Second, Deadline: time.UnixMilli(1796400000000)}
+	held := cliHandle{Handle: h, holder: "/run/user/1000/dlock/hold-ab12.sock"}
+	stored := cliHandle{Handle: dlock.Handle{Scheme: "redis", Name: "deploy-prod", Mode: driver.Permit, Limit: 3,
+		Owner: "fedcba9876543210fedcba9876543210", Token: 42, TTL: 10 * time.Minute}}
+	// As dlock acquire printed them before.
+	const heldBefore = "dlock1.zk.read.5000.1796400000000.7.0.0123456789abcdef0123456789abcdef.am9icy9h.L3J1bi91c2VyLzEwMDAvZGxvY2svaG9sZC1hYjEyLnNvY2s"
+	const storedBefore = "dlock1.redis.permit.600000.0.42.3.fedcba9876543210fedcba9876543210.ZGVwbG95LXByb2Q."
+	for _, c := range []struct {
+		text string
+		want cliHandle
+	}{
+		{held.String(), held},
+		{stored.String(), stored},
+		{heldBefore, held},
+		{storedBefore + "\n", stored},
+		{stored.Handle.String(), stored},
+	} {
+		if got, err := parseHandle(c.text); err != nil || got != c.want {
+			t.Errorf("parseHandle(%q) = %+v, %v; want %+v", c.text, got, err, c.want)
+		}
+	}
+	if held.String() != heldBefore || stored.String() != storedBefore {
+		t.Errorf("printed %q and %q, want the handles printed before, %q and %q", held, stored, heldBefore, storedBefore)
+	}
+	if _, err := parseHandle(stored.Handle.String() + ".not*base64"); !errors.Is(err, dlock.ErrBadHandle) {
+		t.Errorf("a garbled holder: %v, want ErrBadHandle", err)
 	}
 }

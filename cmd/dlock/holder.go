@@ -133,10 +133,7 @@ func startHolder(sio *stdio, f *flags, backend string, o runOpts) int {
 func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags(holdCommand, "", "")
 	var o runOpts
-	f.DurationVar(&o.wait, "wait", 0, "")
-	f.BoolVar(&o.noWait, "no-wait", false, "")
-	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "")
-	f.DurationVar(&o.maxHold, "max-hold", 0, "")
+	o.lockFlags(f, "", "") // as dlock acquire's, which passes them on
 	word := os.NewFile(3, "word")
 	say := func(format string, a ...any) {
 		if word != nil {
@@ -185,9 +182,7 @@ func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 		return exit(exitUnavailable, "the lock's holder cannot listen on %s: %v", sock, err)
 	}
 	defer func() { _ = ln.Close(); _ = os.Remove(sock) }()
-	h := lease.Handle()
-	h.Holder = sock
-	say("%s %s", holdOK, h.String())
+	say("%s %s", holdOK, cliHandle{Handle: lease.Handle(), holder: sock})
 	hold(ctx, ln, lease, o.ttl, sigs)
 	return exitOK
 }
@@ -291,15 +286,15 @@ func hold(ctx context.Context, ln net.Listener, lease *dlock.Lease, ttl time.Dur
 // askHolder sends one request for h to its holder and returns the reply:
 // nil for ok, an error matching dlock.ErrNotHeld when the holder is gone
 // or no longer holds the lock.
-func askHolder(h dlock.Handle, verb, arg string) error {
+func askHolder(h cliHandle, verb, arg string) error {
 	dir, err := runtimeDir()
 	if err != nil {
 		return err
 	}
-	if filepath.Dir(h.Holder) != dir {
-		return fmt.Errorf("%w: its holder %s is not in this user's runtime directory %s", dlock.ErrBadHandle, h.Holder, dir)
+	if filepath.Dir(h.holder) != dir {
+		return fmt.Errorf("%w: its holder %s is not in this user's runtime directory %s", dlock.ErrBadHandle, h.holder, dir)
 	}
-	c, err := net.DialTimeout("unix", h.Holder, 5*time.Second)
+	c, err := net.DialTimeout("unix", h.holder, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("%w: its holder is gone (it released the lock at its TTL, --max-hold or a loss)", dlock.ErrNotHeld)
 	}

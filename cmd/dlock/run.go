@@ -65,16 +65,24 @@ type runOpts struct {
 	acquireOpts []dlock.Option
 }
 
+// lockFlags adds the flags of taking the lock, which dlock run, dlock
+// acquire and the holder share: --wait, --no-wait, --ttl and --max-hold,
+// the last two with the command's help.
+func (o *runOpts) lockFlags(f *flags, ttlHelp, maxHoldHelp string) {
+	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
+	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
+	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, ttlHelp)
+	f.DurationVar(&o.maxHold, "max-hold", 0, maxHoldHelp)
+}
+
 // forwarded are the signals dlock passes on to the command.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("run", runHelp, runExamples)
 	var o runOpts
-	f.DurationVar(&o.wait, "wait", 0, "give up after waiting this `duration` for the lock (default: wait as long as it takes)")
-	f.BoolVar(&o.noWait, "no-wait", false, "make one attempt; exit with the busy code if the lock is held")
-	f.DurationVar(&o.ttl, "ttl", dlock.DefaultTTL, "the lock's time to live on the store; renewed every TTL/3 while the command runs")
-	f.DurationVar(&o.maxHold, "max-hold", 0, "end the command, as for a lost lock, once the lock was held this `duration` (default: no cap)")
+	o.lockFlags(f, "the lock's time to live on the store; renewed every TTL/3 while the command runs",
+		"end the command, as for a lost lock, once the lock was held this `duration` (default: no cap)")
 	f.IntVar(&o.busyCode, "busy-exit-code", exitBusy, "exit `code` when the lock is held by another owner")
 	f.IntVar(&o.lostCode, "lost-exit-code", exitLost, "exit `code` when the lock is lost while the command runs")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, how long the command has between SIGTERM and SIGKILL")

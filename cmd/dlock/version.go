@@ -16,12 +16,8 @@ revision when known, and the Go version it was built with.
 
 func cmdVersion(_ context.Context, sio *stdio, args []string) int {
 	f := newFlags("version", versionHelp, "  dlock version\n")
-	pos, code, ok := f.parse(sio, args)
-	if !ok {
+	if code, ok := f.parseNone(sio, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageErr(sio, f.cmd, "no arguments expected, got %q", pos)
 	}
 	fmt.Fprintln(sio.out, versionString())
 	return exitOK

@@ -302,8 +302,8 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	elapsed := at.at.Sub(from)
 	p.Reached = w
 	p.Values[MAcqRate] = float64(n) / elapsed.Seconds()
-	p.Values[MWaitP50] = ms(percentile(waits, 50))
-	p.Values[MWaitP99] = ms(percentile(waits, 99))
+	p.Values[MWaitP50] = ms(Percentile(waits, 50))
+	p.Values[MWaitP99] = ms(Percentile(waits, 99))
 	p.Values[MWaitMax] = ms(maxWait)
 	if n > 1 {
 		p.Values[MHandoff] = 100 * float64(other) / float64(n-1)
@@ -476,8 +476,8 @@ func (s *run) measureAt(ctx context.Context, l Locker, probe string, p *Point, b
 		lat = append(lat, time.Since(t0))
 	}
 	if len(lat) > 0 { // none when the probe failed at once: no latency, not 0
-		p.Values[MCycleP50] = us(percentile(lat, 50))
-		p.Values[MCycleP99] = us(percentile(lat, 99))
+		p.Values[MCycleP50] = us(Percentile(lat, 50))
+		p.Values[MCycleP99] = us(Percentile(lat, 99))
 	}
 	idle0 := s.count(true)
 	mem, ok := s.procs.memory()
@@ -575,8 +575,8 @@ func (s *run) clients(ctx context.Context, n int) (Point, error) {
 	all := slices.Concat(lat...)
 	p.Reached = n
 	p.Values[MOpsRate] = float64(ops.Load()) / elapsed.Seconds()
-	p.Values[MCycleP50] = us(percentile(all, 50))
-	p.Values[MCycleP99] = us(percentile(all, 99))
+	p.Values[MCycleP50] = us(Percentile(all, 50))
+	p.Values[MCycleP99] = us(Percentile(all, 99))
 	if o := ops.Load(); o > 0 {
 		p.Values[MClientCPUPerOp] = us(after.client-before.client) / float64(o)
 		if before.serverOK && after.serverOK {
@@ -596,8 +596,8 @@ func joinNote(a, b string) string {
 	return a + "; " + b
 }
 
-// percentile returns the p-th percentile of ds (sorted in place).
-func percentile(ds []time.Duration, p int) time.Duration {
+// Percentile returns the p-th percentile of ds (sorted in place).
+func Percentile(ds []time.Duration, p int) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}

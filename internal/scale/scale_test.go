@@ -217,13 +217,13 @@ func TestPercentile(t *testing.T) {
 	for i := 100; i >= 1; i-- {
 		ds = append(ds, time.Duration(i))
 	}
-	if p := percentile(ds, 50); p != 50 {
+	if p := Percentile(ds, 50); p != 50 {
 		t.Errorf("p50 = %v", p)
 	}
-	if p := percentile(ds, 99); p != 99 {
+	if p := Percentile(ds, 99); p != 99 {
 		t.Errorf("p99 = %v", p)
 	}
-	if p := percentile(nil, 99); p != 0 {
+	if p := Percentile(nil, 99); p != 0 {
 		t.Errorf("p99 of nothing = %v", p)
 	}
 }
