@@ -3,9 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // The benchmarks run against one etcd member: the test's own (data on
@@ -25,33 +24,22 @@ func BenchmarkUncontended(b *testing.B) {
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
 	b.Run("etcdlock", func(b *testing.B) {
-		l := newLocker(b, eps, randomPrefix())
-		warm(b, l, "u")
-		b.ReportAllocs()
-		for b.Loop() {
-			lease, err := l.Acquire(ctx, "u")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchCycle(b, ctx, locktest.Kind(newLocker(b, eps, randomPrefix()), "mutex", "u"))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		s := newSession(b, eps)
 		pfx := "/" + randomPrefix() + "/u"
-		b.ReportAllocs()
-		for b.Loop() {
-			m := concurrency.NewMutex(s, pfx)
-			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchLoop(b, func() error { return mutexCycle(ctx, s, pfx) })
 	})
+}
+
+// mutexCycle locks and unlocks a concurrency.Mutex on pfx.
+func mutexCycle(ctx context.Context, s *concurrency.Session, pfx string) error {
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(ctx); err != nil {
+		return err
+	}
+	return m.Unlock(ctx)
 }
 
 // BenchmarkUncontendedInterleaved alternates one etcdlock and one
@@ -62,25 +50,17 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
 	l := newLocker(b, eps, randomPrefix())
-	warm(b, l, "u")
+	locktest.Warm(b, l, "u")
 	s := newSession(b, eps)
 	pfx := "/" + randomPrefix() + "/u"
 	var ours, theirs []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		lease, err := l.Acquire(ctx, "u")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
+		if err := locktest.Cycle(ctx, l, "u"); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()
-		m := concurrency.NewMutex(s, pfx)
-		if err := m.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.Unlock(ctx); err != nil {
+		if err := mutexCycle(ctx, s, pfx); err != nil {
 			b.Fatal(err)
 		}
 		ours, theirs = append(ours, mid.Sub(start)), append(theirs, time.Since(mid))
@@ -106,43 +86,13 @@ func BenchmarkParallelNames(b *testing.B) {
 	ctx := context.Background()
 	b.Run("etcdlock", func(b *testing.B) {
 		l := newLocker(b, eps, randomPrefix())
-		warm(b, l, "p")
-		var id atomic.Int64
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			name := "p" + strconv.FormatInt(id.Add(1), 10)
-			for pb.Next() {
-				lease, err := l.Acquire(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		locktest.Warm(b, l, "p")
+		locktest.BenchParallel(b, 0, "p", func(name string) error { return locktest.Cycle(ctx, l, name) })
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		s := newSession(b, eps)
 		prefix := "/" + randomPrefix() + "/p"
-		var id atomic.Int64
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			pfx := prefix + strconv.FormatInt(id.Add(1), 10)
-			for pb.Next() {
-				m := concurrency.NewMutex(s, pfx)
-				if err := m.Lock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := m.Unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		locktest.BenchParallel(b, 0, prefix, func(pfx string) error { return mutexCycle(ctx, s, pfx) })
 	})
 }
 
@@ -153,43 +103,14 @@ func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
-	run := func(b *testing.B, lock func(g int) (unlock func() error, err error)) {
-		var left atomic.Int64
-		left.Store(int64(b.N))
-		var wg sync.WaitGroup
-		b.ReportAllocs()
-		b.ResetTimer()
-		for g := range contenders {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					unlock, err := lock(g)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := unlock(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	}
 	b.Run("etcdlock", func(b *testing.B) {
 		prefix := randomPrefix()
 		lockers := make([]*dlock.Locker, contenders)
 		for g := range lockers {
 			lockers[g] = newLocker(b, eps, prefix)
-			warm(b, lockers[g], "c")
+			locktest.Warm(b, lockers[g], "c")
 		}
-		run(b, func(g int) (func() error, error) {
-			lease, err := lockers[g].Acquire(ctx, "c")
-			if err != nil {
-				return nil, err
-			}
-			return func() error { return lease.Release(ctx) }, nil
-		})
+		locktest.BenchContend(b, ctx, contenders, locktest.Acquirers(lockers, "c"))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		pfx := "/" + randomPrefix() + "/c"
@@ -197,26 +118,17 @@ func BenchmarkContended8(b *testing.B) {
 		for g := range sessions {
 			sessions[g] = newSession(b, eps)
 		}
-		run(b, func(g int) (func() error, error) {
+		locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, g int) (locktest.Held, error) {
 			m := concurrency.NewMutex(sessions[g], pfx)
-			if err := m.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return func() error { return m.Unlock(ctx) }, nil
+			return heldMutex{m}, m.Lock(ctx)
 		})
 	})
 }
 
-// warm takes and releases a lock once, so that the session's lease grant
-// is not measured.
-func warm(b *testing.B, l *dlock.Locker, name string) {
-	b.Helper()
-	lease, err := l.Acquire(context.Background(), name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = lease.Release(context.Background())
-}
+// heldMutex is a locked concurrency.Mutex.
+type heldMutex struct{ m *concurrency.Mutex }
+
+func (h heldMutex) Release(ctx context.Context) error { return h.m.Unlock(ctx) }
 
 func newSession(b testing.TB, eps []string) *concurrency.Session {
 	b.Helper()
@@ -242,39 +154,26 @@ func BenchmarkHandoffGaps(b *testing.B) {
 	lockers := make([]*dlock.Locker, contenders)
 	for g := range lockers {
 		lockers[g] = newLocker(b, eps, prefix)
-		warm(b, lockers[g], "handoff")
+		locktest.Warm(b, lockers[g], "handoff")
 	}
 	var (
 		mu          sync.Mutex
 		lastRelease time.Time
 		gaps        []time.Duration
-		wg          sync.WaitGroup
-		left        atomic.Int64
 	)
-	left.Store(int64(b.N))
-	b.ResetTimer()
-	for g := range contenders {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				lease, err := lockers[g].Acquire(ctx, "handoff")
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				if !lastRelease.IsZero() {
-					gaps = append(gaps, time.Since(lastRelease))
-				}
-				lastRelease = time.Now()
-				mu.Unlock()
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, g int) (locktest.Held, error) {
+		lease, err := lockers[g].Acquire(ctx, "handoff")
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		if !lastRelease.IsZero() {
+			gaps = append(gaps, time.Since(lastRelease))
+		}
+		lastRelease = time.Now()
+		mu.Unlock()
+		return lease, nil
+	})
 	b.StopTimer()
 	if len(gaps) == 0 {
 		return

@@ -8,37 +8,18 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // BenchmarkKinds: one acquire+release per op, uncontended, through a
 // dlock.Locker, for each kind of lock besides the mutex (BenchmarkUncontended).
 func BenchmarkKinds(b *testing.B) {
 	eps := testenv.EtcdEndpoints(b)
-	ctx := context.Background()
-	for _, k := range []struct {
-		name    string
-		acquire func(l *dlock.Locker) (*dlock.Lease, error)
-	}{
-		{"Read", func(l *dlock.Locker) (*dlock.Lease, error) { return l.AcquireRead(ctx, "k") }},
-		{"Write", func(l *dlock.Locker) (*dlock.Lease, error) { return l.AcquireWrite(ctx, "k") }},
-		{"Permit", func(l *dlock.Locker) (*dlock.Lease, error) { return l.AcquirePermit(ctx, "k", 4) }},
-		{"Campaign", func(l *dlock.Locker) (*dlock.Lease, error) { return l.Campaign(ctx, "k", "host-1") }},
-	} {
-		b.Run(k.name, func(b *testing.B) {
-			l := newLocker(b, eps, randomPrefix())
-			warm(b, l, "k") // the session
-			b.ReportAllocs()
-			for b.Loop() {
-				lease, err := k.acquire(l)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	locktest.BenchKinds(b, func(b *testing.B) *dlock.Locker {
+		l := newLocker(b, eps, randomPrefix())
+		locktest.Warm(b, l, "k") // the session
+		return l
+	}, "k", "Read", "Write", "Permit", "Campaign")
 }
 
 // BenchmarkReadersWithWriter: about 8 goroutines on 8 clients
@@ -51,7 +32,7 @@ func BenchmarkReadersWithWriter(b *testing.B) {
 	lockers := make([]*dlock.Locker, 8)
 	for g := range lockers {
 		lockers[g] = newLocker(b, eps, prefix)
-		warm(b, lockers[g], "rw")
+		locktest.Warm(b, lockers[g], "rw")
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -296,5 +295,3 @@ func (c *cluster) clockedDriver(t testing.TB, o *Options) (*Driver, *sendClock) 
 	prepare(t, d)
 	return d, h
 }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // Benchmarks of the lock kinds besides the mutex, through a dlock.Locker
@@ -24,75 +24,29 @@ import (
 //
 // BenchmarkLeader, below, is one Leader read instead.
 
-func benchKind(b *testing.B, take func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error), setup func(ctx context.Context, l *dlock.Locker)) {
+// benchKind measures kind's acquire and release of a name that, when
+// shared, another client holds in the same kind.
+func benchKind(b *testing.B, kind string, shared bool) {
 	ctx := context.Background()
 	servers, prefix := []string{testenv.ZKAddr(b)}, testPrefix()
 	l, _ := newLocker(b, servers, prefix, 10*time.Second)
-	if setup != nil {
+	if shared {
 		other, _ := newLocker(b, servers, prefix, 10*time.Second)
-		setup(ctx, other)
-	}
-	one := func() {
-		lease, err := take(ctx, l)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
+		if _, err := locktest.Kind(other, kind, "bench")(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
-	one() // connect outside the timer
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		one()
-	}
+	locktest.BenchCycle(b, ctx, locktest.Kind(l, kind, "bench")) // connects outside the timer
 }
 
-func BenchmarkRead(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.AcquireRead(ctx, "bench")
-	}, nil)
-}
-
-func BenchmarkReadShared(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.AcquireRead(ctx, "bench")
-	}, func(ctx context.Context, other *dlock.Locker) {
-		if _, err := other.AcquireRead(ctx, "bench"); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
-
-func BenchmarkWrite(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.AcquireWrite(ctx, "bench")
-	}, nil)
-}
-
-func BenchmarkPermit(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.AcquirePermit(ctx, "bench", 4)
-	}, func(ctx context.Context, other *dlock.Locker) {
-		if _, err := other.AcquirePermit(ctx, "bench", 4); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
-
-func BenchmarkCampaign(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.Campaign(ctx, "bench", "me")
-	}, nil)
-}
+func BenchmarkRead(b *testing.B)       { benchKind(b, "read", false) }
+func BenchmarkReadShared(b *testing.B) { benchKind(b, "read", true) }
+func BenchmarkWrite(b *testing.B)      { benchKind(b, "write", false) }
+func BenchmarkPermit(b *testing.B)     { benchKind(b, "permit", true) }
+func BenchmarkCampaign(b *testing.B)   { benchKind(b, "campaign", false) }
 
 // BenchmarkMutex is the baseline: Acquire, in the same harness.
-func BenchmarkMutex(b *testing.B) {
-	benchKind(b, func(ctx context.Context, l *dlock.Locker) (*dlock.Lease, error) {
-		return l.Acquire(ctx, "bench")
-	}, nil)
-}
+func BenchmarkMutex(b *testing.B) { benchKind(b, "mutex", false) }
 
 // BenchmarkLeader is one Leader call on an election another client leads:
 // the server is brought up to date with the leader first (a no-op
