@@ -2,8 +2,6 @@ package locktest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"testing"
@@ -61,7 +59,7 @@ func Run(t *testing.T, h Harness) {
 	if h.TTL == 0 {
 		h.TTL = DefaultTTL
 	}
-	s := &suite{h: h, run: randomID()}
+	s := &suite{h: h, run: RandomHex(4)}
 	for _, p := range []struct {
 		name  string
 		limit time.Duration
@@ -216,10 +214,4 @@ func waitDone(lease *dlock.Lease, limit time.Duration) bool {
 	case <-time.After(limit):
 		return false
 	}
-}
-
-func randomID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

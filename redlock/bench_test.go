@@ -72,11 +72,7 @@ func eachSetup(b *testing.B, c *cluster, f func(b *testing.B, cs []redis.Univers
 }
 
 func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
-	l, err := New(cs, nil, dlock.WithTTL(10*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
+	l := locktest.Opened(b)(New(cs, nil, dlock.WithTTL(10*time.Second)))
 	prepare(b, l.Driver().(*Driver))
 	return l
 }

@@ -1,8 +1,6 @@
 package zklock_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log"
 	"net"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -28,11 +27,7 @@ func TestMain(m *testing.M) {
 
 // testPrefix returns a prefix of the test's own, so that tests sharing a
 // server never meet.
-func testPrefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "/dlocktest/" + hex.EncodeToString(b[:])
-}
+func testPrefix() string { return "/dlocktest/" + locktest.RandomHex(6) }
 
 // newDriver returns a driver closed when t ends.
 func newDriver(t testing.TB, servers []string, prefix string, timeout time.Duration) *zklock.Driver {
@@ -49,12 +44,7 @@ func newDriver(t testing.TB, servers []string, prefix string, timeout time.Durat
 func newLocker(t testing.TB, servers []string, prefix string, timeout time.Duration, opts ...dlock.Option) (*dlock.Locker, *zklock.Driver) {
 	t.Helper()
 	d := newDriver(t, servers, prefix, timeout)
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l, d
+	return locktest.New(t, d, opts...), d
 }
 
 // admin is a plain ZooKeeper client for looking at and meddling with the

@@ -1,0 +1,69 @@
+package locktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+)
+
+// The helpers every backend's tests use.
+
+// RandomHex returns n random bytes in hex: a name, prefix or owner of a
+// test's own on a shared server.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Context returns a context that ends after d, or when t ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually reads cond every 5 ms until it holds, for at most limit, and
+// reports whether it did: a hang bound, not a timing.
+func Eventually(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// Request is a driver request for the mutex name with ttl and a fresh
+// owner, as a Locker makes them.
+func Request(name string, ttl time.Duration) driver.Request {
+	return driver.Request{Name: name, Owner: RandomHex(16), TTL: ttl}
+}
+
+// New returns a Locker over d with opts, closed when t ends; an error
+// fails t.
+func New(t testing.TB, d driver.Driver, opts ...dlock.Option) *dlock.Locker {
+	t.Helper()
+	return Opened(t)(dlock.New(d, opts...))
+}
+
+// Opened returns what takes a backend constructor's results and returns
+// its Locker, closed when t ends; an error fails t:
+// locktest.Opened(t)(etcdlock.New(c, o)).
+func Opened(t testing.TB) func(*dlock.Locker, error) *dlock.Locker {
+	return func(l *dlock.Locker, err error) *dlock.Locker {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+}
