@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
@@ -66,4 +67,35 @@ func Opened(t testing.TB) func(*dlock.Locker, error) *dlock.Locker {
 		t.Cleanup(func() { _ = l.Close() })
 		return l
 	}
+}
+
+// NextLeader receives the next value from an Observe channel, or fails t
+// if the channel closes or nothing comes within limit (a hang bound).
+func NextLeader(t testing.TB, ch <-chan dlock.LeaderInfo, limit time.Duration) dlock.LeaderInfo {
+	t.Helper()
+	select {
+	case info, ok := <-ch:
+		if !ok {
+			t.Fatal("the Observe channel closed")
+		}
+		return info
+	case <-time.After(limit):
+		t.Fatalf("no leader change within %v", limit)
+	}
+	return dlock.LeaderInfo{}
+}
+
+// OpenFails checks that dlock.Open of url fails with a *dlock.ParamError
+// naming param (a Locker it opens nonetheless is closed), and returns the
+// error.
+func OpenFails(t testing.TB, ctx context.Context, url, param string) error {
+	t.Helper()
+	l, err := dlock.Open(ctx, url)
+	if err == nil {
+		_ = l.Close()
+	}
+	if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != param {
+		t.Errorf("Open(%q) = %v, want a *ParamError naming %q", url, err, param)
+	}
+	return err
 }
