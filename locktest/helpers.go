@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,4 +99,18 @@ func OpenFails(t testing.TB, ctx context.Context, url, param string) error {
 		t.Errorf("Open(%q) = %v, want a *ParamError naming %q", url, err, param)
 	}
 	return err
+}
+
+// GiveUpWaits runs 10 driver-level waits for the mutex name, whose
+// contexts end 20 to 110 ms from now, and returns when all have ended.
+func GiveUpWaits(ctx context.Context, d driver.Waiter, name string) {
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, time.Duration(20+10*i)*time.Millisecond)
+			defer cancel()
+			_, _ = d.Lock(wctx, Request(name, 10*time.Second))
+		})
+	}
+	wg.Wait()
 }
