@@ -18,7 +18,8 @@ func BenchmarkKinds(b *testing.B) {
 
 // BenchmarkDriverKinds: Lock and Unlock of the driver alone, per mode.
 func BenchmarkDriverKinds(b *testing.B) {
+	d := newDriver(b, nil)
 	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader} {
-		b.Run(m.String(), func(b *testing.B) { benchDriver(b, kindRequest(m, "bench/driver", 30*time.Second)) })
+		b.Run(m.String(), func(b *testing.B) { benchDriver(b, d, kindRequest(m, "bench/driver", 30*time.Second)) })
 	}
 }
