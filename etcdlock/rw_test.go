@@ -173,12 +173,7 @@ func TestRWWaitersWatchOnlyWhatTheyNeed(t *testing.T) {
 	q := prefix + "/#rw/doc/#"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	counter := newWatchCounter()
-	lockers := make([]*dlock.Locker, 5)
-	for i := range lockers {
-		lockers[i] = newLocker(t, eps, prefix)
-		counter.install(drv(lockers[i]))
-	}
+	lockers, counter := countedLockers(t, eps, prefix, 5)
 	w0, err := lockers[0].AcquireWrite(ctx, "doc")
 	if err != nil {
 		t.Fatal(err)
@@ -194,17 +189,7 @@ func TestRWWaitersWatchOnlyWhatTheyNeed(t *testing.T) {
 	waitWatches(t, counter, 4)
 	time.Sleep(50 * time.Millisecond) // no further watch may start
 
-	counter.mu.Lock()
-	want := map[string]int{string(keys[0].Key): 2, string(keys[2].Key): 1, string(keys[3].Key): 1}
-	if len(counter.watches) != len(want) {
-		t.Errorf("watched keys %v, want %v", counter.watches, want)
-	}
-	for k, n := range want {
-		if counter.watches[k] != n {
-			t.Errorf("key %q watched %d times, want %d (watches %v)", k, counter.watches[k], n, counter.watches)
-		}
-	}
-	counter.mu.Unlock()
+	counter.checkWatches(t, map[string]int{string(keys[0].Key): 2, string(keys[2].Key): 1, string(keys[3].Key): 1})
 	if _, err := lockers[0].TryAcquireRead(ctx, "doc"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquireRead while a writer holds and another waits = %v, want ErrNotAcquired", err)
 	}

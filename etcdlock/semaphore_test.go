@@ -84,12 +84,7 @@ func TestSemaphoreWaitersWatch(t *testing.T) {
 	q := prefix + "/#sem/pool/#"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	counter := newWatchCounter()
-	lockers := make([]*dlock.Locker, 5)
-	for i := range lockers {
-		lockers[i] = newLocker(t, eps, prefix)
-		counter.install(drv(lockers[i]))
-	}
+	lockers, counter := countedLockers(t, eps, prefix, 5)
 	h1, err := lockers[0].AcquirePermit(ctx, "pool", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -110,17 +105,7 @@ func TestSemaphoreWaitersWatch(t *testing.T) {
 	keys := waitQueue(t, admin, q, 5)
 	waitWatches(t, counter, 3)
 	time.Sleep(50 * time.Millisecond)
-	counter.mu.Lock()
-	want := map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1}
-	if len(counter.watches) != len(want) {
-		t.Errorf("watched %v, want %v", counter.watches, want)
-	}
-	for k, n := range want {
-		if counter.watches[k] != n {
-			t.Errorf("%q watched %d times, want %d (watches %v)", k, counter.watches[k], n, counter.watches)
-		}
-	}
-	counter.mu.Unlock()
+	counter.checkWatches(t, map[string]int{q: 1, string(keys[2].Key): 1, string(keys[3].Key): 1})
 
 	if err := h2.Release(ctx); err != nil {
 		t.Fatal(err)
