@@ -114,3 +114,19 @@ func GiveUpWaits(ctx context.Context, d driver.Waiter, name string) {
 	}
 	wg.Wait()
 }
+
+// TakeTurn is turn i of a run through lockers: name taken on
+// lockers[i%len(lockers)] by Acquire when i is even, TryAcquire when odd;
+// an error fails t.
+func TakeTurn(t testing.TB, ctx context.Context, lockers []*dlock.Locker, i int, name string) *dlock.Lease {
+	t.Helper()
+	take := lockers[i%len(lockers)].Acquire
+	if i%2 == 1 {
+		take = lockers[i%len(lockers)].TryAcquire
+	}
+	lease, err := take(ctx, name)
+	if err != nil {
+		t.Fatalf("acquisition %d of %q: %v", i, name, err)
+	}
+	return lease
+}
