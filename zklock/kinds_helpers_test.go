@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -61,11 +62,7 @@ func sum(drivers []*zklock.Driver, f func(*zklock.Driver) int64) (n int64) {
 // eventually waits until cond holds, failing t after limit.
 func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !locktest.Eventually(limit, cond) {
+		t.Fatalf("after %v: %s", limit, what)
 	}
 }
