@@ -84,9 +84,16 @@ func (a *admin) locks(prefix, name string) []string {
 	if a.layout != "" && a.layout != zklock.LayoutDlock {
 		return zklock.LockNodes(a.layout, kids)
 	}
+	return queued(kids, "-lock#")
+}
+
+// queued returns the kids that are dlock's lock nodes (_c_<guid>…#<seq>)
+// with marker in their name, in queue order (by sequence number; the tests
+// stay far from its wrap-around).
+func queued(kids []string, marker string) []string {
 	var locks []string
 	for _, k := range kids {
-		if strings.HasPrefix(k, "_c_") && strings.Contains(k, "-lock#") {
+		if strings.HasPrefix(k, "_c_") && strings.Contains(k, marker) {
 			locks = append(locks, k)
 		}
 	}

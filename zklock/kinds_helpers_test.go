@@ -1,8 +1,6 @@
 package zklock_test
 
 import (
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,16 +21,7 @@ func (a *admin) nodes(dir string) []string {
 	if err != nil {
 		a.t.Fatalf("list %s: %v", dir, err)
 	}
-	var locks []string
-	for _, k := range kids {
-		if strings.HasPrefix(k, "_c_") && strings.Contains(k, "#") {
-			locks = append(locks, k)
-		}
-	}
-	slices.SortFunc(locks, func(x, y string) int {
-		return strings.Compare(x[strings.Index(x, "#"):], y[strings.Index(y, "#"):])
-	})
-	return locks
+	return queued(kids, "#")
 }
 
 // waitNodes waits until dir holds n lock nodes.
