@@ -2,8 +2,8 @@ package etcdlock_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // The benchmarks run against one etcd member: the test's own (data on
@@ -25,33 +26,22 @@ func BenchmarkUncontended(b *testing.B) {
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
 	b.Run("etcdlock", func(b *testing.B) {
-		l := newLocker(b, eps, randomPrefix())
-		warm(b, l, "u")
-		b.ReportAllocs()
-		for b.Loop() {
-			lease, err := l.Acquire(ctx, "u")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchCycle(b, ctx, locktest.Kind(newLocker(b, eps, randomPrefix()), "mutex", "u"))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		s := newSession(b, eps)
 		pfx := "/" + randomPrefix() + "/u"
-		b.ReportAllocs()
-		for b.Loop() {
-			m := concurrency.NewMutex(s, pfx)
-			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchLoop(b, func() error { return mutexCycle(ctx, s, pfx) })
 	})
+}
+
+// mutexCycle locks and unlocks a concurrency.Mutex on pfx.
+func mutexCycle(ctx context.Context, s *concurrency.Session, pfx string) error {
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(ctx); err != nil {
+		return err
+	}
+	return m.Unlock(ctx)
 }
 
 // BenchmarkUncontendedInterleaved alternates one etcdlock and one
@@ -62,25 +52,17 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
 	l := newLocker(b, eps, randomPrefix())
-	warm(b, l, "u")
+	locktest.Warm(b, l, "u")
 	s := newSession(b, eps)
 	pfx := "/" + randomPrefix() + "/u"
 	var ours, theirs []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		lease, err := l.Acquire(ctx, "u")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
+		if err := locktest.Cycle(ctx, l, "u"); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()
-		m := concurrency.NewMutex(s, pfx)
-		if err := m.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.Unlock(ctx); err != nil {
+		if err := mutexCycle(ctx, s, pfx); err != nil {
 			b.Fatal(err)
 		}
 		ours, theirs = append(ours, mid.Sub(start)), append(theirs, time.Since(mid))
@@ -106,43 +88,13 @@ func BenchmarkParallelNames(b *testing.B) {
 	ctx := context.Background()
 	b.Run("etcdlock", func(b *testing.B) {
 		l := newLocker(b, eps, randomPrefix())
-		warm(b, l, "p")
-		var id atomic.Int64
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			name := "p" + strconv.FormatInt(id.Add(1), 10)
-			for pb.Next() {
-				lease, err := l.Acquire(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		locktest.Warm(b, l, "p")
+		locktest.BenchParallel(b, 0, "p", func(name string) error { return locktest.Cycle(ctx, l, name) })
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		s := newSession(b, eps)
 		prefix := "/" + randomPrefix() + "/p"
-		var id atomic.Int64
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			pfx := prefix + strconv.FormatInt(id.Add(1), 10)
-			for pb.Next() {
-				m := concurrency.NewMutex(s, pfx)
-				if err := m.Lock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := m.Unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		locktest.BenchParallel(b, 0, prefix, func(pfx string) error { return mutexCycle(ctx, s, pfx) })
 	})
 }
 
@@ -153,43 +105,14 @@ func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	eps := testenv.EtcdEndpoints(b)
 	ctx := context.Background()
-	run := func(b *testing.B, lock func(g int) (unlock func() error, err error)) {
-		var left atomic.Int64
-		left.Store(int64(b.N))
-		var wg sync.WaitGroup
-		b.ReportAllocs()
-		b.ResetTimer()
-		for g := range contenders {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					unlock, err := lock(g)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := unlock(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	}
 	b.Run("etcdlock", func(b *testing.B) {
 		prefix := randomPrefix()
 		lockers := make([]*dlock.Locker, contenders)
 		for g := range lockers {
 			lockers[g] = newLocker(b, eps, prefix)
-			warm(b, lockers[g], "c")
+			locktest.Warm(b, lockers[g], "c")
 		}
-		run(b, func(g int) (func() error, error) {
-			lease, err := lockers[g].Acquire(ctx, "c")
-			if err != nil {
-				return nil, err
-			}
-			return func() error { return lease.Release(ctx) }, nil
-		})
+		locktest.BenchContend(b, ctx, contenders, locktest.Acquirers(lockers, "c"))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		pfx := "/" + randomPrefix() + "/c"
@@ -197,26 +120,17 @@ func BenchmarkContended8(b *testing.B) {
 		for g := range sessions {
 			sessions[g] = newSession(b, eps)
 		}
-		run(b, func(g int) (func() error, error) {
+		locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, g int) (locktest.Held, error) {
 			m := concurrency.NewMutex(sessions[g], pfx)
-			if err := m.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return func() error { return m.Unlock(ctx) }, nil
+			return heldMutex{m}, m.Lock(ctx)
 		})
 	})
 }
 
-// warm takes and releases a lock once, so that the session's lease grant
-// is not measured.
-func warm(b *testing.B, l *dlock.Locker, name string) {
-	b.Helper()
-	lease, err := l.Acquire(context.Background(), name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = lease.Release(context.Background())
-}
+// heldMutex is a locked concurrency.Mutex.
+type heldMutex struct{ m *concurrency.Mutex }
+
+func (h heldMutex) Release(ctx context.Context) error { return h.m.Unlock(ctx) }
 
 func newSession(b testing.TB, eps []string) *concurrency.Session {
 	b.Helper()
@@ -242,39 +156,26 @@ func BenchmarkHandoffGaps(b *testing.B) {
 	lockers := make([]*dlock.Locker, contenders)
 	for g := range lockers {
 		lockers[g] = newLocker(b, eps, prefix)
-		warm(b, lockers[g], "handoff")
+		locktest.Warm(b, lockers[g], "handoff")
 	}
 	var (
 		mu          sync.Mutex
 		lastRelease time.Time
 		gaps        []time.Duration
-		wg          sync.WaitGroup
-		left        atomic.Int64
 	)
-	left.Store(int64(b.N))
-	b.ResetTimer()
-	for g := range contenders {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				lease, err := lockers[g].Acquire(ctx, "handoff")
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				if !lastRelease.IsZero() {
-					gaps = append(gaps, time.Since(lastRelease))
-				}
-				lastRelease = time.Now()
-				mu.Unlock()
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, g int) (locktest.Held, error) {
+		lease, err := lockers[g].Acquire(ctx, "handoff")
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		if !lastRelease.IsZero() {
+			gaps = append(gaps, time.Since(lastRelease))
+		}
+		lastRelease = time.Now()
+		mu.Unlock()
+		return lease, nil
+	})
 	b.StopTimer()
 	if len(gaps) == 0 {
 		return
@@ -291,4 +192,54 @@ func BenchmarkHandoffGaps(b *testing.B) {
 	b.ReportMetric(float64(gaps[n*99/100].Microseconds()), "gap-p99-µs")
 	b.ReportMetric(float64(gaps[n-1].Microseconds()), "gap-max-µs")
 	b.ReportMetric(100*float64(slow)/float64(n), "over-50ms-%")
+}
+
+// BenchmarkKinds: one acquire+release per op, uncontended, through a
+// dlock.Locker, for each kind of lock besides the mutex (BenchmarkUncontended).
+func BenchmarkKinds(b *testing.B) {
+	eps := testenv.EtcdEndpoints(b)
+	locktest.BenchKinds(b, func(b *testing.B) *dlock.Locker {
+		l := newLocker(b, eps, randomPrefix())
+		locktest.Warm(b, l, "k") // the session
+		return l
+	}, "k", "Read", "Write", "Permit", "Campaign")
+}
+
+// BenchmarkReadersWithWriter: about 8 goroutines on 8 clients
+// take the lock for reading 3 times in 4 and for writing once; ns/op is
+// wall time per acquisition.
+func BenchmarkReadersWithWriter(b *testing.B) {
+	eps := testenv.EtcdEndpoints(b)
+	ctx := context.Background()
+	prefix := randomPrefix()
+	lockers := make([]*dlock.Locker, 8)
+	for g := range lockers {
+		lockers[g] = newLocker(b, eps, prefix)
+		locktest.Warm(b, lockers[g], "rw")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var next atomic.Int64
+	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		g := int(next.Add(1))
+		l := lockers[g%len(lockers)]
+		for i := 0; pb.Next(); i++ {
+			var lease *dlock.Lease
+			var err error
+			if (g+i)%4 == 0 {
+				lease, err = l.AcquireWrite(ctx, "rw")
+			} else {
+				lease, err = l.AcquireRead(ctx, "rw")
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -2,8 +2,6 @@ package etcdlock_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -23,21 +21,14 @@ import (
 
 // randomPrefix keeps tests apart on a shared server (DLOCK_ETCD_ENDPOINTS).
 func randomPrefix() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "test-" + hex.EncodeToString(b[:])
+	return "test-" + locktest.RandomHex(4)
 }
 
 // newLocker returns a Locker on a client of its own, as another process
 // would have; both are closed when t ends.
 func newLocker(t testing.TB, eps []string, prefix string, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	l, err := etcdlock.New(testenv.EtcdClient(t, eps), &etcdlock.Options{Prefix: prefix}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
+	return locktest.Opened(t)(etcdlock.New(testenv.EtcdClient(t, eps), &etcdlock.Options{Prefix: prefix}, opts...))
 }
 
 // fixture is what most tests start from: the endpoints of the cluster,

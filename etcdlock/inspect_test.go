@@ -1,7 +1,6 @@
 package etcdlock_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -26,33 +25,13 @@ func TestInspect(t *testing.T) {
 	other := drv(newLocker(t, eps, prefix))
 	stranger := newLocker(t, eps, randomPrefix())
 
-	take := func(lease *dlock.Lease, err error) *dlock.Lease {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lease
-	}
-	a := take(l.Acquire(ctx, "jobs/a"))
-	ab := take(l.Acquire(ctx, "jobs/a/b"))
-	gone := take(l.Acquire(ctx, "jobs/b"))
-	if err := gone.Release(ctx); err != nil {
+	if _, err := stranger.Acquire(ctx, "jobs/c"); err != nil {
 		t.Fatal(err)
 	}
-	take(l.Acquire(ctx, "elsewhere"))
-	take(stranger.Acquire(ctx, "jobs/c"))
-	r1 := take(l.AcquireRead(ctx, "jobs/rw"))
-	r2 := take(l.AcquireRead(ctx, "jobs/rw"))
-	lead := take(l.Campaign(ctx, "jobs/e", "me"))
-	lease := etcdlock.SessionLease(drv(l), ttl)
-
 	// A waiter queues behind jobs/a, a writer behind the readers.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	waiting := make(chan error, 1)
-	writer := make(chan *dlock.Lease, 1)
-	go func() { _, err := l.Acquire(wctx, "jobs/a"); waiting <- err }()
-	go func() { w, _ := l.AcquireWrite(wctx, "jobs/rw"); writer <- w }()
+	sc := testenv.NewInspectScene(t, ctx, l)
+	a, ab, r1, r2, lead := sc.A, sc.AB, sc.R1, sc.R2, sc.Lead
+	lease := etcdlock.SessionLease(drv(l), ttl)
 	var got []driver.LockInfo
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; {
@@ -100,31 +79,5 @@ func TestInspect(t *testing.T) {
 		t.Errorf("Inspect(jobs/e) on the leader's driver = %+v, want owner %s", mine, lead.Owner())
 	}
 
-	testenv.CheckInspectNames(t, ctx, other, []testenv.PrefixNames{
-		{Prefix: "jobs/a", Names: []string{"jobs/a", "jobs/a/b"}},
-		{Prefix: "jobs/a/", Names: []string{"jobs/a/b"}},
-		{Prefix: "else", Names: []string{"elsewhere"}},
-		{Prefix: "", Names: []string{"elsewhere", "jobs/a", "jobs/a/b", "jobs/e", "jobs/rw", "jobs/rw"}},
-		{Prefix: "nothing"},
-	})
-
-	// The readers go: the writer holds, with a token of its own.
-	for _, r := range []*dlock.Lease{r1, r2} {
-		if err := r.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w := <-writer
-	if w == nil {
-		t.Fatal("the writer did not get the lock")
-	}
-	got, err = other.Inspect(ctx, "jobs/rw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[0].Mode != driver.Write || got[0].Token != w.Token() || got[0].Owner != w.Owner() || got[0].Waiters != 0 {
-		t.Errorf("Inspect(jobs/rw) = %+v, want the writer alone, token %d owner %s", got, w.Token(), w.Owner())
-	}
-	cancel()
-	<-waiting
+	sc.Finish(t, ctx, other, other)
 }

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // locker takes one lock and returns its release.
@@ -29,7 +30,7 @@ func BenchmarkHandoffConcurrency(b *testing.B) {
 	pfx := prefix + "/" + name
 	dlockSide := func() locker {
 		l := concLocker(b, eps, prefix)
-		warm(b, l, name)
+		locktest.Warm(b, l, name)
 		return func(ctx context.Context) (func() error, error) {
 			lease, err := l.Acquire(ctx, name)
 			if err != nil {

@@ -2,7 +2,6 @@ package etcdlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 func TestOpen(t *testing.T) {
@@ -78,13 +78,7 @@ func TestOpen(t *testing.T) {
 		{"etcds://" + eps[0] + "?cacert=/nonexistent/ca.pem", "cacert"},
 		{"etcd://" + eps[0] + ",,127.0.0.1:1", "host"},
 	} {
-		l, err := dlock.Open(ctx, bad.url)
-		if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != bad.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", bad.url, err, bad.param)
-		}
-		if l != nil {
-			_ = l.Close()
-		}
+		locktest.OpenFails(t, ctx, bad.url, bad.param)
 	}
 
 	start := time.Now()

@@ -99,13 +99,7 @@ func TestOpen(t *testing.T) {
 		{"file:///", "path"},
 		{"file://me@" + dir, "user"},
 	} {
-		l, err := dlock.Open(ctx, bad.url)
-		if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != bad.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", bad.url, err, bad.param)
-		}
-		if l != nil {
-			_ = l.Close()
-		}
+		locktest.OpenFails(t, ctx, bad.url, bad.param)
 	}
 }
 

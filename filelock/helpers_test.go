@@ -4,22 +4,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // newLocker returns a Locker over a new Driver for dir, closed when t ends.
 func newLocker(t testing.TB, dir string, opts ...dlock.Option) (*dlock.Locker, *filelock.Driver) {
 	t.Helper()
-	l, err := filelock.New(dir, nil, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := locktest.Opened(t)(filelock.New(dir, nil, opts...))
 	return l, l.Driver().(*filelock.Driver)
 }
 
@@ -57,17 +52,7 @@ func openFDs() int {
 }
 
 // settle waits up to limit for cond.
-func settle(limit time.Duration, cond func() bool) bool {
-	end := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(end) {
-			return false
-		}
-		runtime.Gosched()
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
+var settle = locktest.Eventually
 
 func mustTry(t testing.TB, ctx context.Context, l *dlock.Locker, name string) *dlock.Lease {
 	t.Helper()

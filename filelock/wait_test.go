@@ -117,9 +117,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	if got := openFDs(); got != fds {
 		t.Errorf("%d descriptors open after the cancelled waits, %d before", got, fds)
 	}
-	if !settle(2*time.Second, func() bool { return runtime.NumGoroutine() <= goroutines }) {
-		t.Errorf("%d goroutines after the cancelled waits, %d before", runtime.NumGoroutine(), goroutines)
-	}
+	locktest.NoLeak(t, goroutines)
 	// Nothing stays queued: right after the release, a third client gets
 	// the lock on its first try.
 	if err := lease.Release(ctx); err != nil {

@@ -55,7 +55,7 @@ func (c BackgroundRelease) Run(t *testing.T) {
 		}
 		// The release, waiting for the connection, gets it as it is
 		// freed, before Close can.
-		if !c.waitUntil(10*time.Second, func() bool { return c.releaseWaiting(before) }) {
+		if !Eventually(10*time.Second, func() bool { return c.releaseWaiting(before) }) {
 			t.Fatalf("run %d: no release waiting for the connection", i)
 		}
 		free()
@@ -82,16 +82,4 @@ func (c BackgroundRelease) releaseWaiting(before map[int64]string) bool {
 		}
 	}
 	return false
-}
-
-// waitUntil polls cond every 5 ms until it holds or limit passes.
-func (BackgroundRelease) waitUntil(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
 }

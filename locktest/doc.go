@@ -19,4 +19,8 @@
 // Each property is a named subtest with its own time limit, written to run
 // under -race. The suite can fail: package locktest's own tests run it
 // against deliberately broken backends and check that it reports them.
+//
+// The package also holds what every backend's own tests share: the bodies
+// of their benchmarks (BenchCycle, BenchKinds, BenchParallel,
+// BenchContend), the goroutine-leak check (NoLeak) and small helpers.
 package locktest

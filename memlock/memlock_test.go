@@ -67,10 +67,6 @@ func TestOpen(t *testing.T) {
 		{"mem://x?renew=maybe", "renew"},
 		{"mem://x/path", "path"},
 	} {
-		_, err := dlock.Open(ctx, bad.url)
-		pe, ok := errors.AsType[*dlock.ParamError](err)
-		if !ok || pe.Param != bad.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", bad.url, err, bad.param)
-		}
+		locktest.OpenFails(t, ctx, bad.url, bad.param)
 	}
 }

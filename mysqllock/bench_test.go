@@ -3,16 +3,13 @@ package mysqllock_test
 import (
 	"context"
 	"database/sql"
-	"runtime"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -58,28 +55,12 @@ func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			l := m.locker(b, "")
-			warm(b, l, "u")
-			b.ReportAllocs()
-			for b.Loop() {
-				lease, err := l.Acquire(ctx, "u")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			locktest.BenchCycle(b, ctx, locktest.Kind(m.locker(b, ""), "mutex", "u"))
 		})
 	}
 	b.Run("raw", func(b *testing.B) {
 		db := newDB(b, nil)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := rawLock(ctx, db, "raw:u"); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchLoop(b, func() error { return rawLock(ctx, db, "raw:u") })
 	})
 }
 
@@ -156,37 +137,17 @@ func BenchmarkRoundTrips(b *testing.B) {
 func BenchmarkParallelNames(b *testing.B) {
 	const goroutines = 16
 	ctx := context.Background()
-	parallel := func(b *testing.B, take func(name string) error) {
-		var id atomic.Int64
-		b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			name := "p" + strconv.FormatInt(id.Add(1), 10)
-			for pb.Next() {
-				if err := take(name); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			l := m.locker(b, "")
-			warm(b, l, "p")
-			parallel(b, func(name string) error {
-				lease, err := l.Acquire(ctx, name)
-				if err != nil {
-					return err
-				}
-				return lease.Release(ctx)
-			})
+			locktest.Warm(b, l, "p")
+			locktest.BenchParallel(b, goroutines, "p", func(name string) error { return locktest.Cycle(ctx, l, name) })
 		})
 	}
 	b.Run("raw", func(b *testing.B) {
 		db := newDB(b, nil)
 		db.SetMaxIdleConns(2 * goroutines)
-		parallel(b, func(name string) error { return rawLock(ctx, db, "raw:"+name) })
+		locktest.BenchParallel(b, goroutines, "p", func(name string) error { return rawLock(ctx, db, "raw:"+name) })
 	})
 }
 
@@ -195,39 +156,15 @@ func BenchmarkParallelNames(b *testing.B) {
 func BenchmarkContended8(b *testing.B) {
 	const contenders = 8
 	ctx := context.Background()
-	run := func(b *testing.B, take func(g int) error) {
-		var left atomic.Int64
-		left.Store(int64(b.N))
-		var wg sync.WaitGroup
-		b.ReportAllocs()
-		b.ResetTimer()
-		for g := range contenders {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					if err := take(g); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			table := testTable(b)
 			lockers := make([]*dlock.Locker, contenders)
 			for g := range lockers {
 				lockers[g] = m.locker(b, table)
-				warm(b, lockers[g], "c")
+				locktest.Warm(b, lockers[g], "c")
 			}
-			run(b, func(g int) error {
-				lease, err := lockers[g].Acquire(ctx, "c")
-				if err != nil {
-					return err
-				}
-				return lease.Release(ctx)
-			})
+			locktest.BenchContend(b, ctx, contenders, locktest.Acquirers(lockers, "c"))
 		})
 	}
 	b.Run("raw", func(b *testing.B) {
@@ -235,7 +172,9 @@ func BenchmarkContended8(b *testing.B) {
 		for g := range dbs {
 			dbs[g] = newDB(b, nil)
 		}
-		run(b, func(g int) error { return rawWait(ctx, dbs[g], "raw:c") })
+		locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, g int) (locktest.Held, error) {
+			return rawWait(ctx, dbs[g])
+		})
 	})
 }
 
@@ -255,28 +194,30 @@ func rawLock(ctx context.Context, db *sql.DB, key string) error {
 	return err
 }
 
-// rawWait is rawLock, waiting on the server for the lock.
-func rawWait(ctx context.Context, db *sql.DB, key string) error {
-	c, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var got int64
-	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 30)", key).Scan(&got); err != nil {
-		return err
-	}
-	_, err = c.ExecContext(ctx, "DO RELEASE_LOCK(?)", key)
+// rawKey is the lock that rawWait takes.
+const rawKey = "raw:c"
+
+// rawHeld is rawKey held on a checked-out connection.
+type rawHeld struct{ c *sql.Conn }
+
+// Release releases rawKey and gives the connection back.
+func (h rawHeld) Release(ctx context.Context) error {
+	defer h.c.Close()
+	_, err := h.c.ExecContext(ctx, "DO RELEASE_LOCK(?)", rawKey)
 	return err
 }
 
-// warm takes and releases a lock once, so that the first connection and
-// the table's creation are not measured.
-func warm(b *testing.B, l *dlock.Locker, name string) {
-	b.Helper()
-	lease, err := l.Acquire(context.Background(), name)
+// rawWait takes rawKey with bare GET_LOCK on a checked-out connection,
+// waiting on the server for the lock.
+func rawWait(ctx context.Context, db *sql.DB) (locktest.Held, error) {
+	c, err := db.Conn(ctx)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
-	_ = lease.Release(context.Background())
+	var got int64
+	if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 30)", rawKey).Scan(&got); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return rawHeld{c}, nil
 }

@@ -2,9 +2,7 @@ package mysqllock_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"net"
 	"sync"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -82,11 +81,7 @@ func newLocker(t testing.TB, o mysqllock.Options, opts ...dlock.Option) (*dlock.
 	if o.Table == "" {
 		o.Table = testTable(t)
 	}
-	l, err := mysqllock.New(newDB(t, nil), &o, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := locktest.Opened(t)(mysqllock.New(newDB(t, nil), &o, opts...))
 	return l, l.Driver().(*mysqllock.Driver)
 }
 
@@ -140,31 +135,11 @@ func (a *admin) alive(id int64) bool {
 	return n > 0
 }
 
-// eventually polls cond every 10ms until it holds or limit passes.
-func eventually(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func testContext(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+var (
+	eventually  = locktest.Eventually
+	randomHex   = locktest.RandomHex
+	testContext = locktest.Context
+)
 
 // requestFor is a driver request for name with a fixed owner.
 func requestFor(name string) driver.Request {

@@ -2,13 +2,13 @@ package mysqllock_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -117,14 +117,7 @@ func TestOpenErrors(t *testing.T) {
 		{"mysql://127.0.0.1", "path"},
 		{"mysql://127.0.0.1/test?ttl=1ms", "ttl"},
 	} {
-		l, err := dlock.Open(ctx, c.url)
-		if err == nil {
-			_ = l.Close()
-		}
-		pe, ok := errors.AsType[*dlock.ParamError](err)
-		if !ok || pe.Param != c.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", c.url, err, c.param)
-		}
+		locktest.OpenFails(t, ctx, c.url, c.param)
 	}
 }
 

@@ -2,9 +2,8 @@ package natslock_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/natslock"
 )
 
@@ -30,18 +30,7 @@ func natsBench(b *testing.B) (*testenv.NATSCluster, *natslock.Options) {
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	c, o := natsBench(b)
-	l := newLocker(b, c, o)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		lease, err := l.Acquire(ctx, "bench/u")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	locktest.BenchCycle(b, context.Background(), locktest.Kind(newLocker(b, c, o), "mutex", "bench/u"))
 }
 
 // BenchmarkAcquireReleaseParallel: 16 goroutines, each on a name of its
@@ -50,23 +39,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	c, o := natsBench(b)
 	l := newLocker(b, c, o)
 	ctx := context.Background()
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(8) // 16 goroutines on 2 CPUs
-	b.RunParallel(func(pb *testing.PB) {
-		name := "bench/p" + strconv.FormatInt(n.Add(1), 10)
-		for pb.Next() {
-			lease, err := l.Acquire(ctx, name)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	locktest.BenchParallel(b, 16, "bench/p", func(name string) error { return locktest.Cycle(ctx, l, name) })
 }
 
 // BenchmarkTryAcquireHeld is a failed attempt on a held lock: a write the
@@ -80,12 +53,12 @@ func BenchmarkTryAcquireHeld(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	b.ReportAllocs()
-	for b.Loop() {
+	locktest.BenchLoop(b, func() error {
 		if _, err := l.TryAcquire(ctx, "bench/held"); err == nil {
-			b.Fatal("TryAcquire of a held lock succeeded")
+			return errors.New("TryAcquire of a held lock succeeded")
 		}
-	}
+		return nil
+	})
 }
 
 // BenchmarkContended8: 8 goroutines over 4 Lockers take one name in turn.
@@ -98,34 +71,8 @@ func BenchmarkContended8(b *testing.B) {
 	for i := range lockers {
 		lockers[i] = newLocker(b, c, o)
 	}
-	ctx := context.Background()
-	var left, last, moved atomic.Int64
-	left.Store(int64(b.N))
-	last.Store(-1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			l := lockers[g%len(lockers)]
-			for left.Add(-1) >= 0 {
-				lease, err := l.Acquire(ctx, "bench/c")
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if last.Swap(int64(g)) != int64(g) {
-					moved.Add(1)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.ReportMetric(100*float64(moved.Load())/float64(b.N), "handoff-%")
+	moved := locktest.BenchContend(b, context.Background(), 8, locktest.Acquirers(lockers, "bench/c"))
+	b.ReportMetric(100*float64(moved)/float64(b.N), "handoff-%")
 }
 
 // BenchmarkFloorKVCreateDelete is nats.go's KV API on one key as a user
@@ -137,16 +84,17 @@ func BenchmarkFloorKVCreateDelete(b *testing.B) {
 	newDriver(b, c, o) // creates the bucket
 	kv := admin(b, c, o.Bucket)
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		rev, err := kv.Create(ctx, "floor", []byte("owner"), jetstream.KeyTTL(30*time.Second))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := kv.Delete(ctx, "floor", jetstream.LastRevision(rev)); err != nil {
-			b.Fatal(err)
-		}
+	locktest.BenchLoop(b, func() error { return kvCreateDelete(ctx, kv, "floor") })
+}
+
+// kvCreateDelete creates key with a per-key TTL and deletes it, naming its
+// revision.
+func kvCreateDelete(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	rev, err := kv.Create(ctx, key, []byte("owner"), jetstream.KeyTTL(30*time.Second))
+	if err != nil {
+		return err
 	}
+	return kv.Delete(ctx, key, jetstream.LastRevision(rev))
 }
 
 // BenchmarkFloorKVCreateDeleteFresh is the same on a new key each time,
@@ -158,16 +106,8 @@ func BenchmarkFloorKVCreateDeleteFresh(b *testing.B) {
 	kv := admin(b, c, o.Bucket)
 	ctx := context.Background()
 	i := 0
-	b.ReportAllocs()
-	for b.Loop() {
+	locktest.BenchLoop(b, func() error {
 		i++
-		key := "floor" + strconv.Itoa(i)
-		rev, err := kv.Create(ctx, key, []byte("owner"), jetstream.KeyTTL(30*time.Second))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
-			b.Fatal(err)
-		}
-	}
+		return kvCreateDelete(ctx, kv, "floor"+strconv.Itoa(i))
+	})
 }

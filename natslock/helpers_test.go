@@ -1,43 +1,30 @@
 package natslock_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dlockgo/dlock"
-	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/natslock"
 )
 
 // randomBucket keeps tests apart on one server.
-func randomBucket() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "test-" + hex.EncodeToString(b[:])
-}
+func randomBucket() string { return "test-" + locktest.RandomHex(4) }
 
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+var (
+	ctxTimeout = locktest.Context
+	request    = locktest.Request // the mutex name with a fresh owner
+)
 
 // newLocker returns a Locker on a connection of its own, as another
 // process would have; both are closed when t ends.
 func newLocker(t testing.TB, c *testenv.NATSCluster, o *natslock.Options, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	l, err := natslock.NewConn(ctxTimeout(t, 30*time.Second), c.Conn(t), o, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
+	return locktest.Opened(t)(natslock.NewConn(ctxTimeout(t, 30*time.Second), c.Conn(t), o, opts...))
 }
 
 // newDriver returns a driver on a connection of its own, closed when t
@@ -71,11 +58,4 @@ func admin(t testing.TB, c *testenv.NATSCluster, bucket string) jetstream.KeyVal
 		t.Fatalf("bucket %q: %v", bucket, err)
 	}
 	return kv
-}
-
-// request is a driver request for the mutex name with a fresh owner.
-func request(name string, ttl time.Duration) driver.Request {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return driver.Request{Name: name, Owner: hex.EncodeToString(b[:]), TTL: ttl}
 }

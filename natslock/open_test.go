@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/natslock"
 )
 
@@ -135,14 +136,7 @@ func TestURLErrors(t *testing.T) {
 		{"nats://" + h + "?nkey=" + junk, "nkey"},
 		{"nats://locks:pw@" + h + "?creds=" + junk, "creds"},
 	} {
-		l, err := dlock.Open(ctx, bad.url)
-		if err == nil {
-			_ = l.Close()
-		}
-		if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != bad.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", bad.url, err, bad.param)
-		}
-		if err != nil && strings.Contains(err.Error(), "secret") {
+		if err := locktest.OpenFails(t, ctx, bad.url, bad.param); err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("Open(%q): the error %q shows the password", bad.url, err)
 		}
 	}

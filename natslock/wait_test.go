@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -177,15 +176,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if _, err := d.TryLock(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Go(func() {
-				wctx, cancel := context.WithTimeout(ctx, time.Duration(20+10*i)*time.Millisecond)
-				defer cancel()
-				_, _ = d.Lock(wctx, request("leak", 10*time.Second))
-			})
-		}
-		wg.Wait()
+		locktest.GiveUpWaits(ctx, d, "leak")
 		octx, ocancel := context.WithCancel(ctx)
 		obs, err := d.Observe(octx, "leak")
 		if err != nil {

@@ -2,14 +2,12 @@ package pglock_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -18,26 +16,10 @@ import (
 // time per acquisition with 8 contenders, so 1e9/ns is the hand-over rate.
 // allocs/op counts the whole process (the keeper goroutine included).
 
-// lockRelease acquires and releases name, or fails b.
-func lockRelease(b *testing.B, ctx context.Context, l *dlock.Locker, name string) {
-	lease, err := l.Acquire(ctx, name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := lease.Release(ctx); err != nil {
-		b.Fatal(err)
-	}
-}
-
 func BenchmarkUncontended(b *testing.B) {
-	ctx := context.Background()
 	l := newLocker(b, pglock.Options{})
-	name := "bench/u/" + randomHex(4)
-	lockRelease(b, ctx, l, name) // connect and prepare outside the timer
-	b.ReportAllocs()
-	for b.Loop() {
-		lockRelease(b, ctx, l, name)
-	}
+	// connect and prepare outside the timer
+	locktest.BenchCycle(b, context.Background(), locktest.Kind(l, "mutex", "bench/u/"+randomHex(4)))
 }
 
 // BenchmarkParallel: 16 goroutines, each with a name of its own, share one
@@ -49,17 +31,9 @@ func BenchmarkParallel(b *testing.B) {
 			ctx := context.Background()
 			l := newLocker(b, pglock.Options{MaxIdle: maxIdle})
 			base := "bench/p/" + randomHex(4) + "/"
-			lockRelease(b, ctx, l, base+"warm")
-			var next atomic.Int64
-			b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0))) // 16 goroutines
-			b.ReportAllocs()
+			locktest.Warm(b, l, base+"warm")
 			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				name := base + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					lockRelease(b, ctx, l, name)
-				}
-			})
+			locktest.BenchParallel(b, 16, base, func(name string) error { return locktest.Cycle(ctx, l, name) })
 		})
 	}
 }
@@ -75,7 +49,6 @@ func BenchmarkContended8(b *testing.B) {
 			mode = "shared"
 		}
 		b.Run(mode, func(b *testing.B) {
-			ctx := context.Background()
 			lockers := make([]*dlock.Locker, contenders)
 			for i := range lockers {
 				if i == 0 || !shared {
@@ -86,34 +59,9 @@ func BenchmarkContended8(b *testing.B) {
 			}
 			name := "bench/c/" + randomHex(4)
 			for _, l := range lockers {
-				lockRelease(b, ctx, l, name)
+				locktest.Warm(b, l, name)
 			}
-			var (
-				n       atomic.Int64
-				holders atomic.Int32
-				wg      sync.WaitGroup
-			)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for w := range contenders {
-				wg.Go(func() {
-					for n.Add(1) <= int64(b.N) {
-						lease, err := lockers[w].Acquire(ctx, name)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if holders.Add(1) != 1 {
-							b.Error("two holders at once")
-						}
-						holders.Add(-1)
-						if err := lease.Release(ctx); err != nil {
-							b.Error(err)
-						}
-					}
-				})
-			}
-			wg.Wait()
+			locktest.BenchContend(b, context.Background(), contenders, locktest.Acquirers(lockers, name))
 		})
 	}
 }
@@ -185,33 +133,6 @@ RETURNING t.token`
 // through a dlock.Locker with a warm idle connection (Campaign+Release for
 // the election).
 func BenchmarkKinds(b *testing.B) {
-	ctx := context.Background()
-	for _, k := range []struct {
-		name string
-		take func(l *dlock.Locker, name string) (*dlock.Lease, error)
-	}{
-		{"read", func(l *dlock.Locker, n string) (*dlock.Lease, error) { return l.AcquireRead(ctx, n) }},
-		{"write", func(l *dlock.Locker, n string) (*dlock.Lease, error) { return l.AcquireWrite(ctx, n) }},
-		{"permit4", func(l *dlock.Locker, n string) (*dlock.Lease, error) { return l.AcquirePermit(ctx, n, 4) }},
-		{"campaign", func(l *dlock.Locker, n string) (*dlock.Lease, error) { return l.Campaign(ctx, n, "bench") }},
-	} {
-		b.Run(k.name, func(b *testing.B) {
-			l := newLocker(b, pglock.Options{})
-			name := "bench/k/" + randomHex(4)
-			cycle := func() {
-				lease, err := k.take(l, name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cycle()
-			b.ReportAllocs()
-			for b.Loop() {
-				cycle()
-			}
-		})
-	}
+	locktest.BenchKinds(b, func(b *testing.B) *dlock.Locker { return newLocker(b, pglock.Options{}) },
+		"bench/k/"+randomHex(4), "read", "write", "permit4", "campaign")
 }

@@ -2,8 +2,6 @@ package pglock_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sync"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -40,11 +39,10 @@ func dropTable(t string) error {
 	return err
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var (
+	randomHex = locktest.RandomHex
+	waitUntil = locktest.Eventually
+)
 
 // config returns the test server's connection configuration.
 func config(t testing.TB) *pgx.ConnConfig {
@@ -76,12 +74,7 @@ func newDriver(t testing.TB, o pglock.Options) *pglock.Driver {
 // newLocker is newDriver in a Locker with opts, closed when t ends.
 func newLocker(t testing.TB, o pglock.Options, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	l, err := dlock.New(newDriver(t, o), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
+	return locktest.New(t, newDriver(t, o), opts...)
 }
 
 // admin is a connection of the test's own for looking at and breaking
@@ -160,16 +153,4 @@ func (a *admin) exec(t testing.TB, sql string, args ...any) {
 	if _, err := a.c.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitUntil polls cond every 5ms until it holds or limit passes.
-func waitUntil(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
 }

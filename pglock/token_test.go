@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
 
@@ -47,24 +48,14 @@ func TestTokensStrictlyIncrease(t *testing.T) {
 
 	var last uint64
 	for i := range 60 {
-		l := lockers[i%len(lockers)]
-		var lease *dlock.Lease
-		var err error
-		if i%2 == 0 {
-			lease, err = l.Acquire(ctx, name)
-		} else {
-			lease, err = l.TryAcquire(ctx, name)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := locktest.TakeTurn(t, ctx, lockers, i, name)
 		if lease.Token() <= last {
 			t.Errorf("acquisition %d: token %d is not greater than %d", i, lease.Token(), last)
 		}
 		last = lease.Token()
 		var row int64
 		adm.mu.Lock()
-		err = adm.c.QueryRow(ctx, "SELECT token FROM "+table+" WHERE name = $1", name).Scan(&row)
+		err := adm.c.QueryRow(ctx, "SELECT token FROM "+table+" WHERE name = $1", name).Scan(&row)
 		adm.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)

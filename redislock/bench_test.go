@@ -2,71 +2,44 @@ package redislock
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // BenchmarkAcquireRelease: one goroutine, one name, no contention, through
 // a Locker (as users call it).
 func BenchmarkAcquireRelease(b *testing.B) {
-	d := newDriver(b, nil)
-	l := newLocker(b, d)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		lease, err := l.Acquire(ctx, "bench/one")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	l := newLocker(b, newDriver(b, nil))
+	locktest.BenchCycle(b, context.Background(), locktest.Kind(l, "mutex", "bench/one"))
 }
 
 // BenchmarkDriverLockUnlock: the driver alone, the cost this package adds
 // to go-redis.
 func BenchmarkDriverLockUnlock(b *testing.B) {
-	d := newDriver(b, nil)
+	benchDriver(b, newDriver(b, nil), request("bench/driver", 30*time.Second))
+}
+
+// benchDriver measures Lock and Unlock of r on the driver d alone.
+func benchDriver(b *testing.B, d *Driver, r driver.Request) {
 	ctx := context.Background()
-	r := request("bench/driver", 30*time.Second)
-	b.ReportAllocs()
-	for b.Loop() {
+	locktest.BenchLoop(b, func() error {
 		if _, err := d.Lock(ctx, r); err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if err := d.Unlock(ctx, r); err != nil {
-			b.Fatal(err)
-		}
-	}
+		return d.Unlock(ctx, r)
+	})
 }
 
 // BenchmarkParallelDistinct: every goroutine acquires and releases a name
 // of its own.
 func BenchmarkParallelDistinct(b *testing.B) {
-	d := newDriver(b, nil)
-	l := newLocker(b, d)
+	l := newLocker(b, newDriver(b, nil))
 	ctx := context.Background()
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		name := "bench/distinct/" + strconv.FormatInt(next.Add(1), 10)
-		for pb.Next() {
-			lease, err := l.Acquire(ctx, name)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	locktest.BenchParallel(b, 0, "bench/distinct/", func(name string) error { return locktest.Cycle(ctx, l, name) })
 }
 
 // BenchmarkContended: 8 goroutines take turns on one name, each with its
@@ -96,5 +69,20 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(st.otherPct(), "other-waiter-%")
 			b.ReportMetric(float64(st.n)/st.elapsed.Seconds(), "acquires/s")
 		})
+	}
+}
+
+// BenchmarkKinds: acquire and release of one lock of a kind, with no
+// contention, through a Locker (as users call it); mutex for comparison.
+func BenchmarkKinds(b *testing.B) {
+	l := newLocker(b, newDriver(b, nil))
+	locktest.BenchKinds(b, func(*testing.B) *dlock.Locker { return l }, "bench", "read", "write", "permit", "campaign", "mutex")
+}
+
+// BenchmarkDriverKinds: Lock and Unlock of the driver alone, per mode.
+func BenchmarkDriverKinds(b *testing.B) {
+	d := newDriver(b, nil)
+	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader} {
+		b.Run(m.String(), func(b *testing.B) { benchDriver(b, d, kindRequest(m, "bench/driver", 30*time.Second)) })
 	}
 }

@@ -2,24 +2,21 @@ package redislock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
-	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var (
+	randomHex  = locktest.RandomHex
+	request    = locktest.Request
+	ctxTimeout = locktest.Context
+)
 
 // testPrefix returns a key prefix of the test's own on the shared server,
 // and removes the test's keys when it ends.
@@ -62,13 +59,7 @@ func newDriverOn(t testing.TB, c redis.UniversalClient, o *Options) *Driver {
 // options (an independent subscription, as another process would have).
 func newLocker(t testing.TB, d *Driver, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	d2 := NewDriver(d.client, &Options{Prefix: d.prefix, QueueTTL: d.queueTTL})
-	l, err := dlock.New(d2, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
+	return locktest.New(t, NewDriver(d.client, &Options{Prefix: d.prefix, QueueTTL: d.queueTTL}), opts...)
 }
 
 // Under quietOptions and a lock TTL of quietTTL a waiter re-runs its
@@ -84,16 +75,6 @@ const (
 // quietOptions are the options of a waiter's driver on d's prefix whose
 // re-checks, at quietTTL, are 30 s apart.
 func quietOptions(d *Driver) *Options { return &Options{Prefix: d.prefix, QueueTTL: quietTTL} }
-
-func request(name string, ttl time.Duration) driver.Request {
-	return driver.Request{Name: name, Owner: randomHex(16), TTL: ttl}
-}
-
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // queueState returns the queue's length and number of entries for name.
 func queueState(t testing.TB, d *Driver, name string) (int64, int64) {

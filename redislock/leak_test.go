@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"context"
 	"runtime"
 	"sync"
 	"testing"
@@ -27,15 +26,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if _, err := d.TryLock(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Go(func() {
-				wctx, cancel := context.WithTimeout(ctx, time.Duration(20+10*i)*time.Millisecond)
-				defer cancel()
-				_, _ = d.Lock(wctx, request("leak", 10*time.Second))
-			})
-		}
-		wg.Wait()
+		locktest.GiveUpWaits(ctx, d, "leak")
 		r := request("leak", 10*time.Second)
 		res := lockAsync(ctx, d, r)
 		waitQueued(t, d, "leak", 1)

@@ -3,8 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // benchClients are the two client set-ups the benchmarks compare: the one
@@ -73,11 +72,7 @@ func eachSetup(b *testing.B, c *cluster, f func(b *testing.B, cs []redis.Univers
 }
 
 func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
-	l, err := New(cs, nil, dlock.WithTTL(10*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
+	l := locktest.Opened(b)(New(cs, nil, dlock.WithTTL(10*time.Second)))
 	prepare(b, l.Driver().(*Driver))
 	return l
 }
@@ -87,17 +82,7 @@ func benchLocker(b *testing.B, cs []redis.UniversalClient) *dlock.Locker {
 func BenchmarkAcquireRelease(b *testing.B) {
 	eachSetup(b, newCluster(b, 5), func(b *testing.B, cs []redis.UniversalClient, ctx context.Context) {
 		l := benchLocker(b, cs)
-		name := uniqueName("bench/s1")
-		b.ReportAllocs()
-		for b.Loop() {
-			lease, err := l.Acquire(ctx, name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		locktest.BenchCycle(b, ctx, locktest.Kind(l, "mutex", uniqueName("bench/s1")))
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 }
@@ -108,24 +93,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkParallelDistinct(b *testing.B) {
 	eachSetup(b, newCluster(b, 5), func(b *testing.B, cs []redis.UniversalClient, ctx context.Context) {
 		l := benchLocker(b, cs)
-		prefix := uniqueName("bench/s2")
-		var seq atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(max(1, 16/runtimeProcs()))
-		b.RunParallel(func(pb *testing.PB) {
-			name := prefix + "/" + strconv.FormatInt(seq.Add(1), 10)
-			for pb.Next() {
-				lease, err := l.Acquire(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		locktest.BenchParallel(b, 16, uniqueName("bench/s2")+"/", func(name string) error { return locktest.Cycle(ctx, l, name) })
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 }

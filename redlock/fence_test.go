@@ -16,6 +16,21 @@ import (
 // tryLock is TryLock, tried again (up to 3 times) when too few nodes
 // answered in time: on a loaded machine that happens, and no token is
 // issued then.
+// takeToken takes name on d and releases it, and returns the grant's
+// token.
+func takeToken(t *testing.T, d *Driver, name string) uint64 {
+	t.Helper()
+	r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
+	g, err := tryLock(t, d, r)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if err := d.Unlock(t.Context(), r); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	return g.Token
+}
+
 func tryLock(t *testing.T, d *Driver, r driver.Request) (driver.Grant, error) {
 	t.Helper()
 	for i := 1; ; i++ {
@@ -109,18 +124,7 @@ func TestPhase2(t *testing.T) {
 		}
 		return out
 	}
-	take := func() uint64 {
-		t.Helper()
-		r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
-		g, err := tryLock(t, d, r)
-		if err != nil {
-			t.Fatalf("TryLock: %v", err)
-		}
-		if err := d.Unlock(ctx, r); err != nil {
-			t.Fatalf("Unlock: %v", err)
-		}
-		return g.Token
-	}
+	take := func() uint64 { t.Helper(); return takeToken(t, d, name) }
 
 	var tokens []uint64
 	tokens = append(tokens, take()) // first use: five seeds from five clocks
@@ -181,18 +185,7 @@ func TestPhase2CarriesTokenAcrossQuorums(t *testing.T) {
 			d := c.driver(t, nil)
 			d.skipWriteBack = broken
 			name := uniqueName("carry")
-			take := func() uint64 {
-				t.Helper()
-				r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
-				g, err := tryLock(t, d, r)
-				if err != nil {
-					t.Fatalf("TryLock: %v", err)
-				}
-				if err := d.Unlock(ctx, r); err != nil {
-					t.Fatalf("Unlock: %v", err)
-				}
-				return g.Token
-			}
+			take := func() uint64 { t.Helper(); return takeToken(t, d, name) }
 			c.kill(3, 4)
 			big := uint64(time.Now().UnixMicro()) + 1e12
 			if err := c.admin[0].Set(ctx, DefaultPrefix+"{"+name+"}:fence", big, 0).Err(); err != nil {

@@ -2,11 +2,8 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // cluster is N redis-servers of the test's own, without persistence, and
@@ -90,11 +88,7 @@ func prepare(t testing.TB, d *Driver) {
 // locker returns a new Locker over new clients, closed when t ends.
 func (c *cluster) locker(t testing.TB, o *Options, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
-	l, err := New(c.clients(t), testOptions(o), opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := locktest.Opened(t)(New(c.clients(t), testOptions(o), opts...))
 	prepare(t, l.Driver().(*Driver))
 	return l
 }
@@ -192,18 +186,10 @@ func (c *cluster) start(nodes ...int) {
 }
 
 // uniqueName returns a lock name unique to the test.
-func uniqueName(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "/" + hex.EncodeToString(b[:])
-}
+func uniqueName(prefix string) string { return prefix + "/" + locktest.RandomHex(4) }
 
 // newOwner returns a random owner value, as dlock makes them.
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newOwner() string { return locktest.RandomHex(16) }
 
 // count returns how many of the values equal v.
 func countOf(vals []string, v string) int {
@@ -296,5 +282,3 @@ func (c *cluster) clockedDriver(t testing.TB, o *Options) (*Driver, *sendClock) 
 	prepare(t, d)
 	return d, h
 }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -4,15 +4,13 @@ import (
 	"context"
 	"io"
 	"log"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // The benchmarks compare zklock (through a dlock.Locker) with
@@ -30,28 +28,33 @@ import (
 
 type benchImpl struct {
 	name string
-	// lock returns the release function of the lock called name.
-	lock func(b *testing.B, name string) func()
+	// take takes the lock called name.
+	take func(ctx context.Context, name string) (locktest.Held, error)
 }
+
+// cycle takes the lock called name and releases it.
+func (impl benchImpl) cycle(ctx context.Context, name string) error {
+	h, err := impl.take(ctx, name)
+	if err != nil {
+		return err
+	}
+	return h.Release(ctx)
+}
+
+// heldZK is a held zk.Lock.
+type heldZK struct{ l *zk.Lock }
+
+func (h heldZK) Release(context.Context) error { return h.l.Unlock() }
 
 // benchImpls returns the implementations, with clients that last until b
 // (the parent benchmark) ends.
 func benchImpls(b *testing.B) []benchImpl {
 	servers := []string{testenv.ZKAddr(b)}
 	prefix := testPrefix()
-	ctx := context.Background()
 
 	locker, _ := newLocker(b, servers, prefix, 10*time.Second)
-	zklockImpl := benchImpl{name: "zklock", lock: func(b *testing.B, name string) func() {
-		lease, err := locker.Acquire(ctx, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func() {
-			if err := lease.Release(ctx); err != nil {
-				b.Error(err)
-			}
-		}
+	zklockImpl := benchImpl{name: "zklock", take: func(ctx context.Context, name string) (locktest.Held, error) {
+		return locker.Acquire(ctx, name)
 	}}
 
 	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)))
@@ -62,16 +65,9 @@ func benchImpls(b *testing.B) []benchImpl {
 		removeTree(conn, prefix+"-newlock")
 		conn.Close()
 	})
-	newLockImpl := benchImpl{name: "zk.NewLock", lock: func(b *testing.B, name string) func() {
+	newLockImpl := benchImpl{name: "zk.NewLock", take: func(_ context.Context, name string) (locktest.Held, error) {
 		l := zk.NewLock(conn, prefix+"-newlock/"+name, zk.WorldACL(zk.PermAll))
-		if err := l.Lock(); err != nil {
-			b.Fatal(err)
-		}
-		return func() {
-			if err := l.Unlock(); err != nil {
-				b.Error(err)
-			}
-		}
+		return heldZK{l}, l.Lock()
 	}}
 	return []benchImpl{zklockImpl, newLockImpl}
 }
@@ -91,12 +87,8 @@ func removeTree(c *zk.Conn, p string) {
 func BenchmarkUncontended(b *testing.B) {
 	for _, impl := range benchImpls(b) {
 		b.Run(impl.name, func(b *testing.B) {
-			impl.lock(b, "warm-up")() // connect outside the timer
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				impl.lock(b, "uncontended")()
-			}
+			ctx := context.Background()
+			locktest.BenchCycle(b, ctx, func(ctx context.Context) (locktest.Held, error) { return impl.take(ctx, "uncontended") })
 		})
 	}
 }
@@ -104,16 +96,12 @@ func BenchmarkUncontended(b *testing.B) {
 func BenchmarkParallel(b *testing.B) {
 	for _, impl := range benchImpls(b) {
 		b.Run(impl.name, func(b *testing.B) {
-			impl.lock(b, "warm-up")()
-			var next atomic.Int64
-			b.ReportAllocs()
+			ctx := context.Background()
+			if err := impl.cycle(ctx, "warm-up"); err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				name := "parallel/" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					impl.lock(b, name)()
-				}
-			})
+			locktest.BenchParallel(b, 0, "parallel/", func(name string) error { return impl.cycle(ctx, name) })
 		})
 	}
 }
@@ -144,27 +132,75 @@ const contenders = 8
 // contend runs contenders goroutines that take one name b.N times in all;
 // worker w uses impl(w).
 func contend(b *testing.B, impl func(w int) benchImpl) {
+	ctx := context.Background()
 	for w := range contenders {
-		impl(w).lock(b, "warm-up")()
+		if err := impl(w).cycle(ctx, "warm-up"); err != nil {
+			b.Fatal(err)
+		}
 	}
-	var (
-		n       atomic.Int64
-		holders atomic.Int32
-		wg      sync.WaitGroup
-	)
+	locktest.BenchContend(b, ctx, contenders, func(ctx context.Context, w int) (locktest.Held, error) {
+		return impl(w).take(ctx, "contended")
+	})
+}
+
+// Benchmarks of the lock kinds besides the mutex, through a dlock.Locker
+// on the standalone server, one goroutine, uncontended: ns/op is one
+// acquire and its release (one campaign and its resignation).
+//
+//	Read        AcquireRead of a lock no one else uses
+//	ReadShared  AcquireRead while another reader holds the lock (a
+//	            listing more: the node is not alone)
+//	Write       AcquireWrite
+//	Permit      AcquirePermit of a semaphore of 4 of which another client
+//	            holds a permit (still one round trip: the name's znode
+//	            has no more than 4 children)
+//	Campaign    Campaign and Release
+//
+// BenchmarkLeader, below, is one Leader read instead.
+
+// benchKind measures kind's acquire and release of a name that, when
+// shared, another client holds in the same kind.
+func benchKind(b *testing.B, kind string, shared bool) {
+	ctx := context.Background()
+	servers, prefix := []string{testenv.ZKAddr(b)}, testPrefix()
+	l, _ := newLocker(b, servers, prefix, 10*time.Second)
+	if shared {
+		other, _ := newLocker(b, servers, prefix, 10*time.Second)
+		if _, err := locktest.Kind(other, kind, "bench")(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	locktest.BenchCycle(b, ctx, locktest.Kind(l, kind, "bench")) // connects outside the timer
+}
+
+func BenchmarkRead(b *testing.B)       { benchKind(b, "read", false) }
+func BenchmarkReadShared(b *testing.B) { benchKind(b, "read", true) }
+func BenchmarkWrite(b *testing.B)      { benchKind(b, "write", false) }
+func BenchmarkPermit(b *testing.B)     { benchKind(b, "permit", true) }
+func BenchmarkCampaign(b *testing.B)   { benchKind(b, "campaign", false) }
+
+// BenchmarkMutex is the baseline: Acquire, in the same harness.
+func BenchmarkMutex(b *testing.B) { benchKind(b, "mutex", false) }
+
+// BenchmarkLeader is one Leader call on an election another client leads:
+// the server is brought up to date with the leader first (a no-op
+// transaction, see Driver.Inspect), then the election's znode is read.
+func BenchmarkLeader(b *testing.B) {
+	ctx := context.Background()
+	servers, prefix := []string{testenv.ZKAddr(b)}, testPrefix()
+	l, _ := newLocker(b, servers, prefix, 10*time.Second)
+	other, _ := newLocker(b, servers, prefix, 10*time.Second)
+	if _, err := other.Campaign(ctx, "bench", "them"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := l.Leader(ctx, "bench"); err != nil { // connect outside the timer
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
-	b.ResetTimer()
-	for w := range contenders {
-		wg.Go(func() {
-			for n.Add(1) <= int64(b.N) {
-				release := impl(w).lock(b, "contended")
-				if holders.Add(1) != 1 {
-					b.Error("two holders at once")
-				}
-				holders.Add(-1)
-				release()
-			}
-		})
+	for b.Loop() {
+		info, err := l.Leader(ctx, "bench")
+		if err != nil || info.Value != "them" {
+			b.Fatalf("Leader = %+v, %v", info, err)
+		}
 	}
-	wg.Wait()
 }

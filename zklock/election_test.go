@@ -13,19 +13,7 @@ import (
 )
 
 // next returns the next value from an Observe channel.
-func next(t *testing.T, ch <-chan dlock.LeaderInfo, limit time.Duration) dlock.LeaderInfo {
-	t.Helper()
-	select {
-	case info, ok := <-ch:
-		if !ok {
-			t.Fatal("the Observe channel closed")
-		}
-		return info
-	case <-time.After(limit):
-		t.Fatalf("no leader change within %v", limit)
-	}
-	return dlock.LeaderInfo{}
-}
+var next = locktest.NextLeader
 
 // TestElection: three candidates; an observer sees the first lead, then,
 // after it resigns, the second, and after the second crashes, the third,

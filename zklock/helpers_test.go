@@ -1,8 +1,6 @@
 package zklock_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log"
 	"net"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -28,11 +27,7 @@ func TestMain(m *testing.M) {
 
 // testPrefix returns a prefix of the test's own, so that tests sharing a
 // server never meet.
-func testPrefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "/dlocktest/" + hex.EncodeToString(b[:])
-}
+func testPrefix() string { return "/dlocktest/" + locktest.RandomHex(6) }
 
 // newDriver returns a driver closed when t ends.
 func newDriver(t testing.TB, servers []string, prefix string, timeout time.Duration) *zklock.Driver {
@@ -49,12 +44,7 @@ func newDriver(t testing.TB, servers []string, prefix string, timeout time.Durat
 func newLocker(t testing.TB, servers []string, prefix string, timeout time.Duration, opts ...dlock.Option) (*dlock.Locker, *zklock.Driver) {
 	t.Helper()
 	d := newDriver(t, servers, prefix, timeout)
-	l, err := dlock.New(d, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l, d
+	return locktest.New(t, d, opts...), d
 }
 
 // admin is a plain ZooKeeper client for looking at and meddling with the
@@ -94,9 +84,16 @@ func (a *admin) locks(prefix, name string) []string {
 	if a.layout != "" && a.layout != zklock.LayoutDlock {
 		return zklock.LockNodes(a.layout, kids)
 	}
+	return queued(kids, "-lock#")
+}
+
+// queued returns the kids that are dlock's lock nodes (_c_<guid>…#<seq>)
+// with marker in their name, in queue order (by sequence number; the tests
+// stay far from its wrap-around).
+func queued(kids []string, marker string) []string {
 	var locks []string
 	for _, k := range kids {
-		if strings.HasPrefix(k, "_c_") && strings.Contains(k, "-lock#") {
+		if strings.HasPrefix(k, "_c_") && strings.Contains(k, marker) {
 			locks = append(locks, k)
 		}
 	}

@@ -1,13 +1,12 @@
 package zklock_test
 
 import (
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -22,16 +21,7 @@ func (a *admin) nodes(dir string) []string {
 	if err != nil {
 		a.t.Fatalf("list %s: %v", dir, err)
 	}
-	var locks []string
-	for _, k := range kids {
-		if strings.HasPrefix(k, "_c_") && strings.Contains(k, "#") {
-			locks = append(locks, k)
-		}
-	}
-	slices.SortFunc(locks, func(x, y string) int {
-		return strings.Compare(x[strings.Index(x, "#"):], y[strings.Index(y, "#"):])
-	})
-	return locks
+	return queued(kids, "#")
 }
 
 // waitNodes waits until dir holds n lock nodes.
@@ -61,11 +51,7 @@ func sum(drivers []*zklock.Driver, f func(*zklock.Driver) int64) (n int64) {
 // eventually waits until cond holds, failing t after limit.
 func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !locktest.Eventually(limit, cond) {
+		t.Fatalf("after %v: %s", limit, what)
 	}
 }

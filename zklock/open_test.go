@@ -10,6 +10,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -66,14 +67,7 @@ func TestOpenErrors(t *testing.T) {
 		{"zk://127.0.0.1:21810/a/../b", "path"},
 		{"zk://127.0.0.1:21810/a%20b", "path"},
 	} {
-		l, err := dlock.Open(ctx, c.url)
-		if err == nil {
-			_ = l.Close()
-		}
-		pe, ok := errors.AsType[*dlock.ParamError](err)
-		if !ok || pe.Param != c.param {
-			t.Errorf("Open(%q) = %v, want a *ParamError naming %q", c.url, err, c.param)
-		}
+		locktest.OpenFails(t, ctx, c.url, c.param)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -156,17 +157,7 @@ func TestTokensIncrease(t *testing.T) {
 	var last uint64
 	take := func(i int, name string) {
 		t.Helper()
-		l := lockers[i%len(lockers)]
-		var lease *dlock.Lease
-		var err error
-		if i%2 == 0 {
-			lease, err = l.Acquire(ctx, name)
-		} else {
-			lease, err = l.TryAcquire(ctx, name)
-		}
-		if err != nil {
-			t.Fatalf("acquisition %d of %q: %v", i, name, err)
-		}
+		lease := locktest.TakeTurn(t, ctx, lockers, i, name)
 		if lease.Token() <= last {
 			t.Errorf("acquisition %d of %q: token %d, not above the previous %d", i, name, lease.Token(), last)
 		}
