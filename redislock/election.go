@@ -20,8 +20,8 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	if d.closed.Load() {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
-	if d.plain {
-		return driver.LeaderInfo{}, errPlainKind("election", name)
+	if !d.Supports(driver.Leader) {
+		return driver.LeaderInfo{}, d.format.unsupported("election", name)
 	}
 	info, _, err := d.readLeader(ctx, name)
 	return info, err
@@ -30,7 +30,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 // readLeader reads the leader of election name and how long its lease has
 // left (-1 when unknown or nobody leads).
 func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo, time.Duration, error) {
-	res, err := d.run(ctx, leaderScript, []string{d.kindBase(electionKind, name)}).Slice()
+	res, err := d.run(ctx, leaderScript, []string{d.base(leaderKind, name)}).Slice()
 	if err != nil {
 		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: %w", name, err)
 	}
@@ -75,8 +75,8 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 // retried within a second. In LayoutRedsync Observe fails with an error
 // matching driver.ErrUnsupported.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
-	if d.plain {
-		return nil, errPlainKind("election", name)
+	if !d.Supports(driver.Leader) {
+		return nil, d.format.unsupported("election", name)
 	}
 	if !d.enter() {
 		return nil, driver.ErrClosed

@@ -305,10 +305,6 @@ func (d *Driver) useShards(ctx context.Context) (bool, error) {
 	return state == shardOn, nil
 }
 
-// shardChannel is the shard channel of the grants of lock name: its hash
-// tag is the lock's.
-func (d *Driver) shardChannel(name string) string { return d.prefix + "{" + name + "}:g" }
-
 // subscribeOwn subscribes d to its own channel, once, and returns the
 // channel closed once the subscription is confirmed; it reports false
 // once d is closed.
