@@ -124,13 +124,6 @@ type Driver struct {
 	sub   subscriber
 	gates gate.Set[struct{}] // one waiter per name on the nodes (Lock)
 
-	// writeBacks counts acquisitions that needed phase 2 (the nodes of
-	// the quorum returned different counters).
-	writeBacks atomic.Uint64
-	// skipWriteBack turns phase 2 off, for the test that shows why it
-	// is needed. Never set outside tests.
-	skipWriteBack bool
-
 	// stopCheck cancels the background eviction check, and checking
 	// counts it, for Close to wait for.
 	stopCheck context.CancelFunc
@@ -266,21 +259,6 @@ func (d *Driver) Close() error {
 		}
 	})
 	return err
-}
-
-// allowance is the clock-drift allowance for a lock of the given TTL.
-func (d *Driver) allowance(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*DriftFactor) + d.drift
-}
-
-// ttlArg returns the lock TTL in whole milliseconds, as the scripts take
-// it, and the TTL it stands for.
-func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
-	ms := ttl.Milliseconds()
-	if ms < 1 {
-		return 0, 0, fmt.Errorf("redlock: TTL %v is below one millisecond", ttl)
-	}
-	return ms, time.Duration(ms) * time.Millisecond, nil
 }
 
 var (

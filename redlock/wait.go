@@ -51,17 +51,21 @@ const (
 // certificate) that no quorum is left, or on an error other than "held"
 // or "no quorum".
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	g, o, err := d.acquire(ctx, r)
+	t, err := d.resolve(r, true)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g, o, err := d.acquire(ctx, t)
 	if d.settled(ctx, err, o) {
 		return g, d.final(ctx, err)
 	}
-	gt, gerr := d.gates.Enter(ctx, r.Name, d.done)
+	gt, gerr := d.gates.Enter(ctx, t.name, d.done)
 	if gerr != nil {
 		return driver.Grant{}, d.final(ctx, err)
 	}
 	defer gt.Leave(struct{}{})
 	// Watch before the next attempt: a release after it is then heard.
-	w, werr := d.sub.watch(ctx, r.Name)
+	w, werr := d.sub.watch(ctx, t.name)
 	if werr != nil {
 		return driver.Grant{}, d.final(ctx, err)
 	}
@@ -71,7 +75,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	misses := 0 // attempts in a row that saw no holder with a quorum
 	for {
 		start := time.Now()
-		g, o, err = d.acquire(ctx, r)
+		g, o, err = d.acquire(ctx, t)
 		if d.settled(ctx, err, o) {
 			return g, d.final(ctx, err)
 		}
@@ -82,7 +86,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			misses = 0
 			delay = o.remaining
 			if delay <= 0 {
-				delay = r.TTL
+				delay = t.ttl
 			}
 			delay += rand.N(spread)
 		} else {
