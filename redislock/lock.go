@@ -216,7 +216,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	}
 	start := time.Now()
 	if d.waitReplicas > 0 {
-		if err := d.refreshReplicated(ctx, q); err != nil {
+		if err := d.waitAck(ctx, q, "refresh"); err != nil {
 			return time.Time{}, err
 		}
 		return start.Add(q.ttl), nil

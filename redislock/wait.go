@@ -53,14 +53,9 @@ func (lt *lazyTimer) stop() {
 // LayoutRedsync waiting is lockPlain's: no queue, no handoff.
 //
 // A waiter joins the lock's queue in the same script that finds the lock
-// held. A release hands the lock straight to the first live waiter (it
-// never falls free for the releaser or a newcomer to grab) and publishes
-// the grant on that waiter's driver channel. The waiter also re-runs the
-// script when the holder's TTL runs out (a crashed holder is taken over
-// then) and at least every third of its entry lifetime, which keeps its
-// queue entry alive and recovers a grant whose message was lost. That
-// re-check (once a second per waiter by default) is the only periodic
-// work; the lock itself arrives by handoff.
+// held, and is handed the lock by a release (see Waiting in the package
+// documentation); its re-check, at the holder's expiry and every third of
+// its entry lifetime, is the only periodic work.
 //
 // When ctx ends first, Lock leaves the queue and releases a lock handed to
 // it meanwhile, passing it on, and returns ctx's error; when the driver is
@@ -144,25 +139,15 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 }
 
-// lockPlain is Lock in LayoutRedsync, where redsync's and bsm/redislock's
-// clients share the lock: they poll for it, and their releases announce
-// nothing. There is no queue and no handoff (a queue that handed the key
-// to dlock's waiters would keep it from the peers' waiters for as long as
-// dlock's kept coming): each attempt is TryLock's SET NX, and a waiter
-// tries again
-//
-//   - when a dlock release of the lock announces itself on the lock's
-//     channel (plainChannel), which the Driver follows while any of its
-//     calls waits for the name;
-//   - when the holder's TTL, read by the failed attempt, runs out, which
-//     is when a crashed holder's lock, or a peer's, falls free;
-//   - after pollDelay (PollInterval on average), which is how a peer's
-//     release is noticed.
-//
-// The first attempt is made before subscribing, so a lock that is free
-// costs one script. A release is missed only if it came before the
-// subscription was confirmed; so an attempt that fails before then waits
-// for the confirmation, and tries again at once.
+// lockPlain is Lock in LayoutRedsync, where the peers poll and their
+// releases announce nothing: no queue, no handoff (see Waiting under
+// Layouts in the package documentation). Each attempt is TryLock's, and
+// a waiter tries again when a dlock release announces itself on the
+// lock's channel (plainChannel), when the holder's TTL runs out, and
+// after pollDelay. The first attempt is made before subscribing, so a
+// lock that is free costs one script. A release is missed only if it came
+// before the subscription was confirmed; so an attempt that fails before
+// then waits for the confirmation, and tries again at once.
 //
 // When ctx ends or the driver closes, nothing is held or queued: Lock
 // returns ctx's error or driver.ErrClosed. When an attempt fails on an

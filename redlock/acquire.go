@@ -61,15 +61,10 @@ func (d *Driver) keys(name string) (lock, fence string) {
 }
 
 // TryLock makes one attempt to take the lock on a quorum of the nodes, all
-// asked in parallel (see the package documentation for the protocol).
-//
-// When another owner holds the lock the error is a *driver.HeldError with
-// the shortest remaining TTL seen. When too few nodes answered to decide,
-// or a quorum answered too late to leave any validity, the error wraps
-// driver.ErrNoQuorum and a node's error: the first refusal (NOPERM,
-// WRONGPASS, NOAUTH, a rejected certificate) if any node refused, else
-// the first node's. Either way the attempt was undone on every node
-// first: TryLock leaves nothing held.
+// asked in parallel; a failed attempt, undone on every node first, leaves
+// nothing held, and its error is as the package documentation says under
+// Protocol (a quorum that answered too late to leave any validity is no
+// quorum).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	if d.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed

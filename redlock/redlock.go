@@ -276,7 +276,7 @@ func (d *Driver) Prepare(ctx context.Context) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
 	}
-	errs := make([]error, len(d.clients))
+	replies := make([]reply, len(d.clients))
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
@@ -284,19 +284,12 @@ func (d *Driver) Prepare(ctx context.Context) error {
 			for _, sc := range allScripts {
 				pipe.ScriptLoad(ctx, sc.Source())
 			}
-			_, errs[i] = pipe.Exec(ctx)
+			_, err := pipe.Exec(ctx)
+			replies[i] = reply{node: i, val: int64(1), err: err}
 		})
 	}
 	wg.Wait()
-	var t tally
-	for i, err := range errs {
-		if err != nil {
-			t.fail(i, err)
-		} else {
-			t.yes++
-		}
-	}
-	if t.yes < d.quorum {
+	if t := count(replies); t.yes < d.quorum {
 		return d.noQuorum("prepare", "", t.yes, "prepared", t.firstErr)
 	}
 	return nil
