@@ -4,8 +4,7 @@ import "github.com/dlockgo/dlock/driver"
 
 // keysFor returns the keys of r's lock, in the scripts' KEYS order.
 func (d *Driver) keysFor(r driver.Request) []string {
-	var buf [6]string
-	return d.format.kinds[r.Mode].keys(&buf, d.prefix, r.Name)
+	return d.format.kinds[r.Mode].keys(d.prefix, r.Name)
 }
 
 // keys returns the keys of the mutex name.

@@ -102,8 +102,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 // inspectOne queues the reads of lock name of kind k on pipe, and returns
 // what turns their answers into entries.
 func (d *Driver) inspectOne(ctx context.Context, pipe redis.Pipeliner, k *kind, name string) func(time.Time, int64) []driver.LockInfo {
-	var buf [6]string
-	keys := k.keys(&buf, d.prefix, name)
+	keys := k.keys(d.prefix, name)
 	if k == mutexKind || k == plainMutex {
 		owner, pttl := pipe.Get(ctx, keys[0]), pipe.PTTL(ctx, keys[0])
 		var token *redis.StringCmd

@@ -70,38 +70,49 @@ const (
 )
 
 // keys returns the keys of lock name of kind k, in the scripts' KEYS
-// order, held in buf. They are cut from one string, so building them
-// costs one allocation. In LayoutRedsync they are the lock,
-// <prefix><name>, and its fencing counter, dlock:fence:{<prefix><name>}:
-// the counter's hash tag is the whole lock key, so on a Redis Cluster the
-// two share a slot (a key without braces hashes whole, and neither a
-// prefix nor a name holds a brace).
-func (k *kind) keys(buf *[6]string, prefix, name string) []string {
+// order. They are cut from one string, so building them costs two
+// allocations (the string and the slice); a key that starts the next one
+// (<base> and <base>:fence, <base>:q and <base>:qe) is cut from it. In
+// LayoutRedsync they are the lock, <prefix><name>, and its fencing
+// counter, dlock:fence:{<prefix><name>}: the counter's hash tag is the
+// whole lock key, so on a Redis Cluster the two share a slot (a key
+// without braces hashes whole, and neither a prefix nor a name holds a
+// brace).
+func (k *kind) keys(prefix, name string) []string {
 	if k.plain {
 		s := plainFenceHead + prefix + name + "}"
-		buf[0], buf[1] = s[len(plainFenceHead):len(s)-1], s
-		return buf[:2]
+		return []string{s[len(plainFenceHead) : len(s)-1], s}
+	}
+	starts := func(i int) bool { // key i starts key i+1
+		return i+1 < len(k.suffixes) && strings.HasPrefix(k.suffixes[i+1], k.suffixes[i])
 	}
 	baseLen, n := len(prefix)+len(k.head)+len(name)+2, 0
-	for _, s := range k.suffixes {
-		n += baseLen + len(s)
+	for i, s := range k.suffixes {
+		if !starts(i) {
+			n += baseLen + len(s)
+		}
 	}
 	var b strings.Builder
 	b.Grow(n)
-	for _, s := range k.suffixes {
-		b.WriteString(prefix)
-		b.WriteString(k.head)
-		b.WriteByte('{')
-		b.WriteString(name)
-		b.WriteByte('}')
-		b.WriteString(s)
+	for i, s := range k.suffixes {
+		if !starts(i) {
+			b.WriteString(prefix)
+			b.WriteString(k.head)
+			b.WriteByte('{')
+			b.WriteString(name)
+			b.WriteByte('}')
+			b.WriteString(s)
+		}
 	}
 	all, at := b.String(), 0
+	keys := make([]string, len(k.suffixes))
 	for i, s := range k.suffixes {
-		buf[i] = all[at : at+baseLen+len(s)]
-		at += baseLen + len(s)
+		keys[i] = all[at : at+baseLen+len(s)]
+		if !starts(i) {
+			at += baseLen + len(s)
+		}
 	}
-	return buf[:len(k.suffixes)]
+	return keys
 }
 
 // scanHead is what the key Inspect scans for starts with, before the

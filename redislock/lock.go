@@ -16,10 +16,9 @@ import (
 type lockReq struct {
 	driver.Request
 	kind *kind
-	keys []string      // in buf
+	keys []string
 	ttl  time.Duration // Request.TTL in whole milliseconds; 0 for a release
 	args *boxedTTL     // the script arguments of ttl
-	buf  [6]string
 }
 
 // boxedTTL holds the script arguments that derive from a lock TTL, boxed.
@@ -32,19 +31,19 @@ type boxedTTL struct {
 // resolve resolves r, for a release, or else (withTTL) for a call that
 // takes or extends the lock, whose TTL must be at least a millisecond.
 // It rejects a mode the layout lacks, and a semaphore without permits.
-func (d *Driver) resolve(r driver.Request, withTTL bool) (*lockReq, error) {
+func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
 	k, err := d.format.kind(r.Mode, r.Name)
 	if err != nil {
-		return nil, err
+		return lockReq{}, err
 	}
 	if r.Mode == driver.Permit && r.Limit < 1 {
-		return nil, fmt.Errorf("redislock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
+		return lockReq{}, fmt.Errorf("redislock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
 	}
-	q := &lockReq{Request: r, kind: k, args: releaseTTL}
+	q := lockReq{Request: r, kind: k, args: releaseTTL}
 	if withTTL {
 		ms := r.TTL.Milliseconds()
 		if ms < 1 {
-			return nil, fmt.Errorf("redislock: TTL %v is below one millisecond", r.TTL)
+			return lockReq{}, fmt.Errorf("redislock: TTL %v is below one millisecond", r.TTL)
 		}
 		q.ttl = time.Duration(ms) * time.Millisecond
 		// From a one-entry cache: a Locker's leases mostly share one TTL.
@@ -53,7 +52,7 @@ func (d *Driver) resolve(r driver.Request, withTTL bool) (*lockReq, error) {
 			d.lastTTL.Store(q.args)
 		}
 	}
-	q.keys = k.keys(&q.buf, d.prefix, r.Name)
+	q.keys = k.keys(d.prefix, r.Name)
 	return q, nil
 }
 
@@ -135,7 +134,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	_, g, err := d.try(ctx, q, opTry, nil)
+	_, g, err := d.try(ctx, &q, opTry, nil)
 	return g, err
 }
 
@@ -216,12 +215,12 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	}
 	start := time.Now()
 	if d.waitReplicas > 0 {
-		if err := d.waitAck(ctx, q, "refresh"); err != nil {
+		if err := d.waitAck(ctx, &q, "refresh"); err != nil {
 			return time.Time{}, err
 		}
 		return start.Add(q.ttl), nil
 	}
-	n, err := d.do(ctx, q, opRefresh, d.channelArg).Int64()
+	n, err := d.do(ctx, &q, opRefresh, d.channelArg).Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
 	}
@@ -245,7 +244,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	if err != nil {
 		return err
 	}
-	held, err := d.release(ctx, q)
+	held, err := d.release(ctx, &q)
 	if err != nil {
 		return err
 	}

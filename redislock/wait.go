@@ -79,7 +79,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	var timer lazyTimer
 	defer timer.stop()
 	if q.kind.plain {
-		return d.lockPlain(ctx, q, &timer)
+		return d.lockPlain(ctx, &q, &timer)
 	}
 	recheck := min(d.entryLifetime(q.ttl), q.ttl) / 3
 	wait := timer.after
@@ -114,12 +114,12 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		// again as soon as it is. What counts is whether it was confirmed
 		// before this script was sent.
 		subscribed := isClosed(ready)
-		res, g, err := d.try(ctx, q, opWait, channel)
+		res, g, err := d.try(ctx, &q, opWait, channel)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
 			return g, err
 		}
 		if !subscribed {
-			if err := d.awaitSubscription(ctx, q, ready, wait(recheck)); err != nil {
+			if err := d.awaitSubscription(ctx, &q, ready, wait(recheck)); err != nil {
 				return driver.Grant{}, err
 			}
 			continue
@@ -130,11 +130,11 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		if res.pttl >= 0 {
 			next = min(next, res.remaining(1))
 		}
-		if g, ok, err := d.await(ctx, q, grants, wait(next), res); ok || err != nil {
+		if g, ok, err := d.await(ctx, &q, grants, wait(next), res); ok || err != nil {
 			if err != nil {
 				return g, err
 			}
-			return d.replicated(ctx, q, g)
+			return d.replicated(ctx, &q, g)
 		}
 	}
 }
