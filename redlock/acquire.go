@@ -40,12 +40,12 @@ type target struct {
 
 // resolve resolves r, for a release, or else (withTTL) for a call that
 // takes or extends the lock, whose TTL must be at least a millisecond.
-func (d *Driver) resolve(r driver.Request, withTTL bool) (*target, error) {
+func (d *Driver) resolve(r driver.Request, withTTL bool) (target, error) {
 	lock, fence := d.keys(r.Name)
-	t := &target{lock: lock, fence: fence, owner: r.Owner, name: r.Name}
+	t := target{lock: lock, fence: fence, owner: r.Owner, name: r.Name}
 	if withTTL {
 		if t.ms = r.TTL.Milliseconds(); t.ms < 1 {
-			return nil, fmt.Errorf("redlock: TTL %v is below one millisecond", r.TTL)
+			return target{}, fmt.Errorf("redlock: TTL %v is below one millisecond", r.TTL)
 		}
 		t.ttl = r.TTL.Truncate(time.Millisecond)
 		t.validity = t.ttl - d.allowance(t.ttl)
@@ -73,7 +73,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	g, _, err := d.acquire(ctx, t)
+	g, _, err := d.acquire(ctx, &t)
 	return g, err
 }
 
@@ -194,7 +194,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 		return time.Time{}, err
 	}
 	start := time.Now()
-	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), tg, tg.ms, d.fenceTTL))
+	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), &tg, tg.ms, d.fenceTTL))
 	switch {
 	case t.yes >= d.quorum:
 		return start.Add(tg.validity), nil
@@ -220,7 +220,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 		return driver.ErrClosed
 	}
 	tg, _ := d.resolve(r, false)
-	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), tg, d.channelArg, tg.name))
+	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), &tg, d.channelArg, tg.name))
 	switch answered := t.yes + t.no; {
 	case answered < d.quorum:
 		return d.noQuorum("unlock", r.Name, answered, "answered", t.firstErr)

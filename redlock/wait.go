@@ -39,7 +39,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	g, o, err := d.acquire(ctx, t)
+	g, o, err := d.acquire(ctx, &t)
 	if d.settled(ctx, err, o) {
 		return g, d.final(ctx, err)
 	}
@@ -59,7 +59,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	misses := 0 // attempts in a row that saw no holder with a quorum
 	for {
 		start := time.Now()
-		g, o, err = d.acquire(ctx, t)
+		g, o, err = d.acquire(ctx, &t)
 		if d.settled(ctx, err, o) {
 			return g, d.final(ctx, err)
 		}
