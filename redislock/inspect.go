@@ -15,9 +15,9 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect lists the locks held now whose names start with prefix (all of
-// them for an empty prefix), sorted by name, for tools such as
-// `dlock status`: mutexes, readers-writer locks (the writer, or each
+// Inspect implements driver.Inspector: it lists the locks held now whose
+// names start with prefix (all of them for an empty prefix), sorted by
+// name: mutexes, readers-writer locks (the writer, or each
 // reader), semaphores (each permit holder) and elections (the leader).
 // Each entry has its owner value, its fencing token, its expiry (from the
 // key's remaining TTL, or the holder's expiry score against the server's

@@ -30,8 +30,12 @@ type boxedTTL struct {
 
 // resolve resolves r, for a release, or else (withTTL) for a call that
 // takes or extends the lock, whose TTL must be at least a millisecond.
-// It rejects a mode the layout lacks, and a semaphore without permits.
+// It rejects a mode the layout lacks, a semaphore without permits, and
+// any request once the driver is closed (driver.ErrClosed).
 func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
+	if d.closed.Load() {
+		return lockReq{}, driver.ErrClosed
+	}
 	k, err := d.format.kind(r.Mode, r.Name)
 	if err != nil {
 		return lockReq{}, err
@@ -127,9 +131,6 @@ func (d *Driver) publishArg(ctx context.Context) (any, error) {
 // LayoutRedsync the script is the same, on the plain key and dlock's
 // counter beside it (see Layouts).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if d.closed.Load() {
-		return driver.Grant{}, driver.ErrClosed
-	}
 	q, err := d.resolve(r, true)
 	if err != nil {
 		return driver.Grant{}, err
@@ -206,9 +207,6 @@ func acquireReply(cmd *redis.Cmd) (attempt, error) {
 // new expiry, measured from before the request was sent. It returns an
 // error wrapping driver.ErrNotHeld when the lock is gone or another's.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	if d.closed.Load() {
-		return time.Time{}, driver.ErrClosed
-	}
 	q, err := d.resolve(r, true)
 	if err != nil {
 		return time.Time{}, err
@@ -237,9 +235,6 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // for it as the peers' do. It returns an error wrapping driver.ErrNotHeld
 // when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
-	}
 	q, err := d.resolve(r, false)
 	if err != nil {
 		return err

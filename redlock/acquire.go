@@ -39,8 +39,12 @@ type target struct {
 }
 
 // resolve resolves r, for a release, or else (withTTL) for a call that
-// takes or extends the lock, whose TTL must be at least a millisecond.
+// takes or extends the lock, whose TTL must be at least a millisecond;
+// once the driver is closed it fails with driver.ErrClosed.
 func (d *Driver) resolve(r driver.Request, withTTL bool) (target, error) {
+	if d.closed.Load() {
+		return target{}, driver.ErrClosed
+	}
 	lock, fence := d.keys(r.Name)
 	t := target{lock: lock, fence: fence, owner: r.Owner, name: r.Name}
 	if withTTL {
@@ -66,9 +70,6 @@ func (d *Driver) keys(name string) (lock, fence string) {
 // Protocol (a quorum that answered too late to leave any validity is no
 // quorum).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if d.closed.Load() {
-		return driver.Grant{}, driver.ErrClosed
-	}
 	t, err := d.resolve(r, true)
 	if err != nil {
 		return driver.Grant{}, err
@@ -186,9 +187,6 @@ func mostCommon(s []string) int {
 // driver.ErrNotHeld; when too few answered to tell, it wraps
 // driver.ErrNoQuorum, which dlock treats as transient.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	if d.closed.Load() {
-		return time.Time{}, driver.ErrClosed
-	}
 	tg, err := d.resolve(r, true)
 	if err != nil {
 		return time.Time{}, err
@@ -216,10 +214,10 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // wait up to ten node timeouts, not one: nothing is timed against the
 // TTL here, and a delete lost to a slow moment keeps the lock for a TTL.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
+	tg, err := d.resolve(r, false)
+	if err != nil {
+		return err
 	}
-	tg, _ := d.resolve(r, false)
 	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), &tg, d.channelArg, tg.name))
 	switch answered := t.yes + t.no; {
 	case answered < d.quorum:

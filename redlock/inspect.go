@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,9 +15,9 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect lists the locks held now whose names start with prefix (all of
-// them for an empty prefix), sorted by name, as a quorum of the nodes sees
-// them, for tools such as `dlock status`. A lock is listed when one owner
+// Inspect implements driver.Inspector: it lists the locks held now whose
+// names start with prefix (all of them for an empty prefix), sorted by
+// name, as a quorum of the nodes sees them. A lock is listed when one owner
 // holds its key on at least a quorum of the nodes that answered; its
 // token is the fencing counter most of those nodes share (the grant's: a
 // node whose acquire landed after the grant also holds the key, under a
@@ -38,14 +37,15 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		token uint64
 	}
 	views := make([]map[string]read, len(d.clients)) // per node: name -> read
-	errs := make([]error, len(d.clients))
+	replies := make([]reply, len(d.clients))
 	now := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
+			replies[i] = reply{node: i, val: int64(1)}
 			names, err := redisutil.ScanNames(ctx, c, d.prefix+"{", "", prefix)
 			if err != nil {
-				errs[i] = err
+				replies[i].err = err
 				return
 			}
 			owners := make([]*redis.StringCmd, len(names))
@@ -58,7 +58,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			}
 			if len(names) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-					errs[i] = err
+					replies[i].err = err
 					return
 				}
 			}
@@ -76,24 +76,14 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		})
 	}
 	wg.Wait()
-	answered := 0
-	var firstErr error
+	if t := count(replies); t.yes < d.quorum {
+		return nil, d.noQuorum("inspect", "", t.yes, "answered", t.firstErr)
+	}
 	names := map[string]bool{}
-	for i := range views {
-		if errs[i] != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("node %d: %w", i, errs[i])
-			}
-			continue
-		}
-		answered++
-		for name := range views[i] {
+	for _, view := range views {
+		for name := range view {
 			names[name] = true
 		}
-	}
-	if answered < d.quorum {
-		return nil, fmt.Errorf("redlock: inspect: %w: %d of %d nodes answered, %d needed: %w",
-			driver.ErrNoQuorum, answered, len(d.clients), d.quorum, firstErr)
 	}
 	var out []driver.LockInfo
 	for name := range names {

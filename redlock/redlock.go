@@ -146,13 +146,10 @@ type Driver struct {
 // go-redis's defaults every request to a node that is down waits out the
 // whole node timeout instead of failing at once.
 //
-// The driver runs one goroutine per node, which sends that node its
-// requests (batching those that arrive together into one pipeline), and,
-// once a Lock has had to wait, one per node for the release subscription.
-// Close stops them. At the start, one more goroutine reads every node's
-// maxmemory-policy, each within the node timeout, and warns on
-// Options.Logger if some may evict lock keys (see Eviction in the package
-// documentation); Close cancels it too.
+// The driver runs one sender goroutine per node (see Protocol in the
+// package documentation), one per node for the release subscription once
+// a Lock has had to wait, and at the start one that reads the nodes'
+// maxmemory-policy (see Eviction). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: NewDriver: no clients")
