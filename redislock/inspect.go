@@ -103,22 +103,22 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 // what turns their answers into entries.
 func (d *Driver) inspectOne(ctx context.Context, pipe redis.Pipeliner, k *kind, name string) func(time.Time, int64) []driver.LockInfo {
 	keys := k.keys(d.prefix, name)
-	if k == mutexKind || k == plainMutex {
-		owner, pttl := pipe.Get(ctx, keys[0]), pipe.PTTL(ctx, keys[0])
-		var token *redis.StringCmd
-		var queue *redis.IntCmd
+	if k == plainMutex || k == mutexKind {
+		// The counter stands at the last token granted: the holder's, in
+		// LayoutDlock; in LayoutRedsync dlock's last grant, so none.
+		fence, queue := "", (*redis.IntCmd)(nil)
 		if k == mutexKind {
-			token, queue = pipe.Get(ctx, keys[1]), pipe.LLen(ctx, keys[2])
+			fence, queue = keys[1], pipe.LLen(ctx, keys[2])
 		}
+		read := redisutil.ReadHolder(ctx, pipe, keys[0], fence)
 		return func(now time.Time, _ int64) []driver.LockInfo {
-			o, err := owner.Result()
-			if err != nil {
+			h, ok := read()
+			if !ok {
 				return nil // released since the scan
 			}
-			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: o, Expires: expiry(now, pttl.Val()), Waiters: -1}
-			if token != nil {
-				// The counter stands at the last token granted: the holder's.
-				info.Token, _ = strconv.ParseUint(token.Val(), 10, 64)
+			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: h.Owner, Token: h.Token,
+				Expires: expiry(now, h.TTL), Waiters: -1}
+			if queue != nil {
 				info.Waiters = int(queue.Val())
 			}
 			return []driver.LockInfo{info}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,12 +30,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	type read struct {
-		owner string
-		ttl   time.Duration
-		token uint64
-	}
-	views := make([]map[string]read, len(d.clients)) // per node: name -> read
+	views := make([]map[string]redisutil.Holder, len(d.clients)) // per node, by name
 	replies := make([]reply, len(d.clients))
 	now := time.Now()
 	var wg sync.WaitGroup
@@ -48,13 +42,11 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 				replies[i].err = err
 				return
 			}
-			owners := make([]*redis.StringCmd, len(names))
-			tokens := make([]*redis.StringCmd, len(names))
-			ttls := make([]*redis.DurationCmd, len(names))
+			reads := make([]func() (redisutil.Holder, bool), len(names))
 			pipe := c.Pipeline()
 			for k, name := range names {
 				lock, fence := d.keys(name)
-				owners[k], ttls[k], tokens[k] = pipe.Get(ctx, lock), pipe.PTTL(ctx, lock), pipe.Get(ctx, fence)
+				reads[k] = redisutil.ReadHolder(ctx, pipe, lock, fence)
 			}
 			if len(names) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -62,15 +54,11 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 					return
 				}
 			}
-			view := make(map[string]read, len(names))
+			view := make(map[string]redisutil.Holder, len(names))
 			for k, name := range names {
-				owner, err := owners[k].Result()
-				if err != nil {
-					continue // released since the scan
+				if h, ok := reads[k](); ok { // else released since the scan
+					view[name] = h
 				}
-				r := read{owner: owner, ttl: ttls[k].Val()}
-				r.token, _ = strconv.ParseUint(tokens[k].Val(), 10, 64)
-				view[name] = r
 			}
 			views[i] = view
 		})
@@ -88,10 +76,10 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	var out []driver.LockInfo
 	for name := range names {
 		// The owner holding the key on a quorum of nodes, if any.
-		byOwner := map[string][]read{}
+		byOwner := map[string][]redisutil.Holder{}
 		for _, view := range views {
-			if r, ok := view[name]; ok {
-				byOwner[r.owner] = append(byOwner[r.owner], r)
+			if h, ok := view[name]; ok {
+				byOwner[h.Owner] = append(byOwner[h.Owner], h)
 			}
 		}
 		for owner, rs := range byOwner {
@@ -101,9 +89,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: -1}
 			ttls := make([]time.Duration, 0, len(rs))
 			tokens := make([]uint64, 0, len(rs))
-			for _, r := range rs {
-				ttls = append(ttls, r.ttl)
-				tokens = append(tokens, r.token)
+			for _, h := range rs {
+				ttls = append(ttls, h.TTL)
+				tokens = append(tokens, h.Token)
 			}
 			info.Token = grantToken(tokens)
 			// Held on a quorum until the quorum-th longest TTL runs out.
