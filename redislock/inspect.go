@@ -15,10 +15,9 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect implements driver.Inspector: it lists the locks held now whose
-// names start with prefix (all of them for an empty prefix), sorted by
-// name: mutexes, readers-writer locks (the writer, or each
-// reader), semaphores (each permit holder) and elections (the leader).
+// Inspect implements driver.Inspector, for every kind: mutexes,
+// readers-writer locks (the writer, or each reader), semaphores (each
+// permit holder) and elections (the leader).
 // Each entry has its owner value, its fencing token, its expiry (from the
 // key's remaining TTL, or the holder's expiry score against the server's
 // clock) and how many waiters are queued. It finds the locks with SCAN (on

@@ -14,14 +14,12 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect implements driver.Inspector: it lists the locks held now whose
-// names start with prefix (all of them for an empty prefix), sorted by
-// name, as a quorum of the nodes sees them. A lock is listed when one owner
-// holds its key on at least a quorum of the nodes that answered; its
-// token is the fencing counter most of those nodes share (the grant's: a
-// node whose acquire landed after the grant also holds the key, under a
-// counter of its own), and its expiry
-// the time for which a quorum of them still holds it. Waiters are unknown
+// Inspect implements driver.Inspector as a quorum of the nodes sees the
+// locks: a lock is listed when one owner holds its key on at least a
+// quorum of the nodes that answered; its token is the fencing counter
+// most of those nodes share (the grant's: a node whose acquire landed
+// after the grant also holds the key, under a counter of its own), and
+// its expiry the time for which a quorum of them still holds it. Waiters are unknown
 // (-1): Redlock waiters do not queue. Every node is asked in parallel:
 // SCAN of the lock keys, then one pipeline of reads per node. Inspect
 // fails with an error wrapping driver.ErrNoQuorum when fewer than a quorum
