@@ -20,8 +20,8 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	if d.closed.Load() {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
-	if d.plain {
-		return driver.LeaderInfo{}, errPlainKind("election", name)
+	if !d.Supports(driver.Leader) {
+		return driver.LeaderInfo{}, d.format.unsupported("election", name)
 	}
 	info, _, err := d.readLeader(ctx, name)
 	return info, err
@@ -30,7 +30,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 // readLeader reads the leader of election name and how long its lease has
 // left (-1 when unknown or nobody leads).
 func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo, time.Duration, error) {
-	res, err := d.run(ctx, leaderScript, []string{d.kindBase(electionKind, name)}).Slice()
+	res, err := d.run(ctx, leaderScript, []string{d.base(leaderKind, name)}).Slice()
 	if err != nil {
 		return driver.LeaderInfo{}, -1, fmt.Errorf("redislock: leader of %q: %w", name, err)
 	}
@@ -57,17 +57,11 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 // Observe follows election name: the returned channel gets the current
 // leader, then every change.
 //
-// Every change of leader (a grant, a resignation, a handoff; not a
-// renewal) is published by the script that makes it on the election's
-// channel, <prefix>le:{<name>}:changed (on a Redis 7 Cluster a shard
-// channel, published and subscribed in the election's slot). A Driver
-// subscribes to it while anyone on the Driver observes the election, and
-// its observers read the leader again on each message. A leader that
-// crashed announces nothing: its lease just expires, so an observer also
-// reads again right after the known expiry of the leader it last saw. A
-// confirmation of the subscription, the first and each after a
-// reconnection, also triggers a reading, so that a change announced while
-// the connection was down is not missed.
+// The Driver subscribes to the election's change channel while anyone
+// on it observes the election; an observer reads the leader again on each
+// message, on each confirmation of the subscription, and right after the
+// known expiry of the leader it last saw (see Lock kinds in the package
+// documentation).
 //
 // Observe reads the leader once before returning, and fails if that
 // fails. The channel is closed when ctx ends or the driver closes; the
@@ -75,8 +69,8 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 // retried within a second. In LayoutRedsync Observe fails with an error
 // matching driver.ErrUnsupported.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
-	if d.plain {
-		return nil, errPlainKind("election", name)
+	if !d.Supports(driver.Leader) {
+		return nil, d.format.unsupported("election", name)
 	}
 	if !d.enter() {
 		return nil, driver.ErrClosed

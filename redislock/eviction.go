@@ -13,11 +13,8 @@ import (
 
 // checkEviction reads the maxmemory-policy of c's server (of each master,
 // for a Redis Cluster) and logs one warning on log when it may evict lock
-// keys: an evicted lock key frees the lock while its holder believes it
-// holds it, until its next renewal. A server that does not let the client
-// read its configuration (CONFIG disabled or renamed, as managed services
-// do, or an ACL without +config) is not checked: that is logged at Debug,
-// as the check is advice, not a condition of use.
+// keys, or at Debug why it could not be read (see Eviction in the package
+// documentation).
 func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logger) {
 	risky := redisutil.Evicting(ctx, []redis.UniversalClient{c}, redisutil.CheckTimeout, func(addr string, err error) {
 		log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",

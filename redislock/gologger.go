@@ -6,14 +6,9 @@ import (
 	"log/slog"
 )
 
-// GoRedisLogger passes go-redis's own messages to a slog.Logger; make one
-// with SlogLogger. go-redis does not log through dlock.WithLogger nor
-// Options.Logger: it has one logger for the whole process, set by
-// redis.SetLogger, which writes to stderr by default. During outages it
-// logs a line per failed dial and pool event (a Redlock run with nodes
-// restarting printed 1,630 "failed to dial" lines), while dlock already
-// reports each failure that matters once, as an acquisition's or a
-// renewal's error.
+// GoRedisLogger passes go-redis's own messages, which do not go through
+// dlock.WithLogger nor Options.Logger, to a slog.Logger (see go-redis's
+// own logs in the package documentation); make one with SlogLogger.
 type GoRedisLogger struct {
 	l     *slog.Logger
 	level slog.Level

@@ -159,19 +159,18 @@ func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 		o.Password, _ = u.User.Password()
 	}
 	var err error
-	if o.TLSConfig, err = u.TLS(strings.HasPrefix(u.Scheme, "rediss")); err != nil {
-		return nil, err
+	o.TLSConfig, err = u.TLS(strings.HasPrefix(u.Scheme, "rediss"))
+	dur := func(name string) (v time.Duration) { // the first error is kept
+		if err == nil {
+			v, err = u.Duration(name, 0)
+		}
+		return v
 	}
-	if o.DialTimeout, err = u.Duration("dial_timeout", 0); err != nil {
-		return nil, err
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dur("dial_timeout"), dur("read_timeout"), dur("write_timeout")
+	if err == nil {
+		o.PoolSize, err = u.Int("pool_size", 0)
 	}
-	if o.ReadTimeout, err = u.Duration("read_timeout", 0); err != nil {
-		return nil, err
-	}
-	if o.WriteTimeout, err = u.Duration("write_timeout", 0); err != nil {
-		return nil, err
-	}
-	if o.PoolSize, err = u.Int("pool_size", 0); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if o.PoolSize < 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -131,14 +130,9 @@ type Driver struct {
 	fenceTTL  any // milliseconds, boxed once
 	channel   string
 
-	// plain is set in LayoutRedsync, and pollInterval is then
-	// Options.PollInterval.
-	plain        bool
-	pollInterval time.Duration
-
-	// entryChannel is the channel written into queue entries: the
-	// driver's own channel, except in tests that lose grant messages.
-	entryChannel any
+	format       *format       // the layout
+	pollInterval time.Duration // in LayoutRedsync
+	channelArg   any           // channel, boxed once
 
 	mu        sync.Mutex // orders Close after Lock calls' enter
 	closed    atomic.Bool
@@ -163,32 +157,14 @@ type Driver struct {
 	waitReplicas int
 	waitTimeout  int64
 
-	// lastTTL caches the script arguments of the last TTL used: a
-	// Locker's leases mostly share one TTL, so they are boxed once.
+	// lastTTL caches the script arguments of the last TTL used (see
+	// resolve).
 	lastTTL atomic.Pointer[boxedTTL]
 
 	// stopCheck cancels NewDriver's background eviction check, and
 	// checking counts it, for Close to wait for.
 	stopCheck context.CancelFunc
 	checking  sync.WaitGroup
-}
-
-// boxedTTL holds the script arguments that derive from a lock TTL, boxed.
-type boxedTTL struct {
-	ttl  time.Duration // in whole milliseconds (see ttlArg)
-	ms   any           // int64: the TTL in milliseconds
-	life any           // int64: the queue entry lifetime in milliseconds
-}
-
-// ttlArgs returns the boxed script arguments for ttl, a TTL returned by
-// ttlArg, from a one-entry cache.
-func (d *Driver) ttlArgs(ttl time.Duration) *boxedTTL {
-	if b := d.lastTTL.Load(); b != nil && b.ttl == ttl {
-		return b
-	}
-	b := &boxedTTL{ttl: ttl, ms: ttl.Milliseconds(), life: d.entryLifetime(ttl).Milliseconds()}
-	d.lastTTL.Store(b)
-	return b
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
@@ -212,17 +188,15 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if o != nil {
 		opt = *o
 	}
-	switch opt.Layout {
-	case "", LayoutDlock:
-		if opt.Prefix == "" {
-			opt.Prefix = DefaultPrefix
-		}
-	case LayoutRedsync:
-		if opt.PollInterval <= 0 {
-			opt.PollInterval = DefaultPollInterval
-		}
-	default:
-		panic(fmt.Sprintf("redislock: NewDriver with Layout %q, want LayoutDlock or LayoutRedsync", opt.Layout))
+	f, err := formatOf(opt.Layout)
+	if err != nil {
+		panic("redislock: NewDriver with " + err.Error())
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = f.prefix
+	}
+	if opt.PollInterval <= 0 {
+		opt.PollInterval = DefaultPollInterval
 	}
 	if opt.QueueTTL <= 0 {
 		opt.QueueTTL = DefaultQueueTTL
@@ -240,10 +214,10 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 		channel:  opt.Prefix + "w:" + hex.EncodeToString(id[:]),
 		done:     make(chan struct{}),
 
-		plain:        opt.Layout == LayoutRedsync,
+		format:       f,
 		pollInterval: opt.PollInterval,
 	}
-	d.entryChannel = d.channel
+	d.channelArg = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)
 	return d
 }
@@ -261,183 +235,6 @@ var _ driver.Schemer = (*Driver)(nil)
 
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }
-
-// keys returns the lock's four keys, which share the hash tag {name}: the
-// lock, its fencing counter, its wait queue and the queue's entries. They
-// are cut from one string, and returned in an array, so that building
-// them costs one allocation.
-func (d *Driver) keys(name string) [4]string {
-	p := d.prefix
-	s := p + "{" + name + "}:fence" + p + "{" + name + "}:qe"
-	n := len(p) + len(name) + 2 // len("<prefix>{<name>}")
-	m := n + len(":fence")
-	return [4]string{s[:n], s[:m], s[m : m+n+2], s[m:]}
-}
-
-// keysOn returns keysFor(r), with a mutex's keys held in buf, so that
-// the caller's array holds them and no slice is allocated: in LayoutRedsync
-// the lock and its fencing counter (see plainKeys).
-func (d *Driver) keysOn(buf *[4]string, r driver.Request) []string {
-	switch {
-	case r.Mode != driver.Exclusive:
-		return d.keysFor(r)
-	case d.plain:
-		buf[0], buf[1] = d.plainKeys(r.Name)
-		return buf[:2]
-	}
-	*buf = d.keys(r.Name)
-	return buf[:]
-}
-
-// ttlArg returns the lock TTL in whole milliseconds, as the scripts take
-// it, and the TTL it stands for.
-func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
-	ms := ttl.Milliseconds()
-	if ms < 1 {
-		return 0, 0, fmt.Errorf("redislock: TTL %v is below one millisecond", ttl)
-	}
-	return ms, time.Duration(ms) * time.Millisecond, nil
-}
-
-// TryLock makes one attempt to take the lock: SET NX and, on success, the
-// next fencing token, in one script. It never joins the wait queue. When
-// the lock is held by another owner the error is a *driver.HeldError with
-// the holder's remaining TTL. A lock that r.Owner already holds is
-// refreshed and reported as acquired, with its current token. On any
-// other error (the script's outcome is then unknown) TryLock releases the
-// lock in case the script took it. The other modes work alike, by their
-// own scripts (see the package documentation, Lock kinds). In
-// LayoutRedsync the script is the same, on the plain key and dlock's
-// counter beside it (see Layouts).
-func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if d.closed.Load() {
-		return driver.Grant{}, driver.ErrClosed
-	}
-	_, ttl, err := ttlArg(r.TTL)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if err := d.checkMode(r); err != nil {
-		return driver.Grant{}, err
-	}
-	var buf [4]string
-	_, g, err := d.try(ctx, r, d.keysOn(&buf, r), d.ttlArgs(ttl), ttl, false, nil)
-	return g, err
-}
-
-// try makes one acquisition attempt of r on keys (see acquireCall), and
-// returns its outcome with the Grant, replicated (see replicated), or the
-// error: a *driver.HeldError when another holds the lock; any other error
-// leaves nothing held or queued, as the script may have run before it.
-func (d *Driver) try(ctx context.Context, r driver.Request, keys []string, b *boxedTTL, ttl time.Duration,
-	wait bool, channel any) (attempt, driver.Grant, error) {
-	start := time.Now()
-	res, err := d.acquireCall(ctx, r, keys, b, wait, channel)
-	if err != nil {
-		return attempt{}, driver.Grant{}, d.abandon(ctx, r, fmt.Errorf("redislock: lock %q: %w", r.Name, err))
-	}
-	res.sent = start
-	g, err := d.grant(r, res, start.Add(ttl))
-	g, err = d.replicated(ctx, r, g, err)
-	return res, g, err
-}
-
-// grant turns an acquisition's outcome into a Grant or a *HeldError.
-func (d *Driver) grant(r driver.Request, a attempt, expires time.Time) (driver.Grant, error) {
-	if a.got {
-		return driver.Grant{Token: a.token, Expires: expires}, nil
-	}
-	return driver.Grant{}, &driver.HeldError{Name: r.Name, Remaining: remaining(a.pttl)}
-}
-
-// remaining converts a PTTL reply; -1 (no expiry) and -2 (gone) give 0.
-func remaining(pttl int64) time.Duration {
-	return time.Duration(max(pttl, 0)) * time.Millisecond
-}
-
-// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
-// reader or permit holder gets a new expiry score), and returns the
-// new expiry, measured from before the request was sent. It returns an
-// error wrapping driver.ErrNotHeld when the lock is gone or another's.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	if d.closed.Load() {
-		return time.Time{}, driver.ErrClosed
-	}
-	_, ttl, err := ttlArg(r.TTL)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if err := d.checkMode(r); err != nil {
-		return time.Time{}, err
-	}
-	b := d.ttlArgs(ttl)
-	start := time.Now()
-	if d.waitReplicas > 0 {
-		if err := d.refreshReplicated(ctx, r); err != nil {
-			return time.Time{}, err
-		}
-		return start.Add(ttl), nil
-	}
-	var n int64
-	if r.Mode == driver.Exclusive {
-		var buf [4]string
-		n, err = d.run(ctx, refreshScript, d.keysOn(&buf, r)[:1], r.Owner, b.ms).Int64()
-	} else {
-		n, err = d.kindDo(ctx, r, d.keysFor(r), opRefresh, b).Int64()
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
-	}
-	if n != 1 {
-		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, driver.ErrNotHeld)
-	}
-	return start.Add(ttl), nil
-}
-
-// Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
-// same script, hands it to the first live waiter in the queue (to all the
-// readers at its head, or to as many waiters as there are free permits);
-// in LayoutRedsync, it deletes the key and wakes dlock's waiters, who try
-// for it as the peers' do. It returns an error wrapping driver.ErrNotHeld
-// when r.Owner did not hold the lock.
-func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
-	}
-	held, err := d.release(ctx, r)
-	if err != nil {
-		return err
-	}
-	if !held {
-		return fmt.Errorf("redislock: unlock %q: %w", r.Name, driver.ErrNotHeld)
-	}
-	return nil
-}
-
-// release runs release.lua (or the release of r's kind, or of
-// LayoutRedsync's lock): it drops r.Owner's queue entry and, if r.Owner
-// holds the lock, releases it and hands it on. It reports whether r.Owner
-// held the lock.
-func (d *Driver) release(ctx context.Context, r driver.Request) (bool, error) {
-	var n int64
-	var err error
-	switch {
-	case r.Mode == driver.Exclusive && d.plain:
-		return d.releasePlain(ctx, r)
-	case r.Mode == driver.Exclusive:
-		k := d.keys(r.Name)
-		n, err = d.run(ctx, releaseScript, k[:], r.Owner, d.fenceTTL).Int64()
-	default:
-		if err := d.checkMode(r); err != nil {
-			return false, err
-		}
-		n, err = d.kindDo(ctx, r, d.keysFor(r), opRelease, releaseTTL).Int64()
-	}
-	if err != nil {
-		return false, fmt.Errorf("redislock: unlock %q: %w", r.Name, err)
-	}
-	return n == 1, nil
-}
 
 // Close ends the driver: calls to Lock still waiting give up (leaving
 // nothing queued) and return driver.ErrClosed, the pub/sub subscriptions are

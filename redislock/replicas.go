@@ -32,10 +32,10 @@ func waitOptions(o Options) (int, int64) {
 	return o.WaitReplicas, max(t.Milliseconds(), 1)
 }
 
-// replicated passes on the outcome of an acquisition (g, err) when the
-// driver waits for no replica or the acquisition failed. Otherwise it
-// makes sure that d.waitReplicas replicas have the grant, and releases the
-// lock and fails with ErrNotReplicated if they have not.
+// replicated passes on the grant g of an acquisition when the driver
+// waits for no replica. Otherwise it makes sure that d.waitReplicas
+// replicas have the grant, and releases the lock and fails with
+// ErrNotReplicated if they have not.
 //
 // Redis replicates asynchronously: a primary that dies after granting a
 // lock and before its replicas received the grant leaves a promoted
@@ -44,77 +44,63 @@ func waitOptions(o Options) (int, int64) {
 // replica has it. What remains: a replica that acknowledged may not be the
 // one promoted (with several replicas, wait for all of them), and a
 // failover by Sentinel or Cluster can still pick a replica that lags.
-func (d *Driver) replicated(ctx context.Context, r driver.Request, g driver.Grant, err error) (driver.Grant, error) {
-	if err != nil || d.waitReplicas <= 0 {
-		return g, err
-	}
-	n, err := d.waitAck(ctx, r)
-	if err == nil && n >= int64(d.waitReplicas) {
+func (d *Driver) replicated(ctx context.Context, q *lockReq, g driver.Grant) (driver.Grant, error) {
+	if d.waitReplicas <= 0 {
 		return g, nil
 	}
-	if err == nil {
-		err = fmt.Errorf("redislock: lock %q: %d of %d replicas acknowledged within %dms: %w",
-			r.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
-	} else {
-		err = fmt.Errorf("redislock: lock %q: waiting for replicas: %w", r.Name, errors.Join(err, ErrNotReplicated))
+	if err := d.waitAck(ctx, q, "lock"); err != nil {
+		return driver.Grant{}, d.abandon(ctx, q, err)
 	}
-	return driver.Grant{}, d.abandon(ctx, r, err)
-}
-
-// refreshReplicated renews r's lock and waits until d.waitReplicas
-// replicas have the renewal. A renewal they did not acknowledge fails
-// without ending the lock: the lease keeps the validity of the last
-// acknowledged one. A primary cut off from its replicas (and from the
-// sentinels, which promote one of them) still accepts the renewal, but
-// the promoted replica only has the expiry of the last renewal it
-// received; counting validity from that one keeps the holder from
-// believing it holds a lock the new primary hands out.
-func (d *Driver) refreshReplicated(ctx context.Context, r driver.Request) error {
-	n, err := d.waitAck(ctx, r)
-	switch {
-	case errors.Is(err, driver.ErrNotHeld):
-		return fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
-	case err != nil:
-		return fmt.Errorf("redislock: refresh %q: waiting for replicas: %w", r.Name, errors.Join(err, ErrNotReplicated))
-	case n < int64(d.waitReplicas):
-		return fmt.Errorf("redislock: refresh %q: %d of %d replicas acknowledged within %dms: %w",
-			r.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
-	}
-	return nil
+	return g, nil
 }
 
 // errLostBeforeWait: the grant was gone when WAIT was about to run.
 var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were asked: %w", driver.ErrNotHeld)
 
-// waitAck refreshes r's lock and then runs WAIT, on one connection (a
-// pipeline), and returns WAIT's count of replicas.
+// waitAck (op "lock" or "refresh") refreshes q's lock and then runs WAIT,
+// on one connection (a pipeline), and fails with ErrNotReplicated unless
+// d.waitReplicas replicas acknowledged it; when the refresh finds the lock
+// gone, a refresh fails with driver.ErrNotHeld alone.
 //
 // WAIT counts the replicas that received every write of its own
 // connection; the grant may have been written on another one (the
 // driver's script sender, or the releaser's for a handoff). The refresh
 // is a write on WAIT's connection that comes after the grant in the
 // replication stream, so a replica that has it has the grant too; it also
-// checks that the lock is still r.Owner's.
-func (d *Driver) waitAck(ctx context.Context, r driver.Request) (int64, error) {
+// checks that the lock is still q.Owner's.
+//
+// A renewal the replicas did not acknowledge fails without ending the
+// lock: the lease keeps the validity of the last acknowledged one. A
+// primary cut off from its replicas (and from the sentinels, which
+// promote one of them) still accepts the renewal, but the promoted replica
+// only has the expiry of the last renewal it received; counting validity
+// from that one keeps the holder from believing it holds a lock the new
+// primary hands out.
+func (d *Driver) waitAck(ctx context.Context, q *lockReq, op string) error {
+	n, err := d.wait(ctx, q)
+	switch {
+	case op == "refresh" && errors.Is(err, driver.ErrNotHeld):
+		return fmt.Errorf("redislock: refresh %q: %w", q.Name, err)
+	case err != nil:
+		return fmt.Errorf("redislock: %s %q: waiting for replicas: %w", op, q.Name, errors.Join(err, ErrNotReplicated))
+	case n < int64(d.waitReplicas):
+		return fmt.Errorf("redislock: %s %q: %d of %d replicas acknowledged within %dms: %w",
+			op, q.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
+	}
+	return nil
+}
+
+// wait is waitAck's pipeline; it returns WAIT's count of replicas.
+func (d *Driver) wait(ctx context.Context, q *lockReq) (int64, error) {
 	if _, ok := d.client.(*redis.ClusterClient); ok {
 		return 0, errors.New("WaitReplicas is not supported on a Redis Cluster client")
 	}
-	_, ttl, err := ttlArg(r.TTL)
+	s, keys, args, n, err := d.call(ctx, q, opRefresh, d.channelArg)
 	if err != nil {
 		return 0, err
 	}
-	b := d.ttlArgs(ttl)
 	pipe := d.client.Pipeline()
-	var refresh *redis.Cmd
-	if r.Mode == driver.Exclusive {
-		refresh = pipe.Eval(ctx, refreshScript.Source(), d.keysFor(r)[:1], r.Owner, b.ms)
-	} else {
-		script, args, err := d.kindCall(ctx, r, opRefresh, b, d.entryChannel)
-		if err != nil {
-			return 0, err
-		}
-		refresh = pipe.Eval(ctx, script.Source(), d.keysFor(r), args...)
-	}
+	refresh := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
 	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err

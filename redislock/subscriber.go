@@ -13,19 +13,10 @@ import (
 )
 
 // Subscriptions. A Driver subscribes to each channel it listens on once,
-// for all its callers of that channel, with one goroutine that reads it:
-//
-//   - its own channel, <prefix>w:<id>, which carries the grants of its
-//     waiting calls, from its first Lock until Close;
-//   - on a Redis 7 Cluster instead, the shard channel of each name it
-//     waits for, <prefix>{<name>}:g, while any of its calls waits for it;
-//   - the channel of each election it observes, while anyone observes it.
-//
-// On a Redis 7 Cluster the last two are shard channels (SSUBSCRIBE,
-// SPUBLISH), which only the primary and replicas of the name's slot carry,
-// rather than channels that every node forwards to every other. A grant
-// that never arrives (subscription down, message lost) is not fatal:
-// waiters re-check on a timer.
+// for all its callers of that channel, with one goroutine that reads it
+// (see Driver, and Waiting and Cluster in the package documentation). A
+// grant that never arrives (subscription down, message lost) is not
+// fatal: waiters re-check on a timer.
 
 // pingInterval is how long a subscription may stay silent before its
 // listener pings the server; a ping left unanswered for as long again
@@ -304,10 +295,6 @@ func (d *Driver) useShards(ctx context.Context) (bool, error) {
 	d.shardState.Store(state)
 	return state == shardOn, nil
 }
-
-// shardChannel is the shard channel of the grants of lock name: its hash
-// tag is the lock's.
-func (d *Driver) shardChannel(name string) string { return d.prefix + "{" + name + "}:g" }
 
 // subscribeOwn subscribes d to its own channel, once, and returns the
 // channel closed once the subscription is confirmed; it reports false

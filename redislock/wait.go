@@ -53,14 +53,9 @@ func (lt *lazyTimer) stop() {
 // LayoutRedsync waiting is lockPlain's: no queue, no handoff.
 //
 // A waiter joins the lock's queue in the same script that finds the lock
-// held. A release hands the lock straight to the first live waiter (it
-// never falls free for the releaser or a newcomer to grab) and publishes
-// the grant on that waiter's driver channel. The waiter also re-runs the
-// script when the holder's TTL runs out (a crashed holder is taken over
-// then) and at least every third of its entry lifetime, which keeps its
-// queue entry alive and recovers a grant whose message was lost. That
-// re-check (once a second per waiter by default) is the only periodic
-// work; the lock itself arrives by handoff.
+// held, and is handed the lock by a release (see Waiting in the package
+// documentation); its re-check, at the holder's expiry and every third of
+// its entry lifetime, is the only periodic work.
 //
 // When ctx ends first, Lock leaves the queue and releases a lock handed to
 // it meanwhile, passing it on, and returns ctx's error; when the driver is
@@ -73,7 +68,7 @@ func (lt *lazyTimer) stop() {
 // 2ms), and the sending of the last script that found the caller still
 // queued plus the TTL (the handoff happened after that script ran).
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	_, ttl, err := ttlArg(r.TTL)
+	q, err := d.resolve(r, true)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -81,30 +76,22 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		return driver.Grant{}, driver.ErrClosed
 	}
 	defer d.active.Done()
-
-	if err := d.checkMode(r); err != nil {
-		return driver.Grant{}, err
-	}
-	if d.plain {
-		return d.lockPlain(ctx, r, ttl)
-	}
-	var buf [4]string
-	keys := d.keysOn(&buf, r)
-	args := d.ttlArgs(ttl)
-	life := d.entryLifetime(ttl)
-	recheck := min(life, ttl) / 3
 	var timer lazyTimer
 	defer timer.stop()
+	if q.kind.plain {
+		return d.lockPlain(ctx, &q, &timer)
+	}
+	recheck := min(d.entryLifetime(q.ttl), q.ttl) / 3
 	wait := timer.after
 
 	// Subscribe and register before the first script: a grant may follow
 	// it at once. It comes on the driver's channel, or on a Redis 7
 	// Cluster on the name's shard channel.
-	channel := d.entryChannel
+	channel := d.channelArg
 	var ready <-chan struct{}
 	ok := false
 	if shard, _ := d.useShards(ctx); shard { // unknown: the own channel serves too
-		ch := d.shardChannel(r.Name)
+		ch := d.shardChannel(q.Name)
 		var f follower
 		if f, ok = d.subs.follow(d, ch, true, d.waiters.route); ok {
 			defer f.leave()
@@ -116,36 +103,93 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if !ok {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	grants, err := d.waiters.register(r.Owner)
+	grants, err := d.waiters.register(q.Owner)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	defer d.waiters.unregister(r.Owner)
+	defer d.waiters.unregister(q.Owner)
 	for {
 		// A grant is missed only if it was published before the
 		// subscription it comes by was confirmed; then the caller checks
 		// again as soon as it is. What counts is whether it was confirmed
 		// before this script was sent.
 		subscribed := isClosed(ready)
-		res, g, err := d.try(ctx, r, keys, args, ttl, true, channel)
+		res, g, err := d.try(ctx, &q, opWait, channel)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
 			return g, err
 		}
 		if !subscribed {
-			if err := d.awaitSubscription(ctx, r, ready, wait(recheck)); err != nil {
+			if err := d.awaitSubscription(ctx, &q, ready, wait(recheck)); err != nil {
 				return driver.Grant{}, err
 			}
 			continue
 		}
-
-		// Queued: the holder has pttl left and the counter stood at seen.
-		pttl, seen := res.pttl, res.seen
+		// Queued: the holder has res.pttl left and the counter stood at
+		// res.seen.
 		next := recheck
-		if pttl >= 0 {
-			next = min(next, time.Duration(pttl+1)*time.Millisecond)
+		if res.pttl >= 0 {
+			next = min(next, res.remaining(1))
 		}
-		if g, ok, err := d.await(ctx, r, grants, wait(next), seen, res.sent.Add(ttl), ttl); ok || err != nil {
-			return d.replicated(ctx, r, g, err)
+		if g, ok, err := d.await(ctx, &q, grants, wait(next), res); ok || err != nil {
+			if err != nil {
+				return g, err
+			}
+			return d.replicated(ctx, &q, g)
+		}
+	}
+}
+
+// lockPlain is Lock in LayoutRedsync, where the peers poll and their
+// releases announce nothing: no queue, no handoff (see Waiting under
+// Layouts in the package documentation). Each attempt is TryLock's, and
+// a waiter tries again when a dlock release announces itself on the
+// lock's channel (plainChannel), when the holder's TTL runs out, and
+// after pollDelay. The first attempt is made before subscribing, so a
+// lock that is free costs one script. A release is missed only if it came
+// before the subscription was confirmed; so an attempt that fails before
+// then waits for the confirmation, and tries again at once.
+//
+// When ctx ends or the driver closes, nothing is held or queued: Lock
+// returns ctx's error or driver.ErrClosed. When an attempt fails on an
+// error (its outcome unknown), the lock is released in case it took it.
+func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (driver.Grant, error) {
+	var f follower // the lock's channel, followed from the first failed attempt
+	for {
+		confirmed := f.ready != nil && isClosed(f.ready)
+		if confirmed {
+			// A signal left from before this attempt is spent by it.
+			select {
+			case <-f.signal:
+			default:
+			}
+		}
+		res, g, err := d.try(ctx, q, opTry, nil)
+		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		if f.leave == nil {
+			shard, _ := d.useShards(ctx) // unknown: SUBSCRIBE, and the timers if releases come by SPUBLISH
+			var ok bool
+			if f, ok = d.subs.follow(d, d.plainChannel(q.Name), shard, nil); !ok {
+				return driver.Grant{}, driver.ErrClosed
+			}
+			defer f.leave()
+		}
+		wake := f.signal
+		if !confirmed {
+			wake = f.ready
+		}
+		next := d.pollDelay()
+		if res.pttl >= 0 {
+			next = min(next, res.remaining(1))
+		}
+		select {
+		case <-wake:
+		case <-timer.after(next):
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		case <-d.done:
+			return driver.Grant{}, driver.ErrClosed
 		}
 	}
 }
@@ -153,17 +197,19 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 // await waits for a grant message, the re-check timer, or the end of ctx
 // or of the driver. It reports ok with the grant when a message brought
 // one; !ok and no error mean: re-check now. A grant whose token is not
-// above seen (the counter at the last check) is stale: it was sent before
-// that check, which found the lock another's, so it has expired since.
-func (d *Driver) await(ctx context.Context, r driver.Request, grants <-chan grantMsg, recheck <-chan time.Time,
-	seen uint64, latest time.Time, ttl time.Duration) (driver.Grant, bool, error) {
+// above last.seen (the counter at the last check) is stale: it was sent
+// before that check, which found the lock another's, so it has expired
+// since.
+func (d *Driver) await(ctx context.Context, q *lockReq, grants <-chan grantMsg, recheck <-chan time.Time,
+	last attempt) (driver.Grant, bool, error) {
+	latest := last.sent.Add(q.ttl)
 	for {
 		select {
 		case m := <-grants:
-			if m.token <= seen {
+			if m.token <= last.seen {
 				continue
 			}
-			exp := m.at.Add(ttl - drift(ttl))
+			exp := m.at.Add(q.ttl - drift(q.ttl))
 			if latest.Before(exp) {
 				exp = latest
 			}
@@ -174,9 +220,9 @@ func (d *Driver) await(ctx context.Context, r driver.Request, grants <-chan gran
 		case <-recheck:
 			return driver.Grant{}, false, nil
 		case <-ctx.Done():
-			return driver.Grant{}, false, d.abandon(ctx, r, ctx.Err())
+			return driver.Grant{}, false, d.abandon(ctx, q, ctx.Err())
 		case <-d.done:
-			return driver.Grant{}, false, d.abandon(ctx, r, driver.ErrClosed)
+			return driver.Grant{}, false, d.abandon(ctx, q, driver.ErrClosed)
 		}
 	}
 }
@@ -186,27 +232,27 @@ func (d *Driver) await(ctx context.Context, r driver.Request, grants <-chan gran
 // already), or for timeout: waiting then goes on without it, by
 // re-checks. When ctx ends or the driver closes first, it leaves the
 // queue.
-func (d *Driver) awaitSubscription(ctx context.Context, r driver.Request, ready <-chan struct{}, timeout <-chan time.Time) error {
+func (d *Driver) awaitSubscription(ctx context.Context, q *lockReq, ready <-chan struct{}, timeout <-chan time.Time) error {
 	select {
 	case <-ready:
 	case <-timeout:
 	case <-ctx.Done():
-		return d.abandon(ctx, r, ctx.Err())
+		return d.abandon(ctx, q, ctx.Err())
 	case <-d.done:
-		return d.abandon(ctx, r, driver.ErrClosed)
+		return d.abandon(ctx, q, driver.ErrClosed)
 	}
 	return nil
 }
 
-// abandon takes r out of the queue and releases the lock if r holds it
+// abandon takes q out of the queue and releases the lock if q holds it
 // (handed over meanwhile, or taken by a script whose reply was lost),
 // passing it on; then it returns cause, joined with the clean-up's error if
 // that failed. It runs even though ctx has ended.
-func (d *Driver) abandon(ctx context.Context, r driver.Request, cause error) error {
+func (d *Driver) abandon(ctx context.Context, q *lockReq, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
-	if _, err := d.release(ctx, r); err != nil {
-		return errors.Join(cause, fmt.Errorf("redislock: leaving the queue of %q (the entry expires by itself): %w", r.Name, err))
+	if _, err := d.release(ctx, q); err != nil {
+		return errors.Join(cause, fmt.Errorf("redislock: leaving the queue of %q (the entry expires by itself): %w", q.Name, err))
 	}
 	return cause
 }

@@ -114,12 +114,11 @@ func TestLockHandsOffInOrder(t *testing.T) {
 	}
 }
 
-// TestLostGrantMessage makes every grant message go to a channel nobody
+// TestLostGrantMessage sends the grant message to a channel nobody
 // listens to: the waiter must still get the lock at its re-check.
 func TestLostGrantMessage(t *testing.T) {
 	d := newDriver(t, &Options{QueueTTL: 600 * time.Millisecond})
 	w := newDriverOn(t, d.client, &Options{Prefix: d.prefix, QueueTTL: 600 * time.Millisecond})
-	w.entryChannel = d.prefix + "w:nobody"
 	ctx := ctxTimeout(t, 20*time.Second)
 	name := "lost-grant"
 	ttl := 5 * time.Second
@@ -133,7 +132,25 @@ func TestLostGrantMessage(t *testing.T) {
 	r := request(name, ttl)
 	res := lockAsync(ctx, w, r)
 	waitQueued(t, d, name, 1)
-	g, lat := unlockThenLock(t, d, h, res)
+	// In one transaction, so that no re-check of the waiter comes between
+	// them: point its queue entry ("<deadline> <ttl> <channel>") at a
+	// channel nobody listens to, and release the lock, which hands it over.
+	k := d.keys(name)
+	released := time.Now()
+	_, err = d.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Eval(ctx, `local e = redis.call('HGET', KEYS[1], ARGV[1])
+return redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(e, ' [^ ]+$', ' ' .. ARGV[2])))`, k[3:4], r.Owner, d.prefix+"w:nobody")
+		p.Eval(ctx, releaseScript.Source(), k, h.Owner, d.fenceTTL)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := <-res
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	g, lat := got.g, got.at.Sub(released)
 	t.Logf("lost grant recovered %v after the release (re-check interval %v)", lat, recheck)
 	// The message went nowhere: only the re-check can have brought it;
 	// the bound only ends a hang (the holder's TTL is 5 s, and it released).

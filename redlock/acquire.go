@@ -26,35 +26,67 @@ type outcome struct {
 	refused int
 }
 
+// target is a driver.Request resolved once, at the driver's entry: what
+// every script call of one operation names (the lock's key, its fencing
+// counter's and the owner, each boxed once as a command argument and
+// shared by every node and phase), and its TTL as the scripts take it.
+type target struct {
+	lock, fence, owner any // strings
+	name               string
+	ms                 int64         // the TTL in whole milliseconds; 0 for a release
+	ttl                time.Duration // the TTL ms stands for
+	validity           time.Duration // ttl less the drift allowance
+}
+
+// resolve resolves r, for a release, or else (withTTL) for a call that
+// takes or extends the lock, whose TTL must be at least a millisecond;
+// once the driver is closed it fails with driver.ErrClosed.
+func (d *Driver) resolve(r driver.Request, withTTL bool) (target, error) {
+	if d.closed.Load() {
+		return target{}, driver.ErrClosed
+	}
+	lock, fence := d.keys(r.Name)
+	t := target{lock: lock, fence: fence, owner: r.Owner, name: r.Name}
+	if withTTL {
+		if t.ms = r.TTL.Milliseconds(); t.ms < 1 {
+			return target{}, fmt.Errorf("redlock: TTL %v is below one millisecond", r.TTL)
+		}
+		t.ttl = r.TTL.Truncate(time.Millisecond)
+		t.validity = t.ttl - d.allowance(t.ttl)
+	}
+	return t, nil
+}
+
+// keys returns the lock's key and its fencing counter's, which share the
+// hash tag {name}, cut from one string.
+func (d *Driver) keys(name string) (lock, fence string) {
+	s := d.prefix + "{" + name + "}:fence"
+	return s[:len(s)-len(":fence")], s
+}
+
 // TryLock makes one attempt to take the lock on a quorum of the nodes, all
-// asked in parallel (see the package documentation for the protocol).
-//
-// When another owner holds the lock the error is a *driver.HeldError with
-// the shortest remaining TTL seen. When too few nodes answered to decide,
-// or a quorum answered too late to leave any validity, the error wraps
-// driver.ErrNoQuorum and a node's error: the first refusal (NOPERM,
-// WRONGPASS, NOAUTH, a rejected certificate) if any node refused, else
-// the first node's. Either way the attempt was undone on every node
-// first: TryLock leaves nothing held.
+// asked in parallel; a failed attempt, undone on every node first, leaves
+// nothing held, and its error is as the package documentation says under
+// Protocol (a quorum that answered too late to leave any validity is no
+// quorum).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	g, _, err := d.acquire(ctx, r)
+	t, err := d.resolve(r, true)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g, _, err := d.acquire(ctx, &t)
 	return g, err
 }
 
 // acquire is one attempt: phase 1 on every node, then phase 2 when the
 // quorum's counters differ.
-func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, outcome, error) {
+func (d *Driver) acquire(ctx context.Context, t *target) (driver.Grant, outcome, error) {
 	var o outcome
 	if d.closed.Load() {
 		return driver.Grant{}, o, driver.ErrClosed
 	}
-	ms, ttl, err := ttlArg(r.TTL)
-	if err != nil {
-		return driver.Grant{}, o, err
-	}
-	t := d.target(r)
 	start := time.Now()
-	replies := d.fanout(ctx, d.nodeTimeout, quorumSame, acquireScript, d.all(), &t, ms, d.fenceTTL)
+	replies := d.fanout(ctx, d.nodeTimeout, quorumSame, acquireScript, d.all(), t, t.ms, d.fenceTTL)
 
 	var (
 		got, held uint64 // masks of nodes
@@ -103,19 +135,18 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 	o.rival = mostCommon(holders)
 
 	if o.got >= d.quorum {
-		if d.fencing && !same && !d.skipWriteBack {
-			d.writeBacks.Add(1)
-			n := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, fenceScript, got, &t, int64(token), d.fenceTTL))
+		if d.fencing && !same {
+			n := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, fenceScript, got, t, int64(token), d.fenceTTL))
 			if n.yes < d.quorum {
-				d.undo(ctx, &t, r.Name, d.all()&^held, true)
-				return driver.Grant{}, o, d.noQuorum("lock", r.Name, n.yes, "confirmed the fencing token", n.firstErr)
+				d.undo(ctx, t, d.all()&^held, true)
+				return driver.Grant{}, o, d.noQuorum("lock", t.name, n.yes, "confirmed the fencing token", n.firstErr)
 			}
 		}
-		expires := start.Add(ttl - d.allowance(ttl))
+		expires := start.Add(t.validity)
 		if took := time.Since(start); !time.Now().Before(expires) {
-			d.undo(ctx, &t, r.Name, d.all()&^held, true)
+			d.undo(ctx, t, d.all()&^held, true)
 			return driver.Grant{}, o, fmt.Errorf("redlock: lock %q: %w: a quorum took %v to answer, more than the TTL %v less the drift allowance %v",
-				r.Name, driver.ErrNoQuorum, took, ttl, d.allowance(ttl))
+				t.name, driver.ErrNoQuorum, took, t.ttl, t.ttl-t.validity)
 		}
 		return driver.Grant{Token: token, Expires: expires}, o, nil
 	}
@@ -125,24 +156,12 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request) (driver.Grant, o
 	// waiters unless another owner holds a quorum: they may be waiting on
 	// the keys we are about to delete.
 	if o.got > 0 || o.failed > 0 {
-		d.undo(ctx, &t, r.Name, d.all()&^held, o.got > 0 && o.rival < d.quorum)
+		d.undo(ctx, t, d.all()&^held, o.got > 0 && o.rival < d.quorum)
 	}
 	if answered := o.got + bits.OnesCount64(held); answered < d.quorum {
-		return driver.Grant{}, o, d.noQuorum("lock", r.Name, answered, "answered", first)
+		return driver.Grant{}, o, d.noQuorum("lock", t.name, answered, "answered", first)
 	}
-	return driver.Grant{}, o, &driver.HeldError{Name: r.Name, Remaining: o.remaining}
-}
-
-// undo deletes the caller's key, owner-checked, on the nodes in mask and
-// waits for the answers (for up to releaseTimeoutFactor node timeouts). It
-// runs even when ctx was cancelled: an attempt given up must leave nothing
-// behind. With notify, each node that deleted the key publishes the name.
-func (d *Driver) undo(ctx context.Context, t *target, name string, mask uint64, notify bool) {
-	channel := any("")
-	if notify {
-		channel = d.channelArg
-	}
-	d.fanout(context.WithoutCancel(ctx), d.nodeTimeout*releaseTimeoutFactor, allAnswer, releaseScript, mask, t, channel, name)
+	return driver.Grant{}, o, &driver.HeldError{Name: t.name, Remaining: o.remaining}
 }
 
 // mostCommon returns how often the most frequent value occurs in s.
@@ -168,19 +187,15 @@ func mostCommon(s []string) int {
 // driver.ErrNotHeld; when too few answered to tell, it wraps
 // driver.ErrNoQuorum, which dlock treats as transient.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	if d.closed.Load() {
-		return time.Time{}, driver.ErrClosed
-	}
-	ms, ttl, err := ttlArg(r.TTL)
+	tg, err := d.resolve(r, true)
 	if err != nil {
 		return time.Time{}, err
 	}
 	start := time.Now()
-	tg := d.target(r)
-	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), &tg, ms, d.fenceTTL))
+	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), &tg, tg.ms, d.fenceTTL))
 	switch {
 	case t.yes >= d.quorum:
-		return start.Add(ttl - d.allowance(ttl)), nil
+		return start.Add(tg.validity), nil
 	case t.yes+t.failed < d.quorum:
 		return time.Time{}, fmt.Errorf("redlock: refresh %q: %w: held on %d of %d nodes, %d needed",
 			r.Name, driver.ErrNotHeld, t.yes, len(d.clients), d.quorum)
@@ -199,11 +214,11 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // wait up to ten node timeouts, not one: nothing is timed against the
 // TTL here, and a delete lost to a slow moment keeps the lock for a TTL.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	if d.closed.Load() {
-		return driver.ErrClosed
+	tg, err := d.resolve(r, false)
+	if err != nil {
+		return err
 	}
-	tg := d.target(r)
-	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), &tg, d.channelArg, r.Name))
+	t := count(d.fanout(ctx, d.nodeTimeout*releaseTimeoutFactor, quorumOnes, releaseScript, d.all(), &tg, d.channelArg, tg.name))
 	switch answered := t.yes + t.no; {
 	case answered < d.quorum:
 		return d.noQuorum("unlock", r.Name, answered, "answered", t.firstErr)
@@ -211,4 +226,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 		return fmt.Errorf("redlock: unlock %q: %w", r.Name, driver.ErrNotHeld)
 	}
 	return nil
+}
+
+// allowance is the clock-drift allowance for a lock of the given TTL.
+func (d *Driver) allowance(ttl time.Duration) time.Duration {
+	return ttl/(1/DriftFactor) + d.drift
 }

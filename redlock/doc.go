@@ -158,7 +158,7 @@
 // keys with a TTL, allkeys-* any key): the holder then loses that node's
 // vote without knowing, and once a quorum's keys are gone another client
 // can take the lock. NewDriver (and so dlock.Open) reads every node's
-// policy in the background, each within the node timeout, and logs one
+// policy in the background, each within 5 s, and logs one
 // warning on Options.Logger (default slog.Default(); dlock.Open passes
 // the logger of dlock.WithLogger) naming the nodes that may evict and the fix,
 // maxmemory-policy noeviction on every node. Nodes that are down or refuse
@@ -166,15 +166,11 @@
 //
 // # go-redis's own logs
 //
-// go-redis logs through a process-wide logger of its own, by default to
-// stderr, past dlock.WithLogger: a Redlock run with nodes restarting
-// printed 1,630 "failed to dial" lines. dlock reports each failure that
-// matters once (no quorum, a failed renewal), so send go-redis's lines to
-// your slog.Logger at Debug, once at start-up, with package redislock's
-// adapter (or a type of your own with go-redis's one method,
-// Printf(ctx, format, v...)):
-//
-//	redis.SetLogger(redislock.SlogLogger(logger, slog.LevelDebug))
+// go-redis logs through a process-wide logger of its own, past
+// dlock.WithLogger: a Redlock run with nodes restarting printed 1,630
+// "failed to dial" lines. Route them as package redislock's documentation
+// says under the same heading (redislock.SlogLogger), or with a type of
+// your own with go-redis's one method, Printf(ctx, format, v...).
 //
 // # Safety
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,21 +17,6 @@ import (
 // tryLock is TryLock, tried again (up to 3 times) when too few nodes
 // answered in time: on a loaded machine that happens, and no token is
 // issued then.
-// takeToken takes name on d and releases it, and returns the grant's
-// token.
-func takeToken(t *testing.T, d *Driver, name string) uint64 {
-	t.Helper()
-	r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
-	g, err := tryLock(t, d, r)
-	if err != nil {
-		t.Fatalf("TryLock: %v", err)
-	}
-	if err := d.Unlock(t.Context(), r); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	return g.Token
-}
-
 func tryLock(t *testing.T, d *Driver, r driver.Request) (driver.Grant, error) {
 	t.Helper()
 	for i := 1; ; i++ {
@@ -75,7 +61,8 @@ func checkIncreasing(t *testing.T, tokens []uint64) {
 // and while different subsets of nodes are down.
 func TestTokensAcrossRestarts(t *testing.T) {
 	c := newCluster(t, 5)
-	ds := []*Driver{c.driver(t, nil), c.driver(t, nil), c.driver(t, nil)}
+	h := &fenceHook{}
+	ds := []*Driver{c.hookedDriver(t, h), c.hookedDriver(t, h), c.hookedDriver(t, h)}
 	name := uniqueName("restarts")
 	var tokens []uint64
 	step := func(what string, action func()) {
@@ -99,10 +86,7 @@ func TestTokensAcrossRestarts(t *testing.T) {
 	// the tokens increasing now (see docs/REDLOCK.md).
 	step("restart all five", func() { c.kill(0, 1, 2, 3, 4); c.start(0, 1, 2, 3, 4) })
 	checkIncreasing(t, tokens)
-	var wb uint64
-	for _, d := range ds {
-		wb += d.writeBacks.Load()
-	}
+	wb := h.phase2()
 	if wb == 0 {
 		t.Error("no acquisition needed phase 2, though restarted nodes reseed their counters")
 	}
@@ -114,7 +98,8 @@ func TestTokensAcrossRestarts(t *testing.T) {
 func TestPhase2(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := t.Context()
-	d := c.driver(t, nil)
+	h := &fenceHook{}
+	d := c.hookedDriver(t, h)
 	name := uniqueName("phase2")
 	fence := DefaultPrefix + "{" + name + "}:fence"
 	counters := func() []string {
@@ -124,15 +109,13 @@ func TestPhase2(t *testing.T) {
 		}
 		return out
 	}
-	take := func() uint64 { t.Helper(); return takeToken(t, d, name) }
-
 	var tokens []uint64
-	tokens = append(tokens, take()) // first use: five seeds from five clocks
-	if n := d.writeBacks.Load(); n != 1 {
+	tokens = append(tokens, take(t, d, name)) // first use: five seeds from five clocks
+	if n := h.phase2(); n != 1 {
 		t.Errorf("first acquisition: %d write-backs, want 1 (the seeds differ)", n)
 	}
-	tokens = append(tokens, take())
-	if n := d.writeBacks.Load(); n != 1 {
+	tokens = append(tokens, take(t, d, name))
+	if n := h.phase2(); n != 1 {
 		t.Errorf("second acquisition: %d write-backs, want still 1 (the counters agree)", n)
 	}
 
@@ -145,11 +128,11 @@ func TestPhase2(t *testing.T) {
 	if err := c.admin[2].Set(ctx, fence, big, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tokens = append(tokens, take())
+	tokens = append(tokens, take(t, d, name))
 	if got, want := tokens[len(tokens)-1], big+1; got != want {
 		t.Errorf("token = %d, want %d (the largest counter + 1)", got, want)
 	}
-	if n := d.writeBacks.Load(); n != 2 {
+	if n := h.phase2(); n != 2 {
 		t.Errorf("%d write-backs, want 2", n)
 	}
 	want := strconv.FormatUint(big+1, 10)
@@ -161,8 +144,8 @@ func TestPhase2(t *testing.T) {
 	if err := c.admin[4].Set(ctx, fence, 5, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tokens = append(tokens, take())
-	if n := d.writeBacks.Load(); n != 3 {
+	tokens = append(tokens, take(t, d, name))
+	if n := h.phase2(); n != 3 {
 		t.Errorf("%d write-backs, want 3", n)
 	}
 	last := strconv.FormatUint(tokens[len(tokens)-1], 10)
@@ -182,19 +165,17 @@ func TestPhase2CarriesTokenAcrossQuorums(t *testing.T) {
 		t.Run(map[bool]string{false: "with phase 2", true: "without phase 2"}[broken], func(t *testing.T) {
 			c := newCluster(t, 5)
 			ctx := t.Context()
-			d := c.driver(t, nil)
-			d.skipWriteBack = broken
+			d := c.hookedDriver(t, &fenceHook{skip: broken})
 			name := uniqueName("carry")
-			take := func() uint64 { t.Helper(); return takeToken(t, d, name) }
 			c.kill(3, 4)
 			big := uint64(time.Now().UnixMicro()) + 1e12
 			if err := c.admin[0].Set(ctx, DefaultPrefix+"{"+name+"}:fence", big, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			t1 := take() // quorum {0,1,2}
+			t1 := take(t, d, name) // quorum {0,1,2}
 			c.start(3, 4)
 			c.kill(0, 1)
-			t2 := take() // quorum {2,3,4}
+			t2 := take(t, d, name) // quorum {2,3,4}
 			if broken {
 				if t2 > t1 {
 					t.Errorf("without phase 2: tokens %d then %d; expected the second to go backwards", t1, t2)
@@ -208,25 +189,40 @@ func TestPhase2CarriesTokenAcrossQuorums(t *testing.T) {
 	}
 }
 
-// failFence is a go-redis hook that fails phase-2 script calls.
-type failFence struct{}
+// fenceHook is a go-redis hook on a Driver's clients that sees its
+// phase-2 script calls: it records the token each writes back, and with
+// fail set fails them, with skip set answers them done unsent (as if
+// phase 2 were left out).
+type fenceHook struct {
+	fail, skip bool
+	mu         sync.Mutex
+	tokens     map[any]bool
+}
 
-func (failFence) DialHook(next redis.DialHook) redis.DialHook { return next }
+// phase2 returns how many acquisitions ran phase 2 (distinct tokens
+// written back) so far.
+func (h *fenceHook) phase2() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.tokens)
+}
 
-func (failFence) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *fenceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *fenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isFence(cmd) {
+		if h.intercept(cmd) {
 			return cmd.Err()
 		}
 		return next(ctx, cmd)
 	}
 }
 
-func (failFence) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *fenceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		rest := cmds[:0:0]
 		for _, cmd := range cmds {
-			if !isFence(cmd) {
+			if !h.intercept(cmd) {
 				rest = append(rest, cmd)
 			}
 		}
@@ -237,15 +233,62 @@ func (failFence) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	}
 }
 
-// isFence fails cmd if it runs the phase-2 script.
-func isFence(cmd redis.Cmder) bool {
-	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok && (s == fenceScript.Hash() || s == fenceLua) {
-			cmd.SetErr(errors.New("injected failure"))
-			return true
-		}
+// intercept records cmd's token if it runs the phase-2 script, and
+// reports whether it answered cmd itself.
+func (h *fenceHook) intercept(cmd redis.Cmder) bool {
+	a := cmd.Args() // evalsha sha 2 lock fence owner token fence_ttl
+	if len(a) != 8 || (a[1] != fenceScript.Hash() && a[1] != fenceLua) {
+		return false
 	}
-	return false
+	h.mu.Lock()
+	if h.tokens == nil {
+		h.tokens = map[any]bool{}
+	}
+	h.tokens[a[6]] = true
+	h.mu.Unlock()
+	switch {
+	case h.fail:
+		cmd.SetErr(errors.New("injected failure"))
+	case h.skip:
+		cmd.(*redis.Cmd).SetVal(int64(1))
+	default:
+		return false
+	}
+	return true
+}
+
+// hookedDriver returns a Driver whose clients report to h (those of the
+// nodes listed, or all).
+func (c *cluster) hookedDriver(t *testing.T, h *fenceHook, nodes ...int) *Driver {
+	t.Helper()
+	cs := c.clients(t)
+	if nodes == nil {
+		nodes = []int{0, 1, 2, 3, 4}[:len(cs)]
+	}
+	for _, i := range nodes {
+		cs[i].(*redis.Client).AddHook(h)
+	}
+	d, err := NewDriver(cs, testOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	prepare(t, d)
+	return d
+}
+
+// take takes and releases name once, and returns the token.
+func take(t *testing.T, d *Driver, name string) uint64 {
+	t.Helper()
+	r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
+	g, err := tryLock(t, d, r)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if err := d.Unlock(t.Context(), r); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	return g.Token
 }
 
 // When phase 2 misses its quorum the acquisition fails, and the lock is
@@ -253,18 +296,10 @@ func isFence(cmd redis.Cmder) bool {
 func TestPhase2WithoutQuorum(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := t.Context()
-	cs := c.clients(t)
-	for _, i := range []int{0, 1, 2} {
-		cs[i].(*redis.Client).AddHook(failFence{})
-	}
-	d, err := NewDriver(cs, testOptions(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := c.hookedDriver(t, &fenceHook{fail: true}, 0, 1, 2)
 	name := uniqueName("phase2fail")
 	r := driver.Request{Name: name, Owner: newOwner(), TTL: 5 * time.Second}
-	_, err = d.TryLock(ctx, r) // first use: the seeds differ, so phase 2 runs
+	_, err := d.TryLock(ctx, r) // first use: the seeds differ, so phase 2 runs
 	if !errors.Is(err, dlock.ErrNoQuorum) {
 		t.Fatalf("TryLock with phase 2 failing on 3 of 5 nodes = %v, want ErrNoQuorum", err)
 	}

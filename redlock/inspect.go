@@ -3,9 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,14 +14,12 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect lists the locks held now whose names start with prefix (all of
-// them for an empty prefix), sorted by name, as a quorum of the nodes sees
-// them, for tools such as `dlock status`. A lock is listed when one owner
-// holds its key on at least a quorum of the nodes that answered; its
-// token is the fencing counter most of those nodes share (the grant's: a
-// node whose acquire landed after the grant also holds the key, under a
-// counter of its own), and its expiry
-// the time for which a quorum of them still holds it. Waiters are unknown
+// Inspect implements driver.Inspector as a quorum of the nodes sees the
+// locks: a lock is listed when one owner holds its key on at least a
+// quorum of the nodes that answered; its token is the fencing counter
+// most of those nodes share (the grant's: a node whose acquire landed
+// after the grant also holds the key, under a counter of its own), and
+// its expiry the time for which a quorum of them still holds it. Waiters are unknown
 // (-1): Redlock waiters do not queue. Every node is asked in parallel:
 // SCAN of the lock keys, then one pipeline of reads per node. Inspect
 // fails with an error wrapping driver.ErrNoQuorum when fewer than a quorum
@@ -32,76 +28,56 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	type read struct {
-		owner string
-		ttl   time.Duration
-		token uint64
-	}
-	views := make([]map[string]read, len(d.clients)) // per node: name -> read
-	errs := make([]error, len(d.clients))
+	views := make([]map[string]redisutil.Holder, len(d.clients)) // per node, by name
+	replies := make([]reply, len(d.clients))
 	now := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
+			replies[i] = reply{node: i, val: int64(1)}
 			names, err := redisutil.ScanNames(ctx, c, d.prefix+"{", "", prefix)
 			if err != nil {
-				errs[i] = err
+				replies[i].err = err
 				return
 			}
-			owners := make([]*redis.StringCmd, len(names))
-			tokens := make([]*redis.StringCmd, len(names))
-			ttls := make([]*redis.DurationCmd, len(names))
+			reads := make([]func() (redisutil.Holder, bool), len(names))
 			pipe := c.Pipeline()
 			for k, name := range names {
 				lock, fence := d.keys(name)
-				owners[k], ttls[k], tokens[k] = pipe.Get(ctx, lock), pipe.PTTL(ctx, lock), pipe.Get(ctx, fence)
+				reads[k] = redisutil.ReadHolder(ctx, pipe, lock, fence)
 			}
 			if len(names) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-					errs[i] = err
+					replies[i].err = err
 					return
 				}
 			}
-			view := make(map[string]read, len(names))
+			view := make(map[string]redisutil.Holder, len(names))
 			for k, name := range names {
-				owner, err := owners[k].Result()
-				if err != nil {
-					continue // released since the scan
+				if h, ok := reads[k](); ok { // else released since the scan
+					view[name] = h
 				}
-				r := read{owner: owner, ttl: ttls[k].Val()}
-				r.token, _ = strconv.ParseUint(tokens[k].Val(), 10, 64)
-				view[name] = r
 			}
 			views[i] = view
 		})
 	}
 	wg.Wait()
-	answered := 0
-	var firstErr error
+	if t := count(replies); t.yes < d.quorum {
+		return nil, d.noQuorum("inspect", "", t.yes, "answered", t.firstErr)
+	}
 	names := map[string]bool{}
-	for i := range views {
-		if errs[i] != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("node %d: %w", i, errs[i])
-			}
-			continue
-		}
-		answered++
-		for name := range views[i] {
+	for _, view := range views {
+		for name := range view {
 			names[name] = true
 		}
-	}
-	if answered < d.quorum {
-		return nil, fmt.Errorf("redlock: inspect: %w: %d of %d nodes answered, %d needed: %w",
-			driver.ErrNoQuorum, answered, len(d.clients), d.quorum, firstErr)
 	}
 	var out []driver.LockInfo
 	for name := range names {
 		// The owner holding the key on a quorum of nodes, if any.
-		byOwner := map[string][]read{}
+		byOwner := map[string][]redisutil.Holder{}
 		for _, view := range views {
-			if r, ok := view[name]; ok {
-				byOwner[r.owner] = append(byOwner[r.owner], r)
+			if h, ok := view[name]; ok {
+				byOwner[h.Owner] = append(byOwner[h.Owner], h)
 			}
 		}
 		for owner, rs := range byOwner {
@@ -111,9 +87,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: -1}
 			ttls := make([]time.Duration, 0, len(rs))
 			tokens := make([]uint64, 0, len(rs))
-			for _, r := range rs {
-				ttls = append(ttls, r.ttl)
-				tokens = append(tokens, r.token)
+			for _, h := range rs {
+				ttls = append(ttls, h.TTL)
+				tokens = append(tokens, h.Token)
 			}
 			info.Token = grantToken(tokens)
 			// Held on a quorum until the quorum-th longest TTL runs out.

@@ -45,26 +45,6 @@ const (
 	quorumSame
 )
 
-// target is what every script call of one operation names: the lock's
-// key, its fencing counter's and the owner, each boxed once as a command
-// argument and shared by every node and phase.
-type target struct {
-	lock, fence, owner any // strings
-}
-
-// target returns r's target.
-func (d *Driver) target(r driver.Request) target {
-	lock, fence := d.keys(r.Name)
-	return target{lock: lock, fence: fence, owner: r.Owner}
-}
-
-// keys returns the lock's key and its fencing counter's, which share the
-// hash tag {name}, cut from one string.
-func (d *Driver) keys(name string) (lock, fence string) {
-	s := d.prefix + "{" + name + "}:fence"
-	return s[:len(s)-len(":fence")], s
-}
-
 // call is one script call fanned out to the nodes in mask. Every node
 // gets the same command line, built once: EVALSHA sha 2 lock fence owner
 // arg arg. The requests run under the call's timeout (which, with
@@ -317,6 +297,18 @@ func (n *node) send(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
 
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// undo deletes the caller's key, owner-checked, on the nodes in mask and
+// waits for the answers (for up to releaseTimeoutFactor node timeouts). It
+// runs even when ctx was cancelled: an attempt given up must leave nothing
+// behind. With notify, each node that deleted the key publishes the name.
+func (d *Driver) undo(ctx context.Context, t *target, mask uint64, notify bool) {
+	channel := any("")
+	if notify {
+		channel = d.channelArg
+	}
+	d.fanout(context.WithoutCancel(ctx), d.nodeTimeout*releaseTimeoutFactor, allAnswer, releaseScript, mask, t, channel, t.name)
 }
 
 // tally counts the replies of a script that answers 1 (done) or 0 (not

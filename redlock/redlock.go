@@ -124,13 +124,6 @@ type Driver struct {
 	sub   subscriber
 	gates gate.Set[struct{}] // one waiter per name on the nodes (Lock)
 
-	// writeBacks counts acquisitions that needed phase 2 (the nodes of
-	// the quorum returned different counters).
-	writeBacks atomic.Uint64
-	// skipWriteBack turns phase 2 off, for the test that shows why it
-	// is needed. Never set outside tests.
-	skipWriteBack bool
-
 	// stopCheck cancels the background eviction check, and checking
 	// counts it, for Close to wait for.
 	stopCheck context.CancelFunc
@@ -153,13 +146,10 @@ type Driver struct {
 // go-redis's defaults every request to a node that is down waits out the
 // whole node timeout instead of failing at once.
 //
-// The driver runs one goroutine per node, which sends that node its
-// requests (batching those that arrive together into one pipeline), and,
-// once a Lock has had to wait, one per node for the release subscription.
-// Close stops them. At the start, one more goroutine reads every node's
-// maxmemory-policy, each within the node timeout, and warns on
-// Options.Logger if some may evict lock keys (see Eviction in the package
-// documentation); Close cancels it too.
+// The driver runs one sender goroutine per node (see Protocol in the
+// package documentation), one per node for the release subscription once
+// a Lock has had to wait, and at the start one that reads the nodes'
+// maxmemory-policy (see Eviction). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: NewDriver: no clients")
@@ -268,21 +258,6 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// allowance is the clock-drift allowance for a lock of the given TTL.
-func (d *Driver) allowance(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*DriftFactor) + d.drift
-}
-
-// ttlArg returns the lock TTL in whole milliseconds, as the scripts take
-// it, and the TTL it stands for.
-func ttlArg(ttl time.Duration) (int64, time.Duration, error) {
-	ms := ttl.Milliseconds()
-	if ms < 1 {
-		return 0, 0, fmt.Errorf("redlock: TTL %v is below one millisecond", ttl)
-	}
-	return ms, time.Duration(ms) * time.Millisecond, nil
-}
-
 var (
 	_ driver.Driver = (*Driver)(nil)
 	_ driver.Waiter = (*Driver)(nil)
@@ -298,7 +273,7 @@ func (d *Driver) Prepare(ctx context.Context) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
 	}
-	errs := make([]error, len(d.clients))
+	replies := make([]reply, len(d.clients))
 	var wg sync.WaitGroup
 	for i, c := range d.clients {
 		wg.Go(func() {
@@ -306,19 +281,12 @@ func (d *Driver) Prepare(ctx context.Context) error {
 			for _, sc := range allScripts {
 				pipe.ScriptLoad(ctx, sc.Source())
 			}
-			_, errs[i] = pipe.Exec(ctx)
+			_, err := pipe.Exec(ctx)
+			replies[i] = reply{node: i, val: int64(1), err: err}
 		})
 	}
 	wg.Wait()
-	var t tally
-	for i, err := range errs {
-		if err != nil {
-			t.fail(i, err)
-		} else {
-			t.yes++
-		}
-	}
-	if t.yes < d.quorum {
+	if t := count(replies); t.yes < d.quorum {
 		return d.noQuorum("prepare", "", t.yes, "prepared", t.firstErr)
 	}
 	return nil

@@ -19,49 +19,37 @@ const (
 	maxSpread = 100 * time.Millisecond
 )
 
-// Lock takes the lock, waiting as long as ctx allows. It never polls on a
-// fixed interval.
-//
-// It makes one attempt at once. If that fails, the call queues behind the
-// Driver's other waiters for the name, in the process, in order of
-// arrival: of one Driver's waiters for a name only the first waits on the
-// nodes, so that a release sets off one attempt per Driver, not one per
-// waiter (without the queue, W waiters sent 5×W requests at every release
-// and split the vote among themselves). Across Drivers there is no queue.
-// The first waiter, after each failed attempt, waits for one of:
-//
-//   - a release message for the name from any node (every Unlock
-//     publishes one on each node where it deleted the lock), then a short
-//     random pause, so that the Drivers' waiters woken together spread
-//     out;
-//   - when another owner holds a quorum, that owner's shortest remaining
-//     TTL, in case it died without releasing;
-//   - when nobody holds a quorum (a split vote between contenders, a
-//     holder behind nodes that did not answer, or too few nodes answering
-//     at all), a random pause that grows with each such attempt in a row,
-//     up to maxSpread.
-//
-// An attempt that too few nodes answered in time is retried like a split
-// vote: a slow moment must not end a wait. When ctx ends first, Lock
-// returns ctx's error, joined with the last attempt's error unless that
-// was "held by another owner", and holds nothing: every attempt undoes
-// itself on every node before it returns. The wait ends early only when
-// the Driver closes (driver.ErrClosed), when so many nodes refuse the
-// requests for good (a denied permission or password, a rejected
-// certificate) that no quorum is left, or on an error other than "held"
-// or "no quorum".
+// Lock takes the lock, waiting as long as ctx allows, as the package
+// documentation says under Protocol: one attempt at once; then, of one
+// Driver's waiters for a name, only the first waits on the nodes (without
+// that queue, W waiters sent 5×W requests at every release and split the
+// vote among themselves). It tries again after a release message for the
+// name and a short random pause, at the expiry of an owner that holds a
+// quorum, or, when nobody does (a split vote, nodes that did not answer),
+// after a random pause that grows with each such attempt in a row, up to
+// maxSpread. When ctx ends first, Lock returns ctx's error, joined with
+// the last attempt's error unless that was "held by another owner", and
+// holds nothing: every attempt undoes itself on every node before it
+// returns. The wait ends early only when the Driver closes
+// (driver.ErrClosed), when so many nodes refuse the requests for good
+// that no quorum is left, or on an error other than "held" or "no
+// quorum".
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	g, o, err := d.acquire(ctx, r)
+	t, err := d.resolve(r, true)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g, o, err := d.acquire(ctx, &t)
 	if d.settled(ctx, err, o) {
 		return g, d.final(ctx, err)
 	}
-	gt, gerr := d.gates.Enter(ctx, r.Name, d.done)
+	gt, gerr := d.gates.Enter(ctx, t.name, d.done)
 	if gerr != nil {
 		return driver.Grant{}, d.final(ctx, err)
 	}
 	defer gt.Leave(struct{}{})
 	// Watch before the next attempt: a release after it is then heard.
-	w, werr := d.sub.watch(ctx, r.Name)
+	w, werr := d.sub.watch(ctx, t.name)
 	if werr != nil {
 		return driver.Grant{}, d.final(ctx, err)
 	}
@@ -71,7 +59,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	misses := 0 // attempts in a row that saw no holder with a quorum
 	for {
 		start := time.Now()
-		g, o, err = d.acquire(ctx, r)
+		g, o, err = d.acquire(ctx, &t)
 		if d.settled(ctx, err, o) {
 			return g, d.final(ctx, err)
 		}
@@ -82,7 +70,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			misses = 0
 			delay = o.remaining
 			if delay <= 0 {
-				delay = r.TTL
+				delay = t.ttl
 			}
 			delay += rand.N(spread)
 		} else {

@@ -1,7 +1,7 @@
 -- Releases a lock of layout=redsync, the plain key <prefix><name>, if the
 -- caller holds it, and wakes dlock's waiters for it: the peers' waiters
 -- poll, dlock's listen on the lock's channel, dlock:released:{<lock key>}
--- (plainChannel in plainkey.go), in the lock's slot.
+-- (plainChannel in kinds.go), in the lock's slot.
 --
 -- KEYS[1] the lock
 -- ARGV[1] owner        ARGV[2] "s": announce by SPUBLISH (a Redis 7

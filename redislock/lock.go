@@ -1,0 +1,262 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/driver"
+)
+
+// lockReq is a driver.Request resolved once, at the driver's entry: its
+// kind of lock in the driver's layout, its keys and its TTL as the scripts
+// take it. Every step after uses it.
+type lockReq struct {
+	driver.Request
+	kind *kind
+	keys []string
+	ttl  time.Duration // Request.TTL in whole milliseconds; 0 for a release
+	args *boxedTTL     // the script arguments of ttl
+}
+
+// boxedTTL holds the script arguments that derive from a lock TTL, boxed.
+type boxedTTL struct {
+	ttl  time.Duration // in whole milliseconds
+	ms   any           // int64: the TTL in milliseconds
+	life any           // int64: the queue entry lifetime in milliseconds
+}
+
+// resolve resolves r, for a release, or else (withTTL) for a call that
+// takes or extends the lock, whose TTL must be at least a millisecond.
+// It rejects a mode the layout lacks, a semaphore without permits, and
+// any request once the driver is closed (driver.ErrClosed).
+func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
+	if d.closed.Load() {
+		return lockReq{}, driver.ErrClosed
+	}
+	k, err := d.format.kind(r.Mode, r.Name)
+	if err != nil {
+		return lockReq{}, err
+	}
+	if r.Mode == driver.Permit && r.Limit < 1 {
+		return lockReq{}, fmt.Errorf("redislock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
+	}
+	q := lockReq{Request: r, kind: k, args: releaseTTL}
+	if withTTL {
+		ms := r.TTL.Milliseconds()
+		if ms < 1 {
+			return lockReq{}, fmt.Errorf("redislock: TTL %v is below one millisecond", r.TTL)
+		}
+		q.ttl = time.Duration(ms) * time.Millisecond
+		// From a one-entry cache: a Locker's leases mostly share one TTL.
+		if q.args = d.lastTTL.Load(); q.args == nil || q.args.ttl != q.ttl {
+			q.args = &boxedTTL{ttl: q.ttl, ms: ms, life: d.entryLifetime(q.ttl).Milliseconds()}
+			d.lastTTL.Store(q.args)
+		}
+	}
+	q.keys = k.keys(d.prefix, r.Name)
+	return q, nil
+}
+
+// call returns the script of op (opTry, opWait, opRefresh, opRelease) on
+// q's lock, its keys and its arguments (n of args); channel is the one a
+// waiter's queue entry names (opWait).
+func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *script, keys []string, args [11]any, n int, err error) {
+	k, b := q.kind, q.args
+	if op == opRelease {
+		b = releaseTTL
+	}
+	if k.script != nil {
+		arg, changed, publish := noArg, noArg, noArg
+		switch q.Mode {
+		case driver.Permit:
+			arg = q.Limit
+		case driver.Leader:
+			arg, changed = q.Value, d.electionChannel(q.Name)
+			if publish, err = d.publishArg(ctx); err != nil {
+				return nil, nil, args, 0, err
+			}
+		}
+		args = [11]any{op, q.Owner, b.ms, d.fenceTTL, q.Name, channel, b.life, k.tag, arg, changed, publish}
+		return k.script, q.keys, args, 11, nil
+	}
+	switch {
+	case op == opTry:
+		return acquireScript, q.keys[:2], [11]any{q.Owner, b.ms, d.fenceTTL, opTry}, 4, nil
+	case op == opWait:
+		return acquireScript, q.keys, [11]any{q.Owner, b.ms, d.fenceTTL, opWait, channel, b.life}, 6, nil
+	case op == opRefresh:
+		return refreshScript, q.keys[:1], [11]any{q.Owner, b.ms}, 2, nil
+	case k.plain:
+		// Whether the Drivers on this server listen by SSUBSCRIBE; when
+		// that could not be told, PUBLISH, which a waiter that listens by
+		// SSUBSCRIBE misses: it tries again on its timer then.
+		publish, _ := d.publishArg(ctx)
+		return plainReleaseScript, q.keys[:1], [11]any{q.Owner, publish}, 2, nil
+	}
+	return releaseScript, q.keys, [11]any{q.Owner, d.fenceTTL}, 2, nil
+}
+
+// do runs op on q's lock (see call).
+func (d *Driver) do(ctx context.Context, q *lockReq, op, channel any) *redis.Cmd {
+	s, keys, args, n, err := d.call(ctx, q, op, channel)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return d.run(ctx, s, keys, args[:n]...)
+}
+
+// publishArg is the argument that tells a script to announce a change by
+// SPUBLISH (byShard), or by PUBLISH (see useShards).
+func (d *Driver) publishArg(ctx context.Context) (any, error) {
+	shard, err := d.useShards(ctx)
+	if shard {
+		return byShard, err
+	}
+	return noArg, err
+}
+
+// TryLock makes one attempt to take the lock: SET NX and, on success, the
+// next fencing token, in one script. It never joins the wait queue. When
+// the lock is held by another owner the error is a *driver.HeldError with
+// the holder's remaining TTL. A lock that r.Owner already holds is
+// refreshed and reported as acquired, with its current token. On any
+// other error (the script's outcome is then unknown) TryLock releases the
+// lock in case the script took it. The other modes work alike, by their
+// own scripts (see the package documentation, Lock kinds). In
+// LayoutRedsync the script is the same, on the plain key and dlock's
+// counter beside it (see Layouts).
+func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	q, err := d.resolve(r, true)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	_, g, err := d.try(ctx, &q, opTry, nil)
+	return g, err
+}
+
+// try makes one acquisition attempt of q, op opTry (never queue) or
+// opWait (queue, or refresh the queue entry, whose grant message goes to
+// channel), and returns its outcome with the Grant, replicated (see
+// replicated), or the error: a *driver.HeldError when another holds the
+// lock; any other error leaves nothing held or queued, as the script may
+// have run before it.
+func (d *Driver) try(ctx context.Context, q *lockReq, op, channel any) (attempt, driver.Grant, error) {
+	start := time.Now()
+	a, err := acquireReply(d.do(ctx, q, op, channel))
+	if err != nil {
+		return attempt{}, driver.Grant{}, d.abandon(ctx, q, fmt.Errorf("redislock: lock %q: %w", q.Name, err))
+	}
+	a.sent = start
+	if !a.got {
+		return a, driver.Grant{}, &driver.HeldError{Name: q.Name, Remaining: a.remaining(0)}
+	}
+	g, err := d.replicated(ctx, q, driver.Grant{Token: a.token, Expires: start.Add(q.ttl)})
+	return a, g, err
+}
+
+// attempt is the outcome of one acquisition script call.
+type attempt struct {
+	got   bool      // the caller holds the lock, with token
+	token uint64    // when got
+	pttl  int64     // when !got: the holder's remaining time (PTTL)
+	seen  uint64    // when !got: the fencing counter at the call
+	sent  time.Time // when the call was sent (set by try)
+}
+
+// remaining is the holder's remaining time plus extra milliseconds; 0
+// when it is unknown (a PTTL of -1, no expiry, or -2, gone).
+func (a attempt) remaining(extra int64) time.Duration {
+	if a.pttl < 0 {
+		return 0
+	}
+	return time.Duration(a.pttl+extra) * time.Millisecond
+}
+
+// acquireReply reads the reply of an acquisition: the token (acquire.lua
+// when the caller holds the lock), {1, token} (the kinds' scripts), or
+// {0, pttl, counter}.
+func acquireReply(cmd *redis.Cmd) (attempt, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return attempt{}, err
+	}
+	if tok, ok := v.(int64); ok {
+		return attempt{got: true, token: uint64(tok)}, nil
+	}
+	res, err := cmd.Int64Slice()
+	if err != nil || len(res) < 2 {
+		return attempt{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	if res[0] == 1 {
+		return attempt{got: true, token: uint64(res[1])}, nil
+	}
+	a := attempt{pttl: res[1]}
+	if len(res) > 2 {
+		a.seen = uint64(res[2])
+	}
+	return a, nil
+}
+
+// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
+// reader or permit holder gets a new expiry score), and returns the
+// new expiry, measured from before the request was sent. It returns an
+// error wrapping driver.ErrNotHeld when the lock is gone or another's.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	q, err := d.resolve(r, true)
+	if err != nil {
+		return time.Time{}, err
+	}
+	start := time.Now()
+	if d.waitReplicas > 0 {
+		if err := d.waitAck(ctx, &q, "refresh"); err != nil {
+			return time.Time{}, err
+		}
+		return start.Add(q.ttl), nil
+	}
+	n, err := d.do(ctx, &q, opRefresh, d.channelArg).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
+	}
+	if n != 1 {
+		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, driver.ErrNotHeld)
+	}
+	return start.Add(q.ttl), nil
+}
+
+// Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
+// same script, hands it to the first live waiter in the queue (to all the
+// readers at its head, or to as many waiters as there are free permits);
+// in LayoutRedsync, it deletes the key and wakes dlock's waiters, who try
+// for it as the peers' do. It returns an error wrapping driver.ErrNotHeld
+// when r.Owner did not hold the lock.
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	q, err := d.resolve(r, false)
+	if err != nil {
+		return err
+	}
+	held, err := d.release(ctx, &q)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("redislock: unlock %q: %w", r.Name, driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// release runs the release of q's lock (release.lua, the release of its
+// kind, or of LayoutRedsync's lock): it drops q.Owner's queue entry and,
+// if q.Owner holds the lock, releases it and hands it on. It reports
+// whether q.Owner held the lock.
+func (d *Driver) release(ctx context.Context, q *lockReq) (bool, error) {
+	n, err := d.do(ctx, q, opRelease, d.channelArg).Int64()
+	if err != nil {
+		return false, fmt.Errorf("redislock: unlock %q: %w", q.Name, err)
+	}
+	return n == 1, nil
+}
