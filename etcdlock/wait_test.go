@@ -64,33 +64,6 @@ func (c *watchCounter) install(d *etcdlock.Driver) {
 		func(string) { c.requeues.Add(1) })
 }
 
-// countedLockers returns n Lockers on prefix, each on a client of its
-// own, whose drivers count their watches in one new watchCounter.
-func countedLockers(t *testing.T, eps []string, prefix string, n int) ([]*dlock.Locker, *watchCounter) {
-	c := newWatchCounter()
-	lockers := make([]*dlock.Locker, n)
-	for i := range lockers {
-		lockers[i] = newLocker(t, eps, prefix)
-		c.install(drv(lockers[i]))
-	}
-	return lockers, c
-}
-
-// checkWatches checks that the keys watched, and how often, are want.
-func (c *watchCounter) checkWatches(t *testing.T, want map[string]int) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.watches) != len(want) {
-		t.Errorf("watched keys %v, want %v", c.watches, want)
-	}
-	for k, n := range want {
-		if c.watches[k] != n {
-			t.Errorf("key %q watched %d times, want %d (watches %v)", k, c.watches[k], n, c.watches)
-		}
-	}
-}
-
 func (c *watchCounter) totals() (watches, wakes int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
