@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/dlockgo/dlock/driver"
 )
 
@@ -334,3 +336,46 @@ func discard(c *sql.Conn) {
 	// database/sql closes a connection whose Raw callback reports it bad.
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 }
+
+// bump advances the token of name on the session, which has just taken
+// its lock; the caller has the use of the session.
+func (c *sconn) bump(name string) (uint64, error) {
+	ctx, cancel := c.bound()
+	sent := time.Now()
+	tok, err := c.d.bump(ctx, c.conn, name)
+	c.unbound(cancel)
+	if err == nil {
+		c.lastOK = sent
+	}
+	return tok, err
+}
+
+// bump advances the counter of the lock called name, on the connection
+// that holds the lock, and returns the new token. A missing table is
+// created, once, on that connection.
+func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, error) {
+	q := d.sql.bump + literal(name) + bumpEnd
+	for created := false; ; created = true {
+		res, err := c.ExecContext(ctx, q)
+		if err == nil {
+			id, err := res.LastInsertId()
+			if err == nil && id <= 0 {
+				err = fmt.Errorf("the server reported token %d", id)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("mysqllock: fencing token of %q: %w", name, err)
+			}
+			return uint64(id), nil
+		}
+		if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable && !created {
+			if _, err := c.ExecContext(ctx, d.sql.create); err != nil {
+				return 0, fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
+			}
+			continue
+		}
+		return 0, fmt.Errorf("mysqllock: fencing token of %q in %s: %w", name, d.table, err)
+	}
+}
+
+// erNoSuchTable is ER_NO_SUCH_TABLE, on MySQL and MariaDB alike.
+const erNoSuchTable = 1146

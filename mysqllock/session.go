@@ -155,19 +155,6 @@ func (c *sconn) exec(q string) error {
 	return err
 }
 
-// bump advances the token of name on the session, which has just taken
-// its lock; the caller has the use of the session.
-func (c *sconn) bump(name string) (uint64, error) {
-	ctx, cancel := c.bound()
-	sent := time.Now()
-	tok, err := c.d.bump(ctx, c.conn, name)
-	c.unbound(cancel)
-	if err == nil {
-		c.lastOK = sent
-	}
-	return tok, err
-}
-
 // Keep runs one keep-alive check: the connection must still be the one
 // that took the locks (a proxy that reconnected it would have a new id),
 // and the server must hear from it before its wait_timeout, or the server

@@ -2,12 +2,8 @@ package mysqllock
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // statements are the driver's SQL texts that depend on its table.
@@ -81,33 +77,3 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
-
-// bump advances the counter of the lock called name, on the connection
-// that holds the lock, and returns the new token. A missing table is
-// created, once, on that connection.
-func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, error) {
-	q := d.sql.bump + literal(name) + bumpEnd
-	for created := false; ; created = true {
-		res, err := c.ExecContext(ctx, q)
-		if err == nil {
-			id, err := res.LastInsertId()
-			if err == nil && id <= 0 {
-				err = fmt.Errorf("the server reported token %d", id)
-			}
-			if err != nil {
-				return 0, fmt.Errorf("mysqllock: fencing token of %q: %w", name, err)
-			}
-			return uint64(id), nil
-		}
-		if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable && !created {
-			if _, err := c.ExecContext(ctx, d.sql.create); err != nil {
-				return 0, fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
-			}
-			continue
-		}
-		return 0, fmt.Errorf("mysqllock: fencing token of %q in %s: %w", name, d.table, err)
-	}
-}
-
-// erNoSuchTable is ER_NO_SUCH_TABLE, on MySQL and MariaDB alike.
-const erNoSuchTable = 1146
