@@ -183,7 +183,8 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: connection for %q: %w", q.name, err)
 	}
-	sc := d.sconn(c, q.timeout)
+	s := d.newSession(c, q.timeout, q.key)
+	sc := s.C
 	// On this connection of its own, the statements run under ctx: when
 	// it ends, go-sql-driver closes the connection, which holds nothing
 	// else.
@@ -224,7 +225,7 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 		return driver.Grant{}, err
 	}
 	sc.lastOK = sent
-	return d.grantOn(d.pool.NewSession(sc, q.timeout, q.key), q, tok)
+	return d.grantOn(s, q, tok)
 }
 
 // abandon gives up an acquisition on a connection of its own that did not

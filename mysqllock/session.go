@@ -68,12 +68,12 @@ func saveTimeout(timeout time.Duration) string {
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*sconn, string, struct{}]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, timeout time.Duration) (*sconn, error) {
+		Open: func(ctx context.Context, timeout time.Duration) (*session, error) {
 			c, err := d.db.Conn(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("mysqllock: connection: %w", err)
 			}
-			return d.sconn(c, timeout), nil
+			return d.newSession(c, timeout), nil
 		},
 		Period: d.period,
 	})
@@ -84,11 +84,16 @@ func (d *Driver) period(timeout time.Duration) time.Duration {
 	return max(min(d.keepAlive, timeout/3), time.Millisecond)
 }
 
-// sconn returns c as the connection of a session of wait_timeout timeout;
-// its id and socket are set once its first statement has read
-// CONNECTION_ID() (identify).
-func (d *Driver) sconn(c *sql.Conn, timeout time.Duration) *sconn {
-	return &sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}
+// newSession returns a fresh session of wait_timeout timeout on c, with
+// keys reserved (see sqlsession.Pool.Init), the session and its
+// connection in one allocation; the connection's id and socket are set
+// once its first statement has read CONNECTION_ID() (identify).
+func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
+	sc := &struct {
+		s session
+		c sconn
+	}{c: sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}}
+	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
 }
 
 // identify records the connection's id, learnt from the session's first

@@ -374,7 +374,7 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 // it: among the sessions later acquisitions may use.
 func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, error) {
 	c.session(q.period, true)
-	s := d.pool.NewSession(c, q.period, p.key)
+	s := d.pool.Init(new(session), c, q.period, p.key)
 	return d.grantOn(s, q, p, token, []int64{p.key})
 }
 

@@ -44,13 +44,13 @@ const stmtTimeouts = 4
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*conn, int64, lockInfo]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, period time.Duration) (*conn, error) {
+		Open: func(ctx context.Context, period time.Duration) (*session, error) {
 			c, reused, err := d.get(ctx)
 			if err != nil {
 				return nil, err
 			}
 			c.session(period, reused)
-			return c, nil
+			return d.pool.Init(new(session), c, period), nil
 		},
 		Period:  func(period time.Duration) time.Duration { return period },
 		Idle:    func() bool { return len(d.idle) > 0 },

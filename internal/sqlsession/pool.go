@@ -33,9 +33,9 @@ type Pool[C Conn, K comparable, X any] struct {
 type Config[C Conn, K comparable, X any] struct {
 	// Locks is how many locks a session holds at most.
 	Locks int
-	// Open returns a connection for a new session of class, from the
-	// backend's idle connections or a new one.
-	Open func(ctx context.Context, class time.Duration) (C, error)
+	// Open returns a fresh session of class (see Pool.Init) on a
+	// connection from the backend's idle ones or a new one.
+	Open func(ctx context.Context, class time.Duration) (*Session[C, K, X], error)
 	// Period returns the keep-alive period of sessions of class.
 	Period func(class time.Duration) time.Duration
 	// Idle, if not nil, reports (under the mutex) whether the backend has
@@ -109,18 +109,22 @@ func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys .
 		// The session ended meanwhile: pick again.
 		s.drop(keys)
 	}
-	c, err := p.cfg.Open(ctx, class)
+	s, err := p.cfg.Open(ctx, class)
 	if err != nil {
 		return nil, err
 	}
-	return p.NewSession(c, class, keys...), nil
+	for _, k := range keys {
+		s.keys[k]++
+	}
+	return s, nil
 }
 
-// NewSession returns a fresh session of class on c, whose use the caller
-// has, with keys and a place reserved on it, as Session does. It joins
-// the pool when Adopt makes its first lock a hold.
-func (p *Pool[C, K, X]) NewSession(c C, class time.Duration, keys ...K) *Session[C, K, X] {
-	s := &Session[C, K, X]{
+// Init makes s, which the backend may allocate with its connection, a
+// fresh session of class on c, whose use the caller has, with keys and a
+// place reserved on it, as Session does, and returns it. It joins the
+// pool when Adopt makes its first lock a hold.
+func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys ...K) *Session[C, K, X] {
+	*s = Session[C, K, X]{
 		p:      p,
 		C:      c,
 		Class:  class,
@@ -128,7 +132,7 @@ func (p *Pool[C, K, X]) NewSession(c C, class time.Duration, keys ...K) *Session
 		stop:   make(chan struct{}),
 		use:    make(chan struct{}, 1),
 		holds:  map[*Hold[C, K, X]]struct{}{},
-		keys:   make(map[K]int, len(keys)),
+		keys:   make(map[K]int, max(len(keys), 1)),
 		n:      1,
 		busy:   1,
 	}
