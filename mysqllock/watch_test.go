@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,50 +34,22 @@ func (a *admin) killNow(id int64) time.Time {
 	return time.Now()
 }
 
-// TestKillSeenAtOnce: KILL of the holder's connection ends the lock (OnLost
-// signals, and Check then reports the loss), in each of 20 runs, by the
-// watch on the socket: with a keep-alive period and a TTL of an hour no
-// check falls due, so only the socket can explain a loss seen within the
-// runs' hang bound of 2s (over 100× the milliseconds it takes on loopback;
-// the figures are logged).
-func TestKillSeenAtOnce(t *testing.T) {
-	const runs = 20
-	ctx := testContext(t, 60*time.Second)
-	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
-	adm := newAdmin(t)
-	var took []time.Duration
-	for i := range runs {
-		r := driver.Request{Name: "watch/kill", Owner: randomHex(16), TTL: time.Hour}
-		g, err := d.Lock(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lost := locktest.LostCh(g)
-		check := g.Check
-		if check == nil {
-			t.Error("Grant.Check is nil")
-			check = func(time.Time) error { return nil }
-		}
-		if err := check(time.Now()); err != nil {
-			t.Fatalf("Check of a held lock = %v", err)
-		}
-		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
-		select {
-		case <-lost:
-			took = append(took, time.Since(killed))
-		case <-time.After(2 * time.Second):
-			t.Fatalf("run %d: loss not signalled 2s after the KILL", i)
-		}
-		if err := check(time.Now()); err == nil {
-			t.Fatalf("run %d: Check = nil after loss signalled", i)
-		}
-		if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("run %d: Unlock after the KILL = %v, want ErrNotHeld", i, err)
-		}
+// killer is a locktest.DriverKill's Kill: KILL of the connection
+// holding r's lock.
+func (a *admin) killer(d *mysqllock.Driver) func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+	return func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+		id := a.holder(d.LockName(r.Name))
+		return a.killNow(id), func() bool { return !a.alive(id) }
 	}
-	slices.Sort(took)
-	t.Logf("loss signalled after KILL returned: p50 %v, p99 %v, max %v (%d runs)",
-		took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+}
+
+// TestKillSeenAtOnce: KILL of the holder's connection ends the lock at
+// once, in each of 20 runs, seen by the watch on the socket: with a
+// keep-alive period and a TTL of an hour no check falls due.
+func TestKillSeenAtOnce(t *testing.T) {
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
+	r := driver.Request{Name: "watch/kill", TTL: time.Hour}
+	locktest.DriverKill{Driver: d, Requests: map[string]driver.Request{"mutex": r}, Kill: newAdmin(t).killer(d)}.SeenAtOnce(t, 20)
 }
 
 // TestCheckSeesKillWithoutWatch: a holder whose goroutines have not run
@@ -86,49 +57,10 @@ func TestKillSeenAtOnce(t *testing.T) {
 // keep-alive period of an hour) sees the loss at its first Check, from its
 // look at the socket; Check allocates nothing while the lock is held.
 func TestCheckSeesKillWithoutWatch(t *testing.T) {
-	ctx := testContext(t, 30*time.Second)
 	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
 	mysqllock.NoWatch(d, true)
-	adm := newAdmin(t)
-	r := driver.Request{Name: "watch/peek", Owner: randomHex(16), TTL: time.Hour}
-	g, err := d.TryLock(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lost := locktest.LostCh(g)
-	if g.Check == nil {
-		t.Fatal("Grant.Check is nil")
-	}
-	if n := testing.AllocsPerRun(1000, func() { _ = g.Check(time.Now()) }); n != 0 {
-		t.Errorf("Check allocates %v times per call while held", n)
-	}
-	if err := g.Check(time.Now()); err != nil {
-		t.Fatalf("Check of a held lock = %v", err)
-	}
-	id := adm.holder(d.LockName(r.Name))
-	adm.kill(id)
-	if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
-		t.Fatalf("connection %d still alive after KILL", id)
-	}
-	time.Sleep(10 * time.Millisecond) // the close's FIN has surely arrived
-	select {
-	case <-lost:
-		t.Fatal("loss signalled with no watch running")
-	default:
-	}
-	err = g.Check(time.Now())
-	if err == nil {
-		t.Fatal("first Check after the KILL = nil")
-	}
-	t.Log(err)
-	select {
-	case <-lost:
-	case <-time.After(2 * time.Second):
-		t.Error("loss not signalled after Check found the loss")
-	}
-	if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
-		t.Errorf("a later Check = %v, want the same loss", err2)
-	}
+	r := driver.Request{Name: "watch/peek", TTL: time.Hour}
+	locktest.DriverKill{Driver: d, Requests: map[string]driver.Request{"mutex": r}, Kill: newAdmin(t).killer(d)}.CheckSeesKill(t)
 }
 
 // TestWatchSurvivesChecks: the watch pauses for every statement on the

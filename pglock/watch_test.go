@@ -3,7 +3,6 @@ package pglock_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,60 +39,23 @@ func (a *admin) terminateNow(t testing.TB, pid uint32) time.Time {
 	return time.Now()
 }
 
+// terminator is a locktest.DriverKill's Kill: pg_terminate_backend of the
+// session holding r's lock.
+func (a *admin) terminator(d *pglock.Driver) func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+	return func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+		pid := pglock.HolderPID(d, r.Owner)
+		return a.terminateNow(t, pid), func() bool { return !a.alive(t, pid) }
+	}
+}
+
 // TestTerminateSeenAtOnce: for every kind of lock, pg_terminate_backend of
-// the holding session ends the hold (OnLost signals, and Check then reports
-// the loss), in each of 20 runs, by the watch on the socket: the
-// keep-alive interval is an hour and the requests have no TTL, so no ping
-// falls due, and only the socket can explain a loss seen within the runs'
-// hang bound of 2s (over 100× the milliseconds it takes on loopback; the
-// figures are logged).
+// the holding session ends the hold at once, seen by the watch on the
+// socket (the keep-alive interval is an hour and the requests have no
+// TTL, so no ping falls due), in each of 20 runs.
 func TestTerminateSeenAtOnce(t *testing.T) {
-	const runs = 20
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{Keepalive: time.Hour, MaxIdle: 1})
-	for kind, r := range kindRequests("watch/" + randomHex(4)) {
-		t.Run(kind, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			var took []time.Duration
-			for i := range runs {
-				r.Owner = randomHex(16)
-				// Lock, not TryLock: the last run's session may still be
-				// releasing its locks (a backend sends its FATAL error
-				// before it lets them go).
-				g, err := d.Lock(ctx, r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				lost := locktest.LostCh(g)
-				check := g.Check
-				if check == nil {
-					t.Error("Grant.Check is nil")
-					check = func(time.Time) error { return nil }
-				}
-				if err := check(time.Now()); err != nil {
-					t.Fatalf("Check of a held lock = %v", err)
-				}
-				pid := pglock.HolderPID(d, r.Owner)
-				killed := adm.terminateNow(t, pid)
-				select {
-				case <-lost:
-					took = append(took, time.Since(killed))
-				case <-time.After(2 * time.Second):
-					t.Fatalf("run %d: loss not signalled 2s after pg_terminate_backend", i)
-				}
-				if err := check(time.Now()); err == nil {
-					t.Fatalf("run %d: Check = nil after loss signalled", i)
-				}
-				if err := d.Unlock(ctx, r); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("run %d: Unlock after the loss = %v, want ErrNotHeld", i, err)
-				}
-			}
-			slices.Sort(took)
-			t.Logf("%s: loss signalled after pg_terminate_backend returned: p50 %v, p99 %v, max %v (%d runs)",
-				kind, took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
-		})
-	}
+	locktest.DriverKill{Driver: d, Requests: kindRequests("watch/" + randomHex(4)), Kill: adm.terminator(d)}.SeenAtOnce(t, 20)
 }
 
 // TestCheckSeesCloseWithoutKeeper: a holder whose goroutines have not run
@@ -101,51 +63,10 @@ func TestTerminateSeenAtOnce(t *testing.T) {
 // at its first Check, from its look at the socket, for every kind; and
 // Check allocates nothing while the lock is held.
 func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{Keepalive: time.Hour})
 	pglock.NoKeeper(d, true)
-	for kind, r := range kindRequests("peek/" + randomHex(4)) {
-		g, err := d.TryLock(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lost := locktest.LostCh(g)
-		if g.Check == nil {
-			t.Fatalf("%s: Grant.Check is nil", kind)
-		}
-		if n := testing.AllocsPerRun(1000, func() { _ = g.Check(time.Now()) }); n != 0 {
-			t.Errorf("%s: Check allocates %v times per call while held", kind, n)
-		}
-		if err := g.Check(time.Now()); err != nil {
-			t.Fatalf("%s: Check of a held lock = %v", kind, err)
-		}
-		pid := pglock.HolderPID(d, r.Owner)
-		adm.terminateNow(t, pid)
-		// Wait until the backend has surely gone, and its socket with it.
-		if !waitUntil(5*time.Second, func() bool { return !adm.alive(t, pid) }) {
-			t.Fatalf("%s: backend %d still alive", kind, pid)
-		}
-		select {
-		case <-lost:
-			t.Fatalf("%s: loss signalled with no keeper running", kind)
-		default:
-		}
-		err = g.Check(time.Now())
-		if err == nil {
-			t.Fatalf("%s: first Check after the session was terminated = nil", kind)
-		}
-		t.Logf("%s: %v", kind, err)
-		select {
-		case <-lost: // closed by the loss Check found
-		case <-time.After(2 * time.Second):
-			t.Errorf("%s: loss not signalled after Check found the loss", kind)
-		}
-		if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
-			t.Errorf("%s: a later Check = %v, want the same loss", kind, err2)
-		}
-	}
+	locktest.DriverKill{Driver: d, Requests: kindRequests("peek/" + randomHex(4)), Kill: adm.terminator(d)}.CheckSeesKill(t)
 }
 
 // alive reports whether pid is a backend of the server.
