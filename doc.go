@@ -1,6 +1,7 @@
 // Package dlock is distributed locking for Go: one API over many backends
-// (Redis, Redlock, ZooKeeper, etcd, PostgreSQL, MySQL, a local file, memory),
-// with fencing tokens, automatic renewal and a loss signal on every one.
+// (Redis, Redlock, ZooKeeper, etcd, PostgreSQL, MySQL, NATS JetStream, a
+// local file, memory), with fencing tokens, automatic renewal and a loss
+// signal on every one.
 //
 // # Use
 //
@@ -62,7 +63,7 @@
 // # Holding across processes
 //
 // A lock can outlive the process that took it, on a backend whose locks
-// are keys with a TTL (redis, redlock): Lease.Detach stops renewing it
+// are keys with a TTL (redis, redlock, nats): Lease.Detach stops renewing it
 // here and returns its Handle, whose text (Handle.String) another process
 // decodes with ParseHandle and takes over with Locker.Resume, getting a
 // supervised lease with the same token, or releases with
@@ -77,8 +78,8 @@
 //
 // Each backend is a package that registers a URL scheme: memlock (mem://),
 // redislock (redis://), redlock (redlock://), zklock (zk://), etcdlock
-// (etcd://), pglock (postgres://), mysqllock (mysql://) and filelock
-// (file://). Import it, for its side effect alone if you only use Open.
+// (etcd://), pglock (postgres://), mysqllock (mysql://), natslock
+// (nats://) and filelock (file://). Import it, for its side effect alone if you only use Open.
 // Backends whose locks live as long as a session or connection (ZooKeeper,
 // etcd, PostgreSQL, MySQL) keep it alive themselves and signal its loss;
 // the others are renewed by the Locker. A file lock is held while the
@@ -86,19 +87,13 @@
 //
 // # Metrics and logs
 //
-// With WithMeterProvider, a Locker records OpenTelemetry metrics, with the
-// attribute "backend" (lock names are never attributes: they are
-// unbounded):
-//
-//	dlock.acquire.duration  histogram, s       time to acquire (any kind, Try or not), by "result"
-//	dlock.acquisitions      counter            attempts, by "result" (acquired, not_acquired, canceled, error)
-//	dlock.hold.duration     histogram, s       how long leases were held, by "end" (released, lost)
-//	dlock.renewals          counter            renewals, by "result" (ok, error)
-//	dlock.lost              counter            leases lost while held, by "reason" (expired, gone, backend, max_hold)
-//	dlock.held              up-down counter    leases held now
-//
-// With WithLogger, it logs acquisitions and releases at Debug, failed
-// acquisitions (a backend error, not a held lock) and failed renewals at
-// Warn, and lost leases at Error, with the lock's name and token (see
-// docs/OBSERVABILITY.md).
+// With WithMeterProvider, a Locker records OpenTelemetry metrics
+// (dlock.acquire.duration, dlock.acquisitions, dlock.hold.duration,
+// dlock.renewals, dlock.lost, dlock.held), with the attribute "backend"
+// (lock names are never attributes: they are unbounded). With WithLogger,
+// it logs acquisitions and releases at Debug, failed acquisitions and
+// renewals at Warn, and lost leases at Error, with the lock's name and
+// token. See
+// https://github.com/dlockgo/dlock/blob/main/docs/OBSERVABILITY.md for
+// each metric's unit and attributes, and the log records.
 package dlock

@@ -104,7 +104,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider that receives
-// dlock's metrics (see the package documentation for the instruments). The
+// dlock's metrics (see docs/OBSERVABILITY.md for the instruments). The
 // default is a no-op provider. Locker option.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.meter = mp }

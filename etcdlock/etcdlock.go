@@ -53,8 +53,7 @@ type Options struct {
 	// included, and joined to the name with a slash unless it is empty or
 	// ends with one: the lock "x" is etcd's concurrency.NewMutex(s, "x")
 	// under the prefix "", NewMutex(s, "/x") under "/", and
-	// NewMutex(s, "app/x") under "app" (see the package documentation,
-	// "Layouts").
+	// NewMutex(s, "app/x") under "app" (see docs/ETCD.md, "Layouts").
 	Prefix string
 
 	// Layout is the format of the keys: LayoutDlock (the default, also
@@ -78,8 +77,8 @@ type Options struct {
 // go.etcd.io/etcd/client/v3 client.
 // Create it with NewDriver (or New, or dlock.Open with an etcd:// URL).
 //
-// Locks live as long as the driver's session for their TTL: see the
-// package documentation. A Driver is safe for concurrent use by multiple
+// Locks live as long as the driver's session for their TTL (see the
+// package documentation and docs/ETCD.md). A Driver is safe for concurrent use by multiple
 // goroutines. It must not be copied.
 type Driver struct {
 	c       *clientv3.Client

@@ -27,8 +27,8 @@ const (
 	// (concurrency.Mutex, concurrency.Election) and of `etcdctl lock` and
 	// `etcdctl elect`, so that dlock and they exclude each other on the
 	// same name and agree on one leader. It has mutexes and elections
-	// only: readers-writer locks and semaphores are unsupported. See the
-	// package documentation, "Layouts".
+	// only: readers-writer locks and semaphores are unsupported. See
+	// docs/ETCD.md, "Layouts".
 	LayoutConcurrency Layout = "concurrency"
 )
 

@@ -30,7 +30,7 @@ const inspectBatch = 200
 // moment after a grant it is still the previous holder's. Waiters counts
 // the statements waiting in GET_LOCK for the lock in the server's process
 // list, one per driver that waits for it however many of its Acquire calls
-// do (see Waiting in the package documentation); it is -1 when the account lacks the PROCESS privilege, without
+// do (see docs/MYSQL.md, "Waiting"); it is -1 when the account lacks the PROCESS privilege, without
 // which it would see its own connections only. A lock lasts as long as its
 // connection, so Expires is zero (a silent connection is dropped after
 // its wait_timeout, the lock's TTL).

@@ -105,7 +105,7 @@ type Options struct {
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
 // Held locks share the driver's sessions, connections checked out of the
-// *sql.DB for as long as they hold locks; see the package documentation.
+// *sql.DB for as long as they hold locks; see docs/MYSQL.md.
 // The zero
 // value is not usable. A Driver is safe for concurrent use by multiple
 // goroutines. It must not be copied.
@@ -229,8 +229,8 @@ func (d *Driver) Table() string { return d.table }
 func (d *Driver) Prefix() string { return d.prefix }
 
 // LockName returns the name under which the server knows the lock called
-// name: what GET_LOCK, IS_USED_LOCK and SHOW PROCESSLIST show. See the
-// package documentation for the mapping.
+// name: what GET_LOCK, IS_USED_LOCK and SHOW PROCESSLIST show. See
+// docs/MYSQL.md, "Names", for the mapping.
 func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) }
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the

@@ -31,7 +31,7 @@ const escapeByte = '='
 const upperHex = "0123456789ABCDEF"
 
 // EncodeName returns the KV key token that stands for the lock name
-// (see the package documentation, Keys). It expects a valid name
+// (see docs/NATS.md, "How a lock works"). It expects a valid name
 // (dlock.ValidateName); other bytes outside the key alphabet are escaped
 // too, so the result is always a valid token.
 func EncodeName(name string) string {

@@ -60,7 +60,7 @@ type Options struct {
 	// or every third of its TTL, whichever is shorter, so its holder
 	// learns of a connection that went silent within about two intervals.
 	// A connection the server closes is seen on its socket at once,
-	// whatever the interval (see the package documentation, Loss). The server
+	// whatever the interval (see docs/POSTGRES.md, "Loss"). The server
 	// side of the driver's sessions is set from it too (see
 	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
