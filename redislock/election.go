@@ -60,8 +60,7 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 // The Driver subscribes to the election's change channel while anyone
 // on it observes the election; an observer reads the leader again on each
 // message, on each confirmation of the subscription, and right after the
-// known expiry of the leader it last saw (see Lock kinds in the package
-// documentation).
+// known expiry of the leader it last saw (see Lock kinds in docs/REDIS.md).
 //
 // Observe reads the leader once before returning, and fails if that
 // fails. The channel is closed when ctx ends or the driver closes; the

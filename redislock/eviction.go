@@ -13,8 +13,7 @@ import (
 
 // checkEviction reads the maxmemory-policy of c's server (of each master,
 // for a Redis Cluster) and logs one warning on log when it may evict lock
-// keys, or at Debug why it could not be read (see Eviction in the package
-// documentation).
+// keys, or at Debug why it could not be read (see Eviction in docs/REDIS.md).
 func checkEviction(ctx context.Context, c redis.UniversalClient, log *slog.Logger) {
 	risky := redisutil.Evicting(ctx, []redis.UniversalClient{c}, redisutil.CheckTimeout, func(addr string, err error) {
 		log.DebugContext(ctx, "redislock: cannot read maxmemory-policy; whether Redis may evict lock keys is not checked",

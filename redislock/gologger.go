@@ -8,7 +8,7 @@ import (
 
 // GoRedisLogger passes go-redis's own messages, which do not go through
 // dlock.WithLogger nor Options.Logger, to a slog.Logger (see go-redis's
-// own logs in the package documentation); make one with SlogLogger.
+// own logs in docs/REDIS.md); make one with SlogLogger.
 type GoRedisLogger struct {
 	l     *slog.Logger
 	level slog.Level

@@ -7,7 +7,7 @@ import (
 )
 
 // A kind is one kind of lock as a layout lays it out in Redis: its keys,
-// and the scripts of its operations (see the package documentation, Keys,
+// and the scripts of its operations (see docs/REDIS.md, Keys,
 // Lock kinds and Layouts). Every key of a lock of layout=dlock is
 // <prefix><head>{<name>}<suffix>, so that all share the hash tag {name}.
 type kind struct {

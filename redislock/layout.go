@@ -8,8 +8,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Layout is how a Driver lays a lock out in Redis (see Layouts in the
-// package documentation). The zero Layout is LayoutDlock.
+// Layout is how a Driver lays a lock out in Redis (see Layouts in 
+// docs/REDIS.md). The zero Layout is LayoutDlock.
 type Layout string
 
 const (

@@ -127,7 +127,7 @@ func (d *Driver) publishArg(ctx context.Context) (any, error) {
 // refreshed and reported as acquired, with its current token. On any
 // other error (the script's outcome is then unknown) TryLock releases the
 // lock in case the script took it. The other modes work alike, by their
-// own scripts (see the package documentation, Lock kinds). In
+// own scripts (see docs/REDIS.md, Lock kinds). In
 // LayoutRedsync the script is the same, on the plain key and dlock's
 // counter beside it (see Layouts).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {

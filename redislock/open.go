@@ -151,7 +151,7 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 // crypto/tls checks each node's certificate against the address dialled.
 // ContextTimeoutEnabled: a context's deadline bounds the socket I/O of a
 // call, so that Acquire and TryLock return by it even when the server
-// stops answering (see Requests in the package documentation).
+// stops answering (see Requests in docs/REDIS.md).
 func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
 	if u.User != nil {

@@ -38,7 +38,7 @@ type Options struct {
 	// Layout is how locks are laid out in Redis: LayoutDlock (the zero
 	// value) or LayoutRedsync, the plain key of redsync and
 	// bsm/redislock, shared with their clients (see Layouts in the
-	// package documentation). NewDriver panics on any other value.
+	// docs/REDIS.md). NewDriver panics on any other value.
 	Layout Layout
 
 	// Prefix starts every key and channel name, so that several
@@ -99,7 +99,7 @@ type Options struct {
 
 	// Logger receives the driver's own messages: one warning when the
 	// server's maxmemory-policy may evict lock keys (see Eviction in the
-	// package documentation), and at Debug why that could not be checked.
+	// docs/REDIS.md), and at Debug why that could not be checked.
 	// Nil means slog.Default(), so that the warning reaches someone; a
 	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
 	// slog.Default() without one. (go-redis logs
@@ -112,12 +112,12 @@ type Options struct {
 // Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
 // Each call sends its script through the client, on the caller's
-// goroutine (see Requests in the package documentation).
+// goroutine (see Requests in docs/REDIS.md).
 // A Driver holds a pub/sub connection of its client's for its own
 // channel, from its first Lock until Close, shared by all its waiting
 // calls; one for each election it observes, while it does; and on a Redis
-// 7 Cluster one for each name it waits for, while it does (see the package
-// documentation, Waiting and Cluster). In LayoutRedsync it holds one for
+// 7 Cluster one for each name it waits for, while it does (see
+// docs/REDIS.md, Waiting and Cluster). In LayoutRedsync it holds one for
 // each name it waits for, while it does, and none of its own.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
@@ -171,7 +171,7 @@ type Driver struct {
 // means the defaults). The driver does not close client: the caller keeps
 // owning it, and must not close it before the driver. NewDriver panics if
 // client is nil. It makes no request itself: the check of the server's
-// maxmemory-policy (see Eviction in the package documentation) runs in
+// maxmemory-policy (see Eviction in docs/REDIS.md) runs in
 // the background, and Close waits for it.
 func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 	d := buildDriver(client, o)

@@ -84,7 +84,7 @@ func (s *script) Source() string { return s.src }
 // answers NOSCRIPT. There is no layer of dlock's own between a call and
 // go-redis: a client that coalesces calls (go-redis's AutoPipeliner) does
 // so here, and ctx bounds the call as far as the client honours it (see
-// Requests in the package documentation). The command is built here,
+// Requests in docs/REDIS.md). The command is built here,
 // rather than by EvalSha, so that its arguments are put in one slice
 // once, and each key goes in as a pointer to it (which go-redis writes,
 // and routes by, as the string): boxing a string costs an allocation, a

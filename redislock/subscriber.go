@@ -14,7 +14,7 @@ import (
 
 // Subscriptions. A Driver subscribes to each channel it listens on once,
 // for all its callers of that channel, with one goroutine that reads it
-// (see Driver, and Waiting and Cluster in the package documentation). A
+// (see Driver, and Waiting and Cluster in docs/REDIS.md). A
 // grant that never arrives (subscription down, message lost) is not
 // fatal: waiters re-check on a timer.
 

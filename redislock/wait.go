@@ -48,14 +48,14 @@ func (lt *lazyTimer) stop() {
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
 // served among waiters. Readers, writers, permit holders and candidates
-// wait the same way as the mutex's waiters, described here (see the
-// package documentation, Lock kinds, for who is admitted when). In
+// wait the same way as the mutex's waiters, described here (see 
+// docs/REDIS.md, Lock kinds, for who is admitted when). In
 // LayoutRedsync waiting is lockPlain's: no queue, no handoff.
 //
 // A waiter joins the lock's queue in the same script that finds the lock
-// held, and is handed the lock by a release (see Waiting in the package
-// documentation); its re-check, at the holder's expiry and every third of
-// its entry lifetime, is the only periodic work.
+// held, and is handed the lock by a release (see Waiting in
+// docs/REDIS.md); its re-check, at the holder's expiry and every third
+// of its entry lifetime, is the only periodic work.
 //
 // When ctx ends first, Lock leaves the queue and releases a lock handed to
 // it meanwhile, passing it on, and returns ctx's error; when the driver is
@@ -141,7 +141,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 
 // lockPlain is Lock in LayoutRedsync, where the peers poll and their
 // releases announce nothing: no queue, no handoff (see Waiting under
-// Layouts in the package documentation). Each attempt is TryLock's, and
+// Layouts in docs/REDIS.md). Each attempt is TryLock's, and
 // a waiter tries again when a dlock release announces itself on the
 // lock's channel (plainChannel), when the holder's TTL runs out, and
 // after pollDelay. The first attempt is made before subscribing, so a

@@ -66,7 +66,7 @@ func (d *Driver) keys(name string) (lock, fence string) {
 
 // TryLock makes one attempt to take the lock on a quorum of the nodes, all
 // asked in parallel; a failed attempt, undone on every node first, leaves
-// nothing held, and its error is as the package documentation says under
+// nothing held, and its error is as docs/REDLOCK.md says under
 // Protocol (a quorum that answered too late to leave any validity is no
 // quorum).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {

@@ -93,7 +93,7 @@ type Options struct {
 	// Nil means slog.Default(), so that the warning reaches someone; a
 	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
 	// slog.Default() without one. (go-redis logs
-	// through a logger of its own: see the package documentation.)
+	// through a logger of its own: see docs/REDLOCK.md.)
 	Logger *slog.Logger
 }
 
@@ -146,8 +146,8 @@ type Driver struct {
 // go-redis's defaults every request to a node that is down waits out the
 // whole node timeout instead of failing at once.
 //
-// The driver runs one sender goroutine per node (see Protocol in the
-// package documentation), one per node for the release subscription once
+// The driver runs one sender goroutine per node (see Protocol in
+// docs/REDLOCK.md), one per node for the release subscription once
 // a Lock has had to wait, and at the start one that reads the nodes'
 // maxmemory-policy (see Eviction). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
