@@ -8,7 +8,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Layout is how a Driver lays a lock out in Redis (see Layouts in 
+// Layout is how a Driver lays a lock out in Redis (see Layouts in
 // docs/REDIS.md). The zero Layout is LayoutDlock.
 type Layout string
 

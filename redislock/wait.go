@@ -48,7 +48,7 @@ func (lt *lazyTimer) stop() {
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
 // served among waiters. Readers, writers, permit holders and candidates
-// wait the same way as the mutex's waiters, described here (see 
+// wait the same way as the mutex's waiters, described here (see
 // docs/REDIS.md, Lock kinds, for who is admitted when). In
 // LayoutRedsync waiting is lockPlain's: no queue, no handoff.
 //
