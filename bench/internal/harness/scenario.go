@@ -6,8 +6,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/dlockgo/dlock/internal/scale"
 )
 
 // Scenario names.
@@ -241,7 +242,7 @@ func run(scenario, kind string, workers int, contended bool, b Budget, h Hooks,
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	cpu0 := processCPU()
+	cpu0 := scale.SelfCPU()
 	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N, stop: h.Stop,
 		slots: make([]slot, workers)}
 	t.left.Store(b.N)
@@ -263,7 +264,7 @@ func run(scenario, kind string, workers int, contended bool, b Budget, h Hooks,
 	wg.Wait()
 	t.finish()
 	elapsed := t.end.Sub(start)
-	cpu := processCPU() - cpu0
+	cpu := scale.SelfCPU() - cpu0
 	runtime.ReadMemStats(&ms1)
 	return Result{Scenario: scenario, Ctx: kind, Workers: workers, Elapsed: elapsed, ClientCPU: cpu,
 		AllocsPerOp: float64(ms1.Mallocs - ms0.Mallocs)}, t
@@ -472,15 +473,6 @@ func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 		res.MaxPerWorker = max(res.MaxPerWorker, n)
 	}
 	return res
-}
-
-// processCPU returns the user+system CPU time this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // percentile returns the nearest-rank p-quantile of ds (sorting it); -1
