@@ -40,15 +40,7 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	uid, gid := systemUser(t, "postgres")
 	s := &SecuredPG{PKI: NewPKI(t), AdminPassword: "pg-admin-pw-1c7e", User: "locks", Password: "pg-lock-pw-92d0",
 		Database: "locks"}
-	dir, err := os.MkdirTemp("", "dlock-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.logPath = filepath.Join(dir, "server.log")
-	t.Cleanup(func() { s.Kill(); _ = os.RemoveAll(dir) })
-	// The server reads its key and certificates as the postgres user,
-	// and refuses a key others can read.
-	copyServerFiles(t, s.PKI, dir)
+	dir := serverDir(t, &s.process, "pg", s.PKI)
 	pwfile := filepath.Join(dir, "pw")
 	if err := os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -74,7 +66,7 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	}
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
-	err = s.start("postgres", func() *exec.Cmd {
+	err := s.start("postgres", func() *exec.Cmd {
 		return exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
 			"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
 			"-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.pem"),
@@ -117,12 +109,19 @@ func (s *SecuredPG) URL(user, password, database string, kv ...string) string {
 	return u.String()
 }
 
-// copyServerFiles copies the PKI's server certificate, key and CA into
-// dir as server.pem, server-key.pem and ca.pem, readable by their owner
-// only (servers refuse a key others can read).
-func copyServerFiles(t testing.TB, p *PKI, dir string) {
+// serverDir makes the directory of a private server, process p, removed
+// (after p is killed) when t ends, with p's log and with the PKI's server
+// certificate, key and CA as server.pem, server-key.pem and ca.pem,
+// readable by their owner only (servers refuse a key others can read).
+func serverDir(t testing.TB, p *process, name string, pki *PKI) string {
 	t.Helper()
-	for _, f := range []struct{ from, to string }{{p.ServerCert, "server.pem"}, {p.ServerKey, "server-key.pem"}, {p.CA, "ca.pem"}} {
+	dir, err := os.MkdirTemp("", "dlock-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.logPath = filepath.Join(dir, "server.log")
+	t.Cleanup(func() { p.Kill(); _ = os.RemoveAll(dir) })
+	for _, f := range []struct{ from, to string }{{pki.ServerCert, "server.pem"}, {pki.ServerKey, "server-key.pem"}, {pki.CA, "ca.pem"}} {
 		b, err := os.ReadFile(f.from)
 		if err != nil {
 			t.Fatal(err)
@@ -131,6 +130,7 @@ func copyServerFiles(t testing.TB, p *PKI, dir string) {
 			t.Fatal(err)
 		}
 	}
+	return dir
 }
 
 // override sets the parameters kv (name, value, ...) in q, an empty
@@ -209,13 +209,7 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 	uid, gid := systemUser(t, "mysql")
 	s := &SecuredMySQL{PKI: NewPKI(t), Admin: "admin", AdminPassword: "my-admin-pw-5a0c", User: "locks",
 		Password: "my-lock-pw-e71b", Database: "locks"}
-	dir, err := os.MkdirTemp("", "dlock-mysql-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.logPath = filepath.Join(dir, "server.log")
-	t.Cleanup(func() { s.Kill(); _ = os.RemoveAll(dir) })
-	copyServerFiles(t, s.PKI, dir)
+	dir := serverDir(t, &s.process, "mysql", s.PKI)
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)
@@ -230,7 +224,7 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	sock := filepath.Join(dir, "mysqld.sock")
-	err = s.start("mariadbd", func() *exec.Cmd {
+	err := s.start("mariadbd", func() *exec.Cmd {
 		return exec.Command("mariadbd", "--no-defaults", "--user=mysql", "--datadir="+data, "--port="+strconv.Itoa(port),
 			"--bind-address=127.0.0.1", "--socket="+sock, "--pid-file="+filepath.Join(dir, "mysqld.pid"),
 			"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--innodb-flush-log-at-trx-commit=2",

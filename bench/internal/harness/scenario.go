@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"slices"
@@ -495,24 +496,15 @@ func Merge(parts []Result) Result {
 	if len(parts) == 0 {
 		return Result{}
 	}
-	out := parts[0]
-	out.Ops, out.Elapsed, out.ClientCPU, out.AcquireErrors, out.ReleaseErrors = 0, 0, 0, 0, 0
+	out := parts[0].zeroCounts()
+	out.ClientCPU = 0
 	var allocs float64
 	var all []time.Duration
 	for _, r := range parts {
-		out.Ops += r.Ops
-		out.Elapsed += r.Elapsed
+		out.addCounts(r)
 		out.ClientCPU += r.ClientCPU
-		out.AcquireErrors += r.AcquireErrors
-		out.ReleaseErrors += r.ReleaseErrors
 		allocs += r.AllocsPerOp * float64(r.Ops)
 		all = append(all, r.Latencies...)
-		if out.FirstAcquireErr == "" {
-			out.FirstAcquireErr = r.FirstAcquireErr
-		}
-		if out.FirstReleaseErr == "" {
-			out.FirstReleaseErr = r.FirstReleaseErr
-		}
 	}
 	if out.Ops > 0 {
 		out.AllocsPerOp = allocs / float64(out.Ops)
@@ -521,6 +513,22 @@ func Merge(parts []Result) Result {
 	out.Latencies = all
 	out.P50, out.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	return out
+}
+
+// zeroCounts returns r with the counts addCounts adds up at zero.
+func (r Result) zeroCounts() Result {
+	r.Ops, r.Elapsed, r.AcquireErrors, r.ReleaseErrors, r.ExclusionViolations, r.Handoffs = 0, 0, 0, 0, 0, 0
+	return r
+}
+
+// addCounts adds r's operations, time, errors, overlaps and handoffs to
+// out's, and takes r's first errors where out has none.
+func (out *Result) addCounts(r Result) {
+	out.Ops, out.Elapsed = out.Ops+r.Ops, out.Elapsed+r.Elapsed
+	out.AcquireErrors, out.ReleaseErrors = out.AcquireErrors+r.AcquireErrors, out.ReleaseErrors+r.ReleaseErrors
+	out.ExclusionViolations, out.Handoffs = out.ExclusionViolations+r.ExclusionViolations, out.Handoffs+r.Handoffs
+	out.FirstAcquireErr = cmp.Or(out.FirstAcquireErr, r.FirstAcquireErr)
+	out.FirstReleaseErr = cmp.Or(out.FirstReleaseErr, r.FirstReleaseErr)
 }
 
 // Run runs the named scenario with lock calls of the context kind.
