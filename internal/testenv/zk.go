@@ -147,7 +147,7 @@ func StartZK(t testing.TB, n int) *ZKCluster {
 }
 
 // ZKOptions configure the servers StartZKWith starts. The zero value
-// means the project's settings (ZKConfig).
+// means the project's settings (zkConfig).
 type ZKOptions struct {
 	// Tick is the servers' tickTime; default ZKTickTime.
 	Tick time.Duration
@@ -340,6 +340,10 @@ func zkKeyStore(dir string, p *PKI) (string, error) {
 	return path, os.WriteFile(path, append(key, cert...), 0o600)
 }
 
+// zkConfig returns the zoo.cfg lines (without server.N lines) of a
+// project server listening on ip: the tick and syncLimit of o (small by
+// default), admin server off, every four-letter word allowed, sessions of
+// up to 60s.
 func zkConfig(dataDir, ip string, clientPort int, o ZKOptions) string {
 	tick, syncLimit := o.Tick, o.SyncLimit
 	if tick == 0 {
