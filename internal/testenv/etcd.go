@@ -144,17 +144,19 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 			m.Host = o.Hosts[i]
 		}
 		m.dataDir = c.dir + "/" + m.Name
-		m.logPath = m.dataDir + ".log"
+		m.t, m.what, m.logPath, m.timeout = t, m.String(), m.dataDir+".log", 30*time.Second
+		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, c.bin, m.args()...) }
+		m.ready = func() error { return c.healthy(m.Endpoint, time.Second) } // /health: a leader is known
 		initial = append(initial, m.Name+"="+m.peerURL)
 		c.Members = append(c.Members, m)
 	}
 	c.initial = strings.Join(initial, ",")
 	t.Cleanup(c.killAll)
 	for _, m := range c.Members {
-		m.start()
+		m.launch()
 	}
 	for _, m := range c.Members {
-		m.waitHealthy(30 * time.Second)
+		m.wait()
 	}
 	return c
 }
@@ -333,28 +335,6 @@ func (c *EtcdCluster) scheme() string {
 		return "https"
 	}
 	return "http"
-}
-
-// start runs the member's process (again, keeping its data).
-func (m *EtcdMember) start() {
-	m.c.t.Helper()
-	if err := m.process.start(m.String(), func() *exec.Cmd { return command(m.Host, nil, m.c.bin, m.args()...) }); err != nil {
-		m.c.t.Fatal(err)
-	}
-}
-
-// Start restarts a stopped member with its data and waits until it
-// answers with a leader known.
-func (m *EtcdMember) Start() {
-	m.c.t.Helper()
-	m.start()
-	m.waitHealthy(30 * time.Second)
-}
-
-// waitHealthy waits until the member's /health says it has a leader.
-func (m *EtcdMember) waitHealthy(timeout time.Duration) {
-	m.c.t.Helper()
-	m.waitReady(m.c.t, m.String(), timeout, func() error { return m.c.healthy(m.Endpoint, time.Second) })
 }
 
 // etcdHealthy asks the /health endpoint at base (http://host:port),

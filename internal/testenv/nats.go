@@ -117,7 +117,11 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 	for i := range n {
 		s := &NATSServer{c: c, Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
 		s.conf = filepath.Join(c.dir, s.Name+".conf")
-		s.logPath = filepath.Join(c.dir, s.Name+".log")
+		s.t, s.what, s.logPath, s.timeout = t, s.String(), filepath.Join(c.dir, s.Name+".log"), 30*time.Second
+		s.newCmd = func() *exec.Cmd { return exec.Command(c.bin, "-c", s.conf) }
+		// A client of this server alone gets JetStream's account
+		// information (in a cluster, once a meta leader is elected).
+		s.ready = func() error { return natsbin.Ready("nats://"+s.Addr, c.clientOptions(t)...) }
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", s.Name, s.Addr)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n",
@@ -147,10 +151,10 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 		}
 	})
 	for _, s := range c.Servers {
-		s.start()
+		s.launch()
 	}
 	for _, s := range c.Servers {
-		s.waitReady(30 * time.Second)
+		s.wait()
 	}
 	if n > 1 {
 		c.waitPlacement(30 * time.Second)
@@ -244,29 +248,6 @@ func (c *NATSCluster) StreamLeader(ctx context.Context, js jetstream.JetStream, 
 		}
 	}
 	return nil
-}
-
-func (s *NATSServer) start() {
-	s.c.t.Helper()
-	if err := s.process.start(s.String(), func() *exec.Cmd { return exec.Command(s.c.bin, "-c", s.conf) }); err != nil {
-		s.c.t.Fatal(err)
-	}
-}
-
-// Start starts a killed server again with its store and waits until its
-// JetStream answers.
-func (s *NATSServer) Start() {
-	s.c.t.Helper()
-	s.start()
-	s.waitReady(30 * time.Second)
-}
-
-// waitReady waits until a client of this server alone gets JetStream's
-// account information (in a cluster, once a meta leader is elected).
-func (s *NATSServer) waitReady(timeout time.Duration) {
-	s.c.t.Helper()
-	opts := s.c.clientOptions(s.c.t)
-	s.process.waitReady(s.c.t, s.String(), timeout, func() error { return natsbin.Ready("nats://"+s.Addr, opts...) })
 }
 
 // String describes the server for test logs.

@@ -13,19 +13,41 @@ import (
 
 // process is a server process a test starts, kills and starts again: a
 // redis-server or sentinel, an etcd member, a nats-server, a ZooKeeper
-// server, a private PostgreSQL or MariaDB. Its output goes to the log
-// file logPath, appended to across restarts.
+// server, a private PostgreSQL or MariaDB: the command newCmd returns,
+// ready when ready returns nil, within timeout of its start. Its output
+// goes to the log file logPath, appended to across restarts; what names
+// it in failures, which fail t.
 type process struct {
+	t       testing.TB
+	what    string
 	logPath string
+	newCmd  func() *exec.Cmd
+	ready   func() error
+	timeout time.Duration
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 }
 
-// start runs the command newCmd returns, unless the process runs
-// already; what names it in the error.
-func (p *process) start(what string, newCmd func() *exec.Cmd) error {
+// Start starts the process (again, unless it runs) and waits until it is
+// ready.
+func (p *process) Start() {
+	p.t.Helper()
+	p.launch()
+	p.wait()
+}
+
+// launch starts the process unless it runs, without waiting.
+func (p *process) launch() {
+	p.t.Helper()
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// start runs newCmd's command unless the process runs already.
+func (p *process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
@@ -33,13 +55,13 @@ func (p *process) start(what string, newCmd func() *exec.Cmd) error {
 	}
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("%s: log file: %w", what, err)
+		return fmt.Errorf("%s: log file: %w", p.what, err)
 	}
-	cmd := newCmd()
+	cmd := p.newCmd()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("start %s: %w", what, err)
+		return fmt.Errorf("start %s: %w", p.what, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -90,12 +112,12 @@ func (p *process) exitedCh() <-chan struct{} {
 	return p.exited
 }
 
-// waitReady waits until ready succeeds; it fails t, with the end of the
-// log, when the process exits first or timeout passes.
-func (p *process) waitReady(t testing.TB, what string, timeout time.Duration, ready func() error) {
-	t.Helper()
-	if err := poll(timeout, 50*time.Millisecond, p.exitedCh(), ready); err != nil {
-		t.Fatalf("%s: %v\n%s", what, err, logTail(p.logPath))
+// wait waits until the process is ready; it fails t, with the end of the
+// log, when the process exits first or its timeout passes.
+func (p *process) wait() {
+	p.t.Helper()
+	if err := poll(p.timeout, 50*time.Millisecond, p.exitedCh(), p.ready); err != nil {
+		p.t.Fatalf("%s: %v\n%s", p.what, err, logTail(p.logPath))
 	}
 }
 

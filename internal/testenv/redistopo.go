@@ -34,7 +34,6 @@ type SentinelSetup struct {
 
 // SentinelServer is one redis-sentinel process.
 type SentinelServer struct {
-	t    testing.TB
 	Addr string
 	// Host is the test host the sentinel runs on, or nil.
 	Host     *Host
@@ -103,7 +102,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	}
 	quorum := o.Sentinels/2 + 1
 	for j := range o.Sentinels {
-		s := &SentinelServer{t: t, password: o.Password, Host: host(1 + o.Replicas + j)}
+		s := &SentinelServer{password: o.Password, Host: host(1 + o.Replicas + j)}
 		p := freePort(t)
 		ip := "127.0.0.1"
 		if s.Host != nil {
@@ -112,7 +111,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		s.Addr = ip + ":" + strconv.Itoa(p)
 		dir := t.TempDir()
 		s.conf = filepath.Join(dir, "sentinel.conf")
-		s.logPath = filepath.Join(dir, "sentinel.log")
+		s.t, s.what, s.logPath, s.timeout = t, "redis-sentinel "+s.Addr, filepath.Join(dir, "sentinel.log"), 10*time.Second
+		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", s.conf, "--loglevel", "warning") }
+		s.ready = func() error { return pingRedisWith(&redis.Options{Addr: s.Addr, Password: s.password}) }
 		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
@@ -174,13 +175,6 @@ func (ps *SentinelSetup) Primary(ctx context.Context) (*RedisServer, error) {
 		return nil, fmt.Errorf("the sentinels name %s, not one of the servers", addr)
 	}
 	return nil, lastErr
-}
-
-// Start starts the sentinel (again) and waits until it answers.
-func (s *SentinelServer) Start() {
-	s.t.Helper()
-	cmd := command(s.Host, nil, "redis-sentinel", s.conf, "--loglevel", "warning")
-	startRedisProcess(s.t, &s.process, cmd, &redis.Options{Addr: s.Addr, Password: s.password})
 }
 
 // waitSynced waits until replica r's link to its primary is up.

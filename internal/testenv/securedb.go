@@ -66,17 +66,16 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	}
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
-	err := s.start("postgres", func() *exec.Cmd {
+	admin := s.URL("postgres", s.AdminPassword, "postgres")
+	s.t, s.what, s.timeout = t, "the secured postgres", 30*time.Second
+	s.ready = func() error { return pingPG(admin) }
+	s.newCmd = func() *exec.Cmd {
 		return exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
 			"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
 			"-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.pem"),
 			"-c", "ssl_key_file="+filepath.Join(dir, "server-key.pem"), "-c", "ssl_ca_file="+filepath.Join(dir, "ca.pem"))
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	admin := s.URL("postgres", s.AdminPassword, "postgres")
-	s.waitReady(t, "the secured postgres", 30*time.Second, func() error { return pingPG(admin) })
+	s.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, admin)
@@ -224,28 +223,27 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	sock := filepath.Join(dir, "mysqld.sock")
-	err := s.start("mariadbd", func() *exec.Cmd {
+	s.t, s.what, s.timeout = t, "the secured MariaDB", 60*time.Second
+	s.newCmd = func() *exec.Cmd {
 		return exec.Command("mariadbd", "--no-defaults", "--user=mysql", "--datadir="+data, "--port="+strconv.Itoa(port),
 			"--bind-address=127.0.0.1", "--socket="+sock, "--pid-file="+filepath.Join(dir, "mysqld.pid"),
 			"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--innodb-flush-log-at-trx-commit=2",
 			"--ssl-ca="+filepath.Join(dir, "ca.pem"), "--ssl-cert="+filepath.Join(dir, "server.pem"),
 			"--ssl-key="+filepath.Join(dir, "server-key.pem"), "--require-secure-transport=ON")
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	sql := fmt.Sprintf(`CREATE DATABASE %[1]s;
 CREATE USER '%[2]s'@'127.0.0.1' IDENTIFIED BY '%[3]s' REQUIRE X509;
 GRANT ALL ON %[1]s.* TO '%[2]s'@'127.0.0.1';
 CREATE USER '%[4]s'@'127.0.0.1' IDENTIFIED BY '%[5]s' REQUIRE SSL;
 GRANT ALL ON *.* TO '%[4]s'@'127.0.0.1' WITH GRANT OPTION;`, s.Database, s.User, s.Password, s.Admin, s.AdminPassword)
-	s.waitReady(t, "the secured MariaDB", 60*time.Second, func() error {
+	s.ready = func() error {
 		out, err := exec.Command("mariadb", "--no-defaults", "--protocol=socket", "--socket="+sock, "-uroot", "-e", sql).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("users not taken: %v: %s", err, out)
 		}
 		return nil
-	})
+	}
+	s.Start()
 	return s
 }
 

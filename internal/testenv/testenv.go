@@ -65,7 +65,6 @@ func pingRedisWith(o *redis.Options) error {
 // RedisServer is a redis-server process a test started on a free loopback
 // port. It is stopped when the test ends.
 type RedisServer struct {
-	t        testing.TB
 	Addr     string
 	port     int
 	dir      string
@@ -117,17 +116,17 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
+	s := &RedisServer{port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
 	s.Addr = s.ip() + ":" + strconv.Itoa(s.port)
-	s.logPath = filepath.Join(s.dir, "redis.log")
+	s.t, s.what, s.logPath, s.newCmd, s.timeout = t, s.String(), filepath.Join(s.dir, "redis.log"), s.command, 10*time.Second
+	s.ready = func() error { return pingRedisWith(s.options()) }
 	t.Cleanup(s.Kill)
 	s.Start()
 	return s
 }
 
-// Start starts the server (again) on its port and waits until it answers.
-func (s *RedisServer) Start() {
-	s.t.Helper()
+// command is the server's redis-server command.
+func (s *RedisServer) command() *exec.Cmd {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.ip(), "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
 	if s.Host != nil {
@@ -145,8 +144,7 @@ func (s *RedisServer) Start() {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	args = append(args, s.args...)
-	startRedisProcess(s.t, &s.process, command(s.Host, s.env, "redis-server", args...), s.options())
+	return command(s.Host, s.env, "redis-server", append(args, s.args...)...)
 }
 
 // options are the client options of the server's admin: its password, and
@@ -157,18 +155,6 @@ func (s *RedisServer) options() *redis.Options {
 		o.TLSConfig = s.tls.ClientTLS(s.t)
 	}
 	return o
-}
-
-// startRedisProcess starts p with cmd (a redis-server or redis-sentinel)
-// and waits until a Redis PING to o.Addr is answered; it fails t if that
-// takes more than 10 seconds.
-func startRedisProcess(t testing.TB, p *process, cmd *exec.Cmd, o *redis.Options) {
-	t.Helper()
-	what := cmd.Args[0] + " " + o.Addr
-	if err := p.start(what, func() *exec.Cmd { return cmd }); err != nil {
-		t.Fatal(err)
-	}
-	p.waitReady(t, what, 10*time.Second, func() error { return pingRedisWith(o) })
 }
 
 // Restart kills the server and starts it again on the same port.

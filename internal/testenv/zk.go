@@ -285,6 +285,7 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 			return nil, err
 		}
 		s.cfg = filepath.Join(s.dir, "zoo.cfg")
+		s.what, s.newCmd = fmt.Sprintf("ZooKeeper server %d", i), func() *exec.Cmd { return s.jvm(cp) }
 		lines, err := servers(i)
 		if err != nil {
 			return nil, err
@@ -313,7 +314,7 @@ ssl.clientAuth=need
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
-		if err := s.launch(cp); err != nil {
+		if err := s.start(); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -370,10 +371,10 @@ reconfigEnabled=false
 
 func zkJava() string { return Getenv("JAVA", "java") }
 
-// launch starts the server's JVM under a shell that kills it when the test
-// binary goes away (its stdin pipe closes), so that a test killed by a
-// timeout leaves no server behind.
-func (s *ZKServer) launch(cp string) error {
+// jvm returns the command of the server's JVM under a shell that kills
+// it when the test binary goes away (its stdin pipe closes), so that a
+// test killed by a timeout leaves no server behind.
+func (s *ZKServer) jvm(cp string) *exec.Cmd {
 	// A background job's stdin is /dev/null unless redirected: hand the
 	// pipe to cat through fd 3.
 	const guard = `exec 3<&0
@@ -387,14 +388,12 @@ wait $j`
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfg}
-	return s.start(fmt.Sprintf("ZooKeeper server %d", s.ID), func() *exec.Cmd {
-		cmd := command(s.Host, s.env, "sh", args...)
-		// Kill stops the group: the shell, the JVM and cat. The pipe's
-		// end stays with cmd, which closes it once the shell has exited.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		_, _ = cmd.StdinPipe()
-		return cmd
-	})
+	cmd := command(s.Host, s.env, "sh", args...)
+	// Kill stops the group: the shell, the JVM and cat. The pipe's end
+	// stays with cmd, which closes it once the shell has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	_, _ = cmd.StdinPipe()
+	return cmd
 }
 
 // Stop kills the server at once (SIGKILL), as a crash would. Its data
@@ -404,13 +403,7 @@ func (s *ZKServer) Stop() { s.Kill() }
 // Start starts a stopped server again on its ports; it does not wait for
 // it to serve (an ensemble member serves only once it has joined a
 // quorum): see ZKCluster.WaitServing.
-func (s *ZKServer) Start() error {
-	cp, err := ZKClasspath()
-	if err != nil {
-		return err
-	}
-	return s.launch(cp)
-}
+func (s *ZKServer) Start() error { return s.start() }
 
 // Mode returns the server's mode from the srvr four-letter word:
 // "standalone", "leader" or "follower"; an error when it does not serve.
