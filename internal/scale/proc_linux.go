@@ -198,8 +198,8 @@ func pidsOf(inodes map[string]bool) []int {
 	return out
 }
 
-// selfCPU returns the CPU time this process used so far.
-func selfCPU() time.Duration {
+// SelfCPU returns the CPU time (user+system) this process used so far.
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

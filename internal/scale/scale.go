@@ -198,7 +198,7 @@ func (s *run) count(gc bool) counter {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	srv, ok := s.procs.cpu()
-	return counter{at: time.Now(), client: selfCPU(), server: srv, serverOK: ok, goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc}
+	return counter{at: time.Now(), client: SelfCPU(), server: srv, serverOK: ok, goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc}
 }
 
 // waiters runs w goroutines on one name, each waiting, holding for no

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -67,8 +68,6 @@ type EtcdMember struct {
 	// Host is the test host the member runs on (EtcdOptions.Hosts), or nil.
 	Host    *Host
 	dataDir string
-	logPath string
-
 	process
 }
 
@@ -101,7 +100,7 @@ func EtcdEndpoints(t testing.TB) []string {
 	eps := strings.Split(env, ",")
 	for _, ep := range eps {
 		host, _, err := net.SplitHostPort(ep)
-		if err != nil || !etcdLoopbackHost(host) {
+		if err != nil || !loopback(host) {
 			t.Fatalf("DLOCK_ETCD_ENDPOINTS: %q is not a loopback host:port", ep)
 		}
 		if err := etcdHealthy("http://"+ep, nil, 2*time.Second); err != nil {
@@ -109,14 +108,6 @@ func EtcdEndpoints(t testing.TB) []string {
 		}
 	}
 	return eps
-}
-
-func etcdLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // StartEtcd starts an etcd cluster of the test's own and waits until it
@@ -153,17 +144,19 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 			m.Host = o.Hosts[i]
 		}
 		m.dataDir = c.dir + "/" + m.Name
-		m.logPath = c.dir + "/" + m.Name + ".log"
+		m.t, m.what, m.logPath, m.timeout = t, m.String(), m.dataDir+".log", 30*time.Second
+		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, c.bin, m.args()...) }
+		m.ready = func() error { return c.healthy(m.Endpoint, time.Second) } // /health: a leader is known
 		initial = append(initial, m.Name+"="+m.peerURL)
 		c.Members = append(c.Members, m)
 	}
 	c.initial = strings.Join(initial, ",")
 	t.Cleanup(c.killAll)
 	for _, m := range c.Members {
-		m.start()
+		m.launch()
 	}
 	for _, m := range c.Members {
-		m.waitHealthy(30 * time.Second)
+		m.wait()
 	}
 	return c
 }
@@ -183,21 +176,11 @@ func dataRoot(t testing.TB) string {
 
 // Endpoints returns the members' client addresses.
 func (c *EtcdCluster) Endpoints() []string {
-	eps := make([]string, len(c.Members))
-	for i, m := range c.Members {
-		eps[i] = m.Endpoint
-	}
-	return eps
+	return mapAddrs(c.Members, func(m *EtcdMember) string { return m.Endpoint })
 }
 
 // Client returns a client of every member, closed when the test ends.
-func (c *EtcdCluster) Client() *clientv3.Client {
-	c.t.Helper()
-	if c.o.TLS == nil {
-		return EtcdClient(c.t, c.Endpoints())
-	}
-	return c.ClientAs("", "")
-}
+func (c *EtcdCluster) Client() *clientv3.Client { return c.ClientAs("", "") }
 
 // ClientAs returns a client of every member that authenticates as user
 // with password (none when user is empty), over TLS with the PKI's client
@@ -298,19 +281,19 @@ func (c *EtcdCluster) Leader(ctx context.Context) *EtcdMember {
 // and returns it; it fails the test when there is none.
 func (c *EtcdCluster) WaitLeader(timeout time.Duration) *EtcdMember {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Until(deadline))
-		m := c.Leader(ctx)
-		cancel()
-		if m != nil {
-			return m
+	var m *EtcdMember
+	err := poll(timeout, 20*time.Millisecond, nil, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if m = c.Leader(ctx); m == nil {
+			return errors.New("no leader")
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("etcd cluster: no leader after %v", timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("etcd cluster: %v", err)
 	}
+	return m
 }
 
 func (c *EtcdCluster) killAll() {
@@ -354,46 +337,6 @@ func (c *EtcdCluster) scheme() string {
 	return "http"
 }
 
-// start runs the member's process (again, keeping its data).
-func (m *EtcdMember) start() {
-	m.c.t.Helper()
-	m.process.start(m.c.t, "etcd "+m.Name, m.logPath, func() *exec.Cmd {
-		if m.Host != nil {
-			return m.Host.Command(m.c.bin, m.args()...)
-		}
-		return exec.Command(m.c.bin, m.args()...)
-	})
-}
-
-// Start restarts a stopped member with its data and waits until it
-// answers with a leader known.
-func (m *EtcdMember) Start() {
-	m.c.t.Helper()
-	m.start()
-	m.waitHealthy(30 * time.Second)
-}
-
-// waitHealthy waits until the member's /health says it has a leader.
-func (m *EtcdMember) waitHealthy(timeout time.Duration) {
-	m.c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := m.c.healthy(m.Endpoint, time.Second)
-		if err == nil {
-			return
-		}
-		select {
-		case <-m.exitedCh():
-			m.c.t.Fatalf("etcd %s exited at start-up:\n%s", m.Name, logTail(m.logPath))
-		default:
-		}
-		if time.Now().After(deadline) {
-			m.c.t.Fatalf("etcd %s on %s not healthy after %v: %v\n%s", m.Name, m.Endpoint, timeout, err, logTail(m.logPath))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // etcdHealthy asks the /health endpoint at base (http://host:port),
 // which reports true once the member has a leader; tlsConf is for https.
 func etcdHealthy(base string, tlsConf *tls.Config, timeout time.Duration) error {
@@ -421,18 +364,6 @@ func (c *EtcdCluster) healthy(endpoint string, timeout time.Duration) error {
 		tlsConf = c.o.TLS.ClientTLS(c.t)
 	}
 	return etcdHealthy(c.scheme()+"://"+endpoint, tlsConf, timeout)
-}
-
-// logTail returns the end of a server's log file, for failure messages.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
 }
 
 // String describes the member for test logs.

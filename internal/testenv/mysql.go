@@ -49,11 +49,8 @@ func MySQLConfig(dsn string) (*mysql.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("address %q: %w", cfg.Addr, err)
 	}
-	if host != "localhost" {
-		ip := net.ParseIP(strings.Trim(host, "[]"))
-		if ip == nil || !ip.IsLoopback() {
-			return nil, fmt.Errorf("address %q is not a loopback address", cfg.Addr)
-		}
+	if !loopback(strings.Trim(host, "[]")) {
+		return nil, fmt.Errorf("address %q is not a loopback address", cfg.Addr)
 	}
 	return cfg, nil
 }

@@ -86,9 +86,8 @@ type NATSServer struct {
 	// leaders are reported by it.
 	Name string
 	// Addr is the server's client address, host:port.
-	Addr    string
-	conf    string
-	logPath string
+	Addr string
+	conf string
 
 	process
 }
@@ -118,7 +117,11 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 	for i := range n {
 		s := &NATSServer{c: c, Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
 		s.conf = filepath.Join(c.dir, s.Name+".conf")
-		s.logPath = filepath.Join(c.dir, s.Name+".log")
+		s.t, s.what, s.logPath, s.timeout = t, s.String(), filepath.Join(c.dir, s.Name+".log"), 30*time.Second
+		s.newCmd = func() *exec.Cmd { return exec.Command(c.bin, "-c", s.conf) }
+		// A client of this server alone gets JetStream's account
+		// information (in a cluster, once a meta leader is elected).
+		s.ready = func() error { return natsbin.Ready("nats://"+s.Addr, c.clientOptions(t)...) }
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", s.Name, s.Addr)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n",
@@ -148,10 +151,10 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 		}
 	})
 	for _, s := range c.Servers {
-		s.start()
+		s.launch()
 	}
 	for _, s := range c.Servers {
-		s.waitReady(30 * time.Second)
+		s.wait()
 	}
 	if n > 1 {
 		c.waitPlacement(30 * time.Second)
@@ -171,41 +174,29 @@ func (c *NATSCluster) waitPlacement(timeout time.Duration) {
 	}
 	cfg := jetstream.StreamConfig{Name: "testenv-ready", Subjects: []string{"testenv.ready"},
 		Storage: jetstream.MemoryStorage, Replicas: len(c.Servers)}
-	deadline := time.Now().Add(timeout)
-	for {
+	err = poll(timeout, 100*time.Millisecond, nil, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = js.CreateStream(ctx, cfg)
+		defer cancel()
+		_, err := js.CreateStream(ctx, cfg)
 		if err == nil {
 			err = js.DeleteStream(ctx, cfg.Name)
 		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("nats cluster %s: a stream of %d replicas not placed after %v: %v", c.URL(), len(c.Servers), timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		c.t.Fatalf("nats cluster %s: a stream of %d replicas not placed: %v", c.URL(), len(c.Servers), err)
 	}
 }
 
 // URL returns the servers' addresses as a nats:// URL's host list
 // ("127.0.0.1:p1,127.0.0.1:p2").
 func (c *NATSCluster) URL() string {
-	a := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		a[i] = s.Addr
-	}
-	return strings.Join(a, ",")
+	return strings.Join(mapAddrs(c.Servers, func(s *NATSServer) string { return s.Addr }), ",")
 }
 
 // ServerURLs returns the servers' addresses as nats.Connect takes them.
 func (c *NATSCluster) ServerURLs() string {
-	a := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		a[i] = "nats://" + s.Addr
-	}
-	return strings.Join(a, ",")
+	return strings.Join(mapAddrs(c.Servers, func(s *NATSServer) string { return "nats://" + s.Addr }), ",")
 }
 
 // Conn returns a connection to the servers that reconnects for ever and
@@ -257,57 +248,6 @@ func (c *NATSCluster) StreamLeader(ctx context.Context, js jetstream.JetStream, 
 		}
 	}
 	return nil
-}
-
-func (s *NATSServer) start() {
-	s.c.t.Helper()
-	s.process.start(s.c.t, "nats-server "+s.Name, s.logPath, func() *exec.Cmd {
-		return exec.Command(s.c.bin, "-c", s.conf)
-	})
-}
-
-// Start starts a killed server again with its store and waits until its
-// JetStream answers.
-func (s *NATSServer) Start() {
-	s.c.t.Helper()
-	s.start()
-	s.waitReady(30 * time.Second)
-}
-
-// waitReady waits until a client of this server alone gets JetStream's
-// account information (in a cluster, once a meta leader is elected).
-func (s *NATSServer) waitReady(timeout time.Duration) {
-	s.c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.exitedCh():
-			s.c.t.Fatalf("nats-server %s exited at start-up:\n%s", s.Name, logTail(s.logPath))
-		default:
-		}
-		if last = s.ready(); last == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.c.t.Fatalf("nats-server %s on %s not ready after %v: %v\n%s", s.Name, s.Addr, timeout, last, logTail(s.logPath))
-}
-
-func (s *NATSServer) ready() error {
-	nc, err := nats.Connect("nats://"+s.Addr, append(s.c.clientOptions(s.c.t), nats.Timeout(time.Second), nats.NoReconnect())...)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
 }
 
 // String describes the server for test logs.

@@ -55,35 +55,40 @@ func NewPKI(t testing.TB) *PKI {
 	return p
 }
 
-// nextSerial returns a random serial number: distinct ones, without a
-// counter to share.
-func nextSerial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	return n
+// newCA makes a certificate authority called name.
+func newCA(t testing.TB, name string) (*ecdsa.PrivateKey, *x509.Certificate) {
+	t.Helper()
+	return sign(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}, nil, nil)
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
+// issue signs tmpl with the CA and writes <name>.pem and <name>-key.pem.
+func issue(t testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl *x509.Certificate) (cert, key string) {
+	t.Helper()
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	k, c := sign(t, tmpl, ca, caKey)
+	kder, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writePEM(t, dir, name+".pem", "CERTIFICATE", c.Raw), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", kder)
+}
+
+// sign makes a key and a certificate of tmpl for it, valid from an hour
+// ago for a day, with a random serial number: signed by parent with
+// parentKey, or by itself when parent is nil.
+func sign(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, *x509.Certificate) {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
-}
-
-func newCA(t testing.TB, name string) (*ecdsa.PrivateKey, *x509.Certificate) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          nextSerial(),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	if parent == nil {
+		parent, parentKey = tmpl, k
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	tmpl.SerialNumber, _ = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &k.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,26 +96,7 @@ func newCA(t testing.TB, name string) (*ecdsa.PrivateKey, *x509.Certificate) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key, cert
-}
-
-// issue signs tmpl with the CA and writes <name>.pem and <name>-key.pem.
-func issue(t testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl *x509.Certificate) (cert, key string) {
-	t.Helper()
-	k := newKey(t)
-	tmpl.SerialNumber = nextSerial()
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", kder)
+	return k, cert
 }
 
 func writePEM(t testing.TB, dir, file, kind string, der []byte) string {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,14 +34,12 @@ type SentinelSetup struct {
 
 // SentinelServer is one redis-sentinel process.
 type SentinelServer struct {
-	t    testing.TB
 	Addr string
 	// Host is the test host the sentinel runs on, or nil.
 	Host     *Host
 	conf     string
 	password string
-	mu       sync.Mutex
-	cmd      *exec.Cmd
+	process
 }
 
 // SentinelOptions configure StartSentinel. Zero values mean the defaults.
@@ -103,7 +102,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	}
 	quorum := o.Sentinels/2 + 1
 	for j := range o.Sentinels {
-		s := &SentinelServer{t: t, password: o.Password, Host: host(1 + o.Replicas + j)}
+		s := &SentinelServer{password: o.Password, Host: host(1 + o.Replicas + j)}
 		p := freePort(t)
 		ip := "127.0.0.1"
 		if s.Host != nil {
@@ -112,6 +111,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		s.Addr = ip + ":" + strconv.Itoa(p)
 		dir := t.TempDir()
 		s.conf = filepath.Join(dir, "sentinel.conf")
+		s.t, s.what, s.logPath, s.timeout = t, "redis-sentinel "+s.Addr, filepath.Join(dir, "sentinel.log"), 10*time.Second
+		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", s.conf, "--loglevel", "warning") }
+		s.ready = func() error { return pingRedisWith(&redis.Options{Addr: s.Addr, Password: s.password}) }
 		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
@@ -123,38 +125,33 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s.Start()
 		t.Cleanup(s.Kill)
+		s.Start()
 		ps.Sentinels = append(ps.Sentinels, s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, s := range ps.Sentinels {
 		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: o.Password})
-		for {
+		err := poll(30*time.Second, 50*time.Millisecond, nil, func() error {
 			reps, err1 := c.Replicas(ctx, SentinelMaster).Result()
 			sens, err2 := c.Sentinels(ctx, SentinelMaster).Result()
-			if err1 == nil && err2 == nil && len(reps) == o.Replicas && len(sens) == o.Sentinels-1 {
-				break
+			if err := errors.Join(err1, err2); err != nil || len(reps) != o.Replicas || len(sens) != o.Sentinels-1 {
+				return fmt.Errorf("%d replicas, %d other sentinels (%v)", len(reps), len(sens), err)
 			}
-			if ctx.Err() != nil {
-				_ = c.Close()
-				t.Fatalf("sentinel %s did not learn the topology: %d replicas (%v), %d other sentinels (%v)", s.Addr, len(reps), err1, len(sens), err2)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		_ = c.Close()
+		if err != nil {
+			t.Fatalf("sentinel %s did not learn the topology: %v", s.Addr, err)
+		}
 	}
 	return ps
 }
 
 // SentinelAddrs returns the sentinels' addresses.
 func (ps *SentinelSetup) SentinelAddrs() []string {
-	a := make([]string, len(ps.Sentinels))
-	for i, s := range ps.Sentinels {
-		a[i] = s.Addr
-	}
-	return a
+	return mapAddrs(ps.Sentinels, func(s *SentinelServer) string { return s.Addr })
 }
 
 // Primary asks the sentinels which server is the primary now, and returns
@@ -180,45 +177,20 @@ func (ps *SentinelSetup) Primary(ctx context.Context) (*RedisServer, error) {
 	return nil, lastErr
 }
 
-// Start starts the sentinel (again) and waits until it answers.
-func (s *SentinelServer) Start() {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		return
-	}
-	cmd := exec.Command("redis-sentinel", s.conf, "--loglevel", "warning")
-	if s.Host != nil {
-		cmd = s.Host.Command("redis-sentinel", s.conf, "--loglevel", "warning")
-	}
-	s.cmd = startAndPing(s.t, cmd, &redis.Options{Addr: s.Addr, Password: s.password})
-}
-
-// Kill stops the sentinel at once (SIGKILL).
-func (s *SentinelServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kill(s.cmd)
-	s.cmd = nil
-}
-
 // waitSynced waits until replica r's link to its primary is up.
 func waitSynced(t testing.TB, r *RedisServer) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.password})
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		info, err := c.Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return
+	err := poll(20*time.Second, 20*time.Millisecond, nil, func() error {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && !strings.Contains(info, "master_link_status:up") {
+			err = fmt.Errorf("link down:\n%s", info)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("replica %s did not sync: %v\n%s", r.Addr, err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("replica %s did not sync: %v", r.Addr, err)
 	}
 }
 
@@ -282,29 +254,24 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 	defer cancel()
 	for _, s := range cs.Servers {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: o.Password})
-		for {
+		err := poll(30*time.Second, 50*time.Millisecond, nil, func() error {
 			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(cs.Servers))) {
-				break
+			if err == nil && !(strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(cs.Servers)))) {
+				err = fmt.Errorf("not ok:\n%s", info)
 			}
-			if ctx.Err() != nil {
-				_ = c.Close()
-				t.Fatalf("cluster node %s not ready: %v\n%s", s.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err
+		})
 		_ = c.Close()
+		if err != nil {
+			t.Fatalf("cluster node %s not ready: %v", s.Addr, err)
+		}
 	}
 	return cs
 }
 
 // Addrs returns every node's address.
 func (cs *ClusterSetup) Addrs() []string {
-	a := make([]string, len(cs.Servers))
-	for i, s := range cs.Servers {
-		a[i] = s.Addr
-	}
-	return a
+	return mapAddrs(cs.Servers, func(s *RedisServer) string { return s.Addr })
 }
 
 // MoveSlot migrates hash slot slot, with its keys, from the primary at

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ type SecuredPG struct {
 	AdminPassword  string
 	User, Password string
 	Database       string
-	proc
+	process
 }
 
 // StartSecuredPG starts a SecuredPG with a fresh PKI, stopped when t
@@ -40,15 +39,8 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	bin := pgBinDir(t)
 	uid, gid := systemUser(t, "postgres")
 	s := &SecuredPG{PKI: NewPKI(t), AdminPassword: "pg-admin-pw-1c7e", User: "locks", Password: "pg-lock-pw-92d0",
-		Database: "locks", proc: proc{done: make(chan struct{})}}
-	dir, err := os.MkdirTemp("", "dlock-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.stop(); _ = os.RemoveAll(dir) })
-	// The server reads its key and certificates as the postgres user,
-	// and refuses a key others can read.
-	copyServerFiles(t, s.PKI, dir)
+		Database: "locks"}
+	dir := serverDir(t, &s.process, "pg", s.PKI)
 	pwfile := filepath.Join(dir, "pw")
 	if err := os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -74,38 +66,16 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	}
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
-	s.cmd = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
-		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-		"-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.pem"),
-		"-c", "ssl_key_file="+filepath.Join(dir, "server-key.pem"), "-c", "ssl_ca_file="+filepath.Join(dir, "ca.pem"))
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
-	}
-	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
-
 	admin := s.URL("postgres", s.AdminPassword, "postgres")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := pingPG(admin)
-		if err == nil {
-			break
-		}
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("postgres exited at start-up: %v\n%s", err, log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the secured postgres did not answer: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	s.t, s.what, s.timeout = t, "the secured postgres", 30*time.Second
+	s.ready = func() error { return pingPG(admin) }
+	s.newCmd = func() *exec.Cmd {
+		return exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data,
+			"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+			"-c", "ssl=on", "-c", "ssl_cert_file="+filepath.Join(dir, "server.pem"),
+			"-c", "ssl_key_file="+filepath.Join(dir, "server-key.pem"), "-c", "ssl_ca_file="+filepath.Join(dir, "ca.pem"))
 	}
+	s.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, admin)
@@ -138,29 +108,19 @@ func (s *SecuredPG) URL(user, password, database string, kv ...string) string {
 	return u.String()
 }
 
-// proc is a server process of a test's.
-type proc struct {
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when cmd has exited
-	stopOnce sync.Once
-}
-
-// stop kills the process, if it was started, and waits for it.
-func (p *proc) stop() {
-	p.stopOnce.Do(func() {
-		if p.cmd != nil && p.cmd.Process != nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-}
-
-// copyServerFiles copies the PKI's server certificate, key and CA into
-// dir as server.pem, server-key.pem and ca.pem, readable by their owner
-// only (servers refuse a key others can read).
-func copyServerFiles(t testing.TB, p *PKI, dir string) {
+// serverDir makes the directory of a private server, process p, removed
+// (after p is killed) when t ends, with p's log and with the PKI's server
+// certificate, key and CA as server.pem, server-key.pem and ca.pem,
+// readable by their owner only (servers refuse a key others can read).
+func serverDir(t testing.TB, p *process, name string, pki *PKI) string {
 	t.Helper()
-	for _, f := range []struct{ from, to string }{{p.ServerCert, "server.pem"}, {p.ServerKey, "server-key.pem"}, {p.CA, "ca.pem"}} {
+	dir, err := os.MkdirTemp("", "dlock-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.logPath = filepath.Join(dir, "server.log")
+	t.Cleanup(func() { p.Kill(); _ = os.RemoveAll(dir) })
+	for _, f := range []struct{ from, to string }{{pki.ServerCert, "server.pem"}, {pki.ServerKey, "server-key.pem"}, {pki.CA, "ca.pem"}} {
 		b, err := os.ReadFile(f.from)
 		if err != nil {
 			t.Fatal(err)
@@ -169,6 +129,7 @@ func copyServerFiles(t testing.TB, p *PKI, dir string) {
 			t.Fatal(err)
 		}
 	}
+	return dir
 }
 
 // override sets the parameters kv (name, value, ...) in q, an empty
@@ -231,7 +192,7 @@ type SecuredMySQL struct {
 	Admin, AdminPassword string
 	User, Password       string
 	Database             string
-	proc
+	process
 }
 
 // StartSecuredMySQL starts a SecuredMySQL with a fresh PKI, stopped when
@@ -246,13 +207,8 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 	}
 	uid, gid := systemUser(t, "mysql")
 	s := &SecuredMySQL{PKI: NewPKI(t), Admin: "admin", AdminPassword: "my-admin-pw-5a0c", User: "locks",
-		Password: "my-lock-pw-e71b", Database: "locks", proc: proc{done: make(chan struct{})}}
-	dir, err := os.MkdirTemp("", "dlock-mysql-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.stop(); _ = os.RemoveAll(dir) })
-	copyServerFiles(t, s.PKI, dir)
+		Password: "my-lock-pw-e71b", Database: "locks"}
+	dir := serverDir(t, &s.process, "mysql", s.PKI)
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)
@@ -267,42 +223,27 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	sock := filepath.Join(dir, "mysqld.sock")
-	s.cmd = exec.Command("mariadbd", "--no-defaults", "--user=mysql", "--datadir="+data, "--port="+strconv.Itoa(port),
-		"--bind-address=127.0.0.1", "--socket="+sock, "--pid-file="+filepath.Join(dir, "mysqld.pid"),
-		"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--innodb-flush-log-at-trx-commit=2",
-		"--ssl-ca="+filepath.Join(dir, "ca.pem"), "--ssl-cert="+filepath.Join(dir, "server.pem"),
-		"--ssl-key="+filepath.Join(dir, "server-key.pem"), "--require-secure-transport=ON")
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		t.Fatal(err)
+	s.t, s.what, s.timeout = t, "the secured MariaDB", 60*time.Second
+	s.newCmd = func() *exec.Cmd {
+		return exec.Command("mariadbd", "--no-defaults", "--user=mysql", "--datadir="+data, "--port="+strconv.Itoa(port),
+			"--bind-address=127.0.0.1", "--socket="+sock, "--pid-file="+filepath.Join(dir, "mysqld.pid"),
+			"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--innodb-flush-log-at-trx-commit=2",
+			"--ssl-ca="+filepath.Join(dir, "ca.pem"), "--ssl-cert="+filepath.Join(dir, "server.pem"),
+			"--ssl-key="+filepath.Join(dir, "server-key.pem"), "--require-secure-transport=ON")
 	}
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start mariadbd: %v", err)
-	}
-	go func() { _ = s.cmd.Wait(); logf.Close(); close(s.done) }()
 	sql := fmt.Sprintf(`CREATE DATABASE %[1]s;
 CREATE USER '%[2]s'@'127.0.0.1' IDENTIFIED BY '%[3]s' REQUIRE X509;
 GRANT ALL ON %[1]s.* TO '%[2]s'@'127.0.0.1';
 CREATE USER '%[4]s'@'127.0.0.1' IDENTIFIED BY '%[5]s' REQUIRE SSL;
 GRANT ALL ON *.* TO '%[4]s'@'127.0.0.1' WITH GRANT OPTION;`, s.Database, s.User, s.Password, s.Admin, s.AdminPassword)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	s.ready = func() error {
 		out, err := exec.Command("mariadb", "--no-defaults", "--protocol=socket", "--socket="+sock, "-uroot", "-e", sql).CombinedOutput()
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("users not taken: %v: %s", err, out)
 		}
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("mariadbd exited at start-up: %s\n%s", out, log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the secured MariaDB did not take its users: %v: %s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
 	}
+	s.Start()
 	return s
 }
 

@@ -8,12 +8,11 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +65,6 @@ func pingRedisWith(o *redis.Options) error {
 // RedisServer is a redis-server process a test started on a free loopback
 // port. It is stopped when the test ends.
 type RedisServer struct {
-	t        testing.TB
 	Addr     string
 	port     int
 	dir      string
@@ -77,8 +75,7 @@ type RedisServer struct {
 	env      []string
 	// Host is the test host the server runs on (RedisOptions.Host), or nil.
 	Host *Host
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	process
 }
 
 // ip is the address the server listens on.
@@ -119,21 +116,17 @@ func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
 	}
-	s := &RedisServer{t: t, port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
+	s := &RedisServer{port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
 	s.Addr = s.ip() + ":" + strconv.Itoa(s.port)
-	s.Start()
+	s.t, s.what, s.logPath, s.newCmd, s.timeout = t, s.String(), filepath.Join(s.dir, "redis.log"), s.command, 10*time.Second
+	s.ready = func() error { return pingRedisWith(s.options()) }
 	t.Cleanup(s.Kill)
+	s.Start()
 	return s
 }
 
-// Start starts the server (again) on its port and waits until it answers.
-func (s *RedisServer) Start() {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		return
-	}
+// command is the server's redis-server command.
+func (s *RedisServer) command() *exec.Cmd {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.ip(), "--dir", s.dir,
 		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
 	if s.Host != nil {
@@ -151,15 +144,7 @@ func (s *RedisServer) Start() {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	args = append(args, s.args...)
-	cmd := exec.Command("redis-server", args...)
-	if s.Host != nil {
-		cmd = s.Host.Command("redis-server", args...)
-	}
-	if len(s.env) > 0 {
-		cmd.Env = append(os.Environ(), s.env...)
-	}
-	s.cmd = startAndPing(s.t, cmd, s.options())
+	return command(s.Host, s.env, "redis-server", append(args, s.args...)...)
 }
 
 // options are the client options of the server's admin: its password, and
@@ -170,50 +155,6 @@ func (s *RedisServer) options() *redis.Options {
 		o.TLSConfig = s.tls.ClientTLS(s.t)
 	}
 	return o
-}
-
-// startAndPing starts cmd and waits until a Redis PING to o.Addr is
-// answered; it fails t if that takes more than 10 seconds.
-func startAndPing(t testing.TB, cmd *exec.Cmd, o *redis.Options) *exec.Cmd {
-	t.Helper()
-	bin := cmd.Args[0]
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := pingRedisWith(o); err == nil {
-			return cmd
-		} else if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("%s on %s did not answer: %v", bin, o.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill stops the process at once (SIGKILL) and waits for it.
-func kill(cmd *exec.Cmd) {
-	if cmd != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-}
-
-// Running reports whether the server was started and not killed since.
-func (s *RedisServer) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
-
-// Kill stops the server at once (SIGKILL), as a crash would.
-func (s *RedisServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kill(s.cmd)
-	s.cmd = nil
 }
 
 // Restart kills the server and starts it again on the same port.
@@ -242,21 +183,7 @@ func StartRedisN(t testing.TB, n int, o RedisOptions) []*RedisServer {
 // Addrs returns the servers' addresses joined by commas, as redlock URLs
 // take them.
 func Addrs(servers []*RedisServer) string {
-	a := make([]string, len(servers))
-	for i, s := range servers {
-		a[i] = s.Addr
-	}
-	return strings.Join(a, ",")
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return strings.Join(mapAddrs(servers, func(s *RedisServer) string { return s.Addr }), ",")
 }
 
 // String describes the server for test logs.

@@ -63,7 +63,7 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 	if v, ok := os.LookupEnv(env); ok && v != "" {
 		addrs := strings.Split(v, ",")
 		for _, a := range addrs {
-			if host, _, err := net.SplitHostPort(a); err != nil || !zkLoopbackHost(host) {
+			if host, _, err := net.SplitHostPort(a); err != nil || !loopback(host) {
 				t.Fatalf("%s=%s: tests use loopback addresses only (host:port)", env, v)
 			}
 		}
@@ -97,15 +97,6 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 		t.Logf("no ZooKeeper at %s: started %d server(s) of this test binary at %s", def, n, strings.Join(c.Addrs(), ","))
 	}
 	return (*slot).Addrs()
-}
-
-// zkLoopbackHost reports whether host is a loopback address or localhost.
-func zkLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // StopSharedZK stops the shared servers this test binary started, if any.
@@ -143,11 +134,7 @@ type ZKServer struct {
 	env  []string
 	dir  string
 	cfg  string
-
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	stdin io.Closer
-	exit  chan struct{}
+	process
 }
 
 // StartZK starts n ZooKeeper servers (1: standalone; 3: an ensemble) of
@@ -160,7 +147,7 @@ func StartZK(t testing.TB, n int) *ZKCluster {
 }
 
 // ZKOptions configure the servers StartZKWith starts. The zero value
-// means the project's settings (ZKConfig).
+// means the project's settings (zkConfig).
 type ZKOptions struct {
 	// Tick is the servers' tickTime; default ZKTickTime.
 	Tick time.Duration
@@ -284,6 +271,7 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
 		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
+		s.logPath = filepath.Join(s.dir, "server.log")
 		if len(o.Hosts) != 0 {
 			s.Host = o.Hosts[i-1]
 		}
@@ -297,6 +285,7 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 			return nil, err
 		}
 		s.cfg = filepath.Join(s.dir, "zoo.cfg")
+		s.what, s.newCmd = fmt.Sprintf("ZooKeeper server %d", i), func() *exec.Cmd { return s.jvm(cp) }
 		lines, err := servers(i)
 		if err != nil {
 			return nil, err
@@ -325,7 +314,7 @@ ssl.clientAuth=need
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
-		if err := s.launch(cp); err != nil {
+		if err := s.start(); err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -337,14 +326,6 @@ ssl.clientAuth=need
 	return c, nil
 }
 
-// ZKConfig returns the zoo.cfg lines (without server.N lines) of a project
-// server: small tickTime, loopback only, admin server off, every
-// four-letter word allowed, sessions of up to 60s.
-func ZKConfig(dataDir string, clientPort int) string {
-	return zkConfig(dataDir, "127.0.0.1", clientPort, ZKOptions{})
-}
-
-// zkConfig is ZKConfig with the tick and syncLimit of o.
 // zkKeyStore writes the PKI's server key and certificate into one PEM
 // file, the form of ZooKeeper's PEM key store.
 func zkKeyStore(dir string, p *PKI) (string, error) {
@@ -360,6 +341,10 @@ func zkKeyStore(dir string, p *PKI) (string, error) {
 	return path, os.WriteFile(path, append(key, cert...), 0o600)
 }
 
+// zkConfig returns the zoo.cfg lines (without server.N lines) of a
+// project server listening on ip: the tick and syncLimit of o (small by
+// default), admin server off, every four-letter word allowed, sessions of
+// up to 60s.
 func zkConfig(dataDir, ip string, clientPort int, o ZKOptions) string {
 	tick, syncLimit := o.Tick, o.SyncLimit
 	if tick == 0 {
@@ -386,20 +371,10 @@ reconfigEnabled=false
 
 func zkJava() string { return Getenv("JAVA", "java") }
 
-// launch starts the server's JVM under a shell that kills it when the test
-// binary goes away (its stdin pipe closes), so that a test killed by a
-// timeout leaves no server behind.
-func (s *ZKServer) launch(cp string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		return nil
-	}
-	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
+// jvm returns the command of the server's JVM under a shell that kills
+// it when the test binary goes away (its stdin pipe closes), so that a
+// test killed by a timeout leaves no server behind.
+func (s *ZKServer) jvm(cp string) *exec.Cmd {
 	// A background job's stdin is /dev/null unless redirected: hand the
 	// pipe to cat through fd 3.
 	const guard = `exec 3<&0
@@ -413,97 +388,30 @@ wait $j`
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfg}
-	cmd := exec.Command("sh", args...)
-	if s.Host != nil {
-		cmd = s.Host.Command("sh", args...)
-	}
-	if len(s.env) > 0 {
-		cmd.Env = append(os.Environ(), s.env...)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd := command(s.Host, s.env, "sh", args...)
+	// Kill stops the group: the shell, the JVM and cat. The pipe's end
+	// stays with cmd, which closes it once the shell has exited.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start ZooKeeper server %d: %w", s.ID, err)
-	}
-	s.cmd, s.stdin, s.exit = cmd, stdin, make(chan struct{})
-	go func(exit chan struct{}) {
-		_ = cmd.Wait()
-		close(exit)
-	}(s.exit)
-	return nil
+	_, _ = cmd.StdinPipe()
+	return cmd
 }
 
 // Stop kills the server at once (SIGKILL), as a crash would. Its data
 // stays, so Start brings it back with its state.
-func (s *ZKServer) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	_ = s.stdin.Close()
-	<-s.exit
-	s.cmd = nil
-}
+func (s *ZKServer) Stop() { s.Kill() }
 
 // Start starts a stopped server again on its ports; it does not wait for
 // it to serve (an ensemble member serves only once it has joined a
 // quorum): see ZKCluster.WaitServing.
-func (s *ZKServer) Start() error {
-	cp, err := ZKClasspath()
-	if err != nil {
-		return err
-	}
-	return s.launch(cp)
-}
-
-// Running reports whether the server's process is running.
-func (s *ZKServer) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
-
-// exited reports whether the server's process ended without Stop.
-func (s *ZKServer) exited() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exit:
-		return true
-	default:
-		return false
-	}
-}
+func (s *ZKServer) Start() error { return s.start() }
 
 // Mode returns the server's mode from the srvr four-letter word:
 // "standalone", "leader" or "follower"; an error when it does not serve.
 func (s *ZKServer) Mode() (string, error) { return ZKMode(s.Addr) }
 
-// Log returns the end of the server's log, for test failure messages.
-func (s *ZKServer) Log() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
 // Addrs returns the client addresses of the cluster's servers.
 func (c *ZKCluster) Addrs() []string {
-	a := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		a[i] = s.Addr
-	}
-	return a
+	return mapAddrs(c.Servers, func(s *ZKServer) string { return s.Addr })
 }
 
 // Leader returns the server that is leader (or the standalone server), or
@@ -527,13 +435,14 @@ func (c *ZKCluster) WaitServing(limit time.Duration) error {
 	for {
 		var running []string
 		for _, s := range c.Servers {
-			if !s.Running() {
-				continue
+			select {
+			case <-s.exitedCh(): // nil, never ready, unless it runs
+				return fmt.Errorf("ZooKeeper server %d exited:\n%s", s.ID, logTail(s.logPath))
+			default:
 			}
-			if s.exited() {
-				return fmt.Errorf("ZooKeeper server %d exited:\n%s", s.ID, s.Log())
+			if s.Running() {
+				running = append(running, s.Addr)
 			}
-			running = append(running, s.Addr)
 		}
 		err := zkServing(running)
 		if err == nil {
@@ -542,7 +451,7 @@ func (c *ZKCluster) WaitServing(limit time.Duration) error {
 		if time.Now().After(deadline) {
 			var logs strings.Builder
 			for _, s := range c.Servers {
-				fmt.Fprintf(&logs, "\n--- server %d (%s) log:\n%s", s.ID, s.Addr, s.Log())
+				fmt.Fprintf(&logs, "\n--- server %d (%s) log:\n%s", s.ID, s.Addr, logTail(s.logPath))
 			}
 			return fmt.Errorf("ZooKeeper did not serve within %v: %v%s", limit, err, logs.String())
 		}

@@ -46,7 +46,7 @@ func run() error {
 	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation and context kind")
 	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before each measurement (same scenario, another name)")
 	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+names(harness.Specs()))
+	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+harness.Names())
 	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
 	ctxList := flag.String("ctx", strings.Join(harness.CtxKinds, ","), "comma-separated context kinds of the lock calls: background (context.Background()), cancel (context.WithCancel, no deadline), timeout (context.WithTimeout 1s per call)")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
@@ -339,14 +339,6 @@ func sliced(ctx context.Context, env *harness.Env, g *quietGuard, impls map[stri
 		out[u] = harness.Merge(p)
 	}
 	return out, nil
-}
-
-func names(specs []harness.Spec) string {
-	var n []string
-	for _, s := range specs {
-		n = append(n, s.Name)
-	}
-	return strings.Join(n, ", ")
 }
 
 func redisVersion() string {

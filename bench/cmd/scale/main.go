@@ -36,7 +36,7 @@ func run() error {
 	d := scale.DefaultConfig("")
 	out := flag.String("out", "scale-peers", "directory for scale.csv and the charts")
 	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+names())
+	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+harness.Names())
 	waiters := flag.String("waiters", join(d.Waiters), "waiters on one name")
 	held := flag.String("held", join(d.Held), "names held at once (ascending)")
 	clients := flag.String("clients", join(d.Clients), "clients, each on a name of its own")
@@ -105,13 +105,7 @@ func run() error {
 			Name:    s.Name,
 			Servers: addrs,
 			Entries: keys,
-			Open: func(context.Context) (scale.Locker, error) {
-				im, err := s.New(env)
-				if err != nil {
-					return nil, err
-				}
-				return locker{im}, nil
-			},
+			Open:    func(context.Context) (scale.Locker, error) { return s.New(env) },
 		}
 		start := time.Now()
 		ps, err := scale.Run(ctx, t, c)
@@ -130,27 +124,6 @@ func run() error {
 // redisKeys counts the keys of the Redis servers at addrs (DBSIZE).
 func redisKeys(addrs []string) func(context.Context) (int, error) {
 	return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, addrs, "", "") }
-}
-
-// locker runs the sweeps on a harness implementation.
-type locker struct{ im harness.Impl }
-
-func (l locker) Acquire(ctx context.Context, name string) (scale.Held, error) {
-	h, err := l.im.Acquire(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
-}
-
-func (l locker) Close() error { return l.im.Close() }
-
-func names() string {
-	var n []string
-	for _, s := range harness.Specs() {
-		n = append(n, s.Name)
-	}
-	return strings.Join(n, ", ")
 }
 
 func join(xs []int) string {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Cost is the CPU an implementation spends per operation in S2, on the
@@ -50,13 +52,9 @@ func MeasureCost(ctx context.Context, s Spec, e *Env, redisAddr string, natsPid 
 		addrs = nil
 		serverCPU = func() (time.Duration, error) { return ProcessCPU(natsPid) }
 	} else {
-		for _, a := range append([]string{redisAddr}, e.Nodes...) {
-			c := NewClient(a)
-			err := c.FlushAll(ctx).Err()
-			_ = c.Close()
-			if err != nil {
-				return Cost{}, err
-			}
+		err := eachNode(append([]string{redisAddr}, e.Nodes...), func(c *redis.Client) error { return c.FlushAll(ctx).Err() })
+		if err != nil {
+			return Cost{}, err
 		}
 	}
 	im, err := s.New(ce)
@@ -65,13 +63,8 @@ func MeasureCost(ctx context.Context, s Spec, e *Env, redisAddr string, natsPid 
 	}
 	defer im.Close()
 	Run(S2, im, ce.Key(s.Name, "cost", kind+"-warm"), kind, Budget{D: d / 4}, Hooks{})
-	for _, a := range addrs {
-		c := NewClient(a)
-		err := c.ConfigResetStat(ctx).Err()
-		_ = c.Close()
-		if err != nil {
-			return Cost{}, err
-		}
+	if err := eachNode(addrs, func(c *redis.Client) error { return c.ConfigResetStat(ctx).Err() }); err != nil {
+		return Cost{}, err
 	}
 	s0, err := serverCPU()
 	if err != nil {
@@ -116,12 +109,10 @@ type cmdStats struct{ scripts, others, scriptUsec, otherUsec float64 }
 // (EVAL, EVALSHA) apart, without INFO and CONFIG (the harness's own).
 func commandStats(ctx context.Context, addrs []string) (cmdStats, error) {
 	var st cmdStats
-	for _, a := range addrs {
-		c := NewClient(a)
+	return st, eachNode(addrs, func(c *redis.Client) error {
 		info, err := c.Info(ctx, "commandstats").Result()
-		_ = c.Close()
 		if err != nil {
-			return st, err
+			return err
 		}
 		for _, l := range strings.Split(info, "\n") {
 			// cmdstat_evalsha:calls=10,usec=25,usec_per_call=2.50,...
@@ -149,8 +140,8 @@ func commandStats(ctx context.Context, addrs []string) (cmdStats, error) {
 				st.otherUsec += usec
 			}
 		}
-	}
-	return st, nil
+		return nil
+	})
 }
 
 // WriteCosts writes the CPU-cost table.

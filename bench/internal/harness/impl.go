@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/scale"
 )
 
 // TTL is the lock TTL every implementation uses: 10 s for the scenarios;
@@ -21,19 +23,14 @@ import (
 // their locks through a sweep.
 var TTL = 10 * time.Second
 
-// Impl is one locking implementation under test.
-type Impl interface {
-	// Acquire takes the lock on key, waiting (with the implementation's
-	// own waiting policy) until it is held or ctx ends.
-	Acquire(ctx context.Context, key string) (Held, error)
-	// Close releases the implementation's clients.
-	Close() error
-}
+// Impl is one locking implementation under test: Acquire takes the lock
+// on a key, waiting (with the implementation's own waiting policy) until
+// it is held or ctx ends; Close releases the implementation's clients.
+// It is a scale.Locker, so that cmd/scale sweeps it as it is.
+type Impl = scale.Locker
 
 // Held is an acquired lock.
-type Held interface {
-	Release(ctx context.Context) error
-}
+type Held = scale.Held
 
 // Env is what implementations are built on: the shared Redis server, the
 // benchmark's private masters and its private nats-server.
@@ -138,6 +135,15 @@ func NeedNATS(specs []Spec) bool {
 // Specs returns the implementations, dlock's first.
 func Specs() []Spec { return specs }
 
+// Names lists every implementation's name, comma-separated.
+func Names() string {
+	n := make([]string, len(specs))
+	for i, s := range specs {
+		n[i] = s.Name
+	}
+	return strings.Join(n, ", ")
+}
+
 // Select returns the specs named in the comma-separated list (for "" or
 // "all": all but the opt-in ones).
 func Select(list string) ([]Spec, error) {
@@ -161,11 +167,7 @@ func Select(list string) ([]Spec, error) {
 			}
 		}
 		if !found {
-			var names []string
-			for _, s := range specs {
-				names = append(names, s.Name)
-			}
-			return nil, fmt.Errorf("unknown implementation %q; known: %s", n, strings.Join(names, ", "))
+			return nil, fmt.Errorf("unknown implementation %q; known: %s", n, Names())
 		}
 	}
 	return out, nil

@@ -1,14 +1,9 @@
 package harness
 
 import (
-	"context"
 	"os/exec"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
@@ -27,26 +22,9 @@ func StartNATS() (*Server, error) {
 		return nil, err
 	}
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	return launch("nats-server", url, natsReady, func(dir string) *exec.Cmd {
+	return launch("nats-server", url, func(url string) error { return natsbin.Ready(url) }, func(dir string) *exec.Cmd {
 		return exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir)
 	})
-}
-
-// natsReady checks that the server at url answers JetStream requests.
-func natsReady(url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
 }
 
 // Bucket returns a KV bucket name unique to this run and implementation

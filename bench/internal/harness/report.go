@@ -30,12 +30,7 @@ func Combine(rounds []Result) Result {
 	if len(rounds) == 1 {
 		return rounds[0]
 	}
-	out := rounds[0]
-	out.Ops, out.Elapsed = 0, 0
-	for _, r := range rounds {
-		out.Ops += r.Ops
-		out.Elapsed += r.Elapsed
-	}
+	out := rounds[0].zeroCounts()
 	out.Rate = medianF(rounds, Result.OpsPerSec)
 	out.AllocsPerOp = medianF(rounds, func(r Result) float64 { return r.AllocsPerOp })
 	out.OtherPct = medianF(rounds, func(r Result) float64 { return r.OtherPct })
@@ -45,23 +40,13 @@ func Combine(rounds []Result) Result {
 	out.HandoffP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffP99 })
 	out.HandoffCallP50 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP50 })
 	out.HandoffCallP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP99 })
-	out.AcquireErrors, out.ReleaseErrors, out.ExclusionViolations, out.Handoffs = 0, 0, 0, 0
 	for i, r := range rounds {
+		out.addCounts(r)
 		out.MaxWait = max(out.MaxWait, r.MaxWait)
 		if i == 0 || r.MinPerWorker < out.MinPerWorker {
 			out.MinPerWorker = r.MinPerWorker
 		}
 		out.MaxPerWorker = max(out.MaxPerWorker, r.MaxPerWorker)
-		out.AcquireErrors += r.AcquireErrors
-		out.ReleaseErrors += r.ReleaseErrors
-		out.ExclusionViolations += r.ExclusionViolations
-		out.Handoffs += r.Handoffs
-		if out.FirstAcquireErr == "" {
-			out.FirstAcquireErr = r.FirstAcquireErr
-		}
-		if out.FirstReleaseErr == "" {
-			out.FirstReleaseErr = r.FirstReleaseErr
-		}
 	}
 	return out
 }

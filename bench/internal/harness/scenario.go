@@ -1,13 +1,15 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/dlockgo/dlock/internal/scale"
 )
 
 // Scenario names.
@@ -241,7 +243,7 @@ func run(scenario, kind string, workers int, contended bool, b Budget, h Hooks,
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	cpu0 := processCPU()
+	cpu0 := scale.SelfCPU()
 	t := &tickets{byCount: b.N > 0, untilDone: b.N > 0 && contended, n: b.N, stop: h.Stop,
 		slots: make([]slot, workers)}
 	t.left.Store(b.N)
@@ -263,7 +265,7 @@ func run(scenario, kind string, workers int, contended bool, b Budget, h Hooks,
 	wg.Wait()
 	t.finish()
 	elapsed := t.end.Sub(start)
-	cpu := processCPU() - cpu0
+	cpu := scale.SelfCPU() - cpu0
 	runtime.ReadMemStats(&ms1)
 	return Result{Scenario: scenario, Ctx: kind, Workers: workers, Elapsed: elapsed, ClientCPU: cpu,
 		AllocsPerOp: float64(ms1.Mallocs - ms0.Mallocs)}, t
@@ -474,15 +476,6 @@ func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 	return res
 }
 
-// processCPU returns the user+system CPU time this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // percentile returns the nearest-rank p-quantile of ds (sorting it); -1
 // when ds is empty.
 func percentile(ds []time.Duration, p float64) time.Duration {
@@ -503,24 +496,15 @@ func Merge(parts []Result) Result {
 	if len(parts) == 0 {
 		return Result{}
 	}
-	out := parts[0]
-	out.Ops, out.Elapsed, out.ClientCPU, out.AcquireErrors, out.ReleaseErrors = 0, 0, 0, 0, 0
+	out := parts[0].zeroCounts()
+	out.ClientCPU = 0
 	var allocs float64
 	var all []time.Duration
 	for _, r := range parts {
-		out.Ops += r.Ops
-		out.Elapsed += r.Elapsed
+		out.addCounts(r)
 		out.ClientCPU += r.ClientCPU
-		out.AcquireErrors += r.AcquireErrors
-		out.ReleaseErrors += r.ReleaseErrors
 		allocs += r.AllocsPerOp * float64(r.Ops)
 		all = append(all, r.Latencies...)
-		if out.FirstAcquireErr == "" {
-			out.FirstAcquireErr = r.FirstAcquireErr
-		}
-		if out.FirstReleaseErr == "" {
-			out.FirstReleaseErr = r.FirstReleaseErr
-		}
 	}
 	if out.Ops > 0 {
 		out.AllocsPerOp = allocs / float64(out.Ops)
@@ -529,6 +513,22 @@ func Merge(parts []Result) Result {
 	out.Latencies = all
 	out.P50, out.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	return out
+}
+
+// zeroCounts returns r with the counts addCounts adds up at zero.
+func (r Result) zeroCounts() Result {
+	r.Ops, r.Elapsed, r.AcquireErrors, r.ReleaseErrors, r.ExclusionViolations, r.Handoffs = 0, 0, 0, 0, 0, 0
+	return r
+}
+
+// addCounts adds r's operations, time, errors, overlaps and handoffs to
+// out's, and takes r's first errors where out has none.
+func (out *Result) addCounts(r Result) {
+	out.Ops, out.Elapsed = out.Ops+r.Ops, out.Elapsed+r.Elapsed
+	out.AcquireErrors, out.ReleaseErrors = out.AcquireErrors+r.AcquireErrors, out.ReleaseErrors+r.ReleaseErrors
+	out.ExclusionViolations, out.Handoffs = out.ExclusionViolations+r.ExclusionViolations, out.Handoffs+r.Handoffs
+	out.FirstAcquireErr = cmp.Or(out.FirstAcquireErr, r.FirstAcquireErr)
+	out.FirstReleaseErr = cmp.Or(out.FirstReleaseErr, r.FirstReleaseErr)
 }
 
 // Run runs the named scenario with lock calls of the context kind.

@@ -128,12 +128,10 @@ func (s *Server) Pid() int {
 // servers at addrs used so far, from INFO cpu.
 func ServerCPU(ctx context.Context, addrs []string) (time.Duration, error) {
 	var total time.Duration
-	for _, a := range addrs {
-		c := NewClient(a)
+	err := eachNode(addrs, func(c *redis.Client) error {
 		info, err := c.Info(ctx, "cpu").Result()
-		_ = c.Close()
 		if err != nil {
-			return 0, err
+			return err
 		}
 		for _, l := range strings.Split(info, "\n") {
 			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
@@ -142,12 +140,27 @@ func ServerCPU(ctx context.Context, addrs []string) (time.Duration, error) {
 			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+				return fmt.Errorf("INFO cpu %s: %w", k, err)
 			}
 			total += time.Duration(f * float64(time.Second))
 		}
+		return nil
+	})
+	return total, err
+}
+
+// eachNode calls f with a client of each Redis server at addrs in turn,
+// closed after the call, until f fails.
+func eachNode(addrs []string, f func(*redis.Client) error) error {
+	for _, a := range addrs {
+		c := NewClient(a)
+		err := f(c)
+		_ = c.Close()
+		if err != nil {
+			return err
+		}
 	}
-	return total, nil
+	return nil
 }
 
 // KillServers kills every server in ss.

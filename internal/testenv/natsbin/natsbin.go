@@ -1,15 +1,21 @@
 // Package natsbin finds the nats-server that dlock's tests
-// (internal/testenv) and the bench module's harness start. It imports the
-// standard library alone, so that the bench module can use it without
-// taking on testenv's dependencies (the clients of every backend).
+// (internal/testenv) and the bench module's harness start, and tells when
+// one is ready. It imports the NATS client alone, so that the bench module
+// can use it without taking on testenv's dependencies (the clients of
+// every backend).
 package natsbin
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ServicesScript installs a nats-server recent enough; Find's error names
@@ -66,4 +72,23 @@ func versionOf(bin string) (string, error) {
 		return "", fmt.Errorf("%s is %s, older than %s (no per-key TTL)", bin, m[0], MinVersion)
 	}
 	return m[0], nil
+}
+
+// Ready checks that the server at url (nats://host:port) answers
+// JetStream requests: a client of it alone, with opts, gets JetStream's
+// account information (in a cluster, once a meta leader is elected).
+func Ready(url string, opts ...nats.Option) error {
+	nc, err := nats.Connect(url, append(opts, nats.Timeout(time.Second), nats.NoReconnect())...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
 }
