@@ -122,21 +122,28 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	delay := minRedial
+	// backOff arms the retry for delay from now, and doubles delay.
+	backOff := func() {
+		if retry == nil {
+			retry = time.NewTimer(delay)
+		} else {
+			retry.Reset(delay)
+		}
+		retryC = retry.C
+		delay = min(2*delay, maxRedial)
+	}
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		info, err := d.Leader(ctx, name)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			// Try again later, or at the next notification.
-			if retry == nil {
-				retry = time.NewTimer(delay)
-				defer retry.Stop()
-			} else {
-				retry.Reset(delay)
-			}
-			retryC = retry.C
-			delay = min(2*delay, maxRedial)
+			backOff() // try again later, or at the next notification
 		default:
 			o.send(out, info)
 			if info.Token != 0 && watch == nil && retryC == nil {
@@ -153,14 +160,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 			if err != nil && ctx.Err() == nil {
 				// Do not start another at once: wait for a notification
 				// or the back-off.
-				if retry == nil {
-					retry = time.NewTimer(delay)
-					defer retry.Stop()
-				} else {
-					retry.Reset(delay)
-				}
-				retryC = retry.C
-				delay = min(2*delay, maxRedial)
+				backOff()
 				continue
 			}
 		case <-retryC:

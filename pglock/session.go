@@ -150,14 +150,8 @@ func (d *Driver) lookup(r driver.Request) *hold {
 // the lock.
 func (d *Driver) check(ctx context.Context, h *hold) error {
 	s := h.S
-	switch err := s.Take(ctx); {
-	case err == nil:
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	if err := take(ctx, h); err != nil {
 		return err
-	default: // Take found the server gone, and ended the session
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	}
 	s.C.begin(false)
 	var held bool
@@ -182,23 +176,34 @@ func (d *Driver) check(ctx context.Context, h *hold) error {
 // session is free (a keep-alive check stuck on a silent server), the
 // unlock still runs once it is.
 func (d *Driver) release(ctx context.Context, h *hold) error {
-	s := h.S
-	switch err := s.Take(ctx); {
-	case err == nil:
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	err := take(ctx, h)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		d.bg.Go(func() { // Close waits for it
-			if s.Take(context.Background()) == nil {
+			if h.S.Take(context.Background()) == nil {
 				_ = unlockTaken(h)
 			}
 		})
 		return fmt.Errorf("pglock: unlock %q: %w (the lock will be released once its connection is free, or freed with the connection)", h.Name, err)
-	default:
-		// Take found the server gone: the session, and its locks, ended.
-		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
+	}
+	if err != nil {
+		return err
 	}
 	return unlockTaken(h)
+}
+
+// take takes the use of h's session for a statement on h; an error is
+// ctx's, or says why h is no longer held.
+func take(ctx context.Context, h *hold) error {
+	switch err := h.S.Take(ctx); {
+	case err == nil:
+		return nil
+	case errors.Is(err, sqlsession.ErrEnded):
+		return endedErr(h)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	default: // Take found the server gone: the session, and its locks, ended
+		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
+	}
 }
 
 // unlockTaken runs the unlock statement; the caller has the use of the
