@@ -257,18 +257,17 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	if h == nil || h.name != r.Name || h.mode != r.Mode {
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
-	cur, err := pathID(h.path)
+	replaced, err := h.check()
 	switch {
-	case err == nil && cur == h.id:
+	case err == nil:
 		return now.Add(r.TTL), nil
-	case err == nil || errors.Is(err, fs.ErrNotExist):
+	case replaced:
 		if mine := d.take(r); mine != nil {
 			unlockClose(mine.fd)
 		}
-		return time.Time{}, fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, r.Name, h.path)
-	default:
-		return time.Time{}, fmt.Errorf("filelock: refresh %q: %w", r.Name, err)
+		return time.Time{}, err
 	}
+	return time.Time{}, fmt.Errorf("filelock: refresh %q: %w", r.Name, err)
 }
 
 // Unlock implements driver.Driver: it drops the flock and closes the file,
@@ -283,17 +282,27 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
-	cur, err := pathID(h.path)
+	replaced, err := h.check()
 	unlockClose(h.fd)
 	notify(h.path)
-	switch {
-	case err == nil && cur == h.id:
-		return nil
-	case err == nil || errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, r.Name, h.path)
-	default:
+	if err != nil && !replaced {
 		return fmt.Errorf("filelock: unlock %q: the lock was dropped, but its file could not be checked: %w", r.Name, err)
 	}
+	return err
+}
+
+// check returns nil while h's path still names the file it locked; an
+// error wrapping driver.ErrNotHeld, with replaced set, once that file was
+// removed or replaced; else the error of the look at the path.
+func (h *held) check() (replaced bool, err error) {
+	cur, err := pathID(h.path)
+	switch {
+	case err == nil && cur == h.id:
+		return false, nil
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		return true, fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, h.name, h.path)
+	}
+	return false, err
 }
 
 // take removes and returns r's lock, or nil if r does not hold it.
