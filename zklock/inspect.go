@@ -91,7 +91,7 @@ func (w *walk) dir(dir, name string, kind driver.Mode) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
-	names, err := w.s.children(dir)
+	names, err := w.s.listChildren(dir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil // gone since its parent was listed, or never made
 	}

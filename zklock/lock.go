@@ -227,7 +227,7 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 // find looks for n's node by its guid after a lost creation reply; when
 // found it fills in n's path and token.
 func (d *Driver) find(n *node) (bool, error) {
-	names, err := n.s.children(n.parent)
+	names, err := n.s.listChildren(n.parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil
 	}

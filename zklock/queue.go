@@ -205,7 +205,7 @@ func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 	d.listed()
 	var names []string
 	err := d.call(ctx, func() (err error) {
-		names, err = n.s.children(n.parent)
+		names, err = n.s.listChildren(n.parent)
 		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {

@@ -350,8 +350,8 @@ func (s *session) do(op func() error) error {
 	}
 }
 
-// children lists p's children, retried as do retries.
-func (s *session) children(p string) (names []string, err error) {
+// listChildren lists p's children, retried as do retries.
+func (s *session) listChildren(p string) (names []string, err error) {
 	err = s.do(func() (err error) {
 		names, _, err = s.conn.Children(p)
 		return err
