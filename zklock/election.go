@@ -35,18 +35,23 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 
 // syncedLeader reads the leader of the election whose znode is dir, with
 // readLeader, after a sync, on the driver's session, which it returns.
-func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (s *session, info driver.LeaderInfo, ev <-chan zk.Event, err error) {
-	if s, err = d.ready(ctx); err != nil {
-		return nil, info, nil, err
+func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*session, driver.LeaderInfo, <-chan zk.Event, error) {
+	s, err := d.ready(ctx)
+	if err != nil {
+		return nil, driver.LeaderInfo{}, nil, err
+	}
+	var r struct { // one allocation for what the call's closure sets
+		info driver.LeaderInfo
+		ev   <-chan zk.Event
 	}
 	err = d.call(ctx, func() (err error) {
 		if err := d.sync(s, dir); err != nil {
 			return err
 		}
-		info, ev, err = d.readLeader(s, dir, watch)
+		r.info, r.ev, err = d.readLeader(s, dir, watch)
 		return err
 	})
-	return s, info, ev, err
+	return s, r.info, r.ev, err
 }
 
 // sync makes the server the session is connected to catch up with every

@@ -219,14 +219,18 @@ func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 
 // watchCtx sets a data watch on p (a node that is gone gets none: unlike
 // an exists watch, it leaves nothing behind on the server).
-func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (st *zk.Stat, ev <-chan zk.Event, err error) {
-	err = d.call(ctx, func() error {
+func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, <-chan zk.Event, error) {
+	var w struct { // one allocation for what the call's closure sets
+		st *zk.Stat
+		ev <-chan zk.Event
+	}
+	err := d.call(ctx, func() error {
 		return s.do(func() (err error) {
-			_, st, ev, err = s.conn.GetW(p)
+			_, w.st, w.ev, err = s.conn.GetW(p)
 			return err
 		})
 	})
-	return st, ev, err
+	return w.st, w.ev, err
 }
 
 // requeueIfGone turns "n's node is gone" into errRequeue.

@@ -143,7 +143,10 @@ func (d *Driver) hooks() *hooks {
 	if !hooked.Load() {
 		return nil
 	}
-	h, _ := testHooks.LoadOrStore(d, new(hooks))
+	h, ok := testHooks.Load(d)
+	if !ok {
+		h, _ = testHooks.LoadOrStore(d, new(hooks))
+	}
 	return h.(*hooks)
 }
 
