@@ -140,13 +140,13 @@ func (d *Driver) Path(name string) (string, error) {
 	if err := validate(name); err != nil {
 		return "", err
 	}
-	return d.path(name), nil
+	return d.path(name, Suffix), nil
 }
 
-// path returns the lock file of a valid name, in one allocation.
-func (d *Driver) path(name string) string {
+// path returns the file of a valid name with suffix, in one allocation.
+func (d *Driver) path(name, suffix string) string {
 	var b strings.Builder
-	b.Grow(len(d.dir) + 1 + len(name) + len(Suffix))
+	b.Grow(len(d.dir) + 1 + len(name) + len(suffix))
 	b.WriteString(d.dir)
 	b.WriteByte(filepath.Separator)
 	for i := 0; i < len(name); i++ {
@@ -156,7 +156,7 @@ func (d *Driver) path(name string) string {
 		}
 		b.WriteByte(c)
 	}
-	b.WriteString(Suffix)
+	b.WriteString(suffix)
 	return b.String()
 }
 

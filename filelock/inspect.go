@@ -178,19 +178,11 @@ func probe(path string) (bool, error) {
 		return false, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer closeFD(fd)
-	for {
-		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
-		switch err {
-		case nil:
-			_ = syscall.Flock(fd, syscall.LOCK_UN)
-			return false, nil
-		case syscall.EWOULDBLOCK:
-			return true, nil
-		case syscall.EINTR:
-			continue
-		}
-		return false, fmt.Errorf("flock: %w", err)
+	free, err := tryFlock(fd, true)
+	if free {
+		funlock(fd)
 	}
+	return !free && err == nil, err
 }
 
 var _ driver.Inspector = (*Driver)(nil)

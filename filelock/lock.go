@@ -10,34 +10,134 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// TryLock implements driver.Driver: one non-blocking flock. A lock held by
-// another owner gives a *driver.HeldError with no Remaining: a flock has
-// no expiry, it is held until released or its holder's process ends.
+// TryLock implements driver.Driver: one non-blocking attempt (for a
+// mutex, one flock). A lock held by another owner gives a
+// *driver.HeldError with no Remaining: a flock has no expiry, it is held
+// until released or its holder's process ends.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if err := validate(r.Name); err != nil {
+	a, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkMode(r); err != nil {
+	defer a.close()
+	why, g, err := a.step(ctx)
+	switch {
+	case err != nil:
 		return driver.Grant{}, err
-	}
-	if d.isClosed() {
-		return driver.Grant{}, driver.ErrClosed
-	}
-	if r.Mode != driver.Exclusive {
-		return d.tryRW(ctx, r)
-	}
-	start := time.Now()
-	path := d.path(r.Name)
-	lf := lockFile{fd: -1}
-	ok, err := d.attempt(&lf, path)
-	if err != nil || !ok {
-		lf.close()
-		if err != nil {
-			return driver.Grant{}, err
-		}
+	case why != stepTaken:
 		return driver.Grant{}, &driver.HeldError{Name: r.Name}
 	}
-	return d.grant(&lf, r, path, start)
+	return g, nil
+}
+
+// An acquisition is one request, resolved at the driver's entry (TryLock,
+// Lock) into the files it locks and how, from its first attempt to its
+// last. Its files stay open meanwhile, so that its attempts make no close
+// events that would wake the other waiters for nothing.
+type acquisition struct {
+	d *Driver
+	r driver.Request
+	// path is the lock file. A readers-writer lock also has the writers'
+	// gate and the token file (see rw.go); a mutex keeps its token in its
+	// lock file, and gatePath is "".
+	path, gatePath, seqPath string
+	shared                  bool // a reader: LOCK_SH
+	lock, gate              lockFile
+	gated                   bool // a writer holding the gate
+}
+
+// resolve checks r and resolves it into an acquisition.
+func (d *Driver) resolve(r driver.Request) (acquisition, error) {
+	a := acquisition{d: d, r: r, lock: lockFile{fd: -1}, gate: lockFile{fd: -1}}
+	if err := validate(r.Name); err != nil {
+		return a, err
+	}
+	switch r.Mode {
+	case driver.Exclusive:
+		a.path = d.path(r.Name, Suffix)
+	case driver.Read, driver.Write:
+		a.path, a.gatePath, a.seqPath = d.path(r.Name, RWSuffix), d.path(r.Name, GateSuffix), d.path(r.Name, SeqSuffix)
+		a.shared = r.Mode == driver.Read
+	default:
+		return a, fmt.Errorf("filelock: %q: %w: %v locks", r.Name, driver.ErrUnsupported, r.Mode)
+	}
+	if d.isClosed() {
+		return a, driver.ErrClosed
+	}
+	return a, nil
+}
+
+// close drops what the acquisition still holds; a writer's gate wakes the
+// readers and writers that wait for it.
+func (a *acquisition) close() {
+	a.lock.close()
+	if a.gate.fd >= 0 {
+		unlockClose(a.gate.fd)
+		a.gate.fd, a.gated = -1, false
+		notify(a.gatePath)
+	}
+}
+
+// Why a step did not take the lock.
+const (
+	stepTaken   = iota
+	stepGated   // a writer waits or is about to: wait for the gate
+	stepPassing // readers pass the gate: retry soon
+	stepHeld    // the lock is held: wait for it
+)
+
+// step makes one attempt. A mutex takes its lock file exclusively. A
+// reader passes the gate (LOCK_SH, which fails while a writer waits) and,
+// still in it, takes the lock shared; a writer takes the gate
+// exclusively, keeps it across attempts, and then takes the lock
+// exclusively. Either then advances the token.
+func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
+	start := time.Now()
+	if a.gatePath != "" && !a.gated {
+		ok, err := a.d.attempt(&a.gate, a.gatePath, a.shared)
+		if err != nil {
+			return 0, driver.Grant{}, err
+		}
+		if !ok {
+			if !a.shared && a.gate.fd >= 0 {
+				// Readers passing the gate hold it shared for an instant;
+				// a writer waiting in it holds it exclusively.
+				if ok, _ := tryFlock(a.gate.fd, true); ok {
+					funlock(a.gate.fd)
+					return stepPassing, driver.Grant{}, nil
+				}
+			}
+			return stepGated, driver.Grant{}, nil
+		}
+		a.gated = !a.shared
+	}
+	ok, err := a.d.attempt(&a.lock, a.path, a.shared)
+	if err == nil && ok {
+		var tok uint64
+		if a.seqPath == "" {
+			tok, err = a.d.advance(a.lock.fd, a.path)
+		} else {
+			tok, err = a.d.rwToken(ctx, a.seqPath)
+		}
+		if err == nil {
+			if a.shared {
+				funlock(a.gate.fd)
+			}
+			g, err := a.d.grant(a, start, tok)
+			a.close()
+			return stepTaken, g, err
+		}
+		unlockClose(a.lock.fd)
+		a.lock.fd = -1
+		notify(a.path)
+	}
+	if a.shared {
+		funlock(a.gate.fd)
+	}
+	if err != nil {
+		return 0, driver.Grant{}, err
+	}
+	return stepHeld, driver.Grant{}, nil
 }
 
 // lockFile is an open lock file and the identity it had when opened.
@@ -61,22 +161,17 @@ const maxReopen = 100
 // check that the path still names the locked file.
 var testHookLocked func(path string)
 
-// attempt makes one non-blocking attempt to lock the file at path through
-// lf, opening it if lf has none. It returns true when lf holds the flock
-// on the file that path names. Otherwise lf stays open on that file, ready
-// for the next attempt.
+// attempt makes one non-blocking attempt to lock the file at path, shared
+// (LOCK_SH) or exclusively, through lf, opening it if lf has none. It
+// returns true when lf holds the flock on the file that path names.
+// Otherwise lf stays open on that file, ready for the next attempt.
 //
 // A flock locks an inode, not a path: after it is granted, the path must
 // still name the locked inode. If the file was removed or replaced
 // meanwhile, the lock is worthless (another process can create and lock
 // the new file) and the attempt starts over on the file the path names
 // now.
-func (d *Driver) attempt(lf *lockFile, path string) (bool, error) {
-	return d.attemptHow(lf, path, false)
-}
-
-// attemptHow is attempt for a shared (LOCK_SH) or exclusive flock.
-func (d *Driver) attemptHow(lf *lockFile, path string, shared bool) (bool, error) {
+func (d *Driver) attempt(lf *lockFile, path string, shared bool) (bool, error) {
 	for range maxReopen {
 		if lf.fd < 0 {
 			fd, id, err := openFile(path, d.mode)
@@ -85,7 +180,7 @@ func (d *Driver) attemptHow(lf *lockFile, path string, shared bool) (bool, error
 			}
 			lf.fd, lf.id = fd, id
 		}
-		locked, err := tryFlockHow(lf.fd, shared)
+		locked, err := tryFlock(lf.fd, shared)
 		if err != nil {
 			return false, err
 		}
@@ -113,44 +208,39 @@ func (d *Driver) attemptHow(lf *lockFile, path string, shared bool) (bool, error
 	return false, fmt.Errorf("filelock: %s was removed or replaced %d times during one attempt", path, maxReopen)
 }
 
-// grant completes an acquisition whose flock lf holds: it advances the
-// fencing token in the file and records the lock. It takes lf's
-// descriptor: on return lf is empty, whatever the outcome.
-func (d *Driver) grant(lf *lockFile, r driver.Request, path string, start time.Time) (driver.Grant, error) {
-	fd := lf.fd
-	lf.fd = -1
+// advance advances the fencing token in the file fd (at path) holds, with
+// one read and one write (and an fsync with Options.Sync).
+func (d *Driver) advance(fd int, path string) (uint64, error) {
 	var buf [tokenLen]byte
 	n, err := readAt(fd, buf[:])
 	if err != nil {
-		unlockClose(fd)
-		return driver.Grant{}, fmt.Errorf("filelock: read %s: %w", path, err)
+		return 0, fmt.Errorf("filelock: read %s: %w", path, err)
 	}
 	tok := nextToken(buf[:n], time.Now())
 	formatToken(&buf, tok)
 	if err := writeAt(fd, buf[:], d.sync); err != nil {
-		unlockClose(fd)
-		return driver.Grant{}, fmt.Errorf("filelock: write %s: %w", path, err)
+		return 0, fmt.Errorf("filelock: write %s: %w", path, err)
 	}
-	lf.fd = fd
-	return d.grantFD(lf, r, path, start, tok)
+	return tok, nil
 }
 
-// grantFD records the lock whose flock lf holds, with token tok. It takes
-// lf's descriptor: on return lf is empty, whatever the outcome.
-func (d *Driver) grantFD(lf *lockFile, r driver.Request, path string, start time.Time, tok uint64) (driver.Grant, error) {
-	fd := lf.fd
-	lf.fd = -1
-	h := &held{name: r.Name, mode: r.Mode, path: path, fd: fd, id: lf.id}
+// grant records the lock whose flock a.lock holds, with token tok. It
+// takes a.lock's descriptor: on return a.lock is empty, whatever the
+// outcome.
+func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Grant, error) {
+	fd := a.lock.fd
+	a.lock.fd = -1
+	h := &held{name: a.r.Name, mode: a.r.Mode, path: a.path, fd: fd, id: a.lock.id}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		unlockClose(fd)
-		notify(path)
+		notify(a.path)
 		return driver.Grant{}, driver.ErrClosed
 	}
-	d.held[r.Owner] = h
+	d.held[a.r.Owner] = h
 	d.mu.Unlock()
-	return driver.Grant{Token: tok, Expires: start.Add(r.TTL)}, nil
+	return driver.Grant{Token: tok, Expires: start.Add(a.r.TTL)}, nil
 }
 
 // Refresh implements driver.Driver. A flock does not expire, so there is
@@ -167,18 +257,17 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	if h == nil || h.name != r.Name || h.mode != r.Mode {
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
-	cur, err := pathID(h.path)
+	replaced, err := h.check()
 	switch {
-	case err == nil && cur == h.id:
+	case err == nil:
 		return now.Add(r.TTL), nil
-	case err == nil || errors.Is(err, fs.ErrNotExist):
+	case replaced:
 		if mine := d.take(r); mine != nil {
 			unlockClose(mine.fd)
 		}
-		return time.Time{}, fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, r.Name, h.path)
-	default:
-		return time.Time{}, fmt.Errorf("filelock: refresh %q: %w", r.Name, err)
+		return time.Time{}, err
 	}
+	return time.Time{}, fmt.Errorf("filelock: refresh %q: %w", r.Name, err)
 }
 
 // Unlock implements driver.Driver: it drops the flock and closes the file,
@@ -193,17 +282,27 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
-	cur, err := pathID(h.path)
+	replaced, err := h.check()
 	unlockClose(h.fd)
 	notify(h.path)
-	switch {
-	case err == nil && cur == h.id:
-		return nil
-	case err == nil || errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, r.Name, h.path)
-	default:
+	if err != nil && !replaced {
 		return fmt.Errorf("filelock: unlock %q: the lock was dropped, but its file could not be checked: %w", r.Name, err)
 	}
+	return err
+}
+
+// check returns nil while h's path still names the file it locked; an
+// error wrapping driver.ErrNotHeld, with replaced set, once that file was
+// removed or replaced; else the error of the look at the path.
+func (h *held) check() (replaced bool, err error) {
+	cur, err := pathID(h.path)
+	switch {
+	case err == nil && cur == h.id:
+		return false, nil
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		return true, fmt.Errorf("%w: %q: its lock file %s was removed or replaced", driver.ErrNotHeld, h.name, h.path)
+	}
+	return false, err
 }
 
 // take removes and returns r's lock, or nil if r does not hold it.

@@ -78,10 +78,10 @@ func pathID(path string) (fileID, error) {
 	}
 }
 
-// tryFlockHow takes a shared or an exclusive flock on fd without
+// tryFlock takes a shared or an exclusive flock on fd without
 // blocking; it converts a flock fd already has. It returns false when
 // another open file description holds a conflicting one.
-func tryFlockHow(fd int, shared bool) (bool, error) {
+func tryFlock(fd int, shared bool) (bool, error) {
 	how := syscall.LOCK_EX
 	if shared {
 		how = syscall.LOCK_SH

@@ -9,7 +9,7 @@ type fileID struct{ dev, ino uint64 }
 
 func openFile(string, uint32) (int, fileID, error) { return -1, fileID{}, errUnsupported }
 func pathID(string) (fileID, error)                { return fileID{}, errUnsupported }
-func tryFlockHow(int, bool) (bool, error)          { return false, errUnsupported }
+func tryFlock(int, bool) (bool, error)             { return false, errUnsupported }
 func funlock(int)                                  {}
 func unlockClose(int)                              {}
 func closeFD(int)                                  {}

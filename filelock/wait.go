@@ -40,32 +40,16 @@ var (
 // When ctx ends, Lock returns ctx's error at once and leaves nothing held
 // or queued: the waiter only ever held an open file.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	if err := validate(r.Name); err != nil {
+	a, err := d.resolve(r)
+	if err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkMode(r); err != nil {
-		return driver.Grant{}, err
-	}
-	if r.Mode != driver.Exclusive {
-		return d.lockRW(ctx, r)
-	}
-	path := d.path(r.Name)
-	// The file stays open from the first attempt to the last: closing it
-	// would wake the other waiters for nothing.
-	lf := lockFile{fd: -1}
-	defer lf.close()
-	if d.isClosed() {
-		return driver.Grant{}, driver.ErrClosed
-	}
-	start := time.Now()
-	yield := starving(path, start)
+	defer a.close()
+	yield := a.gatePath == "" && starving(a.path, time.Now())
 	if !yield {
-		ok, err := d.attempt(&lf, path)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if ok {
-			return d.grant(&lf, r, path, start)
+		why, g, err := a.step(ctx)
+		if err != nil || why == stepTaken {
+			return g, err
 		}
 	}
 
@@ -80,10 +64,16 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if closed {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	w := addWaiter(path, d.dir)
+	w := addWaiter(a.path, d.dir)
 	defer removeWaiter(w)
+	events, gateWake := w.events, (<-chan struct{})(nil)
+	if a.gatePath != "" {
+		wg := addWaiter(a.gatePath, d.dir)
+		defer removeWaiter(wg)
+		events, gateWake = events && wg.events, wg.wake
+	}
 	maxDelay := maxBackstop
-	if !w.events {
+	if !events {
 		maxDelay = maxBackstopBlind
 	}
 	delay := minBackstop
@@ -93,21 +83,23 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		if err := ctx.Err(); err != nil {
 			return driver.Grant{}, err
 		}
+		why := stepHeld
 		if yield {
 			// Let the starving waiters try first; a wake-up or the backstop
 			// brings this one back.
 			yield = false
 		} else {
-			start := time.Now()
-			ok, err := d.attempt(&lf, path)
-			if err != nil {
-				return driver.Grant{}, err
-			}
-			if ok {
-				return d.grant(&lf, r, path, start)
+			var g driver.Grant
+			why, g, err = a.step(ctx)
+			if err != nil || why == stepTaken {
+				return g, err
 			}
 		}
-		timer.Reset(delay)
+		wait := delay
+		if why == stepPassing {
+			wait = passingRetry
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return driver.Grant{}, ctx.Err()
@@ -115,8 +107,16 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			return driver.Grant{}, driver.ErrClosed
 		case <-w.wake:
 			delay = minBackstop
+		case <-gateWake:
+			delay = minBackstop
 		case <-timer.C:
-			delay = min(2*delay, maxDelay)
+			if why != stepPassing {
+				delay = min(2*delay, maxDelay)
+			}
 		}
 	}
 }
+
+// passingRetry is how soon a writer tries the gate again when readers
+// were passing it.
+const passingRetry = 100 * time.Microsecond

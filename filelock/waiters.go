@@ -1,6 +1,7 @@
 package filelock
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,15 +53,7 @@ func addWaiter(path, dir string) *waiter {
 // removeWaiter unregisters w.
 func removeWaiter(w *waiter) {
 	reg.mu.Lock()
-	ws := reg.byPath[w.path]
-	for i, x := range ws {
-		if x == w {
-			ws[i] = ws[len(ws)-1]
-			ws[len(ws)-1] = nil
-			ws = ws[:len(ws)-1]
-			break
-		}
-	}
+	ws := slices.DeleteFunc(reg.byPath[w.path], func(x *waiter) bool { return x == w })
 	if len(ws) == 0 {
 		delete(reg.byPath, w.path)
 	} else {

@@ -29,20 +29,29 @@ import (
 // leader, see sync): what it returns is at least as recent as every
 // change made before it was called, by any client. Three round trips when someone leads.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
+	_, info, _, err := d.syncedLeader(ctx, d.dir(driver.Leader, name), false)
+	return info, err
+}
+
+// syncedLeader reads the leader of the election whose znode is dir, with
+// readLeader, after a sync, on the driver's session, which it returns.
+func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*session, driver.LeaderInfo, <-chan zk.Event, error) {
 	s, err := d.ready(ctx)
 	if err != nil {
-		return driver.LeaderInfo{}, err
+		return nil, driver.LeaderInfo{}, nil, err
 	}
-	dir := d.dir(driver.Leader, name)
-	var info driver.LeaderInfo
+	var r struct { // one allocation for what the call's closure sets
+		info driver.LeaderInfo
+		ev   <-chan zk.Event
+	}
 	err = d.call(ctx, func() (err error) {
 		if err := d.sync(s, dir); err != nil {
 			return err
 		}
-		info, _, err = d.readLeader(s, dir, false)
+		r.info, r.ev, err = d.readLeader(s, dir, watch)
 		return err
 	})
-	return info, err
+	return s, r.info, r.ev, err
 }
 
 // sync makes the server the session is connected to catch up with every
@@ -157,22 +166,8 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 // observer goes on with the next one; it stops, and closes the channel,
 // when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
-	s, err := d.ready(ctx)
-	if err != nil {
-		return nil, err
-	}
 	dir := d.dir(driver.Leader, name)
-	var (
-		info driver.LeaderInfo
-		ev   <-chan zk.Event
-	)
-	err = d.call(ctx, func() (err error) {
-		if err := d.sync(s, dir); err != nil {
-			return err
-		}
-		info, ev, err = d.readLeader(s, dir, true)
-		return err
-	})
+	s, info, ev, err := d.syncedLeader(ctx, dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +214,7 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 						return
 					}
 					d.log.Warn("zklock: observer cannot open a session", "election", dir, "error", err)
-					if !sleepCtx(ctx, pause) {
+					if !sleep(pause, ctx.Done()) {
 						return
 					}
 					pause = min(2*pause, time.Second)
@@ -245,7 +240,7 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 				// Not a connection loss (do retries those): an error the
 				// server gave, retried after a back-off.
 				d.log.Warn("zklock: observer cannot read the leader", "election", dir, "error", err)
-				if !sleepCtx(ctx, pause) {
+				if !sleep(pause, ctx.Done()) {
 					return
 				}
 				pause = min(2*pause, time.Second)
@@ -254,17 +249,5 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 		// The first value goes out whatever it is; later ones only when
 		// they differ from the last one the reader took.
 		pending = first || cur != sent
-	}
-}
-
-// sleepCtx pauses for d; it reports false if ctx ended meanwhile.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

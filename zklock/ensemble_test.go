@@ -36,13 +36,13 @@ func TestLeaderChange(t *testing.T) {
 		at    time.Time
 	}
 	var (
-		mu                  sync.Mutex
-		grants              []grant
-		holders, maxHolders atomic.Int32
-		acquireErrs, lost   atomic.Int32
-		lastErr             atomic.Value
-		stop                = make(chan struct{})
-		wg                  sync.WaitGroup
+		mu                sync.Mutex
+		grants            []grant
+		holders           peak
+		acquireErrs, lost atomic.Int32
+		lastErr           atomic.Value
+		stop              = make(chan struct{})
+		wg                sync.WaitGroup
 	)
 	for w := range workers {
 		l := lockers[w%len(lockers)]
@@ -62,14 +62,12 @@ func TestLeaderChange(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				n := holders.Add(1)
-				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-				}
+				holders.enter()
 				mu.Lock()
 				grants = append(grants, grant{lease.Token(), time.Now()})
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
-				holders.Add(-1)
+				holders.leave()
 				if err := lease.Release(ctx); err != nil {
 					if errors.Is(err, dlock.ErrLost) {
 						lost.Add(1)
@@ -155,7 +153,7 @@ func TestLeaderChange(t *testing.T) {
 	if after == 0 {
 		t.Error("no grant after the new leader's first")
 	}
-	if m := maxHolders.Load(); m > 1 {
+	if m := holders.max.Load(); m > 1 {
 		t.Errorf("holders gauge reached %d: mutual exclusion broken", m)
 	}
 	bad := 0

@@ -2,22 +2,24 @@ package zklock
 
 import "time"
 
+func init() { hooked.Store(true) }
+
 // Crash makes the driver stop as a crashed process would: its TCP
 // connection drops and no new one can be made, so its session is neither
 // closed nor kept alive, and the ensemble expires it after its timeout.
 func (d *Driver) Crash() {
-	d.refuse.Store(true)
+	d.hooks().refuse.Store(true)
 	d.Drop()
 }
 
 // Wakeups returns how many watch notifications the driver's waiters got.
-func (d *Driver) Wakeups() int64 { return d.wakeups.Load() }
+func (d *Driver) Wakeups() int64 { return d.hooks().wakeups.Load() }
 
 // Listings returns how many child listings the driver's acquisitions made.
-func (d *Driver) Listings() int64 { return d.listings.Load() }
+func (d *Driver) Listings() int64 { return d.hooks().listings.Load() }
 
 // Waiting returns how many of the driver's waiters have their watch set.
-func (d *Driver) Waiting() int64 { return d.waiting.Load() }
+func (d *Driver) Waiting() int64 { return d.hooks().waiting.Load() }
 
 // SessionInfo returns the current session's id, the timeout the server
 // granted, and the wall-clock instant at which the driver last knew the

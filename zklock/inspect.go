@@ -91,11 +91,7 @@ func (w *walk) dir(dir, name string, kind driver.Mode) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
-	var names []string
-	err := w.s.do(func() (err error) {
-		names, _, err = w.s.conn.Children(dir)
-		return err
-	})
+	names, err := w.s.listChildren(dir)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil // gone since its parent was listed, or never made
 	}
@@ -179,14 +175,7 @@ func (w *walk) holders(dir, name string, kind driver.Mode, locks []child) error 
 	}
 	for _, c := range locks[:held] {
 		p := dir + "/" + c.name
-		var (
-			st *zk.Stat
-			ok bool
-		)
-		err := w.s.do(func() (err error) {
-			ok, st, err = w.s.conn.Exists(p)
-			return err
-		})
+		ok, st, err := w.s.exists(p)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", p, err)
 		}

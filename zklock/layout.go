@@ -117,11 +117,27 @@ func formatOf(l Layout) (*format, error) {
 	return nil, fmt.Errorf("zklock: unknown layout %q (want %s, %s or %s)", l, LayoutDlock, LayoutCurator, LayoutKazoo)
 }
 
-// supports reports whether the layout has a format for mode m.
-func (f *format) supports(m driver.Mode) bool {
-	_, ok := f.dirs[m]
+// Supports implements driver.Moder: the ZooKeeper driver does every mode
+// (mutex, readers-writer lock, semaphore and election) in dlock's own
+// layout, and every mode but the semaphore in Curator's and kazoo's.
+func (d *Driver) Supports(m driver.Mode) bool {
+	_, ok := d.format.dirs[m]
 	return ok
 }
+
+// UnsupportedReason says why the driver lacks mode m ("" when it has it):
+// dlock adds it to the error of a request for that mode.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if d.Supports(m) {
+		return ""
+	}
+	if m == driver.Permit {
+		return fmt.Sprintf("the %s layout has no semaphore: the peer's semaphore recipe counts leases under a second lock, a format dlock does not share", d.format.layout)
+	}
+	return fmt.Sprintf("the %s layout has no %v", d.format.layout, m)
+}
+
+var _ driver.Unsupporter = (*Driver)(nil)
 
 // nodePath returns the path a node of the given kind and guid is created
 // with under parent; the server appends the sequence number. It is one

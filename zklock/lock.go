@@ -2,9 +2,12 @@ package zklock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -84,11 +87,50 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	if alone {
 		return d.grant(n), nil
 	}
-	switch n.mode {
-	case driver.Read, driver.Write, driver.Permit:
-		return d.queueShared(ctx, n, wait)
-	}
 	return d.queue(ctx, n, wait)
+}
+
+// newNode resolves an acquisition r, on session s, into its node before
+// its creation: every later step reads the node, not r.
+func (d *Driver) newNode(s *session, r driver.Request) (*node, error) {
+	dir, ok := d.format.dirs[r.Mode]
+	if !ok {
+		return nil, fmt.Errorf("zklock: %q: mode %v in the %s layout: %w", r.Name, r.Mode, d.format.layout, driver.ErrUnsupported)
+	}
+	n := &node{s: s, name: r.Name, owner: r.Owner, guid: guidFor(r.Owner), mode: r.Mode,
+		parent: d.prefix + dir + r.Name, kind: d.format.kinds[r.Mode]}
+	switch r.Mode {
+	case driver.Permit:
+		if r.Limit < 1 {
+			return nil, fmt.Errorf("zklock: semaphore %q: limit %d, want at least 1", r.Name, r.Limit)
+		}
+		n.limit = r.Limit
+	case driver.Leader:
+		n.data = []byte(r.Value)
+	}
+	return n, nil
+}
+
+// guidFor returns the guid of an acquisition: the owner value when it is 32
+// lower-case hex digits, else a random one.
+func guidFor(owner string) string {
+	if len(owner) == guidLen && strings.Trim(owner, "0123456789abcdef") == "" {
+		return owner
+	}
+	var b [guidLen / 2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return hex.EncodeToString(b[:])
+}
+
+// holdsAlone reports whether n holds its lock from its creation, judged by
+// the number of its parent's children just after: alone, or for a
+// semaphore among at most limit. The count includes the containers of
+// longer names, so it can only err on the side of looking further.
+func (n *node) holdsAlone() bool {
+	if n.mode == driver.Permit {
+		return n.count <= n.limit
+	}
+	return n.count == 1
 }
 
 // createCtx is create, bounded by ctx: when ctx ends first, the node the
@@ -185,11 +227,7 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 // find looks for n's node by its guid after a lost creation reply; when
 // found it fills in n's path and token.
 func (d *Driver) find(n *node) (bool, error) {
-	var names []string
-	err := n.s.do(func() (err error) {
-		names, _, err = n.s.conn.Children(n.parent)
-		return err
-	})
+	names, err := n.s.listChildren(n.parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil
 	}
@@ -200,13 +238,9 @@ func (d *Driver) find(n *node) (bool, error) {
 		if c.guid != n.guid {
 			continue
 		}
-		var st *zk.Stat
-		var ok bool
 		p := n.parent + "/" + c.name
-		if err := n.s.do(func() (err error) {
-			ok, st, err = n.s.conn.Exists(p)
-			return err
-		}); err != nil {
+		ok, st, err := n.s.exists(p)
+		if err != nil {
 			return false, err
 		}
 		if !ok {

@@ -1,8 +1,6 @@
 package zklock
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,17 +63,6 @@ func (n *node) lose() {
 	if n.gone.CompareAndSwap(false, true) {
 		n.notice.Signal()
 	}
-}
-
-// guidFor returns the guid of an acquisition: the owner value when it is 32
-// lower-case hex digits, else a random one.
-func guidFor(owner string) string {
-	if len(owner) == guidLen && strings.Trim(owner, "0123456789abcdef") == "" {
-		return owner
-	}
-	var b [guidLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
-	return hex.EncodeToString(b[:])
 }
 
 // child is a lock node in a listing.

@@ -11,9 +11,10 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// queue finds n's place among the parent's lock nodes. First in line, it
-// holds the lock. Otherwise TryLock gives up, and Lock watches the node just
-// before its own and waits.
+// queue finds n's place among the parent's lock nodes, in every mode: n's
+// plan tells whether it holds the lock, and if not which single node it
+// waits for (or, for the first waiter of a semaphore, any change of the
+// children). TryLock gives up where Lock would wait.
 func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, error) {
 	var own <-chan zk.Event // n's node watch, set before waiting
 	for {
@@ -22,87 +23,158 @@ func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, e
 			d.discard(n, true)
 			return driver.Grant{}, err
 		}
-		i := -1
-		for j, c := range locks {
-			switch {
-			case c.name == n.base():
-				i = j
-			case c.guid == n.guid && n.recovered:
-				// A second node of ours, from a create whose lost reply
-				// was applied after all.
-				d.removeStray(n.s, n.parent+"/"+c.name)
-			}
-		}
+		i := d.place(n, locks)
 		if i < 0 {
 			d.discard(n, false)
 			return driver.Grant{}, errRequeue // taken away while queued
 		}
-		if i == 0 {
-			return d.grant(n), nil
+		p := n.planFor(locks, i)
+		if p.hold {
+			return d.grantQueued(ctx, n)
 		}
 		if !wait {
 			d.discard(n, true)
 			return driver.Grant{}, &driver.HeldError{Name: n.name}
 		}
 		if own == nil {
-			if own, err = d.watchCtx(ctx, n.s, n.path); err != nil {
+			if _, own, err = d.watchCtx(ctx, n.s, n.path); err != nil {
 				d.discard(n, true)
 				return driver.Grant{}, requeueIfGone(err)
 			}
 		}
-		granted, err := d.wait(ctx, n, n.parent+"/"+locks[i-1].name, i == 1, own)
+		var granted bool
+		if p.children {
+			granted, err = d.waitChildren(ctx, n, own)
+		} else {
+			granted, err = d.waitNode(ctx, n, p, own)
+		}
 		if err != nil {
 			d.discard(n, true)
 			return driver.Grant{}, err
 		}
 		if granted {
-			return d.grant(n), nil
+			return d.grantQueued(ctx, n)
 		}
 	}
 }
 
-// wait waits for the node pred, just before n's, to go. When pred was first
-// in line (n's listing said so, or pred's data changed, which only a
-// holder's release does), n is now first: no other node can have slipped in
-// before it, since sequence numbers only grow, so n holds the lock without
-// listing the children again (granted). Otherwise (a waiter before n gave
-// up, or an operator deleted pred) n must look again.
-func (d *Driver) wait(ctx context.Context, n *node, pred string, head bool, own <-chan zk.Event) (granted bool, err error) {
+// place returns n's index in locks, or -1 when its node is not there. It
+// removes the second node of a recovered creation on the way.
+func (d *Driver) place(n *node, locks []child) int {
+	i := -1
+	for j, c := range locks {
+		switch {
+		case c.name == n.base():
+			i = j
+		case c.guid == n.guid && n.recovered:
+			d.removeStray(n.s, n.parent+"/"+c.name)
+		}
+	}
+	return i
+}
+
+// waitNode waits for the node p.watch to go or change. granted reports
+// that n holds the lock now (by p.last or p.released); otherwise n must
+// look at the children again.
+func (d *Driver) waitNode(ctx context.Context, n *node, p plan, own <-chan zk.Event) (granted bool, err error) {
+	st, ev, err := d.watchCtx(ctx, n.s, n.parent+"/"+p.watch.name)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return settle(p.last, own)
+	case err != nil:
+		return false, err
+	case p.granted && st.Version > 0:
+		return false, nil // it got its permit before the watch was set
+	}
+	e, err := d.await(ctx, n, ev, own)
+	if err != nil {
+		return false, err
+	}
+	switch e.Type {
+	case zk.EventNodeDeleted:
+		return settle(p.last, own)
+	case zk.EventNodeDataChanged:
+		return settle(p.last || p.released && d.format.marks, own)
+	}
+	return false, nil
+}
+
+// waitChildren waits, with a child watch on n's parent, until n's plan
+// says it holds the lock (granted), or says to wait for a single node
+// (then n looks again).
+func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event) (granted bool, err error) {
 	for {
-		ev, err := d.watchCtx(ctx, n.s, pred)
+		var (
+			names []string
+			ev    <-chan zk.Event
+		)
+		d.listed()
+		err := d.call(ctx, func() error {
+			return n.s.do(func() (err error) {
+				names, _, ev, err = n.s.conn.ChildrenW(n.parent)
+				return err
+			})
+		})
 		if errors.Is(err, zk.ErrNoNode) {
-			return settle(head, own)
+			return false, errRequeue // the parent is gone, and n's node with it
 		}
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("zklock: list %s: %w", n.parent, err)
 		}
-		e, err := d.await(ctx, n, ev, own)
-		if err != nil {
-			return false, err
+		locks := d.format.queueOf(names, n.mode)
+		i := d.place(n, locks)
+		if i < 0 {
+			return false, errRequeue
 		}
-		switch e.Type {
-		case zk.EventNodeDeleted:
-			return settle(head, own)
-		case zk.EventNodeDataChanged:
-			// In dlock's layout only a holder's release sets a lock node's
-			// data, in the transaction that deletes it: pred was first in
-			// line. In a peer's, the data says nothing: watch again.
-			if d.format.marks {
-				return settle(true, own)
-			}
+		p := n.planFor(locks, i)
+		if p.hold {
+			return true, nil
+		}
+		if !p.children {
+			return false, nil
+		}
+		if _, err := d.await(ctx, n, ev, own); err != nil {
+			return false, err
 		}
 	}
 }
 
-// await waits, counted in d.waiting, for the watch event ev. It returns
+// grantQueued grants n after its listing or its wait said it holds the
+// lock. A permit holder first marks its node (see semaphore.go), which
+// tells the waiter behind it to look again. The mark's own notification
+// comes before its reply, so before grant records n: it does not end the
+// lock (see nodeEvent).
+func (d *Driver) grantQueued(ctx context.Context, n *node) (driver.Grant, error) {
+	if n.mode == driver.Permit {
+		if err := d.mark(ctx, n); err != nil {
+			d.discard(n, true)
+			return driver.Grant{}, err
+		}
+	}
+	return d.grant(n), nil
+}
+
+// listed counts a child listing in the test hooks.
+func (d *Driver) listed() {
+	if h := d.hooks(); h != nil {
+		h.listings.Add(1)
+	}
+}
+
+// await waits, counted in the test hooks, for the watch event ev. It returns
 // errRequeue when the session is ending (the watch reports it, or n.s
 // ends) or n's own node went (own), and ctx's error when ctx ends first.
 func (d *Driver) await(ctx context.Context, n *node, ev, own <-chan zk.Event) (zk.Event, error) {
-	d.waiting.Add(1)
-	defer d.waiting.Add(-1)
+	h := d.hooks()
+	if h != nil {
+		h.waiting.Add(1)
+		defer h.waiting.Add(-1)
+	}
 	select {
 	case e := <-ev:
-		d.wakeups.Add(1)
+		if h != nil {
+			h.wakeups.Add(1)
+		}
 		if e.Type == zk.EventNotWatching {
 			return e, errRequeue
 		}
@@ -130,13 +202,11 @@ func settle(head bool, own <-chan zk.Event) (granted bool, err error) {
 
 // list returns the lock nodes of n's parent, in queue order.
 func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
-	d.listings.Add(1)
+	d.listed()
 	var names []string
-	err := d.call(ctx, func() error {
-		return n.s.do(func() (err error) {
-			names, _, err = n.s.conn.Children(n.parent)
-			return err
-		})
+	err := d.call(ctx, func() (err error) {
+		names, err = n.s.listChildren(n.parent)
+		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil // the parent is gone, and n's node with it
@@ -149,15 +219,18 @@ func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
 
 // watchCtx sets a data watch on p (a node that is gone gets none: unlike
 // an exists watch, it leaves nothing behind on the server).
-func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (<-chan zk.Event, error) {
-	var ev <-chan zk.Event
+func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, <-chan zk.Event, error) {
+	var w struct { // one allocation for what the call's closure sets
+		st *zk.Stat
+		ev <-chan zk.Event
+	}
 	err := d.call(ctx, func() error {
 		return s.do(func() (err error) {
-			_, _, ev, err = s.conn.GetW(p)
+			_, w.st, w.ev, err = s.conn.GetW(p)
 			return err
 		})
 	})
-	return ev, err
+	return w.st, w.ev, err
 }
 
 // requeueIfGone turns "n's node is gone" into errRequeue.
@@ -222,7 +295,7 @@ func (d *Driver) guard(n *node) {
 	if n.gone.Load() {
 		return
 	}
-	if _, err := d.watchCtx(context.Background(), n.s, n.path); errors.Is(err, zk.ErrNoNode) {
+	if _, _, err := d.watchCtx(context.Background(), n.s, n.path); errors.Is(err, zk.ErrNoNode) {
 		d.forget(n)
 	}
 }
@@ -238,17 +311,4 @@ func (d *Driver) nodeEvent(path string) {
 	if n != nil {
 		d.bg.Go(func() { d.forget(n) })
 	}
-}
-
-// forget drops n from the held locks and ends it.
-func (d *Driver) forget(n *node) {
-	d.mu.Lock()
-	if d.held[n.owner] == n {
-		delete(d.held, n.owner)
-	}
-	if d.byPath[n.path] == n {
-		delete(d.byPath, n.path)
-	}
-	d.mu.Unlock()
-	n.lose()
 }

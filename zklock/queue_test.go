@@ -15,15 +15,51 @@ import (
 	"github.com/dlockgo/dlock/zklock"
 )
 
+// A fixture is the start of a test: a context that ends after its limit, a
+// fresh prefix on the servers, and an admin connection to look at the tree.
+type fixture struct {
+	t       testing.TB
+	ctx     context.Context
+	servers []string
+	prefix  string
+	adm     *admin
+}
+
+// newFixture starts a test on the standalone server.
+func newFixture(t testing.TB, limit time.Duration) *fixture {
+	return newFixtureOn(t, []string{testenv.ZKAddr(t)}, limit)
+}
+
+// newFixtureOn starts a test on servers.
+func newFixtureOn(t testing.TB, servers []string, limit time.Duration) *fixture {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, servers: servers, prefix: testPrefix(), adm: newAdmin(t, servers)}
+}
+
+// locker returns a Locker of its own under the fixture's prefix, with a
+// session timeout of 5 s.
+func (f *fixture) locker() (*dlock.Locker, *zklock.Driver) {
+	return newLocker(f.t, f.servers, f.prefix, 5*time.Second)
+}
+
+// peak counts the holders of a lock, and the most that held it at once.
+type peak struct{ cur, max atomic.Int32 }
+
+func (p *peak) enter() {
+	n := p.cur.Add(1)
+	for m := p.max.Load(); n > m && !p.max.CompareAndSwap(m, n); m = p.max.Load() {
+	}
+}
+
+func (p *peak) leave() { p.cur.Add(-1) }
+
 // TestFIFO queues 10 waiters in a known order behind a holder; they
 // acquire in that order.
 func TestFIFO(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	holder, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 60*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
+	holder, _ := f.locker()
 	lease, err := holder.Acquire(ctx, "fifo")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +71,7 @@ func TestFIFO(t *testing.T) {
 		wg    sync.WaitGroup
 	)
 	for i := range waiters {
-		l, _ := newLocker(t, servers, prefix, 5*time.Second)
+		l, _ := f.locker()
 		wg.Go(func() {
 			lease, err := l.Acquire(ctx, "fifo")
 			if err != nil {
@@ -63,12 +99,9 @@ func TestFIFO(t *testing.T) {
 // TestNoHerd queues 20 waiters; each release wakes exactly one of them,
 // which then holds the lock without reading the children again.
 func TestNoHerd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	holder, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 60*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
+	holder, _ := f.locker()
 	lease, err := holder.Acquire(ctx, "herd")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +110,7 @@ func TestNoHerd(t *testing.T) {
 	drivers := make([]*zklock.Driver, waiters)
 	lockers := make([]*dlock.Locker, waiters)
 	for i := range waiters {
-		lockers[i], drivers[i] = newLocker(t, servers, prefix, 5*time.Second)
+		lockers[i], drivers[i] = f.locker()
 	}
 	sum := func(f func(*zklock.Driver) int64) (n int64) {
 		for _, d := range drivers {
@@ -144,14 +177,11 @@ func TestNoHerd(t *testing.T) {
 // TryAcquire and Acquire, and once more after the name's znode was removed
 // as empty and created again: tokens strictly increase throughout.
 func TestTokensIncrease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
+	f := newFixture(t, 60*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	var lockers []*dlock.Locker
 	for range 3 {
-		l, _ := newLocker(t, servers, prefix, 5*time.Second)
+		l, _ := f.locker()
 		lockers = append(lockers, l)
 	}
 	var last uint64
@@ -192,12 +222,10 @@ func TestTokensIncrease(t *testing.T) {
 // TestNestedNames: "a" and "a/b" are different locks, though a's znode is
 // b's parent.
 func TestNestedNames(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	a, _ := newLocker(t, servers, prefix, 5*time.Second)
-	b, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 30*time.Second)
+	ctx := f.ctx
+	a, _ := f.locker()
+	b, _ := f.locker()
 	child, err := a.Acquire(ctx, "nest/child")
 	if err != nil {
 		t.Fatal(err)
@@ -225,13 +253,10 @@ func TestNestedNames(t *testing.T) {
 // TestGivingUpLeavesNoNode: a TryAcquire that fails, and an Acquire whose
 // context ends during the wait, remove their nodes before they return.
 func TestGivingUpLeavesNoNode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	a, _ := newLocker(t, servers, prefix, 5*time.Second)
-	b, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 30*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
+	a, _ := f.locker()
+	b, _ := f.locker()
 	lease, err := a.Acquire(ctx, "give-up")
 	if err != nil {
 		t.Fatal(err)
@@ -274,19 +299,16 @@ func TestGivingUpLeavesNoNode(t *testing.T) {
 // the waiter queues again rather than taking the lock with a node that no
 // longer exists (which would let the next waiter in too).
 func TestWaiterNodeTakenAway(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	a, _ := newLocker(t, servers, prefix, 5*time.Second)
-	b, _ := newLocker(t, servers, prefix, 5*time.Second)
-	c, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 30*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
+	a, _ := f.locker()
+	b, _ := f.locker()
+	c, _ := f.locker()
 	held, err := a.Acquire(ctx, "waiter-gone")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var holders, maxHolders atomic.Int32
+	var holders peak
 	var wg sync.WaitGroup
 	take := func(l *dlock.Locker, who string) {
 		lease, err := l.Acquire(ctx, "waiter-gone")
@@ -294,11 +316,9 @@ func TestWaiterNodeTakenAway(t *testing.T) {
 			t.Errorf("%s: %v", who, err)
 			return
 		}
-		n := holders.Add(1)
-		for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-		}
+		holders.enter()
 		time.Sleep(300 * time.Millisecond)
-		holders.Add(-1)
+		holders.leave()
 		_ = lease.Release(ctx)
 	}
 	wg.Go(func() { take(b, "b") })
@@ -314,7 +334,7 @@ func TestWaiterNodeTakenAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if m := maxHolders.Load(); m > 1 {
+	if m := holders.max.Load(); m > 1 {
 		t.Errorf("%d holders at once after a waiter's node was deleted", m)
 	}
 }

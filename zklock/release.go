@@ -69,11 +69,9 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
 	}
 	var ok bool
-	err := d.call(ctx, func() error {
-		return n.s.do(func() (err error) {
-			ok, _, err = n.s.conn.Exists(n.path)
-			return err
-		})
+	err := d.call(ctx, func() (err error) {
+		ok, _, err = n.s.exists(n.path)
+		return err
 	})
 	switch {
 	case errors.Is(err, errSessionEnded):
@@ -97,41 +95,27 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // predecessor was the holder, so that it holds the lock now without
 // listing the children. A waiter giving up just deletes its node.
 func (d *Driver) remove(n *node, released bool) (existed bool, err error) {
-	s := n.s
-	pause := 2 * time.Millisecond
 	lostReply := false
-	var ops []any
-	released = released && d.format.marks
-	if released {
-		ops = []any{&zk.SetDataRequest{Path: n.path, Version: -1}, &zk.DeleteRequest{Path: n.path, Version: -1}}
-	}
-	for {
-		var err error
-		if released {
-			_, err = s.conn.Multi(ops...)
+	err = n.s.do(func() (err error) {
+		if released && d.format.marks {
+			_, err = n.s.conn.Multi(&zk.SetDataRequest{Path: n.path, Version: -1}, &zk.DeleteRequest{Path: n.path, Version: -1})
 		} else {
-			err = s.conn.Delete(n.path, -1)
+			err = n.s.conn.Delete(n.path, -1)
 		}
-		switch {
-		case err == nil:
-			d.removeStrays(n)
-			return true, nil
-		case errors.Is(err, zk.ErrNoNode):
-			d.removeStrays(n)
-			return lostReply, nil
-		case s.ended() || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing):
-			<-s.waitEnd(err)
-			return false, s.endErr
-		case transient(err) && s.isEstablished():
-			lostReply = lostReply || !unsent(err)
-			if !s.sleep(pause) {
-				return false, s.endErr
-			}
-			pause = min(2*pause, 100*time.Millisecond)
-		default:
-			return false, fmt.Errorf("zklock: delete %s: %w", n.path, err)
-		}
+		lostReply = lostReply || transient(err) && !unsent(err)
+		return err
+	})
+	switch {
+	case err == nil:
+		d.removeStrays(n)
+		return true, nil
+	case errors.Is(err, zk.ErrNoNode):
+		d.removeStrays(n)
+		return lostReply, nil
+	case errors.Is(err, errSessionEnded):
+		return false, err
 	}
+	return false, fmt.Errorf("zklock: delete %s: %w", n.path, err)
 }
 
 // discard removes the node of an acquisition that gave up (or lost its
@@ -185,4 +169,17 @@ func (d *Driver) removeStray(s *session, p string) {
 	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, errSessionEnded) {
 		d.log.Warn("zklock: could not remove a stray lock node", "path", p, "error", err)
 	}
+}
+
+// forget drops n from the held locks and ends it.
+func (d *Driver) forget(n *node) {
+	d.mu.Lock()
+	if d.held[n.owner] == n {
+		delete(d.held, n.owner)
+	}
+	if d.byPath[n.path] == n {
+		delete(d.byPath, n.path)
+	}
+	d.mu.Unlock()
+	n.lose()
 }

@@ -21,13 +21,15 @@ package zklock
 // writer held the lock, so it was the lowest node: the waiter just behind
 // it, writer or reader, holds the lock now without listing the children.
 
-// writePlan is the plan of a writer at index i of locks.
+// writePlan is the plan of a writer at index i of locks, and of a mutex's
+// or an election's node, all of whose nodes are of one kind: a change of
+// the data of the node before it means that node held the lock.
 func writePlan(locks []child, i int) plan {
 	if i == 0 {
 		return plan{hold: true}
 	}
 	pred := locks[i-1]
-	return plan{watch: pred, last: i == 1, released: pred.kind == kindWrite}
+	return plan{watch: pred, last: i == 1, released: pred.kind != kindRead}
 }
 
 // readPlan is the plan of a reader at index i of locks.

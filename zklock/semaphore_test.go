@@ -1,11 +1,9 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +22,8 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 }
 
 func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	prefix := testPrefix()
+	f := newFixtureOn(t, servers, 90*time.Second)
+	ctx := f.ctx
 	const (
 		limit      = 3
 		goroutines = 32
@@ -34,13 +31,13 @@ func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
 	)
 	lockers := make([]*dlock.Locker, 4)
 	for i := range lockers {
-		lockers[i], _ = newLocker(t, servers, prefix, 5*time.Second)
+		lockers[i], _ = f.locker()
 	}
 	var (
-		holders, maxHolders atomic.Int32
-		mu                  sync.Mutex
-		tokens              []uint64
-		wg                  sync.WaitGroup
+		holders peak
+		mu      sync.Mutex
+		tokens  []uint64
+		wg      sync.WaitGroup
 	)
 	for g := range goroutines {
 		wg.Go(func() {
@@ -51,14 +48,12 @@ func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
 					t.Errorf("AcquirePermit: %v", err)
 					return
 				}
-				n := holders.Add(1)
-				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-				}
+				holders.enter()
 				mu.Lock()
 				tokens = append(tokens, lease.Token())
 				mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
-				holders.Add(-1)
+				holders.leave()
 				if err := lease.Release(ctx); err != nil {
 					t.Errorf("Release: %v", err)
 				}
@@ -66,7 +61,7 @@ func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
 		})
 	}
 	wg.Wait()
-	if m := maxHolders.Load(); m > limit {
+	if m := holders.max.Load(); m > limit {
 		t.Errorf("%d permits held at once, limit %d", m, limit)
 	} else if m < limit {
 		t.Errorf("at most %d permits held at once by %d contenders: the limit %d was never reached", m, goroutines, limit)
@@ -84,13 +79,10 @@ func testSemaphoreNeverOverLimit(t *testing.T, servers []string) {
 // leaves no node behind, and succeeds once one is given back; a semaphore
 // is not the mutex of the same name.
 func TestSemaphoreTry(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
-	a, _ := newLocker(t, servers, prefix, 5*time.Second)
-	b, _ := newLocker(t, servers, prefix, 5*time.Second)
+	f := newFixture(t, 30*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
+	a, _ := f.locker()
+	b, _ := f.locker()
 	mutex, err := a.TryAcquire(ctx, "try")
 	if err != nil {
 		t.Fatal(err)
@@ -128,17 +120,14 @@ func TestSemaphoreTry(t *testing.T) {
 // release wakes two waiters: the first, which takes the permit, and the
 // one behind it, which becomes first. Permits go in order of arrival.
 func TestSemaphoreNoHerd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
-	adm := newAdmin(t, servers)
+	f := newFixture(t, 60*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	dir := prefix + "/#sem/herd"
 	const (
 		limit   = 2
 		waiters = 6
 	)
-	h, _ := newLocker(t, servers, prefix, 5*time.Second)
+	h, _ := f.locker()
 	var held []*dlock.Lease // the current holders, oldest first
 	for range limit {
 		lease, err := h.AcquirePermit(ctx, "herd", limit)
@@ -152,7 +141,7 @@ func TestSemaphoreNoHerd(t *testing.T) {
 	leases := make([]*dlock.Lease, waiters)
 	for i := range waiters {
 		var l *dlock.Locker
-		l, drivers[i] = newLocker(t, servers, prefix, 5*time.Second)
+		l, drivers[i] = f.locker()
 		go func() {
 			lease, err := l.AcquirePermit(ctx, "herd", limit)
 			if err != nil {
@@ -220,10 +209,8 @@ func holdersIn(adm *admin, dir string, limit int) int {
 // TestSemaphoreCrashedHolder: a crashed holder's permit comes back when
 // the ensemble expires its session, not before; a waiter then gets it.
 func TestSemaphoreCrashedHolder(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
+	f := newFixture(t, 30*time.Second)
+	ctx, servers, prefix := f.ctx, f.servers, f.prefix
 	const timeout = 2 * time.Second
 	a, _ := newLocker(t, servers, prefix, timeout)
 	b, db := newLocker(t, servers, prefix, timeout)

@@ -121,7 +121,7 @@ func (s *session) authenticate() {
 // dialTCP is the zk.Conn's dialer: it wraps every connection in a
 // trackedConn, which tells the session when the ensemble last heard from it.
 func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn, error) {
-	if s.d.refuse.Load() {
+	if h := s.d.hooks(); h != nil && h.refuse.Load() {
 		return nil, errors.New("zklock: connections refused (crashed client)")
 	}
 	c, err := net.DialTimeout(network, addr, timeout)
@@ -285,11 +285,17 @@ func (s *session) handshake(ctx context.Context) error {
 		}
 		return s.endErr
 	case <-ctx.Done():
-		if e := s.dialErr.Load(); e != nil {
-			return fmt.Errorf("%w; the last connection attempt: %w", ctx.Err(), *e)
-		}
-		return ctx.Err()
+		return s.withDialErr(ctx.Err())
 	}
+}
+
+// withDialErr adds to err why the last connection attempt failed, if it
+// did.
+func (s *session) withDialErr(err error) error {
+	if e := s.dialErr.Load(); e != nil {
+		return fmt.Errorf("%w; the last connection attempt: %w", err, *e)
+	}
+	return err
 }
 
 // isEstablished reports whether the session had its first handshake.
@@ -344,6 +350,24 @@ func (s *session) do(op func() error) error {
 	}
 }
 
+// listChildren lists p's children, retried as do retries.
+func (s *session) listChildren(p string) (names []string, err error) {
+	err = s.do(func() (err error) {
+		names, _, err = s.conn.Children(p)
+		return err
+	})
+	return names, err
+}
+
+// exists reads p's stat, retried as do retries; ok is false when p is gone.
+func (s *session) exists(p string) (ok bool, st *zk.Stat, err error) {
+	err = s.do(func() (err error) {
+		ok, st, err = s.conn.Exists(p)
+		return err
+	})
+	return ok, st, err
+}
+
 // waitEnd returns s.done, first ending the session if err says it is over
 // and the zk.Conn's event has not ended it yet.
 func (s *session) waitEnd(err error) <-chan struct{} {
@@ -354,13 +378,16 @@ func (s *session) waitEnd(err error) <-chan struct{} {
 }
 
 // sleep pauses for d; it reports false if the session ended meanwhile.
-func (s *session) sleep(d time.Duration) bool {
+func (s *session) sleep(d time.Duration) bool { return sleep(d, s.done) }
+
+// sleep pauses for d; it reports false if done closed meanwhile.
+func sleep(d time.Duration, done <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-s.done:
+	case <-done:
 		return false
 	}
 }

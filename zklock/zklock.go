@@ -119,15 +119,35 @@ type Driver struct {
 	held   map[string]*node // by owner
 	byPath map[string]*node // the held nodes, by path: see nodeEvent
 	closed bool
+}
 
-	// Test hooks: refuse makes the dialer fail, as for a crashed process;
-	// wakeups counts the watch notifications waiters received, listings
-	// the child listings acquisitions made, waiting the waiters whose
-	// watch is set.
-	refuse   atomic.Bool
-	wakeups  atomic.Int64
-	listings atomic.Int64
-	waiting  atomic.Int64
+// testHooks are the counters and switches of export_test.go, by driver:
+// hooked is set by the tests alone, so that outside them a driver pays one
+// atomic load where it would count.
+var (
+	hooked    atomic.Bool
+	testHooks sync.Map // *Driver -> *hooks
+)
+
+// hooks are a driver's test hooks: refuse makes the dialer fail, as for a
+// crashed process; wakeups counts the watch notifications waiters
+// received, listings the child listings acquisitions made, waiting the
+// waiters whose watch is set.
+type hooks struct {
+	refuse                     atomic.Bool
+	wakeups, listings, waiting atomic.Int64
+}
+
+// hooks returns d's test hooks, nil outside the tests.
+func (d *Driver) hooks() *hooks {
+	if !hooked.Load() {
+		return nil
+	}
+	h, ok := testHooks.Load(d)
+	if !ok {
+		h, _ = testHooks.LoadOrStore(d, new(hooks))
+	}
+	return h.(*hooks)
 }
 
 // NewDriver returns a driver for the ensemble whose servers are given as
@@ -280,10 +300,7 @@ func (d *Driver) ready(ctx context.Context) (*session, error) {
 	case <-s.done:
 		return nil, s.endErr
 	case <-ctx.Done():
-		if e := s.dialErr.Load(); e != nil {
-			return nil, fmt.Errorf("%w; the last connection attempt: %w", ctx.Err(), *e)
-		}
-		return nil, ctx.Err()
+		return nil, s.withDialErr(ctx.Err())
 	}
 }
 
@@ -425,9 +442,7 @@ func (d *Driver) checkAccess(ctx context.Context) error {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return nil
 		case unsent(err):
-			if e := s.dialErr.Load(); e != nil {
-				return fmt.Errorf("%w; the last connection attempt: %w", err, *e)
-			}
+			return s.withDialErr(err)
 		case errors.Is(err, zk.ErrNoAuth) && len(d.auth) == 0:
 			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.prefix, err)
 		case errors.Is(err, zk.ErrNoAuth):
