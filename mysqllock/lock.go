@@ -228,6 +228,18 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	return d.grantOn(s, q, tok)
 }
 
+// newSession returns a fresh session of wait_timeout timeout on c, with
+// keys reserved (see sqlsession.Pool.Init), the session and its
+// connection in one allocation; the connection's id and socket are set
+// once its first statement has read CONNECTION_ID() (identify).
+func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
+	sc := &struct {
+		s session
+		c sconn
+	}{c: sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}}
+	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
+}
+
 // abandon gives up an acquisition on a connection of its own that did not
 // complete: it releases the lock if held is set, and discards the
 // connection either way (it may have been sent a KILL QUERY, or be in an

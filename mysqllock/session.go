@@ -84,18 +84,6 @@ func (d *Driver) period(timeout time.Duration) time.Duration {
 	return max(min(d.keepAlive, timeout/3), time.Millisecond)
 }
 
-// newSession returns a fresh session of wait_timeout timeout on c, with
-// keys reserved (see sqlsession.Pool.Init), the session and its
-// connection in one allocation; the connection's id and socket are set
-// once its first statement has read CONNECTION_ID() (identify).
-func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
-	sc := &struct {
-		s session
-		c sconn
-	}{c: sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}}
-	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
-}
-
 // identify records the connection's id, learnt from the session's first
 // statement, and finds its socket.
 func (c *sconn) identify(id int64) {
