@@ -59,24 +59,15 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	}
 }
 
-// Observe implements driver.Elector. It LISTENs on the election's
-// channel (through the driver's shared listening connection) before it
-// reads the leader, then reads it again after each notification: a new
-// leader's or a resignation's. A leader whose session dies sends nothing,
-// so while there is a leader the observer also waits on the server for
-// the election's lock to become free, on a connection of its own, with
-// pg_advisory_lock_shared followed at once by pg_advisory_unlock_shared
-// in the same statement: the request is granted when the leader's session
-// ends (or it resigns), and then read again. A candidate waiting for the
-// lock is served in its turn meanwhile (a waiting shared request lets no
-// candidate overtake it, and holds the lock for the instant between its
-// grant and its unlock, inside the server). So an observer uses one more
-// connection while someone leads.
-//
-// The channel is buffered: a reader that falls behind finds the latest
-// leader, never one it has just received again. A read that fails is
-// retried after a back-off (50ms, doubling up to 2s). The channel is
-// closed when ctx ends or the driver closes.
+// Observe implements driver.Elector. It LISTENs on the election's channel
+// before it reads the leader, then reads it again after each notification.
+// While someone leads, it also waits on the server, on a connection of its
+// own, for the election's lock to become free, so that a leader whose
+// session dies is seen without polling. The channel is buffered: a reader
+// that falls behind finds the latest leader, never one it has just received
+// again. A read that fails is retried after a back-off (50ms, doubling up
+// to 2s). The channel is closed when ctx ends or the driver closes. See
+// docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if err := dlock.ValidateName(name); err != nil {
 		return nil, err

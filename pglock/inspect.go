@@ -12,18 +12,11 @@ import (
 
 // Inspect implements driver.Inspector: it lists the mutexes and the
 // leaders of elections whose names start with prefix, sorted by name,
-// then mode. Readers-writer locks and semaphores are not listed: their
-// token rows record the last grant only, not each holder's.
-//
-// One query joins the token table's rows under prefix with pg_locks: a
-// row's lock is held when a session of the current database holds its
-// advisory key (computed in SQL as Key and ModeKey do, from the row's
-// name) exclusively, and for an election when that session is the one
-// the row names. Token is the row's token, which the holder's grant
-// wrote; Owner is the holding session ("pid 4242", as pg_stat_activity
-// shows it); Waiters counts the sessions waiting in pg_advisory_lock for
-// the key. An advisory lock lasts as long as its session, so Expires is
-// zero. Two names whose keys collide (see Key) would both show as held.
+// then mode, joining the token table with pg_locks in one query.
+// Readers-writer locks and semaphores are not listed: their token rows
+// record the last grant only. Owner is the holding session ("pid 4242"),
+// Expires is zero, and two names whose keys collide (see Key) would both
+// show as held. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)

@@ -29,22 +29,9 @@ func (d *Driver) Supports(m driver.Mode) bool {
 // Key returns the advisory lock key of the lock called name, for a driver
 // whose token table is table: the first 8 bytes, read as a big-endian
 // two's-complement integer, of the SHA-256 of "dlock/" + table + "/" + name.
-// A table name holds no slash, so the hashed string is unambiguous; the
-// table is part of it because locks and their tokens belong together: two
-// drivers on different tables never share a lock, so their token sequences
-// never mix on one.
-//
-// The same value in SQL, for operators looking a lock up in pg_locks:
-//
-//	SELECT ('x' || encode(substr(sha256(convert_to('dlock/' || 'dlock_tokens' || '/' || 'orders/42', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint
-//
-// pg_locks shows a bigint key split in two: classid is its high 32 bits
-// and objid its low 32 bits (both unsigned), with objsubid 1.
-//
-// Two names whose keys are equal exclude each other: that is safe for
-// mutual exclusion, never unsafe (each keeps its own token row). Among n
-// names in use, the chance that any two share a key is about n²/2⁶⁵:
-// 3·10⁻⁸ for a million names.
+// Two names whose keys are equal exclude each other (safe, never unsafe).
+// See docs/POSTGRES.md, Keys, for the same value in SQL, how pg_locks shows
+// it, and the collision odds.
 func Key(table, name string) int64 {
 	return hashKey("dlock/", table, "", name)
 }
@@ -58,17 +45,9 @@ func migrateKey(table string) int64 { return Key(table, "#migrate") }
 // (Read and Write are the same readers-writer lock), for a driver whose
 // token table is table; slot is the permit's index (0 to limit-1) for a
 // semaphore, and ignored for the other kinds. Exclusive gives Key(table,
-// name). The other kinds hash a string of their own, so that the mutex,
-// the readers-writer lock, the semaphore and the election called name
-// never share a key:
-//
-//	readers-writer  SHA-256("dlock-rw/" + table + "/" + name)
-//	semaphore       SHA-256("dlock-sem/" + table + "/" + slot + "/" + slot's name)
-//	election        SHA-256("dlock-leader/" + table + "/" + name)
-//
-// with the slot in decimal and the key the hash's first 8 bytes read as a
-// big-endian two's-complement integer, as for Key. No such string starts
-// with "dlock/", the mutex's prefix.
+// name); the other kinds hash a string of their own, so that no two kinds
+// share a key. See docs/POSTGRES.md, Readers-writer locks, semaphores,
+// elections, for the hashed strings.
 func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 	switch m {
 	case driver.Read, driver.Write:

@@ -85,14 +85,11 @@ type Options struct {
 
 	// NoServerKeepalive leaves the server-side timeouts of the driver's
 	// sessions as the server's configuration has them. By default a new
-	// session sets tcp_keepalives_idle and tcp_keepalives_interval to
-	// Keepalive (in whole seconds, at least 1), tcp_keepalives_count to 3,
-	// tcp_user_timeout (PostgreSQL 12+) to four times Keepalive and
-	// client_connection_check_interval (14+) to Keepalive, so that the
-	// server ends the session of a vanished client, and frees its locks,
-	// within about four intervals, rather than after the operating
-	// system's two hours. Settings given in the connection string are
-	// kept.
+	// session sets the server's TCP keepalive, tcp_user_timeout and
+	// client_connection_check_interval from Keepalive, so that the server ends
+	// the session of a vanished client, and frees its locks, within about four
+	// intervals; settings given in the connection string are kept. See
+	// docs/POSTGRES.md for the values.
 	NoServerKeepalive bool
 }
 

@@ -161,26 +161,13 @@ type Execer interface {
 }
 
 // Migrate creates the token table (with its sequence, named table_seq) if
-// it does not exist, through db. A Driver does it itself when it is created
-// (unless Options.NoMigrate is set); call Migrate when the role that takes
-// locks may not create tables, or before using LockTx and TryLockTx. It is
-// safe to run concurrently and repeatedly. An empty table means
-// DefaultTable.
-//
-// The table is
-//
-//	CREATE SEQUENCE table_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1;
-//	CREATE TABLE table (name text PRIMARY KEY, token bigint NOT NULL, acquired timestamptz NOT NULL,
-//		value text, holder integer);
-//
-// with a row per lock name: the last token handed out and when; the
-// columns value text and holder integer keep an election's leader (its
-// value and session pid), and are added to a table created before them.
-// The rows of the other kinds of lock are named after the lock with a
-// prefix: "rw#name", "sem#name", "leader#name". Rows may be
-// deleted at any time (say, those of names not acquired for a month):
-// tokens come from the sequence, which must never be reset or dropped
-// while locks are used.
+// it does not exist, through db, and adds the election columns to a table
+// created before them. A Driver does it itself when it is created (unless
+// Options.NoMigrate is set); call Migrate when the role that takes locks
+// may not create tables, or before using LockTx and TryLockTx. It is safe
+// to run concurrently and repeatedly. An empty table means DefaultTable.
+// Rows may be deleted at any time; the sequence must never be reset or
+// dropped while locks are used. See docs/POSTGRES.md.
 func Migrate(ctx context.Context, db Execer, table string) error {
 	if table == "" {
 		table = DefaultTable

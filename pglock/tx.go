@@ -27,23 +27,10 @@ func TxTable(table string) TxOption {
 // LockTx takes the lock called name for the rest of the transaction tx,
 // waiting on the server (pg_advisory_xact_lock) as long as ctx allows, and
 // returns its fencing token. The lock is released when tx commits or rolls
-// back; it cannot be released earlier, and it is not renewed or watched:
-// it lasts exactly as long as the transaction.
-//
-// This is the locking to use where sessions do not belong to one client:
-// behind PgBouncer in transaction pooling mode, session-level locks (and
-// so Driver) would stay with a server connection that the pooler hands to
-// other clients, while a transaction-scoped lock is always released with
-// its transaction. The lock is the same as a Driver's on the same table:
-// a transaction holding "orders/42" excludes a Driver's lease on it, and
-// the other way round.
-//
-// The token is advanced in tx, from the table's sequence: it is greater
-// than every token handed out before for name, by a Driver or in another
-// transaction, and a rollback does not make it available again. The token
-// table must exist (see Migrate); tx's connection should not use cached
-// prepared statements behind PgBouncer (pgx's default_query_exec_mode
-// "exec" or "simple_protocol", unless the pooler supports them).
+// back; it cannot be released earlier, and it is not renewed or watched. It
+// is the same lock as a Driver's on the same table, and its token is drawn
+// in tx; the token table must exist (see Migrate). See docs/POSTGRES.md,
+// Transaction-scoped locks (PgBouncer).
 //
 // When ctx ends during the wait, pgx interrupts the query as tx's
 // connection is configured to (by default it closes the connection, which
