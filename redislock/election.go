@@ -55,18 +55,12 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 }
 
 // Observe follows election name: the returned channel gets the current
-// leader, then every change.
-//
-// The Driver subscribes to the election's change channel while anyone
-// on it observes the election; an observer reads the leader again on each
-// message, on each confirmation of the subscription, and right after the
-// known expiry of the leader it last saw (see Lock kinds in docs/REDIS.md).
-//
-// Observe reads the leader once before returning, and fails if that
-// fails. The channel is closed when ctx ends or the driver closes; the
-// goroutine that feeds it ends then too. A reading that fails later is
-// retried within a second. In LayoutRedsync Observe fails with an error
-// matching driver.ErrUnsupported.
+// leader, then every change, re-read on each message of the election's
+// change channel and at the last seen leader's expiry (see Lock kinds in
+// docs/REDIS.md). Observe reads the leader once before returning, and
+// fails if that fails. The channel is closed when ctx ends or the driver
+// closes; a reading that fails later is retried within a second. In
+// LayoutRedsync Observe fails with an error matching driver.ErrUnsupported.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if !d.Supports(driver.Leader) {
 		return nil, d.format.unsupported("election", name)

@@ -15,15 +15,10 @@ type GoRedisLogger struct {
 }
 
 // SlogLogger returns a logger for redis.SetLogger that writes each of
-// go-redis's messages to l at level, with the attribute logger=go-redis:
-//
-//	redis.SetLogger(redislock.SlogLogger(logger, slog.LevelDebug))
-//
-// slog.LevelDebug is the level to choose unless go-redis's messages are
-// wanted in normal operation: they are per connection, and repeat for as
-// long as a server is unreachable. The same applies to package redlock,
-// whose clients are go-redis clients too. Messages below l's level cost
-// no formatting.
+// go-redis's messages to l at level, with the attribute logger=go-redis
+// (package redlock's clients too); messages below l's level cost no
+// formatting. slog.LevelDebug is the level to choose unless go-redis's
+// messages are wanted in normal operation: see docs/REDIS.md.
 func SlogLogger(l *slog.Logger, level slog.Level) GoRedisLogger {
 	return GoRedisLogger{l: l, level: level}
 }

@@ -15,23 +15,12 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// Inspect implements driver.Inspector, for every kind: mutexes,
-// readers-writer locks (the writer, or each reader), semaphores (each
-// permit holder) and elections (the leader).
-// Each entry has its owner value, its fencing token, its expiry (from the
-// key's remaining TTL, or the holder's expiry score against the server's
-// clock) and how many waiters are queued. It finds the locks with SCAN (on
-// every master of a Redis Cluster), then reads their keys in one
-// pipeline; locks taken or released meanwhile may be missed or reported
-// gone.
-//
-// In LayoutRedsync the peers' keys are plain strings, which nothing tells
-// from an application's other keys (under an empty prefix, all keys would
-// qualify), so the names listed are those with a dlock fencing counter
-// (dlock granted them in the last FenceTTL) whose lock key is held now, by
-// dlock or a peer: Owner is the stored value (dlock's are 32 hex digits),
-// Token 0 (the counter stands at dlock's last grant, which may not be the
-// holder's), Waiters -1 (nothing records who polls).
+// Inspect implements driver.Inspector, for every kind, one entry per
+// holder, found with SCAN (on every master of a Redis Cluster) and read in
+// one pipeline; locks taken or released meanwhile may be missed or
+// reported gone. In LayoutRedsync it lists only the names with a dlock
+// fencing counter whose lock key is held now, with Token 0 and Waiters -1.
+// See docs/CLI.md, dlock status, and docs/REDIS.md.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed

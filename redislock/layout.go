@@ -29,11 +29,8 @@ const (
 
 // DefaultPollInterval is the default of Options.PollInterval: about how
 // often, on average, a waiter in LayoutRedsync tries again while the lock
-// is held. Releases by redsync or bsm/redislock clients announce nothing,
-// so this bounds how long such a release goes unnoticed by dlock's
-// waiters. redsync's own waiters try again every 50 to 250 ms (150 ms on
-// average); at 100 ms dlock's see a peer's release about as soon as
-// redsync's do, for ten small scripts a second per waiting call.
+// is held, which bounds how long a peer's release goes unnoticed; it costs
+// ten small scripts a second per waiting call (see docs/REDIS.md, Layouts).
 const DefaultPollInterval = 100 * time.Millisecond
 
 // A format is a layout: the kinds of lock it has, by mode, and how.

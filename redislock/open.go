@@ -242,11 +242,10 @@ func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
 
 // ClusterReloadInterval is how old the slot map of a redis+cluster://
 // URL's client may grow before go-redis reads it again (its
-// ClusterStateReloadInterval). go-redis rereads the map at once on a MOVED
-// or ASK reply, but a primary that died sends neither: with go-redis's
-// default of 60s every call for that primary's slots fails for up to a
-// minute after its replica took over. A reread is one CLUSTER SLOTS,
-// made only while calls are being sent.
+// ClusterStateReloadInterval; go-redis's default is 60s), so that calls
+// for a dead primary's slots go to its replica soon after it took over
+// (see docs/REDIS.md, Cluster). A reread is one CLUSTER SLOTS, made only
+// while calls are being sent.
 const ClusterReloadInterval = time.Second
 
 // DefaultSentinelPort is the Sentinel port used when a redis+sentinel://

@@ -51,14 +51,13 @@ type Options struct {
 
 	// QueueTTL bounds how long a waiter's queue entry lives without a
 	// refresh; a waiter refreshes it every third of that (and of the lock's
-	// TTL, whichever is smaller). An entry whose waiter died (crashed
-	// without cancelling) is skipped once it expires; a release before
-	// then hands the lock to the dead waiter, and the lock stays unused
-	// until that waiter's TTL runs out. A smaller QueueTTL narrows that
-	// window, at the cost of more frequent re-checks while waiting. The
-	// entry lifetime used is min(QueueTTL, max(lock TTL, 100ms)). Zero or
-	// negative means DefaultQueueTTL. LayoutRedsync has no queue and
-	// ignores it.
+	// TTL, whichever is smaller). An entry whose waiter died (crashed without
+	// cancelling) is skipped once it expires; a release before then hands the
+	// lock to the dead waiter, and the lock stays unused until that waiter's
+	// TTL runs out: a smaller QueueTTL narrows that window, at the cost of
+	// more frequent re-checks. The entry lifetime used is min(QueueTTL,
+	// max(lock TTL, 100ms)). Zero or negative means DefaultQueueTTL.
+	// LayoutRedsync has no queue and ignores it.
 	QueueTTL time.Duration
 
 	// PollInterval is, in LayoutRedsync, about how often a waiting call
@@ -77,19 +76,14 @@ type Options struct {
 	// means DefaultFenceTTL.
 	FenceTTL time.Duration
 
-	// WaitReplicas, when positive, makes every acquisition and every
-	// renewal wait until that many replicas acknowledged it (Redis WAIT).
-	// An acquisition fewer replicas acknowledged within WaitTimeout is
-	// released and fails with an error matching ErrNotReplicated; such a
-	// renewal fails (matching ErrNotReplicated) and the lease keeps the
-	// validity of the last acknowledged one, so a holder cut off with its
-	// primary from the replicas loses the lock by the time a promoted
-	// replica lets it expire. It narrows the failover race (a replica
-	// promoted before it received the grant hands the lock out again) but
-	// does not close it: with several replicas, a failover may promote one
-	// that did not acknowledge; set it to the number of replicas for that
-	// (see docs/SAFETY.md). Not for Redis Cluster clients. Default 0: no
-	// waiting.
+	// WaitReplicas, when positive, makes every acquisition and every renewal
+	// wait until that many replicas acknowledged it (Redis WAIT). An
+	// acquisition fewer replicas acknowledged within WaitTimeout is released
+	// and fails with an error matching ErrNotReplicated; such a renewal fails
+	// (matching ErrNotReplicated) and the lease keeps the validity of the last
+	// acknowledged one. It narrows the failover race but does not close it
+	// unless set to the number of replicas (see docs/REDIS.md and
+	// docs/SAFETY.md). Not for Redis Cluster clients. Default 0: no waiting.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
@@ -98,12 +92,11 @@ type Options struct {
 	WaitTimeout time.Duration
 
 	// Logger receives the driver's own messages: one warning when the
-	// server's maxmemory-policy may evict lock keys (see Eviction in the
-	// docs/REDIS.md), and at Debug why that could not be checked.
-	// Nil means slog.Default(), so that the warning reaches someone; a
-	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
-	// slog.Default() without one. (go-redis logs
-	// through a logger of its own: see SlogLogger.)
+	// server's maxmemory-policy may evict lock keys (see Eviction in
+	// docs/REDIS.md), and at Debug why that could not be checked. Nil means
+	// slog.Default(); a driver opened by dlock.Open uses the logger of
+	// dlock.WithLogger. go-redis logs through a logger of its own: see
+	// SlogLogger.
 	Logger *slog.Logger
 }
 
@@ -112,13 +105,8 @@ type Options struct {
 // Redis Cluster) reached through a go-redis client.
 // Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
 // Each call sends its script through the client, on the caller's
-// goroutine (see Requests in docs/REDIS.md).
-// A Driver holds a pub/sub connection of its client's for its own
-// channel, from its first Lock until Close, shared by all its waiting
-// calls; one for each election it observes, while it does; and on a Redis
-// 7 Cluster one for each name it waits for, while it does (see
-// docs/REDIS.md, Waiting and Cluster). In LayoutRedsync it holds one for
-// each name it waits for, while it does, and none of its own.
+// goroutine. A Driver holds pub/sub connections of its client's while it
+// waits or observes (see docs/REDIS.md, Requests, Waiting and Cluster).
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.

@@ -47,15 +47,10 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served among waiters. Readers, writers, permit holders and candidates
-// wait the same way as the mutex's waiters, described here (see
-// docs/REDIS.md, Lock kinds, for who is admitted when). In
-// LayoutRedsync waiting is lockPlain's: no queue, no handoff.
-//
-// A waiter joins the lock's queue in the same script that finds the lock
-// held, and is handed the lock by a release (see Waiting in
-// docs/REDIS.md); its re-check, at the holder's expiry and every third
-// of its entry lifetime, is the only periodic work.
+// served among waiters; the other modes wait alike. The waiter joins the
+// lock's queue in Redis and is handed the lock by a release (see
+// docs/REDIS.md, Waiting and Lock kinds). In LayoutRedsync waiting is
+// lockPlain's: no queue, no handoff.
 //
 // When ctx ends first, Lock leaves the queue and releases a lock handed to
 // it meanwhile, passing it on, and returns ctx's error; when the driver is
