@@ -204,15 +204,13 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 }
 
 // Unlock deletes the lock on every node where r.Owner holds it, all asked
-// in parallel, and each node that deleted it tells its subscribers (the
-// waiters of every Driver with that prefix). It returns nil as soon as a
-// quorum has deleted it (the other nodes' deletes follow), or when a
-// quorum answered and at least one node held it; an error wrapping
+// in parallel, and each node that deleted it tells its subscribers. It
+// returns nil as soon as a quorum has deleted it, or when a quorum
+// answered and at least one node held it; an error wrapping
 // driver.ErrNotHeld when a quorum answered and none held it; otherwise an
 // error wrapping driver.ErrNoQuorum (nodes that did not answer keep the
 // lock until its TTL runs out). Requests to a node that does not answer
-// wait up to ten node timeouts, not one: nothing is timed against the
-// TTL here, and a delete lost to a slow moment keeps the lock for a TTL.
+// wait up to ten node timeouts, not one (see docs/REDLOCK.md).
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	tg, err := d.resolve(r, false)
 	if err != nil {

@@ -16,14 +16,10 @@ import (
 
 // Inspect implements driver.Inspector as a quorum of the nodes sees the
 // locks: a lock is listed when one owner holds its key on at least a
-// quorum of the nodes that answered; its token is the fencing counter
-// most of those nodes share (the grant's: a node whose acquire landed
-// after the grant also holds the key, under a counter of its own), and
-// its expiry the time for which a quorum of them still holds it. Waiters are unknown
-// (-1): Redlock waiters do not queue. Every node is asked in parallel:
-// SCAN of the lock keys, then one pipeline of reads per node. Inspect
-// fails with an error wrapping driver.ErrNoQuorum when fewer than a quorum
-// of the nodes answered.
+// quorum of the nodes that answered, with the counter most of them share
+// as its token; Waiters is -1. It fails with an error wrapping
+// driver.ErrNoQuorum when fewer than a quorum of the nodes answered. See
+// docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed

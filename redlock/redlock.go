@@ -135,21 +135,12 @@ type Driver struct {
 // clients must reach distinct servers: a server counted twice votes twice.
 // The driver does not close the clients: the caller keeps owning them.
 //
-// Each request to a node is bounded by Options.NodeTimeout. go-redis
-// applies a context's deadline to its socket reads only with
-// redis.Options.ContextTimeoutEnabled; without it, a node that hangs is
-// still counted as failed after the node timeout, but its request goes on
-// in the background until the client's own ReadTimeout, and holds up the
-// requests queued behind it for that node (they are dropped, unsent, once
-// their callers have stopped waiting). MaxRetries: -1 and DialerRetries: 1
-// are advisable too: a retry rarely fits in the node timeout, and with
-// go-redis's defaults every request to a node that is down waits out the
-// whole node timeout instead of failing at once.
-//
-// The driver runs one sender goroutine per node (see Protocol in
-// docs/REDLOCK.md), one per node for the release subscription once
-// a Lock has had to wait, and at the start one that reads the nodes'
-// maxmemory-policy (see Eviction). Close stops them.
+// Each request to a node is bounded by Options.NodeTimeout. Clients with
+// ContextTimeoutEnabled, MaxRetries -1 and DialerRetries 1 are advisable
+// (see docs/REDLOCK.md for why). The driver runs one sender goroutine per
+// node, one per node for the release subscription once a Lock has had to
+// wait, and at the start one that reads the nodes' maxmemory-policy (see
+// Eviction). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: NewDriver: no clients")

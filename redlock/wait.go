@@ -19,21 +19,16 @@ const (
 	maxSpread = 100 * time.Millisecond
 )
 
-// Lock takes the lock, waiting as long as ctx allows, as the package
-// documentation says under Protocol: one attempt at once; then, of one
-// Driver's waiters for a name, only the first waits on the nodes (without
-// that queue, W waiters sent 5×W requests at every release and split the
-// vote among themselves). It tries again after a release message for the
-// name and a short random pause, at the expiry of an owner that holds a
-// quorum, or, when nobody does (a split vote, nodes that did not answer),
-// after a random pause that grows with each such attempt in a row, up to
-// maxSpread. When ctx ends first, Lock returns ctx's error, joined with
-// the last attempt's error unless that was "held by another owner", and
-// holds nothing: every attempt undoes itself on every node before it
-// returns. The wait ends early only when the Driver closes
-// (driver.ErrClosed), when so many nodes refuse the requests for good
-// that no quorum is left, or on an error other than "held" or "no
-// quorum".
+// Lock takes the lock, waiting as long as ctx allows, as docs/REDLOCK.md
+// says under Protocol: one attempt at once; then, of one Driver's waiters
+// for a name, only the first waits on the nodes, trying again after a
+// release message, at the holder's expiry, or after a growing random pause
+// when nobody holds a quorum. When ctx ends first, Lock returns ctx's
+// error, joined with the last attempt's error unless that was "held by
+// another owner", and holds nothing: every attempt undoes itself on every
+// node before it returns. The wait ends early only when the Driver closes
+// (driver.ErrClosed), when so many nodes refuse the requests for good that
+// no quorum is left, or on an error other than "held" or "no quorum".
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	t, err := d.resolve(r, true)
 	if err != nil {
