@@ -8,18 +8,12 @@ import (
 
 // DefaultDir returns the directory that a Driver uses when given none (and
 // that the URL "file://" names), creating it with mode 0700 if it is
-// missing. It is the first of these that can be determined:
-//
-//	$XDG_STATE_HOME/dlock         when XDG_STATE_HOME is an absolute path
-//	$HOME/.local/state/dlock
-//	os.UserCacheDir()/dlock
-//	os.TempDir()/dlock-<uid>
-//
-// The directory is per user: processes of different users do not exclude
-// each other through it. DefaultDir fails if the directory is a symbolic
-// link, belongs to another user or is writable by group or others, since
-// whoever can write it can delete lock files and so break mutual
-// exclusion.
+// missing: $XDG_STATE_HOME/dlock, $HOME/.local/state/dlock,
+// os.UserCacheDir()/dlock or os.TempDir()/dlock-<uid>, the first that can
+// be determined (see docs/FILE.md). The directory is per user: processes
+// of different users do not exclude each other through it. DefaultDir
+// fails if the directory is a symbolic link, belongs to another user or is
+// writable by group or others.
 func DefaultDir() (string, error) {
 	dir := defaultDirPath()
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -21,14 +21,11 @@ import (
 
 // Inspect implements driver.Inspector: it lists the held locks of the
 // driver's directory whose names start with prefix, with the token each
-// lock file holds (the holder's) and, on Linux, the holder's process as
-// Owner ("pid 1234"; the owner value itself for a lock this Driver
-// holds). A flock has no expiry, so Expires is zero, and dlock's waiters
-// never block in flock(2), so Waiters is -1 (unknown).
-//
-// On Linux it reads /proc/locks and touches no lock. Elsewhere it tests
-// each file with a non-blocking shared flock, dropped at once: a TryLock
-// racing with that test can fail as if the lock were held.
+// lock file holds and, on Linux, the holder's process as Owner ("pid
+// 1234"; the owner value itself for a lock this Driver holds). Expires is
+// zero and Waiters -1 (unknown). Off Linux, a TryLock racing with
+// Inspect's non-blocking test lock can fail as if the lock were held. See
+// docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.isClosed() {
 		return nil, driver.ErrClosed

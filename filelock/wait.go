@@ -21,21 +21,12 @@ var (
 )
 
 // Lock implements driver.Waiter. It never blocks in flock(2), which no
-// context can interrupt: a blocked flock whose caller gave up would stay
-// queued in the kernel and take the lock at the next release, only to
-// drop it again — stealing it from a live contender meanwhile. Instead,
-// the waiter tries flock(LOCK_NB) whenever it may succeed: when a lock of
-// this process is released, or when the kernel reports (inotify, on
-// Linux) that the lock file was closed — by a holder's release, or by its
-// death — removed or replaced. A backstop timer retries too, soon after a
-// wake-up and then more and more rarely (at most a second apart), for the
-// releases no event announces: the kernel may report a dying holder's
-// close an instant before it drops that holder's flock, and a foreign
-// program may unlock without closing.
-//
-// Waiters are not served in order, but within one process a Lock call
-// does not overtake a waiter that has waited more than starveAfter: it
-// waits for the next wake-up instead of trying at once.
+// context can interrupt: the waiter tries flock(LOCK_NB) whenever it may
+// succeed, on a release in this process, on the kernel's report (inotify,
+// on Linux) that the lock file was closed, removed or replaced, and on a
+// backstop timer (see docs/FILE.md, Waiting). Waiters are not served in
+// order, but within one process a Lock call does not overtake a waiter
+// that has waited more than starveAfter.
 //
 // When ctx ends, Lock returns ctx's error at once and leaves nothing held
 // or queued: the waiter only ever held an open file.
