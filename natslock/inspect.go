@@ -14,13 +14,9 @@ import (
 
 // Inspect lists the locks held in the bucket whose names start with
 // prefix, sorted by name (then kind, then permit slot): one entry per
-// mutex, leader and permit. It asks the bucket stream's leader for the
-// subjects that hold messages, then reads each key whose name has the
-// prefix from the leader (see get), skipping markers and keys the driver
-// does not write: a listing made just after an acquisition shows it.
-// Owner is the holder's owner value, Token its token, Expires the
-// server's timestamp of the holder's last write plus its TTL (on the
-// server's clock), and Waiters -1: waiters leave nothing in the bucket.
+// mutex, leader and permit, read from the bucket stream's leader. Expires
+// is the holder's last write plus its TTL, on the server's clock, and
+// Waiters -1. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed

@@ -49,16 +49,13 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 var _ driver.Unsupporter = (*Driver)(nil)
 
 // TryLock makes one attempt to take the lock: a write of the lock's key
-// that the server accepts only if the key holds no lock (no message, or a
-// marker whose revision the driver knows), with a per-key TTL of r.TTL
-// rounded up to whole seconds. That is one round trip when the key is
-// free and its marker known (the driver's own release, or a watch saw
-// it); otherwise the driver reads the key and, if it is free, writes
-// again naming its marker. A semaphore tries its slots in order. When the
-// lock is held the error is a *driver.HeldError with the holder's
-// remaining TTL. On an error whose outcome is unknown (a timeout) TryLock
-// returns the error and removes the key in the background if its write
-// went through after all (see abandon).
+// that the server accepts only if the key holds no lock, with a per-key
+// TTL of r.TTL rounded up to whole seconds (see docs/NATS.md, How a lock
+// works). A semaphore tries its slots in order. When the lock is held the
+// error is a *driver.HeldError with the holder's remaining TTL. On an error
+// whose outcome is unknown (a timeout) TryLock returns the error and
+// removes the key in the background if its write went through after all
+// (see abandon).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {

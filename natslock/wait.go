@@ -85,23 +85,16 @@ func handOver(w *kvWatch, slots []slot, init bool, ttl time.Duration) *handover 
 }
 
 // Lock takes the lock, waiting as long as ctx allows. It first makes
-// TryLock's attempt; if the lock is held it watches the lock's keys (the
-// semaphore's every slot) with a KV watch, an ordered consumer, and tries
-// again when a key reports a marker: a release's purge, a deletion, or
-// the marker the server leaves where a key's TTL ran out. Each such try is
-// one write naming the marker's revision, so of all the waiters woken
-// only one gets each free key; the others go on waiting. Of one driver's
-// waiters for a lock, only the first waits so on the server; the others
-// queue behind it in the process, in order of arrival, so that a handoff
-// costs the same however many waiters a driver has. Across drivers there
-// is no queue: waiters are not served in order of arrival. A timer at each
-// holder's expiry, counted from when the waiter saw its last write, makes
-// the waiter try even if no marker came (the watch's consumer was being
-// recreated), and errors (a stream leader's election) are retried with a
-// pause of up to retryPause, all within ctx. When ctx ends first, Lock
-// returns its error joined with the last error met, and, if a write's
-// outcome was unknown, removes in the background a key that write may
-// have taken.
+// TryLock's attempt; if the lock is held it watches the lock's keys with a
+// KV watch and tries again when a key reports a marker, so that of all the
+// waiters woken only one gets each free key. Of one driver's waiters for a
+// lock, only the first waits so on the server; the others queue behind it
+// in the process, in order of arrival; across drivers there is no queue.
+// A timer at each holder's expiry covers a missed marker, and errors are
+// retried with a pause of up to retryPause, all within ctx (see
+// docs/NATS.md, Waiting). When ctx ends first, Lock returns its error
+// joined with the last error met, and, if a write's outcome was unknown,
+// removes in the background a key that write may have taken.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {
