@@ -50,12 +50,10 @@ func (d *Driver) leader(ctx context.Context, prefix string, rev int64) (driver.L
 }
 
 // Observe implements driver.Elector. One goroutine per call reads the
-// leader, then watches the election's prefix from the revision read; it
-// reads the leader again only on an event that can change it (the
-// leader's key deleted or rewritten, or a key put while nobody led), at
-// that event's revision. The channel is unbuffered: a reader that falls
-// behind gets the latest leader when it receives next. The goroutine ends,
-// closing the channel, when ctx ends or the driver closes.
+// leader, then watches the election's prefix and reads the leader again
+// only on an event that can change it. The channel is unbuffered: a reader
+// that falls behind gets the latest leader when it receives next. The
+// goroutine ends, closing the channel, when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	prefix := d.f.queue(driver.Leader, name)
 	first, key, rev, err := d.leader(ctx, prefix, 0)

@@ -45,15 +45,13 @@ func init() {
 // every default.
 type Options struct {
 	// Prefix starts every key, so that several applications can share one
-	// etcd cluster. Lockers that must exclude each other use the same
-	// prefix and layout; prefixes of unrelated Lockers must not nest ("a"
-	// and "a/b"), or names could meet. In LayoutDlock trailing slashes are
-	// dropped, and the empty prefix means DefaultPrefix. In
-	// LayoutConcurrency the prefix is taken as it is, the empty one
-	// included, and joined to the name with a slash unless it is empty or
-	// ends with one: the lock "x" is etcd's concurrency.NewMutex(s, "x")
-	// under the prefix "", NewMutex(s, "/x") under "/", and
-	// NewMutex(s, "app/x") under "app" (see docs/ETCD.md, "Layouts").
+	// etcd cluster. Lockers that must exclude each other use the same prefix
+	// and layout; prefixes of unrelated Lockers must not nest ("a" and
+	// "a/b"), or names could meet. In LayoutDlock trailing slashes are
+	// dropped, and the empty prefix means DefaultPrefix. In LayoutConcurrency
+	// the prefix is taken as it is, the empty one included, and joined to the
+	// name with a slash unless it is empty or ends with one (see docs/ETCD.md,
+	// "Layouts").
 	Prefix string
 
 	// Layout is the format of the keys: LayoutDlock (the default, also
@@ -63,11 +61,8 @@ type Options struct {
 
 	// RequestTimeout bounds each request the driver makes; a request that
 	// times out is tried again (within the caller's context) where that is
-	// safe. A write sent through a follower just as the leader fails can
-	// otherwise hang until etcd's own request timeout, 5s plus two election
-	// timeouts, and hold up a release or a handoff that long. Raise it for
-	// clusters whose writes are slow. Zero or negative means
-	// DefaultRequestTimeout.
+	// safe (see docs/ETCD.md, Failover). Raise it for clusters whose writes
+	// are slow. Zero or negative means DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 

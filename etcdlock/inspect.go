@@ -18,24 +18,13 @@ import (
 )
 
 // Inspect implements driver.Inspector. In LayoutConcurrency, see
-// inspectConcurrency. In LayoutDlock it lists the mutexes, the holders
-// of readers-writer locks (one entry per reader) and the leaders of
-// elections whose names start with prefix, sorted by name, then mode, then
-// token. Semaphores are not listed: which of their keys hold a permit
-// depends on the semaphore's limit, which the keys do not record.
-//
-// One transaction reads the keys of the three kinds under prefix; the
-// holder of a mutex or an election is its oldest key, the holders of a
-// readers-writer lock its oldest write key or the read keys older than
-// every write key, and the other keys are its waiters. The token is the
-// one the holder was granted: the key's create revision, or for a reader
-// or writer the revision of its admission (the key's mod revision). Owner
-// is the key's value, the owner, for mutexes and readers-writer locks;
-// a candidate's key holds its value instead, so a leader's Owner is its
-// owner when this Driver holds the election and its lease ("lease 1f2e…")
-// otherwise. Expires is the holder's lease's expiry, read with one
-// TimeToLive per distinct lease: the driver keeps its leases alive, so
-// that is when the lock goes if its holder stops.
+// inspectConcurrency. In LayoutDlock it lists, from one transaction, the
+// mutexes, the holders of readers-writer locks (one entry per reader) and
+// the leaders of elections whose names start with prefix, sorted by name,
+// then mode, then token; semaphores are not listed. Owner is the key's
+// value; a leader's is its owner when this Driver holds the election and
+// its lease ("lease 1f2e…") otherwise. Expires is the holder's lease's
+// expiry. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.isClosed() {
 		return nil, driver.ErrClosed

@@ -37,15 +37,12 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return d.acquire(ctx, r, false)
 }
 
-// Lock implements driver.Waiter. One transaction counts the keys under
-// the name and puts the caller's key: when there were none, the lock is
-// the caller's; otherwise the key is queued, Lock reads (serializable, at
-// the transaction's revision) the key just before it by create revision,
-// and watches only that key's deletion. After each deletion it
-// checks, in one read, that its own key still exists (so its lease is
-// alive) and whether an older key remains. A waiter whose key or session
-// is gone queues again with a live session. When ctx ends, Lock deletes
-// its key before returning ctx's error.
+// Lock implements driver.Waiter. One transaction puts the caller's key and
+// takes the lock when no other key is under the name; otherwise the key
+// is queued and Lock watches only the deletion of the key just before it
+// (see docs/ETCD.md, How a lock works). A waiter whose key or session is
+// gone queues again with a live session. When ctx ends, Lock deletes its
+// key before returning ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
