@@ -27,15 +27,7 @@ type Sockets struct {
 // WatchSockets makes the connections of cfg dial through the Sockets it
 // returns, keeping cfg's own DialFunc if it has one; pass it as
 // Options.Sockets to a driver on a *sql.DB made from cfg afterwards (with
-// mysql.NewConnector and sql.OpenDB):
-//
-//	cfg, err := mysql.ParseDSN(dsn)
-//	...
-//	socks := mysqllock.WatchSockets(cfg)
-//	conn, err := mysql.NewConnector(cfg)
-//	...
-//	db := sql.OpenDB(conn)
-//	d, err := mysqllock.NewDriver(db, &mysqllock.Options{Sockets: socks})
+// mysql.NewConnector and sql.OpenDB). See docs/MYSQL.md for an example.
 func WatchSockets(cfg *mysql.Config) *Sockets {
 	s := &Sockets{}
 	// The compression flag is unexported: its DSN form tells.

@@ -19,21 +19,13 @@ import (
 const inspectBatch = 200
 
 // Inspect implements driver.Inspector: it lists the held locks whose names
-// start with prefix, sorted by name. MariaDB lists user-level locks only
-// through a plugin or the performance schema, both usually off, so the
-// names come from the token table (a row per name ever taken): a first
-// query reads the names under prefix, a second, per 200 names, asks
-// IS_USED_LOCK of each one's server-side name and reads its counter in
-// the same statement. Owner is the holding connection ("connection 42",
-// its CONNECTION_ID, as SHOW PROCESSLIST shows it). Token is the counter,
-// which the holder advanced after GET_LOCK granted it the lock: for a
-// moment after a grant it is still the previous holder's. Waiters counts
-// the statements waiting in GET_LOCK for the lock in the server's process
-// list, one per driver that waits for it however many of its Acquire calls
-// do (see docs/MYSQL.md, "Waiting"); it is -1 when the account lacks the PROCESS privilege, without
-// which it would see its own connections only. A lock lasts as long as its
-// connection, so Expires is zero (a silent connection is dropped after
-// its wait_timeout, the lock's TTL).
+// start with prefix, sorted by name, taking the names from the token table
+// and asking IS_USED_LOCK of each. Owner is the holding connection
+// ("connection 42"); Token is the name's counter, which for a moment after
+// a grant is still the previous holder's; Waiters counts the GET_LOCK
+// statements waiting in the process list, one per waiting driver, and is
+// -1 without the PROCESS privilege; Expires is zero. See docs/CLI.md,
+// dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := d.begin(); err != nil {
 		return nil, err

@@ -77,14 +77,12 @@ type Options struct {
 	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
-	// that the driver may leave the session's wait_timeout as it set it
-	// when a connection goes back to the pool. That saves two of the five
-	// statements of an acquisition and its release (on the caller's pool,
-	// the driver saves the session's wait_timeout before GET_LOCK and
-	// restores it after RELEASE_LOCK). Give such a pool's connections a
-	// wait_timeout no longer than the TTLs in use, with the DSN parameter
-	// wait_timeout: the driver lowers it only once it holds the lock. A
-	// driver opened from a URL has a pool of its own, set up that way.
+	// that the driver may leave the session's wait_timeout as it set it when a
+	// connection goes back to the pool, saving two of the five statements of
+	// an acquisition and its release (see docs/MYSQL.md). Give such a pool's
+	// connections a wait_timeout no longer than the TTLs in use, with the DSN
+	// parameter wait_timeout. A driver opened from a URL has a pool of its
+	// own, set up that way.
 	ExclusivePool bool
 
 	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
