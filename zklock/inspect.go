@@ -13,22 +13,15 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Inspect implements driver.Inspector: it lists the mutexes, the
-// holders of readers-writer locks (one entry per reader) and the leaders
-// of elections whose names start with prefix, sorted by name, then mode,
-// then token. Semaphores are not listed: which of their nodes hold a
-// permit depends on the semaphore's limit, which the tree does not record.
-//
-// It first brings the server it is connected to up to date with every
-// write committed before the call, by any client (see sync), then walks
-// the znodes under the driver's prefix that can hold names starting with
-// prefix: one child listing per znode, and one read per holder, whose node
-// gives the token (its czxid, as in the holder's grant) and the owner (the
-// guid in the node's name, which is dlock's owner value; the owner itself
-// for a lock this Driver holds). Waiters are the other lock nodes queued
-// under the name. Locks live as long as their holder's session, so Expires
-// is zero. The walk is a snapshot: locks taken or released meanwhile may
-// be missed or reported gone.
+// Inspect implements driver.Inspector: it lists the mutexes, the holders
+// of readers-writer locks (one entry per reader) and the leaders of
+// elections whose names start with prefix, sorted by name, then mode, then
+// token; semaphores are not listed. It first syncs the server with every
+// write committed before the call. Owner is the guid in the node's name
+// (the owner itself for a lock this Driver holds), Waiters the other lock
+// nodes queued, Expires zero. The walk is a snapshot: locks taken or
+// released meanwhile may be missed or reported gone. See docs/CLI.md,
+// dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	s, err := d.ready(ctx)
 	if err != nil {
