@@ -186,13 +186,10 @@ func (s *Lease) Detach() (Handle, error) {
 // When h's lock has expired or another owner holds it, Resume returns an
 // error matching ErrNotHeld and nothing on the store changes; past h's
 // deadline, one matching ErrMaxHold. A handle of another backend matches
-// ErrBadHandle. Resume needs a backend whose locks live on the store
-// independently of a connection: redis (every topology) and redlock,
-// whose locks are keys with a TTL. On the others a lock lives as long as
-// the session, connection or file descriptor that took it (ZooKeeper and
-// etcd sessions, PostgreSQL and MySQL connections, flock), and cannot be
-// taken over by another process: there Resume returns an error matching
-// ErrUnsupported.
+// ErrBadHandle. On a backend whose locks live only as long as the session,
+// connection or file descriptor that took them, Resume returns an error
+// matching ErrUnsupported (see the package documentation, Holding across
+// processes, for the backends that have it).
 func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
 	r, err := l.handleDriver(h)
 	if err != nil {

@@ -119,18 +119,12 @@ func (s *Lease) Done() <-chan struct{} { return s.done }
 // ErrReleased or ErrLost (wrapping the backend's cause, if any).
 //
 // Err decides at the call: it returns nil only if the lock's conservative
-// validity had not ended at that instant (Expires, less a margin of 1% of
-// the TTL, for a lock with a TTL; the session's validity for a ZooKeeper or
-// etcd lock) and the backend did not already know the lock gone (for a
-// PostgreSQL or MySQL lock, one non-blocking look at its connection's
-// socket). When it finds the validity over, the lease ends as lost right
-// there, as it would a moment later by its timer. It costs a clock read
-// and does not allocate while the lease is held.
-//
-// What Err cannot see is a store that takes the lock away on its own (a
-// Redis key deleted or evicted, a session killed on the server) before the
-// holder next asks it; docs/GUARANTEES.md gives that window per backend.
-// Pass Lease.Token to the resource to cover it.
+// validity had not ended at that instant and the backend did not already
+// know the lock gone; when it finds the validity over, the lease ends as
+// lost right there. It costs a clock read and does not allocate while the
+// lease is held. What Err cannot see is a store that takes the lock away
+// on its own before the holder next asks it: pass Lease.Token to the
+// resource to cover it. See docs/GUARANTEES.md, The loss signal.
 func (s *Lease) Err() error {
 	if err := s.fin.Load(); err != nil {
 		return *err
