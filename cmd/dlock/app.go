@@ -250,14 +250,11 @@ func (f *flags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		l = slog.New(slog.NewTextHandler(w, o))
 	}
-	// go-redis logs through a process-wide logger of its own, to stderr
-	// by default, past dlock.WithLogger: a line per failed dial and pool
-	// event, repeated for as long as a server is down (1,630 "failed to
-	// dial" lines in one Redlock run with nodes restarting). dlock already
-	// reports each failure that matters once, as the command's error or a
-	// renewal's warning, so go-redis's lines are detail: Debug, shown only
-	// with --log-level debug. Warn would flood a --log-level warn run
-	// during an outage with lines that say nothing the error does not.
+	// go-redis logs through a process-wide logger of its own, past
+	// dlock.WithLogger, a line per failed dial for as long as a server is down
+	// (docs/REDLOCK.md counts them); dlock reports each failure that matters
+	// once, so go-redis's lines are detail: Debug, shown only with --log-level
+	// debug, not flooding a --log-level warn run during an outage.
 	redis.SetLogger(redislock.SlogLogger(l, slog.LevelDebug))
 	// The backends' own messages that are not about a lease (the Redis
 	// drivers' eviction warning at open) go to slog.Default, which

@@ -20,14 +20,10 @@ import (
 	"github.com/dlockgo/dlock"
 )
 
-// The detached holder. On a backend whose locks live as long as the
+// The detached holder: on a backend whose locks live as long as the
 // session, connection or file descriptor that took them, dlock acquire
-// starts a process of its own, "dlock __hold", in a session of its own,
-// that takes the lock and keeps it: it listens on a Unix socket in the
-// per-user runtime directory, whose path the handle carries, for the
-// extend and release of later steps. It exits, releasing the lock and
-// removing its socket, at the first of: a release, its TTL passing
-// without an extend, --max-hold, the loss of the lock, SIGTERM.
+// starts "dlock __hold", which keeps the lock and serves later steps on a
+// Unix socket (see docs/CLI.md for its socket and when it exits).
 const holdCommand = "__hold"
 
 // Replies of the holder, one line each.
