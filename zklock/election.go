@@ -23,11 +23,10 @@ import (
 // half-way.
 
 // Leader implements driver.Elector: it reads the lowest candidate node of
-// the election and its data. The server the driver is connected to may
-// lag behind writes committed by the ensemble (a follower, and even the
-// leader), so Leader first syncs it (a round trip through the ensemble's
-// leader, see sync): what it returns is at least as recent as every
-// change made before it was called, by any client. Three round trips when someone leads.
+// the election and its data, after a sync (see sync), so that what it
+// returns is at least as recent as every change made before it was
+// called, by any client (see docs/ZOOKEEPER.md). Three round trips when
+// someone leads.
 func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, error) {
 	_, info, _, err := d.syncedLeader(ctx, d.dir(driver.Leader, name), false)
 	return info, err
