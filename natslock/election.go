@@ -36,15 +36,12 @@ func leaderOf(e entry) driver.LeaderInfo {
 	return driver.LeaderInfo{Value: e.rec.value, Token: e.token()}
 }
 
-// Observe sends the election's leader on the returned channel: the
-// current one once the watch of its key has delivered the key's last
-// message, then each change the watch reports (a renewal, which changes
-// neither value nor token, is not sent). A leader that stops renewing
-// ends with the marker the server leaves when its key expires; a timer
-// at its expiry, counted from when its last write was seen, reads the
-// key again in case that marker was missed. The channel holds one value:
-// a reader that falls behind gets the latest. It is closed when ctx ends
-// or the driver closes.
+// Observe sends the election's leader on the returned channel: the current
+// one once the watch of its key has delivered the key's last message, then
+// each change of value or token (renewals are not sent); the key is read
+// again at the leader's expiry in case the server's marker was missed (see
+// docs/NATS.md). The channel holds one value: a reader that falls behind
+// gets the latest. It is closed when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
