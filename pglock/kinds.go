@@ -28,10 +28,11 @@ func (d *Driver) Supports(m driver.Mode) bool {
 
 // Key returns the advisory lock key of the lock called name, for a driver
 // whose token table is table: the first 8 bytes, read as a big-endian
-// two's-complement integer, of the SHA-256 of "dlock/" + table + "/" + name.
-// Two names whose keys are equal exclude each other (safe, never unsafe).
-// See docs/POSTGRES.md, Keys, for the same value in SQL, how pg_locks shows
-// it, and the collision odds.
+// two's-complement integer, of the SHA-256 of "dlock/" + table + "/" + name
+// (a table name holds no slash, so the hashed string is unambiguous). Two
+// names whose keys are equal exclude each other (safe, never unsafe). See
+// docs/POSTGRES.md, Keys, for the same value in SQL, how pg_locks shows it,
+// and the collision odds.
 func Key(table, name string) int64 {
 	return hashKey("dlock/", table, "", name)
 }
