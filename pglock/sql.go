@@ -166,8 +166,14 @@ type Execer interface {
 // Options.NoMigrate is set); call Migrate when the role that takes locks
 // may not create tables, or before using LockTx and TryLockTx. It is safe
 // to run concurrently and repeatedly. An empty table means DefaultTable.
+// The table is
+//
+//	CREATE SEQUENCE table_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1;
+//	CREATE TABLE table (name text PRIMARY KEY, token bigint NOT NULL, acquired timestamptz NOT NULL,
+//		value text, holder integer);
+//
 // Rows may be deleted at any time; the sequence must never be reset or
-// dropped while locks are used. See docs/POSTGRES.md.
+// dropped while locks are used. See docs/POSTGRES.md, Fencing token.
 func Migrate(ctx context.Context, db Execer, table string) error {
 	if table == "" {
 		table = DefaultTable
