@@ -13,19 +13,7 @@ import (
 )
 
 // next receives the next leader from ch, or fails t after limit.
-func next(t *testing.T, ch <-chan dlock.LeaderInfo, limit time.Duration) dlock.LeaderInfo {
-	t.Helper()
-	select {
-	case info, ok := <-ch:
-		if !ok {
-			t.Fatal("the Observe channel closed")
-		}
-		return info
-	case <-time.After(limit):
-		t.Fatal("no leader change observed")
-	}
-	return dlock.LeaderInfo{}
-}
+var next = locktest.NextLeader
 
 // TestElection: Leader and Observe follow a campaign, a resignation that
 // hands over to a waiting candidate, a crash with nobody waiting, and a
