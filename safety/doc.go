@@ -15,7 +15,7 @@
 // tables they produce and the command that produces them:
 //
 //	go test -timeout 30m ./safety/    # small size, as in CI (as root: test networks)
-//	go test ./safety/ -run . -count=1 -v -timeout 60m -safety.full -safety.table SAFETY-table.md
+//	go test ./safety/ -run . -count=1 -v -timeout 80m -safety.full -safety.table SAFETY-table.md
 //
 // DLOCK_SAFETY=full in the environment means the same as -safety.full;
 // without -safety.table the full run writes dlock-safety-table.md in the
