@@ -104,51 +104,58 @@ func (d *Driver) stopErr(ctx context.Context, cause error) error {
 // attempt makes one acquisition with session s: the transaction, then,
 // for Lock, the wait.
 func (d *Driver) attempt(ctx context.Context, s *session, q *lockReq, k keys, wait bool) (driver.Grant, error) {
-	if q.Mode == driver.Permit {
-		return d.attemptPermit(ctx, s, q, k, wait)
-	}
-	put := clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))
+	// TryLock of a mutex, a side of a readers-writer lock or an election
+	// puts its key only if no key bars it; etcd's comparisons cannot count
+	// keys, so TryLock on a full semaphore writes its key and deletes it.
+	cond := !wait && q.Mode != driver.Permit
 	rctx, cancel := d.req(ctx)
 	var resp *clientv3.TxnResponse
 	var err error
-	if wait {
-		// No comparison over the queue and no sorted read of it here: etcd
-		// evaluates both in its apply loop, which serves one write at a
-		// time, by reading every key of the range, so each waiter queued
-		// cost the apply loop O(queue length). A count reads etcd's index
-		// only; the key to wait for is read after, off the apply loop, by
-		// wait's first check.
+	if cond {
+		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(q.block), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))).Commit()
+	} else {
+		// No comparison over the queue nor sorted read of it: etcd's apply
+		// loop, which serves one write at a time, would read every key of
+		// the range, O(queue length). A count reads etcd's index only;
+		// wait's first check reads the key to wait for, off that loop.
 		resp, err = d.c.Txn(rctx).Then(
 			clientv3.OpGet(q.block, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
-	} else {
-		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(q.block), "=", 0).WithPrefix()).Then(put).Commit()
 	}
 	cancel()
 	if err != nil {
 		return driver.Grant{}, d.txnErr(ctx, s, k, q, err)
 	}
 	rev := resp.Header.Revision
-	if !wait {
+	if cond {
 		if resp.Succeeded {
 			return d.grant(s, q, k, rev, uint64(rev))
 		}
 		d.free(s, k.slot) // nothing was written
 		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
+	limit := int64(1) // how many keys the count may find and still grant
+	if q.Mode == driver.Permit {
+		limit = int64(q.Limit)
+	}
 	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
-	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() == 0 {
+	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() < limit {
 		return d.grant(s, q, k, rev, uint64(rev))
+	}
+	if !wait {
+		d.abandon(s, k, false)
+		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
 	myRev := rev
 	if prev != nil {
-		myRev = prev.CreateRevision // defensive: the slot's key was left
+		myRev = prev.CreateRevision // defensive: the slot's key was left, and counted
 	}
 	return d.wait(ctx, s, q, k, myRev, rev)
 }
 
 // txnErr handles a failed acquiring transaction: a lease found gone ends
-// the session (and the acquisition queues again); otherwise the key, which
+// the session (the acquisition queues again); otherwise the key, which
 // may have been written, is deleted.
 func (d *Driver) txnErr(ctx context.Context, s *session, k keys, q *lockReq, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
