@@ -91,6 +91,8 @@ type Driver struct {
 	closed bool
 	slots  map[int64]*slot  // by lease TTL in seconds
 	locks  map[string]*lock // held locks by owner
+
+	hooks hooks // set only by the package's tests, before the driver is used
 }
 
 // slot holds the live session for one lease TTL.
@@ -112,8 +114,8 @@ type lock struct {
 	unlocking   bool              // guarded by Driver.mu: Unlock owns the slot
 }
 
-// hooks let the package's tests count a driver's watches and wake-ups,
-// and stop its keep-alives.
+// hooks let the package's tests (export_test.go) count a driver's watches
+// and wake-ups, and stop its keep-alives.
 type hooks struct {
 	watch   func(name, key string) // a waiter started watching key
 	wake    func(name, key string) // a waiter saw key deleted
@@ -121,18 +123,6 @@ type hooks struct {
 	// keepAlive, if set, runs in a session's goroutine before each
 	// keep-alive; a test blocks it to stop keep-alives and the goroutine.
 	keepAlive func(ctx context.Context)
-}
-
-// testHooks maps a driver to its hooks. Only the package's tests
-// (export_test.go) fill it: outside them no driver has any.
-var testHooks sync.Map // *Driver -> *hooks
-
-// hooksOf returns d's hooks, nil outside tests.
-func hooksOf(d *Driver) *hooks {
-	if h, ok := testHooks.Load(d); ok {
-		return h.(*hooks)
-	}
-	return nil
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil

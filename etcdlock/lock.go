@@ -77,8 +77,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		lastErr = err
 		switch {
 		case errors.Is(err, errRequeue):
-			if h := hooksOf(d); h != nil && h.requeue != nil {
-				h.requeue(q.Name)
+			if f := d.hooks.requeue; f != nil {
+				f(q.Name)
 			}
 		case ctx.Err() != nil || d.ctx.Err() != nil:
 			return driver.Grant{}, d.stopErr(ctx, err)

@@ -170,8 +170,8 @@ func (s *session) run() {
 			return
 		case <-timer.C:
 		}
-		if h := hooksOf(d); h != nil && h.keepAlive != nil {
-			h.keepAlive(d.ctx)
+		if f := d.hooks.keepAlive; f != nil {
+			f(d.ctx)
 		}
 		if err := s.keepAlive(); err != nil {
 			if d.ctx.Err() == nil {

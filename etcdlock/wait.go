@@ -211,8 +211,8 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name strin
 			w.stop()
 			return false
 		}
-		if h := hooksOf(d); h != nil && h.watch != nil {
-			h.watch(name, t.key) // counted once etcd has created it
+		if f := d.hooks.watch; f != nil {
+			f(name, t.key) // counted once etcd has created it
 		}
 		w.from, w.born = wr.Header.Revision, time.Now()
 		w.probeAt = probeFirst
@@ -268,8 +268,8 @@ func (d *Driver) probe(ctx context.Context, w *predWatch) (int64, bool) {
 }
 
 func (d *Driver) woke(name, key string) {
-	if h := hooksOf(d); h != nil && h.wake != nil {
-		h.wake(name, key)
+	if f := d.hooks.wake; f != nil {
+		f(name, key)
 	}
 }
 
