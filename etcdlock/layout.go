@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockgo/dlock"
@@ -172,25 +172,25 @@ func (f format) unsupported() string {
 	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", f.layout)
 }
 
-// inspectConcurrency is Inspect in LayoutConcurrency. A key belongs to a
-// lock when it is <lockPrefix(name)>/<lease hex>[.<n>] for a valid name
-// and is attached to that lease; every other key under the range is
-// someone else's and left out. The format does not tell a mutex's keys
-// from an election's, so every queue is listed as a mutex, its oldest
-// key the holder, with the create revision as token; Owner is the owner
-// for locks this driver holds, "lease <hex>" for the others (etcd's
-// concurrency package stores no owner).
-func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+// concurrencyTrees reads the one tree of LayoutConcurrency under prefix.
+// A key belongs to a lock when it is <lockPrefix(name)>/<lease hex>[.<n>]
+// for a valid name and is attached to that lease; every other key under
+// the range is someone else's and left out. The format does not tell a
+// mutex's keys from an election's, so every queue is listed as a mutex,
+// its oldest key the holder, with the create revision as token; Owner is
+// the owner for locks this driver holds, "lease <hex>" for the others
+// (etcd's concurrency package stores no owner).
+func (d *Driver) concurrencyTrees(ctx context.Context, prefix string) ([]tree, error) {
 	base := d.f.lockPrefix("")
 	// With no prefix at all, WithPrefix ranges over the whole key space.
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Get(rctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
+		return nil, err
 	}
-	byName := map[string][]int{} // indexes into resp.Kvs
-	for i, kv := range resp.Kvs {
+	byName := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
 		rest, ok := strings.CutPrefix(string(kv.Key), base)
 		j := strings.LastIndexByte(rest, '/')
 		if !ok || j < 0 || kv.Lease == 0 {
@@ -200,26 +200,9 @@ func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]drive
 		if !strings.HasPrefix(name, prefix) || !leaseSegment(last, kv.Lease) || dlock.ValidateName(name) != nil {
 			continue
 		}
-		byName[name] = append(byName[name], i)
+		byName[name] = append(byName[name], kv)
 	}
-	owners := d.ownersByKey()
-	var out []driver.LockInfo
-	var leases []clientv3.LeaseID
-	for name, idx := range byName {
-		first := slices.MinFunc(idx, func(a, b int) int { return cmp.Compare(resp.Kvs[a].CreateRevision, resp.Kvs[b].CreateRevision) })
-		kv := resp.Kvs[first]
-		owner, ok := owners[string(kv.Key)]
-		if !ok {
-			owner = "lease " + strconv.FormatInt(kv.Lease, 16)
-		}
-		out = append(out, driver.LockInfo{Name: name, Mode: driver.Exclusive, Token: uint64(kv.CreateRevision), Owner: owner, Waiters: len(idx) - 1})
-		leases = append(leases, clientv3.LeaseID(kv.Lease))
-	}
-	if err := d.expiries(ctx, out, leases); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return []tree{{base: base, mode: driver.Exclusive, queues: byName}}, nil
 }
 
 // leaseSegment reports whether s, the last segment of a key, names lease
