@@ -309,7 +309,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 			return nil
 		}
 		maybeDone = true
-		if transient(ctx, err) && pause(ctx, nil, attempt) == nil {
+		if transient(ctx, err) && pause(ctx, context.Background(), attempt) == nil {
 			continue
 		}
 		d.forget(l)
@@ -383,7 +383,7 @@ func retryable(err error) bool {
 
 // pause sleeps before retry number attempt: exponential from 5ms to
 // 500ms, with jitter. It returns early with an error when ctx or stop
-// (which may be nil) ends.
+// ends.
 func pause(ctx context.Context, stop context.Context, attempt int) error {
 	d := 5 * time.Millisecond
 	for i := 1; i < attempt && d < 500*time.Millisecond; i++ {
@@ -393,16 +393,12 @@ func pause(ctx context.Context, stop context.Context, attempt int) error {
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var stopc <-chan struct{}
-	if stop != nil {
-		stopc = stop.Done()
-	}
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-stopc:
+	case <-stop.Done():
 		return driver.ErrClosed
 	}
 }
