@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -337,4 +338,47 @@ func (s *session) endCause() error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	return s.cause
+}
+
+// expired is lossAt once a Check found the session's validity over: below
+// every clock reading, so that every later Check fails too.
+const expired = math.MinInt64
+
+// mono returns t as lossAt counts it: nanoseconds since d.base, on the
+// monotonic clock when t carries a reading of it (time.Now does).
+func (d *Driver) mono(t time.Time) int64 { return int64(t.Sub(d.base)) }
+
+// check is a lock's Grant.Check: the lock may be held while now is before
+// the session's lossAt and it has not been signalled lost. A Check that
+// finds lossAt passed marks the session expired, so that every later
+// Check fails and keepAlive gives the session up rather than extend it.
+// It takes no lock and, in the nil path, allocates nothing. It reads the
+// deadline run acts on without waiting for run's goroutine to be
+// scheduled (a holder resumed after a SIGSTOP longer than the TTL gets an
+// error at its first look: its monotonic clock ran on meanwhile).
+func (l *lock) check(now time.Time) error {
+	s := l.s
+	for {
+		at := s.lossAt.Load()
+		if s.d.mono(now) < at {
+			if l.gone.Load() {
+				return l.lostErr()
+			}
+			return nil
+		}
+		if at == expired || s.lossAt.CompareAndSwap(at, expired) {
+			return fmt.Errorf("%w: lease %x: no keep-alive was answered in time: its validity (%v from the last answered keep-alive's sending, less a margin of %v) is over",
+				driver.ErrLost, int64(s.id), s.ttl, lossMargin(s.ttl))
+		}
+		// keepAlive extended the deadline meanwhile: compare again.
+	}
+}
+
+// lostErr says why l, marked gone, was lost: its session ended, or its
+// key was found deleted.
+func (l *lock) lostErr() error {
+	if p := l.s.endErr.Load(); p != nil {
+		return *p
+	}
+	return fmt.Errorf("%w: %q: its key was deleted", driver.ErrLost, l.name)
 }
