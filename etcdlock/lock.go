@@ -16,9 +16,9 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// errRequeue means the acquisition's key or session is gone while it was
-// queued (or was being granted): the acquisition starts over with a live
-// session, never reporting a lock on a dead lease.
+// errRequeue means the acquisition's key or session went while it was
+// queued or granted: it starts over with a live session, never reporting
+// a lock on a dead lease.
 var errRequeue = errors.New("etcdlock: the waiter's key or session is gone")
 
 // tryAttempts bounds TryLock's attempts when its session turns out dead.
@@ -30,19 +30,18 @@ const abandonTimeout = 500 * time.Millisecond
 
 // TryLock implements driver.Driver in one transaction: it puts the
 // caller's key, attached to the session's lease, only if no key exists
-// under the name; otherwise it writes nothing and returns a
-// *driver.HeldError (with Remaining 0: a held lock lasts as long as its
-// holder's session).
+// under the name; otherwise it returns a *driver.HeldError (Remaining 0: a
+// held lock lasts as long as its holder's session).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
-// Lock implements driver.Waiter. One transaction puts the caller's key and
-// takes the lock when no other key is under the name; otherwise the key
-// is queued and Lock watches only the deletion of the key just before it
-// (see docs/ETCD.md, How a lock works). A waiter whose key or session is
-// gone queues again with a live session. When ctx ends, Lock deletes its
-// key before returning ctx's error.
+// Lock implements driver.Waiter. One transaction puts the caller's key,
+// which holds the lock when no other key is under the name; otherwise
+// Lock watches only the deletion of the key just before it (see
+// docs/ETCD.md, How a lock works). A waiter whose key or session is gone
+// queues again with a live session. When ctx ends, Lock deletes its key
+// before returning ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -169,12 +168,12 @@ func (d *Driver) txnErr(ctx context.Context, s *session, k keys, q *lockReq, err
 	return fmt.Errorf("etcdlock: acquire %q: %w", q.Name, err)
 }
 
-// grant records the lock as held and returns its grant; if the session
-// ended meanwhile, the key is deleted and the acquisition starts over.
-// rev is the key's create revision. Every kind (mutex, reader, writer,
-// permit, leader) is granted here, so each grant carries the lock's check
-// as Grant.Check: the lease's Err compares the session's deadline with the
-// clock itself instead of waiting for the session's goroutine to notice.
+// grant records the lock, whose key was created at rev, as held and
+// returns its grant; if the session ended meanwhile, the key is deleted
+// and the acquisition starts over. Every kind is granted here, with the
+// lock's check as Grant.Check, so that a lease's Err compares the
+// session's deadline with the clock instead of waiting for the session's
+// goroutine to notice.
 func (d *Driver) grant(s *session, q *lockReq, k keys, rev int64, token uint64) (driver.Grant, error) {
 	l := &lock{name: q.Name, owner: q.Owner, mode: q.Mode, k: k, rev: rev, token: token, s: s}
 	d.mu.Lock()
@@ -193,11 +192,10 @@ func (d *Driver) grant(s *session, q *lockReq, k keys, rev int64, token uint64) 
 	return driver.Grant{}, fmt.Errorf("%w: session ended as the lock was granted", errRequeue)
 }
 
-// abandon deletes the key of an acquisition that gave up; its slot is
-// reserved to it, so the deletion needs no condition. When the deletion
-// fails, or when a put whose outcome is unknown might still land after it,
-// the deletion is repeated at the session's next keep-alive, and the slot
-// stays taken until then.
+// abandon deletes the key of an acquisition that gave up, with no
+// condition: its slot is reserved to it. When the deletion fails, or a
+// put whose outcome is unknown might land after it, it is repeated at the
+// session's next keep-alive, and the slot stays taken until then.
 func (d *Driver) abandon(s *session, k keys, unknown bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	_, err := d.c.Delete(ctx, k.key)
@@ -281,12 +279,12 @@ func (d *Driver) forget(l *lock) {
 	}
 }
 
-// Unlock implements driver.Driver: it deletes the caller's key. The key's
-// slot is reserved to this lock until the deletion is done, so the
-// deletion needs no condition: if the key exists, it is this lock's.
-// Transient failures are retried until ctx ends; if the deletion still
-// fails, the key is deleted at the session's next keep-alive (it would
-// otherwise live as long as the session).
+// Unlock implements driver.Driver: it deletes the caller's key, with no
+// condition: the key's slot is reserved to this lock until the deletion
+// is done, so the key, if it exists, is this lock's. Transient failures
+// are retried until ctx ends; if the deletion still fails, the key is
+// deleted at the session's next keep-alive rather than live as long as
+// the session.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	l := d.held(r, true)
 	if l == nil {
@@ -318,8 +316,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	}
 }
 
-// Refresh implements driver.Driver. The lease is kept alive by the driver,
-// so Refresh only checks, in one read, that the caller's key still exists;
+// Refresh implements driver.Driver. The driver keeps the lease alive, so
+// Refresh only checks, in one read, that the caller's key still exists:
 // it returns the zero time (no expiry of its own), or an error wrapping
 // driver.ErrNotHeld when the key is gone.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
