@@ -74,14 +74,6 @@ func escaped(c byte) bool {
 // false when token is not such an encoding (a bad escape, a byte outside
 // the key alphabet, an escape of a byte that needs none).
 func DecodeName(token string) (string, bool) {
-	if strings.IndexByte(token, escapeByte) < 0 {
-		for i := 0; i < len(token); i++ {
-			if escaped(token[i]) {
-				return "", false
-			}
-		}
-		return token, true
-	}
 	var b strings.Builder
 	b.Grow(len(token))
 	for i := 0; i < len(token); i++ {
