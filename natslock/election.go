@@ -48,7 +48,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	}
 	key := keyBase(driver.Leader, name)
 	o := &observer{d: d, key: key, out: make(chan driver.LeaderInfo, 1)}
-	watcher, err := o.watch(ctx)
+	watcher, err := d.watch(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("natslock: observe %q: %w", name, err)
 	}
@@ -70,10 +70,6 @@ type observer struct {
 	// waits on the channel unread.
 	last, prev    driver.LeaderInfo
 	sent, hasPrev bool
-}
-
-func (o *observer) watch(ctx context.Context) (*kvWatch, error) {
-	return o.d.watch(ctx, o.key)
 }
 
 // run follows the watch until ctx ends or the driver closes, watching
@@ -124,8 +120,7 @@ func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 		case <-timer.C:
 			if watcher == nil {
 				var err error
-				if watcher, err = o.watch(ctx); err != nil {
-					watcher = nil
+				if watcher, err = o.d.watch(ctx, o.key); err != nil {
 					pause = min(2*pause, retryPause)
 				}
 				continue

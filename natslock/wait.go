@@ -190,7 +190,8 @@ func (w *wait) run(ctx context.Context, ks []string, gate *waitGate) (g driver.G
 	for {
 		if watcher == nil && !time.Now().Before(watchAt) {
 			var err error
-			if watcher, err = w.watch(ctx, filter); err != nil {
+			if watcher, err = w.d.watch(ctx, filter); err != nil {
+				err = fmt.Errorf("natslock: lock %q: watch %s: %w", w.q.Name, filter, err)
 				w.failed(err)
 				if fatal(err) {
 					return driver.Grant{}, err
@@ -245,15 +246,6 @@ func (w *wait) rewatched() {
 	for i := range w.slots {
 		w.slots[i].free, w.slots[i].due = false, time.Time{}
 	}
-}
-
-// watch starts the watch of the lock's keys.
-func (w *wait) watch(ctx context.Context, filter string) (*kvWatch, error) {
-	watcher, err := w.d.watch(ctx, filter)
-	if err != nil {
-		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.q.Name, filter, err)
-	}
-	return watcher, nil
 }
 
 // A kvWatch is a KV watch that lives until Stop.
