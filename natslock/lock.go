@@ -46,8 +46,6 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return ""
 }
 
-var _ driver.Unsupporter = (*Driver)(nil)
-
 // TryLock makes one attempt to take the lock: a write of the lock's key
 // that the server accepts only if the key holds no lock, with a per-key
 // TTL of r.TTL rounded up to whole seconds (see docs/NATS.md, How a lock

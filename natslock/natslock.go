@@ -246,18 +246,16 @@ func NewConn(ctx context.Context, nc *nats.Conn, o *Options, opts ...dlock.Optio
 // Scheme returns "nats", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "nats" }
 
-var _ driver.Schemer = (*Driver)(nil)
-
 // Bucket returns the name of the KV bucket that holds the locks.
 func (d *Driver) Bucket() string { return d.bucket }
 
 // KeyValue returns the bucket the driver uses.
 func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
 
-// Close ends the driver's waiting calls and observers and waits for its
-// background clean-ups (see Lock), at most 5 s (beyond, it returns an
-// error), then closes the connection if the driver opened it from a URL.
-// Locks still held stay on the server until their TTL runs out. Close is
+// Close ends the driver's waiting calls and observers, waits at most 5 s
+// for its background clean-ups (see Lock; beyond, it returns an error),
+// and closes the connection if the driver opened it from a URL. Locks
+// still held stay on the server until their TTL runs out. Close is
 // idempotent.
 func (d *Driver) Close() error {
 	var err error
@@ -274,16 +272,17 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// closeWait bounds Close's wait for the driver's clean-ups, each of which
-// ends with the request it has under way once the driver closes.
+// closeWait bounds Close's wait for the clean-ups, each of which ends
+// with its request under way once the driver closes.
 const closeWait = 5 * time.Second
 
-// Compile-time checks of the interfaces the driver implements.
 var (
-	_ driver.Driver    = (*Driver)(nil)
-	_ driver.Waiter    = (*Driver)(nil)
-	_ driver.Moder     = (*Driver)(nil)
-	_ driver.Elector   = (*Driver)(nil)
-	_ driver.Resumer   = (*Driver)(nil)
-	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.Waiter      = (*Driver)(nil)
+	_ driver.Moder       = (*Driver)(nil)
+	_ driver.Unsupporter = (*Driver)(nil)
+	_ driver.Elector     = (*Driver)(nil)
+	_ driver.Resumer     = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Schemer     = (*Driver)(nil)
 )
