@@ -159,7 +159,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 	return d, nil
 }
 
-// checkServer refuses a server without per-message TTLs (before 2.11).
+// checkServer refuses a server older than 2.11 (no per-message TTLs).
 func checkServer(nc *nats.Conn) error {
 	v := nc.ConnectedServerVersion()
 	major, minor, ok := parseVersion(v)
@@ -172,19 +172,12 @@ func checkServer(nc *nats.Conn) error {
 // parseVersion reads the major and minor numbers of a server version
 // ("2.11.4", "v2.12.0-beta").
 func parseVersion(v string) (major, minor int, ok bool) {
-	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	var err1, err2 error
-	major, err1 = strconv.Atoi(parts[0])
-	minor, err2 = strconv.Atoi(parts[1])
-	return major, minor, err1 == nil && err2 == nil
+	n, _ := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
+	return major, minor, n == 2
 }
 
 // bindTimeout bounds NewDriver's requests, within its context: a server
-// that drops a request it may not serve (a permission denied) answers
-// nothing.
+// answers nothing to a request it may not serve.
 const bindTimeout = 10 * time.Second
 
 // bind finds the bucket, creating it if it does not exist, and checks
