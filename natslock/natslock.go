@@ -55,18 +55,17 @@ type Options struct {
 	Storage jetstream.StorageType
 
 	// MarkerTTL is how long the marker of a key removed by its TTL stays
-	// in a bucket the driver creates (its LimitMarkerTTL), and how long
-	// the marker a release leaves stays in any bucket. Markers are what
-	// waiters watch for; a name nobody uses leaves nothing in the bucket
-	// once its marker is gone. At least one second; zero means
-	// DefaultMarkerTTL.
+	// in a bucket the driver creates (its LimitMarkerTTL), and the marker
+	// a release leaves in any bucket. Waiters watch for markers; a name
+	// nobody uses leaves nothing once its marker is gone. At least one
+	// second; zero means DefaultMarkerTTL.
 	MarkerTTL time.Duration
 
 	// RequestTimeout bounds each request to the server (within the
-	// caller's context): a publish to a stream whose leader just died
-	// gets no answer, and the driver tries again or reports the error
-	// rather than waiting for nats.go's default timeout. Zero or negative
-	// means DefaultRequestTimeout.
+	// caller's context), so that a publish to a stream whose leader just
+	// died, which gets no answer, is retried or reported without waiting
+	// for nats.go's default timeout. Zero or negative means
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 
@@ -79,10 +78,8 @@ type Options struct {
 // Each call makes its requests on the caller's goroutine. A waiting Lock
 // holds a KV watch (an ordered consumer) on its lock's keys while it
 // waits, and an Observe one on its election's key while its context
-// lives.
-//
-// A Driver is safe for concurrent use by multiple goroutines. It must not
-// be copied.
+// lives. A Driver is safe for concurrent use by multiple goroutines. It
+// must not be copied.
 type Driver struct {
 	js         jetstream.JetStream
 	kv         jetstream.KeyValue
@@ -101,9 +98,9 @@ type Driver struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
-	// bg counts the clean-ups and the observers; Close waits for them, at
-	// most closeWait. It counts nothing once Close waits: a WaitGroup's Add
-	// after a look at closed could race Close's Wait.
+	// bg counts the clean-ups and the observers, for Close to wait for (at
+	// most closeWait); unlike a WaitGroup, whose Add after a look at
+	// closed could race Close's Wait, it counts nothing once Close waits.
 	bg bg.Group
 }
 
