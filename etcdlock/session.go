@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -244,10 +246,7 @@ func (s *session) verify() {
 		d.mu.Unlock()
 		return
 	}
-	held := make([]*lock, 0, len(s.locks))
-	for l := range s.locks {
-		held = append(held, l)
-	}
+	held := slices.Collect(maps.Keys(s.locks))
 	orphans := s.orphans
 	s.orphans = nil
 	d.mu.Unlock()
