@@ -78,7 +78,7 @@ func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	defer func() { stopWatch(watcher) }()
-	var pending *entry // the key's last message, until the watch's initial values are all in
+	var pending entry // the key's last message (none: zero), until the watch's initial values are all in
 	init := false
 	pause := time.Duration(0)
 	for {
@@ -98,23 +98,19 @@ func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 			switch {
 			case !ok:
 				stopWatch(watcher)
-				watcher, init, pending = nil, false, nil
+				watcher, init, pending = nil, false, entry{}
 				pause = 20 * time.Millisecond
 			case kve == nil:
 				if !init {
 					init = true
-					e := entry{}
-					if pending != nil {
-						e = *pending
-					}
-					o.seen(e)
+					o.seen(pending)
 				}
 			default:
 				e := fromKV(kve)
 				if init {
 					o.seen(e)
 				} else {
-					pending = &e
+					pending = e
 				}
 			}
 		case <-timer.C:
