@@ -306,7 +306,8 @@ func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Gra
 		}
 		return w.tryFree(ctx)
 	}
-	i := w.index(e.Key())
+	// -1: a permit slot beyond this caller's limit.
+	i := slices.IndexFunc(w.slots, func(s slot) bool { return s.key == e.Key() })
 	if i < 0 {
 		return driver.Grant{}, false
 	}
@@ -326,17 +327,6 @@ func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Gra
 	}
 	s.free, s.rev, s.due = false, en.rev, time.Now().Add(ttl+expirySlack)
 	return driver.Grant{}, false
-}
-
-// index returns the slot of key, -1 for a key the wait does not take (a
-// permit slot beyond this caller's limit).
-func (w *wait) index(key string) int {
-	for i := range w.slots {
-		if w.slots[i].key == key {
-			return i
-		}
-	}
-	return -1
 }
 
 // tryFree tries each key known to be free, in order.
