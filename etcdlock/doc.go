@@ -4,13 +4,12 @@
 // transaction, and survives the loss of any minority of the cluster's
 // members, leader included.
 //
-// Import the package for its side effect and open a URL:
+// Import the package for its side effect and open a URL, or, for anything
+// else a *clientv3.Client can do, configure one and use New:
 //
 //	import _ "github.com/dlockgo/dlock/etcdlock"
 //
 //	locker, err := dlock.Open(ctx, "etcd://host1:2379,host2:2379,host3:2379/jobs?ttl=10s")
-//
-// For anything else a *clientv3.Client can do, configure one and use New.
 //
 // # URL
 //
@@ -20,7 +19,7 @@
 // The host part is a comma-separated list of endpoints (port 2379 by
 // default; 127.0.0.1:2379 when empty). The path, without its slashes, is
 // the key prefix (Options.Prefix), "dlock" when empty; with
-// layout=concurrency, the path without its first slash, so that it can be
+// layout=concurrency, the path without its first slash, which may be
 // empty. etcds:// (or tls=true) speaks TLS to every endpoint; user
 // information is the etcd user and password (RBAC). Parameters:
 //
@@ -46,24 +45,24 @@
 // # Guarantees
 //
 // Each acquisition writes one key under the lock's name, attached to the
-// driver's session lease (one per TTL in use, kept alive by the driver
-// every third of the TTL); the key with the lowest create revision holds
-// the lock, and its create revision is the fencing token, so tokens grow
-// with the order of grants across all names. Lease.Expires is the zero
-// time: a lock is held until it is released or its session is lost. The
-// driver reports the loss (Done closes, Err matches dlock.ErrLost) before
-// the server can give the lock to anyone else, and Lease.Err sees it at
-// once through driver.Grant.Check. A process that dies frees its locks
-// when its lease expires: after the TTL, rounded up to whole seconds and
-// raised to the server's minimum.
+// driver's session lease (one per TTL in use, kept alive every third of
+// the TTL); the key with the lowest create revision holds the lock, and
+// its create revision is the fencing token, so tokens grow with the order
+// of grants across all names. Lease.Expires is the zero time: a lock is
+// held until it is released or its session is lost. The driver reports
+// the loss (Done closes, Err matches dlock.ErrLost) before the server can
+// give the lock to anyone else, and Lease.Err sees it at once through
+// driver.Grant.Check. A process that dies frees its locks when its lease
+// expires: after the TTL, rounded up to whole seconds and raised to the
+// server's minimum.
 //
 // The driver implements driver.Moder for every mode and driver.Elector in
 // LayoutDlock. LayoutConcurrency writes exactly the keys of etcd's
 // concurrency package, so that dlock, concurrency.Mutex and etcdctl lock
 // exclude one another; in it, readers-writer locks and semaphores are
-// unsupported, and a mutex and an election of one name are one queue. The
-// two layouts do not exclude each other: every client of a name must use
-// the same one.
+// unsupported, and a mutex and an election of one name are one queue.
+// Every client of a name must use the same layout: the two do not exclude
+// each other.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/ETCD.md for the key
 // format, waiting and its handoff, the other lock kinds, the layouts and

@@ -12,11 +12,10 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Elections. Candidates queue under <Prefix>/#elect/<name>/# exactly as a
-// mutex's contenders do (Campaign is Lock, resigning is Unlock), except
-// that a candidate's key holds its Request.Value rather than its owner: the
-// oldest key leads, and its value and create revision (the leader's
-// token) are what Leader and Observe report.
+// Elections. Candidates queue under <Prefix>/#elect/<name>/# as a mutex's
+// contenders do (Campaign is Lock, resigning is Unlock), but a key holds
+// the candidate's Request.Value: the oldest key leads, and its value and
+// create revision (the token) are what Leader and Observe report.
 
 // Leader implements driver.Elector: one read of the oldest key of the
 // election.
@@ -29,8 +28,8 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 }
 
 // leader reads, in one request bounded by RequestTimeout, the oldest key
-// under prefix, at revision rev (0: now), and returns its leader, the
-// key, and the revision read.
+// under prefix at revision rev (0: now), and returns its leader, the key,
+// and the revision read.
 func (d *Driver) leader(ctx context.Context, prefix string, rev int64) (driver.LeaderInfo, string, int64, error) {
 	opts := clientv3.WithFirstCreate()
 	if rev > 0 {
@@ -50,10 +49,10 @@ func (d *Driver) leader(ctx context.Context, prefix string, rev int64) (driver.L
 }
 
 // Observe implements driver.Elector. One goroutine per call reads the
-// leader, then watches the election's prefix and reads the leader again
+// leader, then watches the election's prefix, reading the leader again
 // only on an event that can change it. The channel is unbuffered: a reader
-// that falls behind gets the latest leader when it receives next. The
-// goroutine ends, closing the channel, when ctx ends or the driver closes.
+// that falls behind gets the latest leader. The goroutine ends, closing
+// the channel, when ctx ends or the driver closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	prefix := d.f.queue(driver.Leader, name)
 	first, key, rev, err := d.leader(ctx, prefix, 0)

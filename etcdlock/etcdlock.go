@@ -69,12 +69,12 @@ type Options struct {
 // Driver is the etcd driver: a dlock driver.Driver, driver.Waiter,
 // driver.Moder (every mode in LayoutDlock; see Supports) and
 // driver.Elector over an etcd cluster reached through a
-// go.etcd.io/etcd/client/v3 client.
-// Create it with NewDriver (or New, or dlock.Open with an etcd:// URL).
+// go.etcd.io/etcd/client/v3 client. Create it with NewDriver (or New, or
+// dlock.Open with an etcd:// URL).
 //
 // Locks live as long as the driver's session for their TTL (see the
-// package documentation and docs/ETCD.md). A Driver is safe for concurrent use by multiple
-// goroutines. It must not be copied.
+// package documentation and docs/ETCD.md). A Driver is safe for
+// concurrent use by multiple goroutines. It must not be copied.
 type Driver struct {
 	c       *clientv3.Client
 	own     bool // opened from a URL: Close closes c
@@ -91,6 +91,8 @@ type Driver struct {
 	closed bool
 	slots  map[int64]*slot  // by lease TTL in seconds
 	locks  map[string]*lock // held locks by owner
+
+	hooks hooks // set only by the package's tests, before the driver is used
 }
 
 // slot holds the live session for one lease TTL.
@@ -112,8 +114,8 @@ type lock struct {
 	unlocking   bool              // guarded by Driver.mu: Unlock owns the slot
 }
 
-// hooks let the package's tests count a driver's watches and wake-ups,
-// and stop its keep-alives.
+// hooks let the package's tests (export_test.go) count a driver's watches
+// and wake-ups, and stop its keep-alives.
 type hooks struct {
 	watch   func(name, key string) // a waiter started watching key
 	wake    func(name, key string) // a waiter saw key deleted
@@ -121,18 +123,6 @@ type hooks struct {
 	// keepAlive, if set, runs in a session's goroutine before each
 	// keep-alive; a test blocks it to stop keep-alives and the goroutine.
 	keepAlive func(ctx context.Context)
-}
-
-// testHooks maps a driver to its hooks. Only the package's tests
-// (export_test.go) fill it: outside them no driver has any.
-var testHooks sync.Map // *Driver -> *hooks
-
-// hooksOf returns d's hooks, nil outside tests.
-func hooksOf(d *Driver) *hooks {
-	if h, ok := testHooks.Load(d); ok {
-		return h.(*hooks)
-	}
-	return nil
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
@@ -183,15 +173,13 @@ func (d *Driver) Client() *clientv3.Client { return d.c }
 // Options.Prefix describes it for the driver's layout.
 func (d *Driver) Prefix() string { return d.f.prefix }
 
-// keys of one acquisition attempt. Every contender's key for a name starts
-// with prefix. The last segment is the session's lease ID in hex, with
-// ".<n>" after it when n > 0: n is the lowest slot the session has free
-// for the name, so that a process that takes a name again and again
-// writes the same key, as etcd's own concurrency.Mutex does. (Every new
-// key name would leave an index entry under the name until the server
-// compacts, and each acquisition reads that whole range.) The value is the
-// acquisition's owner. Names cannot contain '#', so "<name>/#" never
-// starts the keys of another name.
+// keys of one acquisition attempt. The key's last segment is the
+// session's lease ID in hex, with ".<n>" after it when n > 0: n is the
+// lowest slot the session has free for the name, so that a process that
+// takes a name again and again writes the same key, as concurrency.Mutex
+// does (every new key name would leave an index entry under the name
+// until the server compacts, and each acquisition reads that whole
+// range). Its value is the acquisition's owner.
 type keys struct {
 	key  string // lockReq.queue + lockReq.kind + <lease>[.<n>]
 	slot slotKey
@@ -355,12 +343,10 @@ func tlsCause(eps []string, cfg *tls.Config) string {
 }
 
 // openBound says which bound cut Open's first read short, the caller's
-// context or the dial timeout, and how long it allowed: a message that
-// named the dial timeout when a shorter context had ended the wait sent
-// the reader looking at the wrong setting.
+// context or the dial timeout, so that the message names the right
+// setting; for the context, the wait's own length, which the caller can
+// match with its deadline (the context may predate Open).
 func openBound(ctx context.Context, dial time.Duration, start time.Time) string {
-	// The wait's own length is what the caller can match with the
-	// deadline it set: the context may have been made well before Open.
 	err := ctx.Err()
 	switch {
 	case err == nil:

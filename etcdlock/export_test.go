@@ -11,7 +11,7 @@ import (
 // watching a key, sees a watched key deleted, or queues again after losing
 // its key or session. Call it before the driver is used.
 func SetHooks(d *Driver, watch, wake func(name, key string), requeue func(name string)) {
-	h := hooksFor(d)
+	h := &d.hooks
 	h.watch, h.wake, h.requeue = watch, wake, requeue
 }
 
@@ -31,11 +31,5 @@ func SessionLease(d *Driver, ttl time.Duration) clientv3.LeaseID {
 // that blocks in f stops both the keep-alives and that goroutine, as a
 // paused process would. Call it before the driver is used.
 func SetKeepAliveHook(d *Driver, f func(ctx context.Context)) {
-	hooksFor(d).keepAlive = f
-}
-
-// hooksFor returns d's hooks, making them if it has none.
-func hooksFor(d *Driver) *hooks {
-	h, _ := testHooks.LoadOrStore(d, &hooks{})
-	return h.(*hooks)
+	d.hooks.keepAlive = f
 }

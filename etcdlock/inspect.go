@@ -17,51 +17,31 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Inspect implements driver.Inspector. In LayoutConcurrency, see
-// inspectConcurrency. In LayoutDlock it lists, from one transaction, the
-// mutexes, the holders of readers-writer locks (one entry per reader) and
-// the leaders of elections whose names start with prefix, sorted by name,
-// then mode, then token; semaphores are not listed. Owner is the key's
-// value; a leader's is its owner when this Driver holds the election and
-// its lease ("lease 1f2e…") otherwise. Expires is the holder's lease's
-// expiry. See docs/CLI.md, dlock status.
+// Inspect implements driver.Inspector. It lists the holders of the locks
+// whose names start with prefix, sorted by name, then mode, then token;
+// Expires is the holder's lease's expiry. In LayoutDlock, read in one
+// transaction: the mutexes, the holders of readers-writer locks (one
+// entry per reader) and the leaders of elections; semaphores are not
+// listed. Owner is the key's value; a leader's is its owner when this
+// Driver holds the election and its lease ("lease 1f2e…") otherwise. In
+// LayoutConcurrency, see concurrencyTrees. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.isClosed() {
 		return nil, driver.ErrClosed
 	}
+	read := d.dlockTrees
 	if d.f.layout == LayoutConcurrency {
-		return d.inspectConcurrency(ctx, prefix)
+		read = d.concurrencyTrees
 	}
-	// Every mutex key sorts after <Prefix>/$ (names start with none of the
-	// characters up to '$'), and every key of another kind, <Prefix>/#...,
-	// before it; so for an empty prefix the mutexes' range leaves the
-	// other kinds out.
-	mutexes := clientv3.OpGet(d.f.prefix+"/"+prefix, clientv3.WithPrefix())
-	if prefix == "" {
-		mutexes = clientv3.OpGet(d.f.prefix+"/$", clientv3.WithRange(clientv3.GetPrefixRangeEnd(d.f.prefix+"/")))
-	}
-	rw := d.f.prefix + "/#rw/"
-	elect := d.f.prefix + "/#elect/"
-	rctx, cancel := d.req(ctx)
-	resp, err := d.c.Txn(rctx).Then(mutexes,
-		clientv3.OpGet(rw+prefix, clientv3.WithPrefix()),
-		clientv3.OpGet(elect+prefix, clientv3.WithPrefix())).Commit()
-	cancel()
+	trees, err := read(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
 	}
 	var out []driver.LockInfo
 	var leases []clientv3.LeaseID
-	add := func(info driver.LockInfo, kv *mvccpb.KeyValue) {
-		out = append(out, info)
-		leases = append(leases, clientv3.LeaseID(kv.Lease))
-	}
 	owners := d.ownersByKey()
-	for i, tree := range []struct {
-		base string
-		mode driver.Mode
-	}{{d.f.prefix + "/", driver.Exclusive}, {rw, driver.Read}, {elect, driver.Leader}} {
-		for name, kvs := range queues(tree.base, resp.Responses[i].GetResponseRange().GetKvs()) {
+	for _, tree := range trees {
+		for name, kvs := range tree.queues {
 			if !strings.HasPrefix(name, prefix) {
 				continue
 			}
@@ -80,13 +60,14 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 					if isWrite(tree.base, name, kv) {
 						info.Mode = driver.Write
 					}
-				case tree.mode == driver.Leader:
+				case tree.mode == driver.Leader || d.f.layout == LayoutConcurrency:
 					info.Owner = "lease " + strconv.FormatInt(kv.Lease, 16)
 					if o, ok := owners[string(kv.Key)]; ok {
 						info.Owner = o
 					}
 				}
-				add(info, kv)
+				out = append(out, info)
+				leases = append(leases, clientv3.LeaseID(kv.Lease))
 			}
 		}
 	}
@@ -97,6 +78,41 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Mode, b.Mode), cmp.Compare(a.Token, b.Token))
 	})
 	return out, nil
+}
+
+// A tree is the queues of one kind of lock, by name: keys that start
+// with base.
+type tree struct {
+	base   string
+	mode   driver.Mode
+	queues map[string][]*mvccpb.KeyValue
+}
+
+// dlockTrees reads, in one transaction, the trees of LayoutDlock's
+// mutexes, readers-writer locks and elections under prefix.
+func (d *Driver) dlockTrees(ctx context.Context, prefix string) ([]tree, error) {
+	// Every mutex key sorts after <Prefix>/$ (names start with none of the
+	// characters up to '$'), and every key of another kind, <Prefix>/#...,
+	// before it; so for an empty prefix the mutexes' range leaves the
+	// other kinds out.
+	mutexes := clientv3.OpGet(d.f.prefix+"/"+prefix, clientv3.WithPrefix())
+	if prefix == "" {
+		mutexes = clientv3.OpGet(d.f.prefix+"/$", clientv3.WithRange(clientv3.GetPrefixRangeEnd(d.f.prefix+"/")))
+	}
+	trees := []tree{{base: d.f.prefix + "/", mode: driver.Exclusive}, {base: d.f.prefix + "/#rw/", mode: driver.Read},
+		{base: d.f.prefix + "/#elect/", mode: driver.Leader}}
+	rctx, cancel := d.req(ctx)
+	resp, err := d.c.Txn(rctx).Then(mutexes,
+		clientv3.OpGet(trees[1].base+prefix, clientv3.WithPrefix()),
+		clientv3.OpGet(trees[2].base+prefix, clientv3.WithPrefix())).Commit()
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	for i := range trees {
+		trees[i].queues = queues(trees[i].base, resp.Responses[i].GetResponseRange().GetKvs())
+	}
+	return trees, nil
 }
 
 // queues groups the keys kvs, of the tree whose keys are

@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlockgo/dlock"
@@ -24,10 +24,9 @@ const (
 	// documentation, "How a lock works").
 	LayoutDlock Layout = "dlock"
 	// LayoutConcurrency is the format of etcd's concurrency package
-	// (concurrency.Mutex, concurrency.Election) and of `etcdctl lock` and
-	// `etcdctl elect`, so that dlock and they exclude each other on the
-	// same name and agree on one leader. It has mutexes and elections
-	// only: readers-writer locks and semaphores are unsupported. See
+	// (concurrency.Mutex, concurrency.Election), `etcdctl lock` and
+	// `etcdctl elect`, so that dlock and they exclude each other on a name
+	// and agree on one leader. It has mutexes and elections only. See
 	// docs/ETCD.md, "Layouts".
 	LayoutConcurrency Layout = "concurrency"
 )
@@ -53,8 +52,7 @@ func (l Layout) urlPrefix(path string) string {
 }
 
 // A format is the driver's layout with its prefix: where each lock's keys
-// are and what they hold. Every choice that depends on the layout is one
-// of its methods.
+// are and what they hold, as its methods.
 type format struct {
 	layout Layout
 	prefix string
@@ -84,29 +82,26 @@ func (f format) supports(m driver.Mode) bool {
 }
 
 // A lockReq is a driver.Request resolved once, where an acquisition
-// enters the driver (Driver.resolve): every step after reads it.
+// enters the driver (Driver.resolve).
 type lockReq struct {
 	driver.Request
-	// queue starts every key that holds or awaits the lock (see
-	// format.queue); block, the keys that bar an immediate grant, the
-	// newest of which a waiter waits for: the whole queue, or for a
-	// reader, the write keys.
+	// queue starts every key that holds or awaits the lock (format.queue);
+	// block, the keys that bar an immediate grant, the newest of which a
+	// waiter waits for: the whole queue, or a reader's write keys.
 	queue, block string
-	// kind follows queue in the caller's key, before the session's
-	// lease: the side of a readers-writer lock ("r" or "w"), so that the
-	// write keys form a range of their own.
+	// kind, between queue and the lease in the caller's key, is the side
+	// of a readers-writer lock ("r" or "w"): the write keys are a range.
 	kind  string
 	value string // what the caller's key holds
-	// slot is the mode whose key slots the key takes: in
-	// LayoutConcurrency the mutex and the election of a name share one
-	// queue, so one set of keys.
+	// slot is the mode whose key slots the key takes: in LayoutConcurrency
+	// a name's mutex and election share one queue, so one set of keys.
 	slot driver.Mode
 	secs int64 // the lease TTL of the session it uses, leaseSeconds(TTL)
 }
 
-// resolve refuses a request the driver cannot serve (dlock never sends
-// one, its Locker asks Supports first, but a direct caller of the driver
-// could), and resolves the others.
+// resolve refuses a request the driver cannot serve (which only a direct
+// caller of the driver sends: a Locker asks Supports first), and resolves
+// the others.
 func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	f := d.f
 	if !f.supports(r.Mode) {
@@ -131,12 +126,10 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 }
 
 // queue returns the prefix of every key that holds or awaits the lock of
-// kind m called name. In LayoutDlock a mutex's keys are
-// <Prefix>/<name>/#...; the other kinds' are <Prefix>/#<kind>/<name>/#... .
-// Names contain no '#', so no kind's queue prefix starts another's, nor
-// another name's. In LayoutConcurrency the mutex and the election called
-// name share the prefix lockPrefix(name) + "/", as in etcd's concurrency
-// package.
+// kind m called name: in LayoutDlock <Prefix>/<name>/#... for a mutex,
+// <Prefix>/#<kind>/<name>/#... for the others (names contain no '#', so no
+// queue prefix starts another's); in LayoutConcurrency lockPrefix(name) +
+// "/" for both the mutex and the election, as in etcd's package.
 func (f format) queue(m driver.Mode, name string) string {
 	if f.layout == LayoutConcurrency {
 		return f.lockPrefix(name) + "/"
@@ -152,14 +145,13 @@ func (f format) queue(m driver.Mode, name string) string {
 	return f.prefix + "/" + name + "/#"
 }
 
-// lockPrefix is, in LayoutConcurrency, what etcd's concurrency package
-// calls the lock's or election's prefix: the one given to
-// concurrency.NewMutex or NewElection, and the NAME of `etcdctl lock
-// NAME`. It is the driver's prefix and the name joined by a slash, unless
-// the prefix is empty or already ends with one: with the prefix "" the
-// lock "jobs/x" is `etcdctl lock jobs/x`; with "/" it is
-// NewMutex(s, "/jobs/x"); with "app" or "app/", NewMutex(s, "app/jobs/x").
-// The keys are lockPrefix + "/" + the lease in hex.
+// lockPrefix is, in LayoutConcurrency, the prefix given to etcd's
+// concurrency.NewMutex or NewElection, the NAME of `etcdctl lock NAME`:
+// the driver's prefix and the name joined by a slash, unless the prefix
+// is empty or ends with one. With the prefix "" the lock "jobs/x" is
+// `etcdctl lock jobs/x`; with "/" NewMutex(s, "/jobs/x"); with "app" or
+// "app/" NewMutex(s, "app/jobs/x"). The keys are lockPrefix + "/" + the
+// lease in hex.
 func (f format) lockPrefix(name string) string {
 	if f.prefix == "" || strings.HasSuffix(f.prefix, "/") {
 		return f.prefix + name
@@ -172,25 +164,24 @@ func (f format) unsupported() string {
 	return fmt.Sprintf("layout %s has mutexes and elections only: etcd's concurrency package has no other kind", f.layout)
 }
 
-// inspectConcurrency is Inspect in LayoutConcurrency. A key belongs to a
-// lock when it is <lockPrefix(name)>/<lease hex>[.<n>] for a valid name
-// and is attached to that lease; every other key under the range is
-// someone else's and left out. The format does not tell a mutex's keys
-// from an election's, so every queue is listed as a mutex, its oldest
-// key the holder, with the create revision as token; Owner is the owner
-// for locks this driver holds, "lease <hex>" for the others (etcd's
-// concurrency package stores no owner).
-func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+// concurrencyTrees reads the one tree of LayoutConcurrency under prefix:
+// the keys <lockPrefix(name)>/<lease hex>[.<n>] of valid names attached
+// to that lease, leaving out anyone else's. The format does not tell a
+// mutex's keys from an election's, so every queue is listed as a mutex,
+// its oldest key the holder, its create revision the token; Owner is the
+// owner for locks this driver holds, "lease <hex>" for the others (etcd's
+// package stores no owner).
+func (d *Driver) concurrencyTrees(ctx context.Context, prefix string) ([]tree, error) {
 	base := d.f.lockPrefix("")
 	// With no prefix at all, WithPrefix ranges over the whole key space.
 	rctx, cancel := d.req(ctx)
 	resp, err := d.c.Get(rctx, base+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
+		return nil, err
 	}
-	byName := map[string][]int{} // indexes into resp.Kvs
-	for i, kv := range resp.Kvs {
+	byName := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
 		rest, ok := strings.CutPrefix(string(kv.Key), base)
 		j := strings.LastIndexByte(rest, '/')
 		if !ok || j < 0 || kv.Lease == 0 {
@@ -200,26 +191,9 @@ func (d *Driver) inspectConcurrency(ctx context.Context, prefix string) ([]drive
 		if !strings.HasPrefix(name, prefix) || !leaseSegment(last, kv.Lease) || dlock.ValidateName(name) != nil {
 			continue
 		}
-		byName[name] = append(byName[name], i)
+		byName[name] = append(byName[name], kv)
 	}
-	owners := d.ownersByKey()
-	var out []driver.LockInfo
-	var leases []clientv3.LeaseID
-	for name, idx := range byName {
-		first := slices.MinFunc(idx, func(a, b int) int { return cmp.Compare(resp.Kvs[a].CreateRevision, resp.Kvs[b].CreateRevision) })
-		kv := resp.Kvs[first]
-		owner, ok := owners[string(kv.Key)]
-		if !ok {
-			owner = "lease " + strconv.FormatInt(kv.Lease, 16)
-		}
-		out = append(out, driver.LockInfo{Name: name, Mode: driver.Exclusive, Token: uint64(kv.CreateRevision), Owner: owner, Waiters: len(idx) - 1})
-		leases = append(leases, clientv3.LeaseID(kv.Lease))
-	}
-	if err := d.expiries(ctx, out, leases); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return []tree{{base: base, mode: driver.Exclusive, queues: byName}}, nil
 }
 
 // leaseSegment reports whether s, the last segment of a key, names lease
@@ -234,3 +208,19 @@ func leaseSegment(s string, lease int64) bool {
 	}
 	return hex == strconv.FormatInt(lease, 16)
 }
+
+// Supports implements driver.Moder: in LayoutDlock every kind of lock
+// (mutex, both sides of readers-writer locks, semaphore permits, election
+// leadership); in LayoutConcurrency the mutex and election leadership.
+func (d *Driver) Supports(m driver.Mode) bool { return d.f.supports(m) }
+
+// UnsupportedReason says why the driver lacks mode m ("" when it has it):
+// dlock adds it to the error of a request for that mode.
+func (d *Driver) UnsupportedReason(m driver.Mode) string {
+	if d.f.supports(m) {
+		return ""
+	}
+	return d.f.unsupported()
+}
+
+var _ driver.Unsupporter = (*Driver)(nil)

@@ -16,9 +16,9 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// errRequeue means the acquisition's key or session is gone while it was
-// queued (or was being granted): the acquisition starts over with a live
-// session, never reporting a lock on a dead lease.
+// errRequeue means the acquisition's key or session went while it was
+// queued or granted: it starts over with a live session, never reporting
+// a lock on a dead lease.
 var errRequeue = errors.New("etcdlock: the waiter's key or session is gone")
 
 // tryAttempts bounds TryLock's attempts when its session turns out dead.
@@ -30,19 +30,18 @@ const abandonTimeout = 500 * time.Millisecond
 
 // TryLock implements driver.Driver in one transaction: it puts the
 // caller's key, attached to the session's lease, only if no key exists
-// under the name; otherwise it writes nothing and returns a
-// *driver.HeldError (with Remaining 0: a held lock lasts as long as its
-// holder's session).
+// under the name; otherwise it returns a *driver.HeldError (Remaining 0: a
+// held lock lasts as long as its holder's session).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
-// Lock implements driver.Waiter. One transaction puts the caller's key and
-// takes the lock when no other key is under the name; otherwise the key
-// is queued and Lock watches only the deletion of the key just before it
-// (see docs/ETCD.md, How a lock works). A waiter whose key or session is
-// gone queues again with a live session. When ctx ends, Lock deletes its
-// key before returning ctx's error.
+// Lock implements driver.Waiter. One transaction puts the caller's key,
+// which holds the lock when no other key is under the name; otherwise
+// Lock watches only the deletion of the key just before it (see
+// docs/ETCD.md, How a lock works). A waiter whose key or session is gone
+// queues again with a live session. When ctx ends, Lock deletes its key
+// before returning ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -77,8 +76,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		lastErr = err
 		switch {
 		case errors.Is(err, errRequeue):
-			if h := hooksOf(d); h != nil && h.requeue != nil {
-				h.requeue(q.Name)
+			if f := d.hooks.requeue; f != nil {
+				f(q.Name)
 			}
 		case ctx.Err() != nil || d.ctx.Err() != nil:
 			return driver.Grant{}, d.stopErr(ctx, err)
@@ -104,51 +103,58 @@ func (d *Driver) stopErr(ctx context.Context, cause error) error {
 // attempt makes one acquisition with session s: the transaction, then,
 // for Lock, the wait.
 func (d *Driver) attempt(ctx context.Context, s *session, q *lockReq, k keys, wait bool) (driver.Grant, error) {
-	if q.Mode == driver.Permit {
-		return d.attemptPermit(ctx, s, q, k, wait)
-	}
-	put := clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))
+	// TryLock of a mutex, a side of a readers-writer lock or an election
+	// puts its key only if no key bars it; etcd's comparisons cannot count
+	// keys, so TryLock on a full semaphore writes its key and deletes it.
+	cond := !wait && q.Mode != driver.Permit
 	rctx, cancel := d.req(ctx)
 	var resp *clientv3.TxnResponse
 	var err error
-	if wait {
-		// No comparison over the queue and no sorted read of it here: etcd
-		// evaluates both in its apply loop, which serves one write at a
-		// time, by reading every key of the range, so each waiter queued
-		// cost the apply loop O(queue length). A count reads etcd's index
-		// only; the key to wait for is read after, off the apply loop, by
-		// wait's first check.
+	if cond {
+		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(q.block), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id))).Commit()
+	} else {
+		// No comparison over the queue nor sorted read of it: etcd's apply
+		// loop, which serves one write at a time, would read every key of
+		// the range, O(queue length). A count reads etcd's index only;
+		// wait's first check reads the key to wait for, off that loop.
 		resp, err = d.c.Txn(rctx).Then(
 			clientv3.OpGet(q.block, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
-	} else {
-		resp, err = d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(q.block), "=", 0).WithPrefix()).Then(put).Commit()
 	}
 	cancel()
 	if err != nil {
 		return driver.Grant{}, d.txnErr(ctx, s, k, q, err)
 	}
 	rev := resp.Header.Revision
-	if !wait {
+	if cond {
 		if resp.Succeeded {
 			return d.grant(s, q, k, rev, uint64(rev))
 		}
 		d.free(s, k.slot) // nothing was written
 		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
+	limit := int64(1) // how many keys the count may find and still grant
+	if q.Mode == driver.Permit {
+		limit = int64(q.Limit)
+	}
 	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
-	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() == 0 {
+	if prev == nil && resp.Responses[0].GetResponseRange().GetCount() < limit {
 		return d.grant(s, q, k, rev, uint64(rev))
+	}
+	if !wait {
+		d.abandon(s, k, false)
+		return driver.Grant{}, &driver.HeldError{Name: q.Name}
 	}
 	myRev := rev
 	if prev != nil {
-		myRev = prev.CreateRevision // defensive: the slot's key was left
+		myRev = prev.CreateRevision // defensive: the slot's key was left, and counted
 	}
 	return d.wait(ctx, s, q, k, myRev, rev)
 }
 
 // txnErr handles a failed acquiring transaction: a lease found gone ends
-// the session (and the acquisition queues again); otherwise the key, which
+// the session (the acquisition queues again); otherwise the key, which
 // may have been written, is deleted.
 func (d *Driver) txnErr(ctx context.Context, s *session, k keys, q *lockReq, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -162,12 +168,12 @@ func (d *Driver) txnErr(ctx context.Context, s *session, k keys, q *lockReq, err
 	return fmt.Errorf("etcdlock: acquire %q: %w", q.Name, err)
 }
 
-// grant records the lock as held and returns its grant; if the session
-// ended meanwhile, the key is deleted and the acquisition starts over.
-// rev is the key's create revision. Every kind (mutex, reader, writer,
-// permit, leader) is granted here, so each grant carries the lock's check
-// as Grant.Check: the lease's Err compares the session's deadline with the
-// clock itself instead of waiting for the session's goroutine to notice.
+// grant records the lock, whose key was created at rev, as held and
+// returns its grant; if the session ended meanwhile, the key is deleted
+// and the acquisition starts over. Every kind is granted here, with the
+// lock's check as Grant.Check, so that a lease's Err compares the
+// session's deadline with the clock instead of waiting for the session's
+// goroutine to notice.
 func (d *Driver) grant(s *session, q *lockReq, k keys, rev int64, token uint64) (driver.Grant, error) {
 	l := &lock{name: q.Name, owner: q.Owner, mode: q.Mode, k: k, rev: rev, token: token, s: s}
 	d.mu.Lock()
@@ -186,11 +192,10 @@ func (d *Driver) grant(s *session, q *lockReq, k keys, rev int64, token uint64) 
 	return driver.Grant{}, fmt.Errorf("%w: session ended as the lock was granted", errRequeue)
 }
 
-// abandon deletes the key of an acquisition that gave up; its slot is
-// reserved to it, so the deletion needs no condition. When the deletion
-// fails, or when a put whose outcome is unknown might still land after it,
-// the deletion is repeated at the session's next keep-alive, and the slot
-// stays taken until then.
+// abandon deletes the key of an acquisition that gave up, with no
+// condition: its slot is reserved to it. When the deletion fails, or a
+// put whose outcome is unknown might land after it, it is repeated at the
+// session's next keep-alive, and the slot stays taken until then.
 func (d *Driver) abandon(s *session, k keys, unknown bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	_, err := d.c.Delete(ctx, k.key)
@@ -274,12 +279,12 @@ func (d *Driver) forget(l *lock) {
 	}
 }
 
-// Unlock implements driver.Driver: it deletes the caller's key. The key's
-// slot is reserved to this lock until the deletion is done, so the
-// deletion needs no condition: if the key exists, it is this lock's.
-// Transient failures are retried until ctx ends; if the deletion still
-// fails, the key is deleted at the session's next keep-alive (it would
-// otherwise live as long as the session).
+// Unlock implements driver.Driver: it deletes the caller's key, with no
+// condition: the key's slot is reserved to this lock until the deletion
+// is done, so the key, if it exists, is this lock's. Transient failures
+// are retried until ctx ends; if the deletion still fails, the key is
+// deleted at the session's next keep-alive rather than live as long as
+// the session.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	l := d.held(r, true)
 	if l == nil {
@@ -302,7 +307,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 			return nil
 		}
 		maybeDone = true
-		if transient(ctx, err) && pause(ctx, nil, attempt) == nil {
+		if transient(ctx, err) && pause(ctx, context.Background(), attempt) == nil {
 			continue
 		}
 		d.forget(l)
@@ -311,8 +316,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	}
 }
 
-// Refresh implements driver.Driver. The lease is kept alive by the driver,
-// so Refresh only checks, in one read, that the caller's key still exists;
+// Refresh implements driver.Driver. The driver keeps the lease alive, so
+// Refresh only checks, in one read, that the caller's key still exists:
 // it returns the zero time (no expiry of its own), or an error wrapping
 // driver.ErrNotHeld when the key is gone.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
@@ -376,7 +381,7 @@ func retryable(err error) bool {
 
 // pause sleeps before retry number attempt: exponential from 5ms to
 // 500ms, with jitter. It returns early with an error when ctx or stop
-// (which may be nil) ends.
+// ends.
 func pause(ctx context.Context, stop context.Context, attempt int) error {
 	d := 5 * time.Millisecond
 	for i := 1; i < attempt && d < 500*time.Millisecond; i++ {
@@ -386,16 +391,12 @@ func pause(ctx context.Context, stop context.Context, attempt int) error {
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var stopc <-chan struct{}
-	if stop != nil {
-		stopc = stop.Done()
-	}
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-stopc:
+	case <-stop.Done():
 		return driver.ErrClosed
 	}
 }

@@ -15,11 +15,10 @@ import (
 //   - a reader holds when no write key is older than its own; it waits
 //     for the deletion of the newest write key older than its own.
 //
-// FIFO order and writer preference follow: a reader that arrives after a
-// waiting writer has that writer's key ahead of it, and the readers
-// between two writers all wait for the first and are admitted together
-// when it goes. TryLock for reading fails while any write key exists
-// (a writer holds or waits). Tokens: see admit.
+// FIFO order and writer preference follow: a reader arriving after a
+// waiting writer has its key ahead, and the readers between two writers
+// wait for the first and are admitted together when it goes. TryLock for
+// reading fails while any write key exists. Tokens: see admit.
 
 // readerOps are the ranges a reader's check reads: its own key, and the
 // newest key created before it under writes, the write keys' prefix.

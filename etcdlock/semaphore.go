@@ -1,13 +1,6 @@
 package etcdlock
 
-import (
-	"context"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/dlockgo/dlock/driver"
-)
+import "go.etcd.io/etcd/api/v3/mvccpb"
 
 // Semaphores. The holders and waiters of a semaphore's permits queue under
 // <Prefix>/#sem/<name>/#, in the order of their create revisions; a key
@@ -30,38 +23,6 @@ import (
 // second to take its place: two wake-ups per handoff, whatever the
 // number of waiters, and no waiter misses a release. The first waiter
 // also wakes, needlessly, when a waiter behind it gives up.
-
-// attemptPermit is attempt for a semaphore: one transaction counts the
-// keys of the queue (all older than the caller's) and puts the caller's
-// key. A waiter reads what it waits for at wait's first check, off etcd's
-// apply loop (see attempt).
-// (etcd's comparisons cannot count keys, so TryLock on a full semaphore
-// writes its key and deletes it.)
-func (d *Driver) attemptPermit(ctx context.Context, s *session, q *lockReq, k keys, wait bool) (driver.Grant, error) {
-	rctx, cancel := d.req(ctx)
-	resp, err := d.c.Txn(rctx).Then(
-		clientv3.OpGet(q.queue, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpPut(k.key, q.value, clientv3.WithLease(s.id), clientv3.WithPrevKV())).Commit()
-	cancel()
-	if err != nil {
-		return driver.Grant{}, d.txnErr(ctx, s, k, q, err)
-	}
-	rev := resp.Header.Revision
-	ahead := resp.Responses[0].GetResponseRange().GetCount()
-	prev := resp.Responses[1].GetResponsePut().GetPrevKv()
-	if prev == nil && ahead < int64(q.Limit) {
-		return d.grant(s, q, k, rev, uint64(rev))
-	}
-	if !wait {
-		d.abandon(s, k, false)
-		return driver.Grant{}, &driver.HeldError{Name: q.Name}
-	}
-	myRev := rev
-	if prev != nil {
-		myRev = prev.CreateRevision // defensive: the slot's key was left, and counted
-	}
-	return d.wait(ctx, s, q, k, myRev, rev)
-}
 
 // permitCheck interprets what a semaphore waiter's check read: kvs, the
 // newest keys of the queue up to the waiter's, its own first.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -15,10 +18,10 @@ import (
 )
 
 // A session is one etcd lease that the driver keeps alive and attaches the
-// keys of every acquisition with the same TTL to, so that taking a lock
-// needs no lease grant of its own. It ends when a keep-alive finds the
-// lease gone, or when no keep-alive succeeds before the lease may have
-// expired on the server; then every lock attached to it is lost.
+// keys of every acquisition with the same TTL to, so that a lock needs no
+// lease grant of its own. It ends, losing every lock attached to it, when
+// a keep-alive finds the lease gone or none succeeds before the lease may
+// have expired on the server.
 type session struct {
 	d    *Driver
 	id   clientv3.LeaseID
@@ -41,11 +44,10 @@ type session struct {
 	// lossAt is when the session is to be declared lost, validUntil less
 	// lossMargin, in nanoseconds of the monotonic clock since d.base; or
 	// expired once a Check found it passed. Grant.Check reads it at every
-	// Lease.Err, so it is one atomic word rather than a time.Time under a
-	// mutex. keepAlive moves it only by compare-and-swap, so that a
-	// keep-alive answered just after a Check saw the deadline pass cannot
-	// make a later Check say "held" again: the session is then lost, as
-	// that Check said.
+	// Lease.Err, so it is one atomic word, not a time.Time under a mutex.
+	// keepAlive moves it only by compare-and-swap, so that a keep-alive
+	// answered just after a Check saw the deadline pass leaves the session
+	// lost, as that Check said, rather than "held" again.
 	lossAt atomic.Int64
 	// endErr is cause, published for Check, which must not take d.mu.
 	endErr atomic.Pointer[error]
@@ -139,11 +141,10 @@ func (d *Driver) session(ctx context.Context, secs int64) (*session, error) {
 }
 
 // live returns s, or nil when there is no session or its validity is
-// over although its goroutine has not ended it yet (it did not get to run:
-// a process resumed after a pause): a lock granted on it would be lost at
-// its first Err. Such a session is ended here, without revoking its lease,
-// which the server expires within the loss margin anyway, so that the
-// caller grants a new one.
+// over although its goroutine has not ended it yet (a process resumed
+// after a pause), so that a lock granted on it would be lost at its first
+// Err. Such a session is ended here, so that the caller grants a new one,
+// without revoking its lease, which expires within the loss margin anyway.
 func (d *Driver) live(s *session) *session {
 	if s == nil {
 		return nil
@@ -170,8 +171,8 @@ func (s *session) run() {
 			return
 		case <-timer.C:
 		}
-		if h := hooksOf(d); h != nil && h.keepAlive != nil {
-			h.keepAlive(d.ctx)
+		if f := d.hooks.keepAlive; f != nil {
+			f(d.ctx)
 		}
 		if err := s.keepAlive(); err != nil {
 			if d.ctx.Err() == nil {
@@ -184,9 +185,9 @@ func (s *session) run() {
 	}
 }
 
-// keepAlive renews the lease, retrying failed attempts until the lease may
-// have expired, less lossMargin. The new validity is counted from the
-// moment the successful request was sent, never from its reply.
+// keepAlive renews the lease, retrying until the lease may have expired,
+// less lossMargin. The new validity counts from when the successful
+// request was sent, never from its reply.
 func (s *session) keepAlive() error {
 	d := s.d
 	margin := lossMargin(s.ttl)
@@ -234,11 +235,10 @@ func (s *session) keepAlive() error {
 // maxTxnOps is etcd's default limit on the operations of one transaction.
 const maxTxnOps = 128
 
-// verify checks, in one transaction per 128 locks, that the key of every
-// lock of the session still exists with its create revision; a lock whose
-// key was deleted behind the holder's back is lost. It then deletes the
-// keys of abandoned acquisitions whose deletion failed or may have raced
-// with their creation.
+// verify checks, in one transaction per 128 locks, that every lock's key
+// still exists with its create revision (a lock whose key was deleted
+// behind the holder's back is lost), then deletes the keys of abandoned
+// acquisitions whose deletion failed or may have raced their creation.
 func (s *session) verify() {
 	d := s.d
 	d.mu.Lock()
@@ -246,10 +246,7 @@ func (s *session) verify() {
 		d.mu.Unlock()
 		return
 	}
-	held := make([]*lock, 0, len(s.locks))
-	for l := range s.locks {
-		held = append(held, l)
-	}
+	held := slices.Collect(maps.Keys(s.locks))
 	orphans := s.orphans
 	s.orphans = nil
 	d.mu.Unlock()
@@ -294,8 +291,7 @@ func (s *session) verify() {
 
 // end ends the session once: every lock attached to it is lost, and the
 // next acquisition grants a new lease. With revoke, the lease is revoked
-// (best effort), so that keys left on a server that is still reachable go
-// at once rather than at the lease's expiry.
+// (best effort), so that keys left on a reachable server go at once.
 func (s *session) end(cause error, revoke bool) {
 	d := s.d
 	d.mu.Lock()
@@ -337,4 +333,47 @@ func (s *session) endCause() error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	return s.cause
+}
+
+// expired is lossAt once a Check found the session's validity over: below
+// every clock reading, so that every later Check fails too.
+const expired = math.MinInt64
+
+// mono returns t as lossAt counts it: nanoseconds since d.base, on the
+// monotonic clock when t carries a reading of it (time.Now does).
+func (d *Driver) mono(t time.Time) int64 { return int64(t.Sub(d.base)) }
+
+// check is a lock's Grant.Check: the lock may be held while now is before
+// the session's lossAt and it has not been signalled lost. A Check that
+// finds lossAt passed marks the session expired, so that every later
+// Check fails and keepAlive gives the session up rather than extend it.
+// It takes no lock and, in the nil path, allocates nothing. It reads the
+// deadline run acts on without waiting for run's goroutine to be
+// scheduled (a holder resumed after a SIGSTOP longer than the TTL gets an
+// error at its first look: its monotonic clock ran on meanwhile).
+func (l *lock) check(now time.Time) error {
+	s := l.s
+	for {
+		at := s.lossAt.Load()
+		if s.d.mono(now) < at {
+			if l.gone.Load() {
+				return l.lostErr()
+			}
+			return nil
+		}
+		if at == expired || s.lossAt.CompareAndSwap(at, expired) {
+			return fmt.Errorf("%w: lease %x: no keep-alive was answered in time: its validity (%v from the last answered keep-alive's sending, less a margin of %v) is over",
+				driver.ErrLost, int64(s.id), s.ttl, lossMargin(s.ttl))
+		}
+		// keepAlive extended the deadline meanwhile: compare again.
+	}
+}
+
+// lostErr says why l, marked gone, was lost: its session ended, or its
+// key was found deleted.
+func (l *lock) lostErr() error {
+	if p := l.s.endErr.Load(); p != nil {
+		return *p
+	}
+	return fmt.Errorf("%w: %q: its key was deleted", driver.ErrLost, l.name)
 }

@@ -11,14 +11,14 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Probing a fresh watch. etcd registers a new watch at its current
-// revision + 1 after reading that revision; a write that lands in between
-// leaves the watch "unsynced", and etcd catches unsynced watches up only
-// every 100ms, so a deletion in that time reaches the waiter up to 100ms
-// late. No start revision avoids it (a later one would drop the very
-// event). So until a read proves that no write slipped in, or until
-// probeWindow has passed, the waiter also reads its predecessor, cheaply
-// (serializable, count only), at probeFirst, then at doubling offsets.
+// Probing a fresh watch. etcd registers a new watch at its revision + 1
+// after reading that revision; a write landing in between leaves the
+// watch "unsynced", and etcd catches those up only every 100ms, so a
+// deletion then reaches the waiter up to 100ms late. No start revision
+// avoids it (a later one would drop the very event). So until a read
+// proves that no write slipped in, or for probeWindow, the waiter also
+// reads its predecessor, cheaply (serializable), at probeFirst, then at
+// doubling offsets.
 const (
 	probeFirst  = 5 * time.Millisecond
 	probeWindow = 110 * time.Millisecond
@@ -161,14 +161,13 @@ func (d *Driver) wait(ctx context.Context, s *session, q *lockReq, k keys, myRev
 
 // admit grants the lock to a waiter whose check found it holds. A mutex's
 // or a candidate's token is its key's create revision: only the oldest key
-// holds, so keys are granted in the order of their revisions. Readers,
-// writers and permits are not granted in that order (a reader that
-// arrives once a writer has gone holds at once, while an older reader may
-// not have woken yet), so the waiter puts its key again, if it still
-// exists with its create revision, and its token is the revision of that
-// write: greater than every grant's before, distinct from every other's.
-// The put also tells a semaphore's next waiter, which watches the key,
-// that this one has left the queue.
+// holds, so keys are granted in revision order. Readers, writers and
+// permits are not (a reader arriving once a writer has gone holds at once,
+// while an older reader may not have woken yet), so the waiter puts its
+// key again if it still exists with its create revision, and that write's
+// revision is its token: greater than every earlier grant's, distinct from
+// all. The put also tells a semaphore's next waiter, which watches the
+// key, that this one has left the queue.
 func (d *Driver) admit(ctx context.Context, s *session, q *lockReq, k keys, myRev int64) (driver.Grant, error) {
 	if q.Mode == driver.Exclusive || q.Mode == driver.Leader {
 		return d.grant(s, q, k, myRev, uint64(myRev))
@@ -211,8 +210,8 @@ func (d *Driver) watch(ctx context.Context, s *session, w *predWatch, name strin
 			w.stop()
 			return false
 		}
-		if h := hooksOf(d); h != nil && h.watch != nil {
-			h.watch(name, t.key) // counted once etcd has created it
+		if f := d.hooks.watch; f != nil {
+			f(name, t.key) // counted once etcd has created it
 		}
 		w.from, w.born = wr.Header.Revision, time.Now()
 		w.probeAt = probeFirst
@@ -268,8 +267,8 @@ func (d *Driver) probe(ctx context.Context, w *predWatch) (int64, bool) {
 }
 
 func (d *Driver) woke(name, key string) {
-	if h := hooksOf(d); h != nil && h.wake != nil {
-		h.wake(name, key)
+	if f := d.hooks.wake; f != nil {
+		f(name, key)
 	}
 }
 
@@ -299,16 +298,14 @@ type checked struct {
 }
 
 // check reads, in one request, whether the caller's key still exists with
-// its create revision, and what it must wait for (see checkOps). When the
-// caller's key exists, its lease was alive at the revision read.
-//
-// With at > 0 the read is serializable, at revision at: a revision the
-// member that serves the waiter's watch has applied, at or after the
-// event that woke the waiter. State at a committed revision is the same
-// on every member that applied it, so this needs no round of Raft; a
-// member that has not applied it yet (or has compacted it) makes check
-// fall back to a linearizable read. Transient failures are retried until
-// ctx ends.
+// its create revision (then its lease was alive at the revision read),
+// and what it must wait for (see checkOps). With at > 0 the read is
+// serializable, at revision at, which the member serving the waiter's
+// watch has applied, at or after the event that woke the waiter: state at
+// a committed revision is the same on every member that applied it, so
+// this needs no round of Raft; a member that has not applied it yet (or
+// has compacted it) makes check fall back to a linearizable read.
+// Transient failures are retried until ctx ends.
 func (d *Driver) check(ctx context.Context, q *lockReq, k keys, myRev, at int64) (checked, error) {
 	if at > 0 {
 		resps, hdr, err := d.read(ctx, checkOps(q, k, myRev, clientv3.WithRev(at), clientv3.WithSerializable()))
@@ -335,18 +332,17 @@ func (d *Driver) check(ctx context.Context, q *lockReq, k keys, myRev, at int64)
 }
 
 // queueReads bounds the driver's reads of queues in flight. etcd filters
-// and sorts a range only after reading every key of it, so a check costs
-// etcd O(queue length), and it finishes a read whose caller gave up. 1000
-// waiters checking at once (as they queue up) made 1000 such reads of up
-// to 1000 keys: each ran past RequestTimeout and was tried again, adding
-// to what etcd still had to read, and handoffs stopped. Waiting for a turn
+// and sorts a range only after reading all its keys, so a check costs it
+// O(queue length), and it finishes reads whose caller gave up: 1000
+// waiters checking at once made reads that each ran past RequestTimeout
+// and were retried, piling up, until handoffs stopped. Waiting for a turn
 // here, out of the request's timeout, each read takes milliseconds.
 const queueReads = 2
 
-// read runs ops, ranges all, in one request bounded by RequestTimeout: a
-// range, or a transaction of ranges (served without a round of Raft when
-// they are serializable), once one of the queueReads turns is free. It
-// returns each range's response and the header's revision.
+// read runs ops, all ranges, once a queueReads turn is free, in one
+// request bounded by RequestTimeout (a transaction of serializable ranges
+// needs no round of Raft); it returns each range's response and the
+// header's revision.
 func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
 	select {
 	case d.reads <- struct{}{}:
@@ -379,10 +375,9 @@ func (d *Driver) read(ctx context.Context, ops []clientv3.Op) ([]*clientv3.GetRe
 
 // checkOps returns the ranges check reads for q's mode: for a reader, see
 // readerOps; otherwise the newest keys of the queue up to the caller's,
-// its own first: two for the mutex, a writer and a candidate (its own,
-// and the one just ahead), Limit+2 for a semaphore. etcd counts a range
-// before it applies revision filters, so a semaphore's keys are read, not
-// counted: at most Limit+2 of them, keys only.
+// its own first: its own and the one just ahead for the mutex, a writer
+// and a candidate; Limit+2 keys for a semaphore, read, not counted,
+// because etcd counts a range before it applies revision filters.
 func checkOps(q *lockReq, k keys, myRev int64, extra ...clientv3.OpOption) []clientv3.Op {
 	if q.Mode == driver.Read {
 		return readerOps(k, q.block, myRev, extra)

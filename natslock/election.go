@@ -48,7 +48,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	}
 	key := keyBase(driver.Leader, name)
 	o := &observer{d: d, key: key, out: make(chan driver.LeaderInfo, 1)}
-	watcher, err := o.watch(ctx)
+	watcher, err := d.watch(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("natslock: observe %q: %w", name, err)
 	}
@@ -72,17 +72,13 @@ type observer struct {
 	sent, hasPrev bool
 }
 
-func (o *observer) watch(ctx context.Context) (*kvWatch, error) {
-	return o.d.watch(ctx, o.key)
-}
-
 // run follows the watch until ctx ends or the driver closes, watching
 // again when the watch's subscription ends.
 func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	defer func() { stopWatch(watcher) }()
-	var pending *entry // the key's last message, until the watch's initial values are all in
+	var pending entry // the key's last message (none: zero), until the watch's initial values are all in
 	init := false
 	pause := time.Duration(0)
 	for {
@@ -102,30 +98,25 @@ func (o *observer) run(ctx context.Context, watcher *kvWatch) {
 			switch {
 			case !ok:
 				stopWatch(watcher)
-				watcher, init, pending = nil, false, nil
+				watcher, init, pending = nil, false, entry{}
 				pause = 20 * time.Millisecond
 			case kve == nil:
 				if !init {
 					init = true
-					e := entry{}
-					if pending != nil {
-						e = *pending
-					}
-					o.seen(e)
+					o.seen(pending)
 				}
 			default:
 				e := fromKV(kve)
 				if init {
 					o.seen(e)
 				} else {
-					pending = &e
+					pending = e
 				}
 			}
 		case <-timer.C:
 			if watcher == nil {
 				var err error
-				if watcher, err = o.watch(ctx); err != nil {
-					watcher = nil
+				if watcher, err = o.d.watch(ctx, o.key); err != nil {
 					pause = min(2*pause, retryPause)
 				}
 				continue

@@ -10,20 +10,19 @@ import (
 
 // NATS KV keys allow the bytes [-/_=.a-zA-Z0-9], and '.' separates the
 // tokens of the subject a key becomes. dlock names also allow ':', '@'
-// and '+', and their '.' must not split a name into tokens (a watch on
-// "sem.<name>.*" would then match the slots of another name). So a name is
-// written with each of '.', ':', '@', '+' and the escape byte '=' replaced
-// by '=' and its two upper-case hex digits, as quoted-printable does:
+// and '+', and a '.' must not split a name (a watch on "sem.<name>.*"
+// would match another name's slots). So each of '.', ':', '@', '+' and
+// '=' is written as '=' and its two upper-case hex digits, as
+// quoted-printable does:
 //
 //	orders/42       orders/42
 //	job:nightly     job=3Anightly
 //	a.b@c+d=e       a=2Eb=40c=2Bd=3De
 //
 // Every other name byte stands for itself. The encoding is injective (an
-// '=' always starts a three-byte escape, and '=' itself is escaped), keeps
-// letters, digits, '-', '_' and '/' readable, and maps a prefix of a name
-// to a prefix of its key, which Inspect relies on. The encoded name is one
-// subject token: it holds no '.'.
+// '=' always starts a three-byte escape), keeps letters, digits, '-', '_'
+// and '/' readable, maps a prefix of a name to a prefix of its key, which
+// Inspect relies on, and makes one subject token: it holds no '.'.
 
 // escapeByte starts an escape in an encoded name.
 const escapeByte = '='
@@ -74,14 +73,6 @@ func escaped(c byte) bool {
 // false when token is not such an encoding (a bad escape, a byte outside
 // the key alphabet, an escape of a byte that needs none).
 func DecodeName(token string) (string, bool) {
-	if strings.IndexByte(token, escapeByte) < 0 {
-		for i := 0; i < len(token); i++ {
-			if escaped(token[i]) {
-				return "", false
-			}
-		}
-		return token, true
-	}
 	var b strings.Builder
 	b.Grow(len(token))
 	for i := 0; i < len(token); i++ {
@@ -117,9 +108,8 @@ const (
 
 // A lockReq is a driver.Request resolved once, where a call enters the
 // driver (Driver.resolve): the per-key TTL it writes, and as methods the
-// keys it may take (made only by the calls that need them: a release
-// finds its key in the hold). Every step after reads it rather than the
-// request.
+// keys it may take, made only by the calls that need them (a release
+// finds its key in the hold).
 type lockReq struct {
 	driver.Request
 	ttl time.Duration // the per-key TTL, storeTTL(TTL)
@@ -221,12 +211,11 @@ func parseKey(key string) (parsedKey, bool) {
 //
 //	<owner> <token> <ttl>[\n<value>]
 //
-// owner is the acquisition's owner value; token its fencing token, or 0
-// in the message that took the lock, whose own revision is the token (the
-// server assigns it on store, so the message cannot carry it); ttl the TTL
-// the key was written with, in whole seconds as a Go duration ("2s"),
-// which waiters and Inspect read (a watch gives values, not headers); and,
-// for an election, a newline and the candidate's value.
+// owner is the acquisition's owner; token its fencing token, or 0 in the
+// message that took the lock, whose revision, assigned on store, is the
+// token; ttl the key's TTL in whole seconds as a Go duration ("2s"), for
+// waiters and Inspect (a watch gives values, not headers); and, for an
+// election, a newline and the candidate's value.
 type record struct {
 	owner string
 	token uint64
@@ -260,10 +249,8 @@ func parseRecord(data []byte) (record, bool) {
 }
 
 // storeTTL is the per-key TTL the server keeps a lock of lease TTL ttl
-// for: ttl rounded up to whole seconds, at least one. The server counts
-// message TTLs in whole seconds and refuses shorter ones; rounding up, not
-// down, keeps the key on the store at least as long as the lease is
-// believed held.
+// for: ttl rounded up to whole seconds (the server's unit and least), so
+// that the key stays at least as long as the lease is believed held.
 func storeTTL(ttl time.Duration) time.Duration {
 	s := (ttl + time.Second - 1) / time.Second
 	return max(s, 1) * time.Second

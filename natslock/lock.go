@@ -46,16 +46,13 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return ""
 }
 
-var _ driver.Unsupporter = (*Driver)(nil)
-
-// TryLock makes one attempt to take the lock: a write of the lock's key
-// that the server accepts only if the key holds no lock, with a per-key
-// TTL of r.TTL rounded up to whole seconds (see docs/NATS.md, How a lock
-// works). A semaphore tries its slots in order. When the lock is held the
-// error is a *driver.HeldError with the holder's remaining TTL. On an error
-// whose outcome is unknown (a timeout) TryLock returns the error and
-// removes the key in the background if its write went through after all
-// (see abandon).
+// TryLock makes one attempt to take the lock: a write of the lock's key,
+// with a per-key TTL of r.TTL rounded up to whole seconds, that the
+// server accepts only if the key holds no lock (see docs/NATS.md, How a
+// lock works); a semaphore tries its slots in order. A held lock's error
+// is a *driver.HeldError with the holder's remaining TTL. After an error
+// whose outcome is unknown (a timeout), the key is removed in the
+// background if the write went through after all (see abandon).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {
@@ -75,8 +72,8 @@ type outcome struct {
 	maybe bool          // a write of the attempt may have gone through unseen
 }
 
-// tryAll makes one attempt on each of keys in turn until one is taken,
-// as TryLock describes; start is before the first request.
+// tryAll makes TryLock's attempt on each of keys in turn until one is
+// taken; start is before the first request.
 func (d *Driver) tryAll(ctx context.Context, q *lockReq, keys []string, start time.Time) (outcome, error) {
 	b := q.record(0, q.Value)
 	var all outcome
@@ -146,9 +143,8 @@ func (d *Driver) unknown(ctx context.Context, q *lockReq, key string, start time
 	return outcome{maybe: true}, err
 }
 
-// remaining is how long the lock in e has left, by the server's
-// timestamp of its last write and the TTL it was written with; 0 when
-// unknown.
+// remaining is how long the lock in e has left, by the server's time of
+// its last write and its TTL; 0 when unknown.
 func (e entry) remaining() time.Duration {
 	if !e.held {
 		return 0
@@ -157,9 +153,9 @@ func (e entry) remaining() time.Duration {
 }
 
 // granted records the lock q took on key at revision rev (token 0: rev
-// is the token) and returns its grant, valid from start, before the
-// request that took it was sent, for q.TTL: the server counts the key's
-// TTL, which is q.TTL rounded up, from when it stored the write.
+// is the token) and returns its grant, valid for q.TTL from start, before
+// the request was sent: the server counts the key's TTL, q.TTL rounded
+// up, from when it stored the write.
 func (d *Driver) granted(q *lockReq, key string, rev, token uint64, start time.Time) driver.Grant {
 	if token == 0 {
 		token = rev
@@ -169,13 +165,12 @@ func (d *Driver) granted(q *lockReq, key string, rev, token uint64, start time.T
 	return driver.Grant{Token: token, Expires: start.Add(q.TTL)}
 }
 
-// Refresh extends the lock to r.TTL: a write of the key with a new
-// per-key TTL that the server accepts only if the key's last revision is
-// the holder's last write. Another revision that holds r.Owner's record
-// is a renewal whose answer was lost, and is renewed in turn; any other
-// revision, or none, means the lock is gone: the error wraps
-// driver.ErrNotHeld. The expiry returned is measured from before the
-// write was sent.
+// Refresh extends the lock to r.TTL, measured from before the write was
+// sent: a write of the key with a new per-key TTL that the server accepts
+// only if the key's last revision is the holder's last write. Another
+// revision holding r.Owner's record (a renewal whose answer was lost) is
+// renewed in turn; any other, or none, means the lock is gone: the error
+// wraps driver.ErrNotHeld.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	q, h, err := d.holdOf(ctx, r)
 	if err != nil {
@@ -195,9 +190,9 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 }
 
 // Unlock releases the lock: a purge marker on its key, which the server
-// accepts only if the key's last revision is the holder's. The marker
-// wakes the waiters and expires after the marker TTL. It returns an
-// error wrapping driver.ErrNotHeld when r.Owner did not hold the lock.
+// accepts only if the key's last revision is the holder's, which wakes
+// the waiters and expires after the marker TTL. The error wraps
+// driver.ErrNotHeld when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	q, h, err := d.holdOf(ctx, r)
 	if err != nil {
@@ -216,10 +211,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 
 // rewrite makes write, Refresh's or Unlock's write of h's key on the
 // condition that its last revision is expect, and returns the new
-// revision. When the key has another revision, it reads it: one that
-// holds q.Owner's record is a renewal whose answer was lost, and is
-// written over in turn; anything else means the lock is gone, and the
-// error wraps driver.ErrNotHeld.
+// revision. Another revision holding q.Owner's record is a renewal whose
+// answer was lost, and is written over in turn; anything else means the
+// lock is gone: the error wraps driver.ErrNotHeld.
 func (d *Driver) rewrite(ctx context.Context, q *lockReq, h *hold, op string, write func(expect uint64) (uint64, error)) (uint64, error) {
 	for range 2 {
 		rev, err := write(h.rev)
@@ -253,9 +247,9 @@ func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, er
 	return driver.ResumeByRefresh(ctx, d, r)
 }
 
-// holdOf resolves r and returns what the driver knows of its lock,
-// reading the lock's keys for r.Owner's record when it knows nothing (a
-// lock resumed from another process).
+// holdOf resolves r and returns what the driver knows of its lock, read
+// from the lock's keys when it knows nothing (a lock resumed from another
+// process).
 func (d *Driver) holdOf(ctx context.Context, r driver.Request) (lockReq, hold, error) {
 	q, err := d.resolve(r)
 	if err != nil {
@@ -278,10 +272,9 @@ func (d *Driver) holdOf(ctx context.Context, r driver.Request) (lockReq, hold, e
 	return q, hold{}, fmt.Errorf("natslock: lock %q: %w", q.Name, driver.ErrNotHeld)
 }
 
-// abandon removes, in the background, a key q may have written without
-// learning of it (a write that timed out but went through): it reads q's
-// keys and purges the one holding q.Owner's record, trying again with a
-// growing pause until the key, had it been written, would have expired.
+// abandon purges, in the background, a key of q's that holds q.Owner's
+// record unseen (a write that timed out but went through), reading q's
+// keys again with a growing pause until such a key would have expired.
 // Close waits for it.
 func (d *Driver) abandon(q lockReq) {
 	if d.closed.Load() {
@@ -300,8 +293,7 @@ func (d *Driver) abandon(q lockReq) {
 				}
 			}
 			// A write can land after a read that missed it (one proposed
-			// to a stream leader that then lost its leadership), so look
-			// again until it would have expired.
+			// to a stream leader that then lost its leadership).
 			select {
 			case <-d.done:
 				return
@@ -314,9 +306,9 @@ func (d *Driver) abandon(q lockReq) {
 }
 
 // hold is what the driver remembers of a lock it holds: its key, the
-// revision of its last write (the condition of the next one), its token
-// and, for an election, the candidate's value, which a lock resumed from
-// a handle (which does not carry it) must keep writing.
+// revision of its last write (the condition of the next), its token and,
+// for an election, the candidate's value, which a lock resumed from a
+// handle, which lacks it, must keep writing.
 type hold struct {
 	key   string
 	rev   uint64
@@ -362,8 +354,7 @@ type holds = table[hold]
 const maxMarks = 4096
 
 // marks remembers the revision of the last marker the driver saw or wrote
-// on a key (its own releases, its watches), so that the next acquisition
-// of the key, which must name that revision, takes one round trip. An
-// entry that is out of date costs a read and a second try, never safety:
-// the server checks the revision.
+// on a key, so that the next acquisition of the key, which must name that
+// revision, takes one round trip. A stale entry costs a read and a second
+// try, never safety: the server checks the revision.
 type marks = table[uint64]

@@ -55,18 +55,17 @@ type Options struct {
 	Storage jetstream.StorageType
 
 	// MarkerTTL is how long the marker of a key removed by its TTL stays
-	// in a bucket the driver creates (its LimitMarkerTTL), and how long
-	// the marker a release leaves stays in any bucket. Markers are what
-	// waiters watch for; a name nobody uses leaves nothing in the bucket
-	// once its marker is gone. At least one second; zero means
-	// DefaultMarkerTTL.
+	// in a bucket the driver creates (its LimitMarkerTTL), and the marker
+	// a release leaves in any bucket. Waiters watch for markers; a name
+	// nobody uses leaves nothing once its marker is gone. At least one
+	// second; zero means DefaultMarkerTTL.
 	MarkerTTL time.Duration
 
 	// RequestTimeout bounds each request to the server (within the
-	// caller's context): a publish to a stream whose leader just died
-	// gets no answer, and the driver tries again or reports the error
-	// rather than waiting for nats.go's default timeout. Zero or negative
-	// means DefaultRequestTimeout.
+	// caller's context), so that a publish to a stream whose leader just
+	// died, which gets no answer, is retried or reported without waiting
+	// for nats.go's default timeout. Zero or negative means
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }
 
@@ -79,10 +78,8 @@ type Options struct {
 // Each call makes its requests on the caller's goroutine. A waiting Lock
 // holds a KV watch (an ordered consumer) on its lock's keys while it
 // waits, and an Observe one on its election's key while its context
-// lives.
-//
-// A Driver is safe for concurrent use by multiple goroutines. It must not
-// be copied.
+// lives. A Driver is safe for concurrent use by multiple goroutines. It
+// must not be copied.
 type Driver struct {
 	js         jetstream.JetStream
 	kv         jetstream.KeyValue
@@ -101,9 +98,9 @@ type Driver struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
-	// bg counts the clean-ups and the observers; Close waits for them, at
-	// most closeWait. It counts nothing once Close waits: a WaitGroup's Add
-	// after a look at closed could race Close's Wait.
+	// bg counts the clean-ups and the observers, for Close to wait for (at
+	// most closeWait); unlike a WaitGroup, whose Add after a look at
+	// closed could race Close's Wait, it counts nothing once Close waits.
 	bg bg.Group
 }
 
@@ -159,7 +156,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 	return d, nil
 }
 
-// checkServer refuses a server without per-message TTLs (before 2.11).
+// checkServer refuses a server older than 2.11 (no per-message TTLs).
 func checkServer(nc *nats.Conn) error {
 	v := nc.ConnectedServerVersion()
 	major, minor, ok := parseVersion(v)
@@ -172,19 +169,12 @@ func checkServer(nc *nats.Conn) error {
 // parseVersion reads the major and minor numbers of a server version
 // ("2.11.4", "v2.12.0-beta").
 func parseVersion(v string) (major, minor int, ok bool) {
-	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	var err1, err2 error
-	major, err1 = strconv.Atoi(parts[0])
-	minor, err2 = strconv.Atoi(parts[1])
-	return major, minor, err1 == nil && err2 == nil
+	n, _ := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
+	return major, minor, n == 2
 }
 
 // bindTimeout bounds NewDriver's requests, within its context: a server
-// that drops a request it may not serve (a permission denied) answers
-// nothing.
+// answers nothing to a request it may not serve.
 const bindTimeout = 10 * time.Second
 
 // bind finds the bucket, creating it if it does not exist, and checks
@@ -246,18 +236,16 @@ func NewConn(ctx context.Context, nc *nats.Conn, o *Options, opts ...dlock.Optio
 // Scheme returns "nats", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "nats" }
 
-var _ driver.Schemer = (*Driver)(nil)
-
 // Bucket returns the name of the KV bucket that holds the locks.
 func (d *Driver) Bucket() string { return d.bucket }
 
 // KeyValue returns the bucket the driver uses.
 func (d *Driver) KeyValue() jetstream.KeyValue { return d.kv }
 
-// Close ends the driver's waiting calls and observers and waits for its
-// background clean-ups (see Lock), at most 5 s (beyond, it returns an
-// error), then closes the connection if the driver opened it from a URL.
-// Locks still held stay on the server until their TTL runs out. Close is
+// Close ends the driver's waiting calls and observers, waits at most 5 s
+// for its background clean-ups (see Lock; beyond, it returns an error),
+// and closes the connection if the driver opened it from a URL. Locks
+// still held stay on the server until their TTL runs out. Close is
 // idempotent.
 func (d *Driver) Close() error {
 	var err error
@@ -274,16 +262,17 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// closeWait bounds Close's wait for the driver's clean-ups, each of which
-// ends with the request it has under way once the driver closes.
+// closeWait bounds Close's wait for the clean-ups, each of which ends
+// with its request under way once the driver closes.
 const closeWait = 5 * time.Second
 
-// Compile-time checks of the interfaces the driver implements.
 var (
-	_ driver.Driver    = (*Driver)(nil)
-	_ driver.Waiter    = (*Driver)(nil)
-	_ driver.Moder     = (*Driver)(nil)
-	_ driver.Elector   = (*Driver)(nil)
-	_ driver.Resumer   = (*Driver)(nil)
-	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.Waiter      = (*Driver)(nil)
+	_ driver.Moder       = (*Driver)(nil)
+	_ driver.Unsupporter = (*Driver)(nil)
+	_ driver.Elector     = (*Driver)(nil)
+	_ driver.Resumer     = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Schemer     = (*Driver)(nil)
 )

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -243,13 +244,5 @@ func driverOptions(u driver.URL) (*Options, error) {
 	return o, nil
 }
 
-// validBucket reports whether name is a valid KV bucket name.
-func validBucket(name string) bool {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return name != ""
-}
+// validBucket matches a valid KV bucket name, as jetstream checks it.
+var validBucket = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`).MatchString

@@ -13,12 +13,11 @@ import (
 )
 
 // The requests the driver makes, each one round trip. Writes are
-// publishes to the key's subject carrying the headers the server checks;
-// the KV API's Create, Update and Purge are not used because Update
-// cannot renew a key's TTL, Create spends two more round trips whenever
-// the key holds a marker (it tries, reads, and tries again), and Purge
-// does not return the marker's revision, which the next Create of the
-// key needs to succeed in one.
+// publishes to the key's subject with the headers the server checks, not
+// the KV API's Create, Update and Purge: Update cannot renew a key's TTL,
+// Create spends two more round trips whenever the key holds a marker (it
+// tries, reads, and tries again), and Purge does not return the marker's
+// revision, which the next acquisition needs to succeed in one.
 
 // KV headers, as nats.go's KV writes them, so that KV clients (the nats
 // CLI, a watcher of the bucket) read the driver's markers as deletions.
@@ -38,9 +37,8 @@ func (d *Driver) reqCtx(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // put writes data to key with a per-key TTL ttl, only if the key's last
-// revision is expect (0: the key has no message at all), and returns the
-// new revision. It is the acquisition (expect: a marker's revision, or 0)
-// and the renewal (expect: the holder's revision).
+// revision is expect (0: no message at all; a marker's for an
+// acquisition, the holder's for a renewal), and returns the new revision.
 func (d *Driver) put(ctx context.Context, key string, data []byte, ttl time.Duration, expect uint64) (uint64, error) {
 	m := &nats.Msg{Subject: d.subjects + key, Data: data, Header: nats.Header{
 		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(expect, 10)},
@@ -49,9 +47,9 @@ func (d *Driver) put(ctx context.Context, key string, data []byte, ttl time.Dura
 	return d.publish(ctx, m)
 }
 
-// purge writes a purge marker on key, only if its last revision is
-// expect, and returns the marker's revision. The marker removes the
-// key's earlier messages and expires itself after the marker TTL.
+// purge writes a purge marker, which removes the key's earlier messages
+// and expires after the marker TTL, on key, only if its last revision is
+// expect, and returns the marker's revision.
 func (d *Driver) purge(ctx context.Context, key string, expect uint64) (uint64, error) {
 	m := &nats.Msg{Subject: d.subjects + key, Header: nats.Header{
 		kvOperationHeader:                   {kvPurge},
@@ -93,12 +91,11 @@ type msgGetResponse struct {
 	} `json:"message,omitempty"`
 }
 
-// get reads the last message of key from the bucket stream's leader (a
-// message get of the JetStream API, not a direct get, which any replica
-// answers, possibly before it has a write the leader acknowledged: a
-// holder's Leader would then not show it leading, and a free lock would
-// look held). The stream's leader orders every write, so it has every
-// acknowledged one.
+// get reads the last message of key from the bucket stream's leader,
+// which orders every write and so has every acknowledged one: a message
+// get of the JetStream API, not a direct get, which any replica answers,
+// possibly before it has such a write (a holder's Leader would then not
+// show it leading, and a free lock would look held).
 func (d *Driver) get(ctx context.Context, key string) (entry, error) {
 	rctx, cancel := d.reqCtx(ctx)
 	defer cancel()
@@ -176,9 +173,8 @@ func wrongRevision(err error) bool {
 }
 
 // refused reports whether err means the server, or the client before
-// sending, refused a request: a write that returned it wrote nothing.
-// Any other error (a timeout, a connection lost) leaves a write's outcome
-// unknown.
+// sending, refused a request, so that the write wrote nothing; any other
+// error (a timeout, a connection lost) leaves the outcome unknown.
 func refused(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||

@@ -14,10 +14,10 @@ import (
 	"github.com/dlockgo/dlock/internal/gate"
 )
 
-// expirySlack is how long after a holder's TTL would have run out, as a
-// waiter counts it from when it saw the holder's last write, the waiter
-// tries again without an event: the server removes an expired key on its
-// own timer, and the marker it leaves is what the waiter expects first.
+// expirySlack is how long past a holder's TTL, counted from when it saw
+// the holder's last write, a waiter tries again without an event: the
+// server removes an expired key on its own timer, and its marker should
+// come first.
 const expirySlack = 100 * time.Millisecond
 
 // minBackstop is the shortest wait before a waiter looks again at a key
@@ -37,11 +37,11 @@ type slot struct {
 }
 
 // gates let one waiting Lock per lock of a driver wait on the server at a
-// time (see internal/gate). Without them every waiter holds a KV watch, a
+// time (see internal/gate); otherwise every waiter holds a KV watch, a
 // consumer on the server, and answers every release with a write, so that
 // a handoff costs more the more waiters there are (docs/SCALING.md). A
-// waiter that gets the lock leaves its watch to the next one, which so
-// starts waiting without making a consumer; the last to leave stops it.
+// waiter that gets the lock leaves its watch to the next, which so needs
+// no consumer of its own; the last to leave stops it.
 type gates = gate.Set[*handover]
 
 // waitGate is one lock's queue of waiters.
@@ -88,13 +88,13 @@ func handOver(w *kvWatch, slots []slot, init bool, ttl time.Duration) *handover 
 // TryLock's attempt; if the lock is held it watches the lock's keys with a
 // KV watch and tries again when a key reports a marker, so that of all the
 // waiters woken only one gets each free key. Of one driver's waiters for a
-// lock, only the first waits so on the server; the others queue behind it
-// in the process, in order of arrival; across drivers there is no queue.
-// A timer at each holder's expiry covers a missed marker, and errors are
-// retried with a pause of up to retryPause, all within ctx (see
-// docs/NATS.md, Waiting). When ctx ends first, Lock returns its error
-// joined with the last error met, and, if a write's outcome was unknown,
-// removes in the background a key that write may have taken.
+// lock only the first waits so, the others queueing behind it in order of
+// arrival; across drivers there is no queue. A timer at each holder's
+// expiry covers a missed marker, and errors are retried with a pause of up
+// to retryPause, all within ctx (see docs/NATS.md, Waiting). When ctx ends
+// first, Lock returns its error joined with the last error met, and, if a
+// write's outcome was unknown, removes in the background a key that write
+// may have taken.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {
@@ -190,7 +190,8 @@ func (w *wait) run(ctx context.Context, ks []string, gate *waitGate) (g driver.G
 	for {
 		if watcher == nil && !time.Now().Before(watchAt) {
 			var err error
-			if watcher, err = w.watch(ctx, filter); err != nil {
+			if watcher, err = w.d.watch(ctx, filter); err != nil {
+				err = fmt.Errorf("natslock: lock %q: watch %s: %w", w.q.Name, filter, err)
 				w.failed(err)
 				if fatal(err) {
 					return driver.Grant{}, err
@@ -247,24 +248,15 @@ func (w *wait) rewatched() {
 	}
 }
 
-// watch starts the watch of the lock's keys.
-func (w *wait) watch(ctx context.Context, filter string) (*kvWatch, error) {
-	watcher, err := w.d.watch(ctx, filter)
-	if err != nil {
-		return nil, fmt.Errorf("natslock: lock %q: watch %s: %w", w.q.Name, filter, err)
-	}
-	return watcher, nil
-}
-
 // A kvWatch is a KV watch that lives until Stop.
 type kvWatch struct {
 	jetstream.KeyWatcher
 	cancel context.CancelFunc
 }
 
-// watch starts a KV watch of filter, which lives until it is stopped or
-// ctx ends: nats.go ends a watch's subscription with the context it was
-// made with. Making it is bounded by the request timeout.
+// watch starts a KV watch of filter, bounded by the request timeout, which
+// lives until it is stopped or ctx ends (nats.go ends a watch's
+// subscription with the context it was made with).
 func (d *Driver) watch(ctx context.Context, filter string) (*kvWatch, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	t := time.AfterFunc(d.reqTimeout, cancel)
@@ -281,9 +273,8 @@ func (d *Driver) watch(ctx context.Context, filter string) (*kvWatch, error) {
 	return &kvWatch{watcher, cancel}, nil
 }
 
-// stopWatch ends a watch. nats.go's watcher hands entries over on a
-// buffered channel from the subscription's goroutine, blocking when it is
-// full; reading it until its closing lets that goroutine finish.
+// stopWatch ends a watch, and reads its channel until it closes: nats.go's
+// subscription goroutine blocks on it when it is full.
 func stopWatch(w *kvWatch) {
 	if w == nil {
 		return
@@ -314,7 +305,8 @@ func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Gra
 		}
 		return w.tryFree(ctx)
 	}
-	i := w.index(e.Key())
+	// -1: a permit slot beyond this caller's limit.
+	i := slices.IndexFunc(w.slots, func(s slot) bool { return s.key == e.Key() })
 	if i < 0 {
 		return driver.Grant{}, false
 	}
@@ -334,17 +326,6 @@ func (w *wait) event(ctx context.Context, e jetstream.KeyValueEntry) (driver.Gra
 	}
 	s.free, s.rev, s.due = false, en.rev, time.Now().Add(ttl+expirySlack)
 	return driver.Grant{}, false
-}
-
-// index returns the slot of key, -1 for a key the wait does not take (a
-// permit slot beyond this caller's limit).
-func (w *wait) index(key string) int {
-	for i := range w.slots {
-		if w.slots[i].key == key {
-			return i
-		}
-	}
-	return -1
 }
 
 // tryFree tries each key known to be free, in order.
@@ -408,9 +389,8 @@ func (w *wait) try(ctx context.Context, s *slot) (driver.Grant, bool) {
 		w.pause = 0
 		s.free = false
 		if s.due.IsZero() || !start.Before(s.due) {
-			// Still held past the backstop: the holder renewed (its
-			// write will come by the watch) or the server is late in
-			// removing it; look again in a while.
+			// Still held past the backstop: the holder renewed (the watch
+			// will bring its write) or the server is late removing it.
 			s.due = start.Add(max(o.left+expirySlack, minBackstop))
 		}
 	default:
