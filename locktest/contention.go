@@ -4,10 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
-
-	"github.com/dlockgo/dlock"
 )
 
 // Contenders and rounds of the MutualExclusion property.
@@ -20,16 +17,13 @@ const (
 // many times; a holders gauge must never exceed 1, and the tokens, in the
 // order the critical sections ran, must strictly increase.
 func (s *suite) mutualExclusion(t *testing.T, ctx context.Context, name string) {
-	lockers := make([]*dlock.Locker, 4)
-	for i := range lockers {
-		lockers[i] = s.locker(t)
-	}
+	lockers := s.lockers(t, 4)
 	var (
-		holders, maxHolders atomic.Int32
-		mu                  sync.Mutex
-		tokens              []uint64
-		wg                  sync.WaitGroup
-		failed              atomic.Int32
+		held   gauge
+		mu     sync.Mutex
+		tokens []uint64
+		wg     sync.WaitGroup
+		fail   firstError
 	)
 	for g := range contenders {
 		wg.Go(func() {
@@ -37,23 +31,15 @@ func (s *suite) mutualExclusion(t *testing.T, ctx context.Context, name string) 
 			for range rounds {
 				lease, err := l.Acquire(ctx, name)
 				if err != nil {
-					if failed.Add(1) == 1 {
-						t.Errorf("Acquire under contention: %v", err)
-					}
+					fail.report(t, "Acquire under contention: %v", err)
 					return
 				}
-				n := holders.Add(1)
-				for {
-					m := maxHolders.Load()
-					if n <= m || maxHolders.CompareAndSwap(m, n) {
-						break
-					}
-				}
+				held.enter()
 				mu.Lock()
 				tokens = append(tokens, lease.Token())
 				mu.Unlock()
 				runtime.Gosched()
-				holders.Add(-1)
+				held.leave()
 				if err := lease.Release(ctx); err != nil {
 					t.Errorf("Release under contention: %v", err)
 				}
@@ -61,10 +47,10 @@ func (s *suite) mutualExclusion(t *testing.T, ctx context.Context, name string) 
 		})
 	}
 	wg.Wait()
-	if m := maxHolders.Load(); m > 1 {
+	if m := held.max.Load(); m > 1 {
 		t.Errorf("holders gauge reached %d: mutual exclusion broken", m)
 	}
-	if want := contenders * rounds; len(tokens) != want && failed.Load() == 0 {
+	if want := contenders * rounds; len(tokens) != want && fail.count() == 0 {
 		t.Errorf("%d critical sections ran, want %d", len(tokens), want)
 	}
 	checkIncreasing(t, tokens, "in critical-section order")
@@ -73,19 +59,10 @@ func (s *suite) mutualExclusion(t *testing.T, ctx context.Context, name string) 
 // tokensIncrease takes a lock many times in turn from three clients; the
 // tokens must strictly increase.
 func (s *suite) tokensIncrease(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 3)
 	var tokens []uint64
 	for i := range 60 {
-		l := lockers[i%len(lockers)]
-		var lease *dlock.Lease
-		if i%2 == 0 {
-			lease = acquire(t, ctx, l, name)
-		} else {
-			var err error
-			if lease, err = l.TryAcquire(ctx, name); err != nil {
-				t.Fatalf("TryAcquire of a free lock: %v", err)
-			}
-		}
+		lease := TakeTurn(t, ctx, lockers, i, name)
 		tokens = append(tokens, lease.Token())
 		release(t, ctx, lease)
 	}

@@ -18,29 +18,19 @@ func (s *suite) noElection(t *testing.T, ctx context.Context, l *dlock.Locker, n
 	if l.Supports(driver.Leader) {
 		return false
 	}
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		_, err := l.Leader(ctx, name)
-		return err
+		return nil, err
 	})
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		_, err := l.Observe(ctx, name)
-		return err
+		return nil, err
 	})
-	unsupported(t, l, driver.Leader, func() error {
-		lease, err := l.TryCampaign(ctx, name, "candidate")
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) { return l.TryCampaign(ctx, name, "candidate") })
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		lease, err := l.Campaign(cctx, name, "candidate")
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
+		return l.Campaign(cctx, name, "candidate")
 	})
 	return true
 }

@@ -96,16 +96,23 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 	if !errors.Is(lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() after the lock was taken away = %v, want ErrLost", lease.Err())
 	}
+	mustCancelLost(t, work, "the lease's")
+	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Release after loss = %v, want an error matching ErrNotHeld and ErrLost", err)
+	}
+}
+
+// mustCancelLost checks that work, whose's Context, is cancelled promptly
+// after the loss, with a cause matching ErrLost.
+func mustCancelLost(t *testing.T, work context.Context, whose string) {
+	t.Helper()
 	select {
 	case <-work.Done():
 		if !errors.Is(context.Cause(work), dlock.ErrLost) {
-			t.Errorf("context.Cause of the lease's context = %v, want ErrLost", context.Cause(work))
+			t.Errorf("context.Cause of %s context = %v, want ErrLost", whose, context.Cause(work))
 		}
 	case <-time.After(prompt):
-		t.Error("the lease's context was not cancelled after the loss")
-	}
-	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Release after loss = %v, want an error matching ErrNotHeld and ErrLost", err)
+		t.Errorf("%s context was not cancelled after the loss", whose)
 	}
 }
 

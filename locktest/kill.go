@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -48,9 +49,13 @@ func ServerKill(t *testing.T, l *dlock.Locker, name string, runs int, bound time
 			t.Errorf("run %d: Err after the kill = %v, want ErrLost", i, err)
 		}
 	}
+	t.Logf("Done closed after the kill returned: %s; expected within %v", percentiles(took), bound)
+}
+
+// percentiles sorts took and describes it: p50, p99, max and count.
+func percentiles(took []time.Duration) string {
 	slices.Sort(took)
-	t.Logf("Done closed after the kill returned: p50 %v, p99 %v, max %v (%d runs; expected within %v)",
-		took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took), bound)
+	return fmt.Sprintf("p50 %v, p99 %v, max %v (%d runs)", took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
 }
 
 // A DriverKill is the body of the driver-level tests of a backend whose
@@ -93,13 +98,7 @@ func (k DriverKill) SeenAtOnce(t *testing.T, runs int) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				lost := LostCh(g)
-				if g.Check == nil {
-					t.Fatal("Grant.Check is nil")
-				}
-				if err := g.Check(time.Now()); err != nil {
-					t.Fatalf("Check of a held lock = %v", err)
-				}
+				lost := checkedLostCh(t, g, kind)
 				killed, _ := k.Kill(t, r)
 				select {
 				case <-lost:
@@ -114,9 +113,7 @@ func (k DriverKill) SeenAtOnce(t *testing.T, runs int) {
 					t.Errorf("run %d: Unlock after the kill = %v, want ErrNotHeld", i, err)
 				}
 			}
-			slices.Sort(took)
-			t.Logf("loss signalled after the kill returned: p50 %v, p99 %v, max %v (%d runs)",
-				took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+			t.Logf("loss signalled after the kill returned: %s", percentiles(took))
 		})
 	}
 }
@@ -135,15 +132,9 @@ func (k DriverKill) CheckSeesKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lost := LostCh(g)
-		if g.Check == nil {
-			t.Fatalf("%s: Grant.Check is nil", kind)
-		}
+		lost := checkedLostCh(t, g, kind)
 		if n := testing.AllocsPerRun(1000, func() { _ = g.Check(time.Now()) }); n != 0 {
 			t.Errorf("%s: Check allocates %v times per call while held", kind, n)
-		}
-		if err := g.Check(time.Now()); err != nil {
-			t.Fatalf("%s: Check of a held lock = %v", kind, err)
 		}
 		_, gone := k.Kill(t, r)
 		if !Eventually(5*time.Second, gone) {
@@ -169,4 +160,18 @@ func (k DriverKill) CheckSeesKill(t *testing.T) {
 			t.Errorf("%s: a later Check = %v, want the same loss", kind, err2)
 		}
 	}
+}
+
+// checkedLostCh checks that g, the grant of kind's lock, has a Check that
+// finds the lock held, and returns LostCh(g).
+func checkedLostCh(t *testing.T, g driver.Grant, kind string) <-chan struct{} {
+	t.Helper()
+	lost := LostCh(g)
+	if g.Check == nil {
+		t.Fatalf("%s: Grant.Check is nil", kind)
+	}
+	if err := g.Check(time.Now()); err != nil {
+		t.Fatalf("%s: Check of a held lock = %v", kind, err)
+	}
+	return lost
 }

@@ -1,6 +1,7 @@
 package locktest
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -14,13 +15,18 @@ import (
 
 // unsupported reports whether l lacks mode m. When it does, it checks
 // that attempt — a call of one of the kind's methods — fails with an
-// error matching ErrUnsupported: a backend without a kind must say so.
-func unsupported(t *testing.T, l *dlock.Locker, m driver.Mode, attempt func() error) bool {
+// error matching ErrUnsupported: a backend without a kind must say so. A
+// lease attempt returns nonetheless is released.
+func unsupported(t *testing.T, ctx context.Context, l *dlock.Locker, m driver.Mode, attempt func() (*dlock.Lease, error)) bool {
 	t.Helper()
 	if l.Supports(m) {
 		return false
 	}
-	if err := attempt(); !errors.Is(err, dlock.ErrUnsupported) {
+	lease, err := attempt()
+	if err == nil && lease != nil {
+		_ = lease.Release(ctx)
+	}
+	if !errors.Is(err, dlock.ErrUnsupported) {
 		t.Errorf("the backend does not support %s locks, but the attempt returned %v, want an error matching ErrUnsupported", m, err)
 	}
 	return true

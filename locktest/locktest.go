@@ -145,6 +145,16 @@ func (s *suite) locker(t *testing.T, opts ...dlock.Option) *dlock.Locker {
 	return l
 }
 
+// lockers opens n clients with s.locker.
+func (s *suite) lockers(t *testing.T, n int) []*dlock.Locker {
+	t.Helper()
+	ls := make([]*dlock.Locker, n)
+	for i := range ls {
+		ls[i] = s.locker(t)
+	}
+	return ls
+}
+
 // acquire takes name or fails t.
 func acquire(t *testing.T, ctx context.Context, l *dlock.Locker, name string, opts ...dlock.Option) *dlock.Lease {
 	t.Helper()

@@ -23,7 +23,7 @@ const multiRounds = 1000
 func (s *suite) multiOppositeOrders(t *testing.T, ctx context.Context, name string) {
 	x, y := name+"/a", name+"/b"
 	orders := [][]string{{x, y}, {y, x}}
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 2)
 	var (
 		gx, gy gauge
 		fail   firstError
@@ -164,14 +164,7 @@ func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 	if !errors.Is(m.Err(), dlock.ErrLost) {
 		t.Errorf("Err() of a set that lost a part = %v, want ErrLost", m.Err())
 	}
-	select {
-	case <-work.Done():
-		if !errors.Is(context.Cause(work), dlock.ErrLost) {
-			t.Errorf("context.Cause of the set's context = %v, want ErrLost", context.Cause(work))
-		}
-	case <-time.After(prompt):
-		t.Error("the set's context was not cancelled after the loss")
-	}
+	mustCancelLost(t, work, "the set's")
 	if err := m.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
 		t.Errorf("Release of a set that lost a part = %v, want an error matching ErrNotHeld and ErrLost", err)
 	}

@@ -20,20 +20,8 @@ func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name st
 		t.Errorf("Supports(Read) = %v but Supports(Write) = %v: the two sides of a readers-writer lock go together",
 			l.Supports(driver.Read), l.Supports(driver.Write))
 	}
-	unsupported(t, l, driver.Write, func() error {
-		lease, err := l.TryAcquireWrite(ctx, name)
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
-	return unsupported(t, l, driver.Read, func() error {
-		lease, err := l.TryAcquireRead(ctx, name)
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
+	unsupported(t, ctx, l, driver.Write, func() (*dlock.Lease, error) { return l.TryAcquireWrite(ctx, name) })
+	return unsupported(t, ctx, l, driver.Read, func() (*dlock.Lease, error) { return l.TryAcquireRead(ctx, name) })
 }
 
 // rwShareExclude: two readers hold together, and a third joins them; then
@@ -41,7 +29,7 @@ func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name st
 // show that a writer never had company (how many readers overlapped is the
 // scheduler's choice: logged).
 func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 4)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
@@ -162,15 +150,8 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	writer := startWaiter(func() (*dlock.Lease, error) { return c.AcquireWrite(ctx, name) })
 	writer.mustWait(t, min(s.h.TTL/2, 250*time.Millisecond), "AcquireWrite returned while a reader held the lock", "AcquireWrite while a reader holds")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer waits")
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/4)
-	late, err := b.AcquireRead(wctx, name)
-	cancel()
-	if err == nil {
-		_ = late.Release(ctx)
-		t.Error("AcquireRead went ahead of a waiting writer; a waiting writer must hold back later readers")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireRead behind a waiting writer, past its deadline = %v, want DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/4, func(ctx context.Context) (*dlock.Lease, error) { return b.AcquireRead(ctx, name) },
+		"AcquireRead behind a waiting writer (a waiting writer must hold back later readers)")
 	released := time.Now()
 	release(t, ctx, r)
 	writer.mustFollow(t, ctx, r, released, "the writer", "the reader's release", "reader's", "AcquireWrite after the reader released")
@@ -178,15 +159,8 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
 
 	// A writer that gives up waiting no longer holds back new readers.
-	wctx, cancel = context.WithTimeout(ctx, s.h.TTL/4)
-	gaveUp, err := c.AcquireWrite(wctx, name)
-	cancel()
-	if err == nil {
-		_ = gaveUp.Release(ctx)
-		t.Fatal("AcquireWrite succeeded while a reader held the lock")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireWrite past its deadline = %v, want DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/4, func(ctx context.Context) (*dlock.Lease, error) { return c.AcquireWrite(ctx, name) },
+		"AcquireWrite while a reader holds")
 	r3 := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireRead(ctx, name) },
 		"TryAcquireRead after a waiting writer gave up")
 	release(t, ctx, r3)
@@ -200,7 +174,7 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 // readers in at its arrival leave: a few holds of 20ms; the bound only
 // ends a starved wait).
 func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 3)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
@@ -265,7 +239,7 @@ func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name strin
 // rwTokens: tokens strictly increase from grant to grant, in either mode,
 // and readers holding together have distinct ones.
 func (s *suite) rwTokens(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 3)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
@@ -339,6 +313,21 @@ func mustAcquire(t *testing.T, acquire func() (*dlock.Lease, error), what string
 		t.Fatalf("%s returned a nil lease and a nil error", what)
 	}
 	return lease
+}
+
+// mustTimeOut calls acquire with a context that ends after d: what, a
+// wait that cannot succeed, must fail with DeadlineExceeded.
+func mustTimeOut(t *testing.T, ctx context.Context, d time.Duration, acquire func(context.Context) (*dlock.Lease, error), what string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	lease, err := acquire(wctx)
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Errorf("%s succeeded", what)
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s, past its deadline = %v, want DeadlineExceeded", what, err)
+	}
 }
 
 // mustFail calls try, which must fail with an error matching

@@ -3,7 +3,6 @@ package locktest
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/dlockgo/dlock"
@@ -15,8 +14,7 @@ type Turns struct {
 	t       *testing.T
 	n       int
 	done    chan struct{}
-	holders atomic.Int32
-	most    atomic.Int32
+	holders gauge
 
 	mu     sync.Mutex
 	tokens []uint64 // in the order of grants
@@ -36,13 +34,11 @@ func StartTurns(t *testing.T, ctx context.Context, lockers []*dlock.Locker, name
 				t.Errorf("waiter %d: %v", i, err)
 				return
 			}
-			h := tt.holders.Add(1)
-			for m := tt.most.Load(); h > m && !tt.most.CompareAndSwap(m, h); m = tt.most.Load() {
-			}
+			tt.holders.enter()
 			tt.mu.Lock()
 			tt.tokens = append(tt.tokens, lease.Token())
 			tt.mu.Unlock()
-			tt.holders.Add(-1)
+			tt.holders.leave()
 			if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
 				t.Errorf("waiter %d: release: %v", i, err)
 			}
@@ -69,7 +65,7 @@ func (tt *Turns) Granted() int {
 func (tt *Turns) Check(after uint64) {
 	tt.t.Helper()
 	<-tt.done
-	if m := tt.most.Load(); m > 1 {
+	if m := tt.holders.max.Load(); m > 1 {
 		tt.t.Errorf("%d holders at once", m)
 	}
 	if len(tt.tokens) != tt.n {
