@@ -181,14 +181,3 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 		t.Error("no grant after the old leader rejoined")
 	}
 }
-
-// CheckIncreasing reports tokens that are not greater than the one
-// before them (the first five, then a count), and an empty tokens.
-func CheckIncreasing(t *testing.T, tokens []uint64) {
-	t.Helper()
-	if len(tokens) == 0 {
-		t.Error("no tokens")
-		return
-	}
-	checkIncreasing(t, tokens, "in the order given")
-}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 )
 
 // ServerKill is the check, for a backend whose locks live with a
@@ -174,4 +178,165 @@ func checkedLostCh(t *testing.T, g driver.Grant, kind string) <-chan struct{} {
 		t.Fatalf("%s: Check of a held lock = %v", kind, err)
 	}
 	return lost
+}
+
+// A SessionLoss is the body of a test of a backend whose held locks share
+// sessions (server connections), up to PerSession locks on each: see
+// Run.
+type SessionLoss struct {
+	// Locker takes the locks: its sessions hold PerSession locks each, and
+	// learn of a session's end from the session itself (not only from a
+	// keep-alive check, which the test does not wait for).
+	Locker *dlock.Locker
+	// Other is another client, which takes the lost locks after the loss.
+	Other *dlock.Locker
+	// PerSession is how many locks share one of Locker's sessions.
+	PerSession int
+	// Session names the server session that holds lease's lock.
+	Session func(t *testing.T, lease *dlock.Lease) string
+	// End ends that session on the server, as an operator would
+	// (pg_terminate_backend, KILL).
+	End func(t *testing.T, session string)
+}
+
+// Run takes 3*PerSession locks, ends the first one's session, and checks
+// that the leases cost no goroutine each and that exactly the locks of
+// that session are lost at once: each Done
+// closes, Err matches ErrLost, Release matches ErrNotHeld, and Other then
+// gets the lock (within 5s: a server may report a session's end before it
+// lets its locks go); the locks of the other sessions stay held and
+// release cleanly.
+func (c SessionLoss) Run(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	n := 3 * c.PerSession
+	before := runtime.NumGoroutine()
+	leases := make([]*dlock.Lease, n)
+	sessions := make([]string, n)
+	bySession := map[string][]int{}
+	for i := range n {
+		var err error
+		if leases[i], err = c.Locker.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i)); err != nil {
+			t.Fatal(err)
+		}
+		sessions[i] = c.Session(t, leases[i])
+		bySession[sessions[i]] = append(bySession[sessions[i]], i)
+	}
+	if len(bySession) != 3 {
+		t.Fatalf("%d locks on %d sessions, want 3", n, len(bySession))
+	}
+	// A session's goroutines serve all its locks (Grant.OnLost): a lease
+	// costs none of its own.
+	if grew := runtime.NumGoroutine() - before; grew >= n {
+		t.Errorf("%d leases on 3 sessions took %d more goroutines, want fewer than one per lease", n, grew)
+	}
+	ended := sessions[0]
+	lost := bySession[ended]
+	if len(lost) != c.PerSession {
+		t.Fatalf("the first session holds %d locks, want %d", len(lost), c.PerSession)
+	}
+	c.End(t, ended)
+	for _, i := range lost {
+		select {
+		case <-leases[i].Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lock %d: Done not closed 5s after its session was ended", i)
+		}
+		if err := leases[i].Err(); !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("lock %d: Err() = %v, want ErrLost", i, err)
+		}
+		if err := leases[i].Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("lock %d: Release after the loss = %v, want ErrNotHeld", i, err)
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := c.Other.Acquire(actx, leases[i].Name())
+		cancel()
+		if err != nil {
+			t.Errorf("lock %d: Acquire elsewhere after the loss: %v", i, err)
+		} else {
+			_ = got.Release(ctx)
+		}
+	}
+	for i, lease := range leases {
+		if sessions[i] == ended {
+			continue
+		}
+		if err := lease.Err(); err != nil {
+			t.Errorf("lock %d of another session: Err() = %v", i, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("lock %d of another session: Release = %v", i, err)
+		}
+	}
+}
+
+// A BackgroundRelease is the body of a test of a backend whose release
+// goes on in the background when its context ends while the lock's
+// connection is busy: see Run.
+type BackgroundRelease struct {
+	// Packages are the import paths of the backend and of the internal
+	// packages that run its goroutines: none of their goroutines may be
+	// left after Close.
+	Packages []string
+	// Open opens a new Locker on the backend, with occupy, which keeps the
+	// connection holding owner's lock busy until free is called, and held,
+	// which reports whether the server has name's lock held by anyone.
+	Open func(t *testing.T) (l *dlock.Locker, occupy func(owner string) (free func()), held func(name string) bool)
+}
+
+// Run checks, 5 times, that Close waits for such a release: a Release
+// whose 50 ms context ends while the connection is occupied returns an
+// error and goes on waiting for the connection; once the connection is
+// free, Close returns only after the release: the lock is free on the
+// server and no goroutine of the backend's package is left.
+func (c BackgroundRelease) Run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 5 {
+		before := testenv.Goroutines(c.Packages...)
+		l, occupy, held := c.Open(t)
+		name := fmt.Sprintf("close-bg/%d-%d", time.Now().UnixNano(), i)
+		lease, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Freed at the latest when the test ends, before the Locker's
+		// Close, which a connection occupied for ever would hold up.
+		free := sync.OnceFunc(occupy(lease.Owner()))
+		t.Cleanup(free)
+		rctx, rcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err = lease.Release(rctx)
+		rcancel()
+		if err == nil {
+			t.Fatal("Release with the connection occupied succeeded")
+		}
+		// The release, waiting for the connection, gets it as it is
+		// freed, before Close can.
+		if !Eventually(10*time.Second, func() bool { return c.releaseWaiting(before) }) {
+			t.Fatalf("run %d: no release waiting for the connection", i)
+		}
+		free()
+		if err := l.Close(); err != nil {
+			t.Fatalf("run %d: Close: %v", i, err)
+		}
+		if left := testenv.NewGoroutines(before, c.Packages...); left != "" {
+			t.Fatalf("run %d: goroutines of the driver left after Close:\n%s", i, left)
+		}
+		if held(name) {
+			t.Fatalf("run %d: the lock is held on the server after Close", i)
+		}
+	}
+}
+
+// releaseWaiting reports whether a release started since before waits
+// for its connection: a goroutine of the backend's release blocked in
+// its session's Take.
+func (c BackgroundRelease) releaseWaiting(before map[int64]string) bool {
+	for id, s := range testenv.Goroutines(c.Packages...) {
+		if _, ok := before[id]; !ok && strings.Contains(s, ").release") && strings.Contains(s, ").Take(") &&
+			(strings.Contains(s, "[select") || strings.Contains(s, "[chan send")) {
+			return true
+		}
+	}
+	return false
 }
