@@ -43,12 +43,10 @@ func ServerKill(t *testing.T, l *dlock.Locker, name string, runs int, bound time
 			t.Fatal(err)
 		}
 		killed := kill(t, lease)
-		select {
-		case <-lease.Done():
-			took = append(took, time.Since(killed))
-		case <-time.After(hang):
+		if !closedWithin(lease.Done(), hang) {
 			t.Fatalf("run %d: Done not closed %v after the holder's connection was killed, with renewals 20 minutes apart", i, hang)
 		}
+		took = append(took, time.Since(killed))
 		if err := lease.Err(); !errors.Is(err, dlock.ErrLost) {
 			t.Errorf("run %d: Err after the kill = %v, want ErrLost", i, err)
 		}
@@ -104,12 +102,10 @@ func (k DriverKill) SeenAtOnce(t *testing.T, runs int) {
 				}
 				lost := checkedLostCh(t, g, kind)
 				killed, _ := k.Kill(t, r)
-				select {
-				case <-lost:
-					took = append(took, time.Since(killed))
-				case <-time.After(2 * time.Second):
+				if !closedWithin(lost, 2*time.Second) {
 					t.Fatalf("run %d: loss not signalled 2s after the kill", i)
 				}
+				took = append(took, time.Since(killed))
 				if err := g.Check(time.Now()); err == nil {
 					t.Fatalf("run %d: Check = nil after the loss was signalled", i)
 				}
@@ -155,9 +151,7 @@ func (k DriverKill) CheckSeesKill(t *testing.T) {
 			t.Fatalf("%s: first Check after the kill = nil", kind)
 		}
 		t.Logf("%s: %v", kind, err)
-		select {
-		case <-lost:
-		case <-time.After(2 * time.Second):
+		if !closedWithin(lost, 2*time.Second) {
 			t.Errorf("%s: loss not signalled after Check found it", kind)
 		}
 		if err2 := g.Check(time.Now()); err2 == nil || err2.Error() != err.Error() {
@@ -236,9 +230,7 @@ func (c SessionLoss) Run(t *testing.T, ctx context.Context, base string) {
 	}
 	c.End(t, ended)
 	for _, i := range lost {
-		select {
-		case <-leases[i].Done():
-		case <-time.After(5 * time.Second):
+		if !closedWithin(leases[i].Done(), 5*time.Second) {
 			t.Fatalf("lock %d: Done not closed 5s after its session was ended", i)
 		}
 		if err := leases[i].Err(); !errors.Is(err, dlock.ErrLost) {

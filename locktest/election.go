@@ -152,31 +152,14 @@ func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name stri
 
 	// A candidate waiting in Campaign leads once the leader resigns, and a
 	// TryCampaign fails while it leads.
-	waiting := make(chan *dlock.Lease, 1)
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
 	defer cancel()
-	go func() {
-		lease, err := c.Campaign(wctx, name, "c")
-		if err != nil {
-			lease = nil
-		}
-		waiting <- lease
-	}()
+	waiting := startWaiter(func() (*dlock.Lease, error) { return c.Campaign(wctx, name, "c") })
 	time.Sleep(min(s.h.TTL/10, 200*time.Millisecond)) // let c queue where the backend queues
 	release(t, ctx, lead)
 	// The resigned leader's TTL is holdTTL: only its resignation can let
 	// c lead within the bound, which only ends a hang.
-	resigned := time.Now()
-	var cl *dlock.Lease
-	select {
-	case cl = <-waiting:
-		t.Logf("the waiting candidate led %v after the leader resigned", time.Since(resigned))
-	case <-time.After(s.lossBound()):
-		t.Fatalf("Campaign waiting while a leader resigned did not lead within %v", s.lossBound())
-	}
-	if cl == nil {
-		t.Fatal("Campaign waiting while a leader resigned failed")
-	}
+	cl := waiting.next(t, wctx, time.Now(), "the waiting candidate", "the leader resigned", "Campaign waiting while a leader resigned")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign while the next leader leads")
 	release(t, ctx, cl)
 
@@ -266,7 +249,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	w.await(second.value+" leads after "+first.value+"'s loss", func(i dlock.LeaderInfo) bool {
 		return i == dlock.LeaderInfo{Value: second.value, Token: second.lease.Token()}
 	})
-	if !waitDone(first.lease, w.limit) {
+	if !closedWithin(first.lease.Done(), w.limit) {
 		t.Errorf("%s's leadership did not end after it stopped", first.value)
 	} else if !errors.Is(first.lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() of %s's leadership after it stopped = %v, want ErrLost", first.value, first.lease.Err())

@@ -107,13 +107,11 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 			}
 		})
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			close(stop)
-			wg.Wait()
-		}
-	}()
+	stopContenders := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopContenders()
 
 	time.Sleep(k.Warmup)
 	mu.Lock()
@@ -145,9 +143,7 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 	k.Restart(t)
 	rejoined := time.Now()
 	time.Sleep(k.After)
-	close(stop)
-	wg.Wait()
-	stopped = true
+	stopContenders()
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -156,6 +152,7 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 	}
 	CheckIncreasing(t, tokens)
 	var firstAfter, stall time.Duration = -1, 0
+	afterRejoin := 0
 	for i, at := range grants {
 		if i > 0 && at.After(killed) {
 			stall = max(stall, at.Sub(grants[i-1]))
@@ -163,9 +160,6 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 		if firstAfter < 0 && at.After(killed) {
 			firstAfter = at.Sub(killed)
 		}
-	}
-	afterRejoin := 0
-	for _, at := range grants {
 		if at.After(rejoined) {
 			afterRejoin++
 		}

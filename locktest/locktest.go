@@ -217,10 +217,11 @@ func mustBeFree(t *testing.T, ctx context.Context, l *dlock.Locker, name, when s
 	release(t, ctx, lease)
 }
 
-// waitDone waits for the lease to end, up to limit.
-func waitDone(lease *dlock.Lease, limit time.Duration) bool {
+// closedWithin waits for done (a lease's or a context's Done) to close, up
+// to limit, and reports whether it did.
+func closedWithin(done <-chan struct{}, limit time.Duration) bool {
 	select {
-	case <-lease.Done():
+	case <-done:
 		return true
 	case <-time.After(limit):
 		return false

@@ -155,9 +155,7 @@ func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 	defer cancel()
 	s.h.TakeAway(t, q)
 	taken := time.Now()
-	select {
-	case <-m.Done():
-	case <-time.After(s.lossBound()):
+	if !closedWithin(m.Done(), s.lossBound()) {
 		_ = m.Release(ctx)
 		t.Fatalf("the set's Done() not closed %v after one of its locks was taken away (TTL %v)", time.Since(taken), s.h.TTL)
 	}

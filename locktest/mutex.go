@@ -118,18 +118,28 @@ func (w waiter) mustWait(t *testing.T, d time.Duration, returned, call string) {
 // parties in the messages.
 func (w waiter) mustFollow(t *testing.T, ctx context.Context, prev *dlock.Lease, released time.Time, who, after, prevWho, call string) {
 	t.Helper()
+	l := w.next(t, ctx, released, who, after, call)
+	if l.Token() <= prev.Token() {
+		t.Errorf("%s's token %d is not greater than the %s %d", who, l.Token(), prevWho, prev.Token())
+	}
+	release(t, ctx, l)
+}
+
+// next returns the lease the acquisition gets after a release at
+// released, and logs how long after; it fails t if the acquisition fails
+// or ctx ends first.
+func (w waiter) next(t *testing.T, ctx context.Context, released time.Time, who, after, call string) *dlock.Lease {
+	t.Helper()
 	select {
 	case l := <-w.got:
 		t.Logf("%s acquired %v after %s", who, time.Since(released), after)
-		if l.Token() <= prev.Token() {
-			t.Errorf("%s's token %d is not greater than the %s %d", who, l.Token(), prevWho, prev.Token())
-		}
-		release(t, ctx, l)
+		return l
 	case err := <-w.errc:
 		t.Fatalf("%s: %v", call, err)
 	case <-ctx.Done():
 		t.Fatalf("%s never acquired after %s", who, after)
 	}
+	return nil
 }
 
 func (s *suite) cancelDuringWait(t *testing.T, ctx context.Context, name string) {
@@ -300,9 +310,7 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	if !errors.Is(lostErr, dlock.ErrLost) {
 		t.Errorf("Err() of the holder when another client acquired the lock = %v; the holder must learn of the loss first", lostErr)
 	}
-	select {
-	case <-lease.Done():
-	case <-time.After(prompt):
+	if !closedWithin(lease.Done(), prompt) {
 		t.Errorf("the holder's Done() not closed %v after another client acquired its expired lock", prompt)
 	}
 	if held := gotAt.Sub(sent); held < s.h.TTL*9/10 {
@@ -333,7 +341,7 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 	defer cancel()
 	s.h.TakeAway(t, name)
 	taken := time.Now()
-	if !waitDone(lease, s.lossBound()) {
+	if !closedWithin(lease.Done(), s.lossBound()) {
 		t.Fatalf("Done() not closed %v after the lock was taken away (TTL %v)", time.Since(taken), s.h.TTL)
 	}
 	// The window docs/GUARANTEES.md reports: the store freed the lock at
@@ -352,13 +360,10 @@ func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string
 // after the loss, with a cause matching ErrLost.
 func mustCancelLost(t *testing.T, work context.Context, whose string) {
 	t.Helper()
-	select {
-	case <-work.Done():
-		if !errors.Is(context.Cause(work), dlock.ErrLost) {
-			t.Errorf("context.Cause of %s context = %v, want ErrLost", whose, context.Cause(work))
-		}
-	case <-time.After(prompt):
+	if !closedWithin(work.Done(), prompt) {
 		t.Errorf("%s context was not cancelled after the loss", whose)
+	} else if !errors.Is(context.Cause(work), dlock.ErrLost) {
+		t.Errorf("context.Cause of %s context = %v, want ErrLost", whose, context.Cause(work))
 	}
 }
 
@@ -379,7 +384,7 @@ func (s *suite) crashedHolder(t *testing.T, ctx context.Context, a, b *dlock.Loc
 		t.Errorf("the new holder's token %d is not greater than the crashed holder's %d", other.Token(), lease.Token())
 	}
 	release(t, ctx, other)
-	if !waitDone(lease, s.lossBound()) {
+	if !closedWithin(lease.Done(), s.lossBound()) {
 		t.Error("the crashed holder's Done() never closed")
 	}
 }

@@ -156,7 +156,7 @@ func (s *suite) semaphoreHolderStops(t *testing.T, ctx context.Context, name str
 		"TryAcquirePermit with both permits held again")
 	release(t, ctx, got)
 	release(t, ctx, keep)
-	if !waitDone(stopped, s.h.TTL+5*time.Second) {
+	if !closedWithin(stopped.Done(), s.h.TTL+5*time.Second) {
 		t.Error("the stopped holder's Done() never closed")
 	}
 }
