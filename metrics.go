@@ -114,11 +114,11 @@ func (m *metrics) acquired(result string, waited time.Duration) {
 }
 
 func (m *metrics) renewed(ok bool) {
+	opt := m.renewErr
 	if ok {
-		m.renewals.Add(context.Background(), 1, m.renewOK)
-	} else {
-		m.renewals.Add(context.Background(), 1, m.renewErr)
+		opt = m.renewOK
 	}
+	m.renewals.Add(context.Background(), 1, opt)
 }
 
 // ended records a lease's end: lost is why it was lost, "" for a release.

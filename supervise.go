@@ -88,11 +88,7 @@ func (s *Lease) expire() {
 	s.mu.Lock()
 	last := s.lastErr
 	s.mu.Unlock()
-	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
-	if last != nil {
-		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
-	}
-	s.endAndUnlock(cause, lostExpired)
+	s.endAndUnlock(s.lostError("validity ended without a successful renewal", last), lostExpired)
 }
 
 // endMaxHold ends the lease as lost at its WithMaxHold, then releases the
@@ -100,8 +96,7 @@ func (s *Lease) expire() {
 // for the TTL, on a goroutine of its own that Locker.Close waits for, as
 // expire does.
 func (s *Lease) endMaxHold() {
-	cause := fmt.Errorf("%w: %q: held for %v: %w", ErrLost, s.req.Name, s.maxHold, ErrMaxHold)
-	s.endAndUnlock(cause, lostMaxHold)
+	s.endAndUnlock(s.lostError(fmt.Sprintf("held for %v", s.maxHold), ErrMaxHold), lostMaxHold)
 }
 
 // endAndUnlock ends the lease as lost and, if this call ended it, starts
@@ -129,13 +124,13 @@ func (s *Lease) unlockAfterLoss() {
 	s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
 }
 
-// backendCause is the lease's end when the driver reports the lock gone;
-// err is the driver's reason, if it gave one.
-func (s *Lease) backendCause(err error) error {
-	if err == nil {
-		return fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name)
+// lostError is the end of a lease lost for why: ErrLost, the lock's name,
+// why, and cause (the driver's reason) when there is one.
+func (s *Lease) lostError(why string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: %q: %s", ErrLost, s.req.Name, why)
 	}
-	return fmt.Errorf("%w: %q: the backend reported the lock lost: %w", ErrLost, s.req.Name, err)
+	return fmt.Errorf("%w: %q: %s: %w", ErrLost, s.req.Name, why, cause)
 }
 
 // lostSignalled ends the lease as lost, the driver having signalled the
@@ -149,7 +144,7 @@ func (s *Lease) lostSignalled() {
 	if s.check != nil {
 		why = s.check(time.Now())
 	}
-	s.end(s.backendCause(why), lostBackend)
+	s.end(s.lostError("the backend reported the lock lost", why), lostBackend)
 }
 
 // tick is the supervision step, run by the lease's timer: it ends the
@@ -214,7 +209,7 @@ func (s *Lease) refresh(ctx context.Context) error {
 	s.l.m.renewed(err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), lostGone)
+			s.end(s.lostError("renewal found the lock gone", err), lostGone)
 		}
 		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
 	}
