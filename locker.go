@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -290,10 +292,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	leases := make([]*Lease, 0, len(l.leases))
-	for s := range l.leases {
-		leases = append(leases, s)
-	}
+	leases := slices.Collect(maps.Keys(l.leases))
 	l.mu.Unlock()
 	var errs []error
 	for _, s := range leases {

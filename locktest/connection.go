@@ -38,10 +38,7 @@ func ServerKill(t *testing.T, l *dlock.Locker, name string, runs int, bound time
 	for i := range runs {
 		// Acquire, not TryAcquire: the last run's session may still be
 		// letting its locks go.
-		lease, err := l.Acquire(ctx, name, dlock.WithTTL(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := acquire(t, ctx, l, name, dlock.WithTTL(time.Hour))
 		killed := kill(t, lease)
 		if !closedWithin(lease.Done(), hang) {
 			t.Fatalf("run %d: Done not closed %v after the holder's connection was killed, with renewals 20 minutes apart", i, hang)
@@ -288,16 +285,13 @@ func (c BackgroundRelease) Run(t *testing.T) {
 		before := testenv.Goroutines(c.Packages...)
 		l, occupy, held := c.Open(t)
 		name := fmt.Sprintf("close-bg/%d-%d", time.Now().UnixNano(), i)
-		lease, err := l.Acquire(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := acquire(t, ctx, l, name)
 		// Freed at the latest when the test ends, before the Locker's
 		// Close, which a connection occupied for ever would hold up.
 		free := sync.OnceFunc(occupy(lease.Owner()))
 		t.Cleanup(free)
 		rctx, rcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		err = lease.Release(rctx)
+		err := lease.Release(rctx)
 		rcancel()
 		if err == nil {
 			t.Fatal("Release with the connection occupied succeeded")

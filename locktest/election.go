@@ -211,13 +211,10 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 		err   error
 	}
 	results := make(chan result, 2)
-	for _, cand := range []struct {
-		l     *dlock.Locker
-		value string
-	}{{b, "b"}, {c, "c"}} {
+	for _, cand := range []result{{l: b, value: "b"}, {l: c, value: "c"}} {
 		go func() {
-			lease, err := cand.l.Campaign(ctx, name, cand.value, opts...)
-			results <- result{cand.l, cand.value, lease, err}
+			cand.lease, cand.err = cand.l.Campaign(ctx, name, cand.value, opts...)
+			results <- cand
 		}()
 		time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // queued before the next
 	}

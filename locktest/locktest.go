@@ -195,15 +195,7 @@ func tryDecided(ctx context.Context, l *dlock.Locker, name string) (*dlock.Lease
 // mustBeHeld checks, with a fresh client's TryAcquire, that name is held.
 func mustBeHeld(t *testing.T, ctx context.Context, l *dlock.Locker, name, when string) {
 	t.Helper()
-	lease, err := tryDecided(ctx, l, name)
-	if err == nil {
-		_ = lease.Release(ctx)
-		t.Errorf("%s: TryAcquire(%q) succeeded; the lock should be held", when, name)
-		return
-	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("%s: TryAcquire(%q) = %v, want an error matching ErrNotAcquired", when, name, err)
-	}
+	mustFail(t, ctx, func() (*dlock.Lease, error) { return tryDecided(ctx, l, name) }, fmt.Sprintf("%s: TryAcquire(%q)", when, name))
 }
 
 // mustBeFree checks that name can be taken at once, then releases it.

@@ -300,10 +300,7 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	sent := time.Now()
 	lease := acquire(t, ctx, a, name, dlock.WithAutoRenew(false))
 	acquired := time.Now()
-	other, err := b.Acquire(ctx, name)
-	if err != nil {
-		t.Fatalf("Acquire after the holder stopped renewing: %v", err)
-	}
+	other := mustAcquire(t, func() (*dlock.Lease, error) { return b.Acquire(ctx, name) }, "Acquire after the holder stopped renewing")
 	gotAt := time.Now()
 	lostErr := lease.Err()
 	defer release(t, ctx, other)
@@ -375,10 +372,7 @@ func (s *suite) crashedHolder(t *testing.T, ctx context.Context, a, b *dlock.Loc
 	mustBeHeld(t, ctx, b, name, "before the holder crashed")
 	s.h.Crash(t, a)
 	crashed := time.Now()
-	other, err := b.Acquire(ctx, name)
-	if err != nil {
-		t.Fatalf("Acquire after the holder crashed: %v", err)
-	}
+	other := mustAcquire(t, func() (*dlock.Lease, error) { return b.Acquire(ctx, name) }, "Acquire after the holder crashed")
 	t.Logf("another client acquired %v after the holder crashed", time.Since(crashed))
 	if other.Token() <= lease.Token() {
 		t.Errorf("the new holder's token %d is not greater than the crashed holder's %d", other.Token(), lease.Token())
@@ -473,10 +467,7 @@ const heldLocks = 40
 // settles, for at most prompt.
 func (s *suite) heldNoGoroutine(t *testing.T, ctx context.Context, name string) {
 	l := s.locker(t)
-	first, err := l.Acquire(ctx, name+"/first", dlock.WithTTL(holdTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := acquire(t, ctx, l, name+"/first", dlock.WithTTL(holdTTL))
 	defer release(t, ctx, first)
 	before := runtime.NumGoroutine()
 	leases := make([]*dlock.Lease, 0, heldLocks)
@@ -486,11 +477,7 @@ func (s *suite) heldNoGoroutine(t *testing.T, ctx context.Context, name string) 
 		}
 	}()
 	for i := range heldLocks {
-		lease, err := l.Acquire(ctx, fmt.Sprintf("%s/%d", name, i), dlock.WithTTL(holdTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, lease)
+		leases = append(leases, acquire(t, ctx, l, fmt.Sprintf("%s/%d", name, i), dlock.WithTTL(holdTTL)))
 	}
 	grew := runtime.NumGoroutine() - before
 	for deadline := time.Now().Add(prompt); grew >= heldLocks/2 && time.Now().Before(deadline); {

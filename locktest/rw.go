@@ -33,17 +33,12 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
-	r1, err := lockers[0].TryAcquireRead(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquireRead of a free lock: %v", err)
-	}
+	r1 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[0].TryAcquireRead(ctx, name) }, "TryAcquireRead of a free lock")
 	if r1.Mode() != driver.Read {
 		t.Errorf("Mode() of a read lease = %v, want read", r1.Mode())
 	}
-	r2, err := lockers[1].TryAcquireRead(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquireRead while another reader holds: %v; readers must share", err)
-	}
+	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[1].TryAcquireRead(ctx, name) },
+		"TryAcquireRead while another reader holds (readers must share)")
 	// Not waiting: an acquisition queued behind r1 and r2 would wait for
 	// ever; the deadline only bounds that.
 	wctx, cancel := context.WithTimeout(ctx, s.lossBound())

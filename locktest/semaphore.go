@@ -127,10 +127,7 @@ func (s *suite) semaphoreHolderStops(t *testing.T, ctx context.Context, name str
 	if s.h.Crash != nil {
 		s.h.Crash(t, c)
 	}
-	got, err := b.AcquirePermit(ctx, name, limit)
-	if err != nil {
-		t.Fatalf("AcquirePermit after a holder stopped: %v", err)
-	}
+	got := mustAcquire(t, func() (*dlock.Lease, error) { return b.AcquirePermit(ctx, name, limit) }, "AcquirePermit after a holder stopped")
 	gotAt := time.Now()
 	t.Logf("a waiter got the permit %v after its holder stopped", gotAt.Sub(taken))
 	if s.h.Crash == nil {
