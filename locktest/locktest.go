@@ -222,19 +222,12 @@ func closedWithin(done <-chan struct{}, limit time.Duration) bool {
 
 // unsupported reports whether l lacks mode m. When it does, it checks
 // that attempt — a call of one of the kind's methods — fails with an
-// error matching ErrUnsupported: a backend without a kind must say so. A
-// lease attempt returns nonetheless is released.
+// error matching ErrUnsupported: a backend without a kind must say so.
 func unsupported(t *testing.T, ctx context.Context, l *dlock.Locker, m driver.Mode, attempt func() (*dlock.Lease, error)) bool {
 	t.Helper()
 	if l.Supports(m) {
 		return false
 	}
-	lease, err := attempt()
-	if err == nil && lease != nil {
-		_ = lease.Release(ctx)
-	}
-	if !errors.Is(err, dlock.ErrUnsupported) {
-		t.Errorf("the backend does not support %s locks, but the attempt returned %v, want an error matching ErrUnsupported", m, err)
-	}
+	mustFailWith(t, ctx, dlock.ErrUnsupported, attempt, fmt.Sprintf("an attempt at a %s lock on a backend without them", m))
 	return true
 }

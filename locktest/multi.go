@@ -75,43 +75,23 @@ func (s *suite) multiAllOrNothing(t *testing.T, ctx context.Context, name string
 	n1, n2, n3 := name+"/1", name+"/2", name+"/3"
 	mid := acquire(t, ctx, c, n2)
 
-	m, err := decided(func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n3, n2, n1}) })
-	if err == nil {
-		_ = m.Release(ctx)
-		t.Fatal("TryAcquireAll succeeded while one of its locks was held")
-	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquireAll with a lock held = %v, want an error matching ErrNotAcquired", err)
-	}
-	if m != nil {
-		t.Error("TryAcquireAll returned a set with an error")
-	}
+	mustFailWith(t, ctx, dlock.ErrNotAcquired, func() (*dlock.MultiLease, error) {
+		return decided(func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n3, n2, n1}) })
+	}, "TryAcquireAll with a lock held")
 	mustBeFree(t, ctx, b, n1, "after a failed TryAcquireAll")
 	mustBeFree(t, ctx, b, n3, "after a failed TryAcquireAll")
 
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/2)
-	m, err = a.AcquireAll(wctx, []string{n3, n2, n1})
-	cancel()
-	if err == nil {
-		_ = m.Release(ctx)
-		t.Fatal("AcquireAll succeeded while one of its locks was held")
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireAll past its deadline = %v, want an error matching DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/2, func(ctx context.Context) (*dlock.MultiLease, error) { return a.AcquireAll(ctx, []string{n3, n2, n1}) },
+		"AcquireAll with a lock held")
 	mustBeFree(t, ctx, b, n1, "after an AcquireAll that timed out")
 	mustBeFree(t, ctx, b, n3, "after an AcquireAll that timed out")
 
-	if m, err := a.TryAcquireAll(ctx, []string{n1, "bad//name"}); !errors.Is(err, dlock.ErrInvalidName) {
-		t.Errorf("TryAcquireAll with an invalid name = %v, want an error matching ErrInvalidName", err)
-		if m != nil {
-			_ = m.Release(ctx)
-		}
-	}
+	mustFailWith(t, ctx, dlock.ErrInvalidName, func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n1, "bad//name"}) },
+		"TryAcquireAll with an invalid name")
 	mustBeFree(t, ctx, b, n1, "after a TryAcquireAll with an invalid name")
 	release(t, ctx, mid)
 
-	m, err = a.TryAcquireAll(ctx, []string{n3, n1, n3, n2})
+	m, err := a.TryAcquireAll(ctx, []string{n3, n1, n3, n2})
 	if err != nil {
 		t.Fatalf("TryAcquireAll of free locks: %v", err)
 	}

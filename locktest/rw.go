@@ -312,30 +312,41 @@ func mustAcquire(t *testing.T, acquire func() (*dlock.Lease, error), what string
 
 // mustTimeOut calls acquire with a context that ends after d: what, a
 // wait that cannot succeed, must fail with DeadlineExceeded.
-func mustTimeOut(t *testing.T, ctx context.Context, d time.Duration, acquire func(context.Context) (*dlock.Lease, error), what string) {
+func mustTimeOut[T releasable](t *testing.T, ctx context.Context, d time.Duration, acquire func(context.Context) (T, error), what string) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	lease, err := acquire(wctx)
-	if err == nil {
-		_ = lease.Release(ctx)
-		t.Errorf("%s succeeded", what)
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("%s, past its deadline = %v, want DeadlineExceeded", what, err)
-	}
+	mustFailWith(t, ctx, context.DeadlineExceeded, func() (T, error) { return acquire(wctx) }, what)
 }
 
 // mustFail calls try, which must fail with an error matching
 // ErrNotAcquired.
 func mustFail(t *testing.T, ctx context.Context, try func() (*dlock.Lease, error), what string) {
 	t.Helper()
+	mustFailWith(t, ctx, dlock.ErrNotAcquired, try, what)
+}
+
+// releasable is a lease or a set of them.
+type releasable interface {
+	comparable
+	Release(context.Context) error
+}
+
+// mustFailWith calls try, which must fail with an error matching want,
+// and return no lease (one it returns nonetheless is released).
+func mustFailWith[T releasable](t *testing.T, ctx context.Context, want error, try func() (T, error), what string) {
+	t.Helper()
 	lease, err := try()
-	if err == nil {
+	var none T
+	if lease != none {
 		_ = lease.Release(ctx)
-		t.Errorf("%s succeeded", what)
-		return
+		if err != nil {
+			t.Errorf("%s returned a lease with its error", what)
+		}
 	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("%s = %v, want an error matching ErrNotAcquired", what, err)
+	if err == nil {
+		t.Errorf("%s succeeded, want an error matching %q", what, want)
+	} else if !errors.Is(err, want) {
+		t.Errorf("%s = %v, want an error matching %q", what, err, want)
 	}
 }
