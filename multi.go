@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -159,10 +160,7 @@ func (m *MultiLease) cause() error {
 			first = err
 		}
 	}
-	if first == nil {
-		first = ErrReleased
-	}
-	return first
+	return cmp.Or(first, ErrReleased)
 }
 
 // end records the set's end cause once and closes Done.

@@ -106,11 +106,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 			u.Scheme, strings.Join(Schemes(), ", "))
 	}
 	du := driver.NewURL(u)
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	du.Logger = c.logger
+	du.Logger = config{}.with(opts).logger
 	var urlOpts []Option
 	if du.Has("ttl") {
 		ttl, err := du.Duration("ttl", DefaultTTL)

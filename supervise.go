@@ -91,17 +91,18 @@ func (s *Lease) expire() {
 	s.endAndUnlock(s.lostError("validity ended without a successful renewal", last), lostExpired)
 }
 
-// endMaxHold ends the lease as lost at its WithMaxHold, then releases the
-// lock on the store (owner-checked) so that the next holder need not wait
-// for the TTL, on a goroutine of its own that Locker.Close waits for, as
-// expire does.
+// endMaxHold ends the lease as lost at its WithMaxHold and, as expire
+// does, unlocks it so that the next holder need not wait for the TTL.
 func (s *Lease) endMaxHold() {
 	s.endAndUnlock(s.lostError(fmt.Sprintf("held for %v", s.maxHold), ErrMaxHold), lostMaxHold)
 }
 
-// endAndUnlock ends the lease as lost and, if this call ended it, starts
-// unlockAfterLoss. The unlock is counted among what Close waits for before
-// the lease ends: Close, woken by the end, cannot miss it.
+// endAndUnlock ends the lease as lost and, if this call ended it, makes
+// the owner-checked unlock of expire and endMaxHold, after a renewal in
+// flight returns. The unlock is counted among what Close waits for before
+// the lease ends: Close, woken by the end, cannot miss it. It is bounded
+// as Close's releases are, so that Close returns once the store has
+// answered or the bound has passed.
 func (s *Lease) endAndUnlock(cause error, lost string) {
 	done := s.l.bg.Add()
 	if !s.end(cause, lost) {
@@ -110,18 +111,10 @@ func (s *Lease) endAndUnlock(cause error, lost string) {
 	}
 	go func() {
 		defer done()
-		s.unlockAfterLoss()
+		s.opMu.Lock()
+		defer s.opMu.Unlock()
+		s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
 	}()
-}
-
-// unlockAfterLoss is the owner-checked unlock after expire or endMaxHold.
-// It waits for a renewal in flight to return first. It is bounded as
-// Close's releases are, so that Close, which waits for it, returns once
-// the store has answered or the bound has passed.
-func (s *Lease) unlockAfterLoss() {
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
-	s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
 }
 
 // lostError is the end of a lease lost for why: ErrLost, the lock's name,

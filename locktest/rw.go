@@ -67,15 +67,11 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 		l := lockers[i%len(lockers)]
 		all.Go(func() {
 			write := i >= readers
-			n := readerRounds
+			n, acq := readerRounds, l.AcquireRead
 			if write {
-				n = writerRounds
+				n, acq = writerRounds, l.AcquireWrite
 			}
 			for range n {
-				acq := l.AcquireRead
-				if write {
-					acq = l.AcquireWrite
-				}
 				lease, err := acq(ctx, name)
 				if err != nil {
 					fail.report(t, "acquire (write=%v) under contention: %v", write, err)
