@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,11 +73,7 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 		l.modes[m] = supportOf(d, driver.Mode(m))
 	}
 	l.m = newMetrics(cfg.meter, backend)
-	l.log = cfg.logger
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
-	l.log = l.log.With("backend", backend)
+	l.log = cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)).With("backend", backend)
 	return l, nil
 }
 

@@ -125,10 +125,10 @@ func (m *metrics) renewed(ok bool) {
 func (m *metrics) ended(lost string, held time.Duration) {
 	ctx := context.Background()
 	m.held.Add(ctx, -1, m.backend)
+	opt := m.released
 	if lost != "" {
 		m.lost.Add(ctx, 1, m.byReason[lost])
-		m.hold.Record(ctx, held.Seconds(), m.lostOpt)
-	} else {
-		m.hold.Record(ctx, held.Seconds(), m.released)
+		opt = m.lostOpt
 	}
+	m.hold.Record(ctx, held.Seconds(), opt)
 }

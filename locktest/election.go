@@ -52,24 +52,15 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	// Where the two are one queue, the campaign must wait until its
 	// deadline; elsewhere it must lead, and the deadline only bounds a
 	// hang.
-	wait := s.lossBound()
-	if s.h.ElectionIsMutex {
-		wait = s.h.TTL
+	campaign := func(ctx context.Context) (*dlock.Lease, error) {
+		return reader.Campaign(ctx, name, "while-the-mutex-is-held")
 	}
-	cctx, cancel := context.WithTimeout(ctx, wait)
-	lead, err := reader.Campaign(cctx, name, "while-the-mutex-is-held")
-	cancel()
-	switch {
-	case s.h.ElectionIsMutex && err == nil:
-		t.Errorf("Campaign while the mutex of the same name is held led (token %d), want it to wait: the backend keeps them in one queue", lead.Token())
-		release(t, ctx, lead)
-	case s.h.ElectionIsMutex && !errors.Is(err, context.DeadlineExceeded):
-		t.Errorf("Campaign while the mutex of the same name is held = %v, want it to wait until its deadline", err)
-	case s.h.ElectionIsMutex:
-	case err != nil:
-		t.Errorf("Campaign while the mutex of the same name is held: %v", err)
-	default:
-		release(t, ctx, lead)
+	if s.h.ElectionIsMutex {
+		mustTimeOut(t, ctx, s.h.TTL, campaign, "Campaign while the mutex of the same name, in the same queue, is held")
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, s.lossBound())
+		release(t, ctx, mustAcquire(t, func() (*dlock.Lease, error) { return campaign(cctx) }, "Campaign while the mutex of the same name is held"))
+		cancel()
 	}
 	release(t, ctx, mutex)
 	const candidates, rounds = 4, 4

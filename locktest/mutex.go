@@ -100,12 +100,10 @@ func (w waiter) mustWait(t *testing.T, d time.Duration, returned, call string) {
 	}
 }
 
-// mustFollow checks that the acquisition, waiting behind prev, acquires
-// once prev was released (at released), with a greater token, and
-// releases it; it logs how long after the release. prev must have been
-// taken with holdTTL, so that only its release can explain the grant
-// within the property's time. who, after, prevWho and call name the
-// parties in the messages.
+// mustFollow is next for an acquisition waiting behind prev, whose token
+// it checks is greater than prev's before it releases it. prev must have
+// been taken with holdTTL, so that only its release can explain the grant
+// within the property's time.
 func (w waiter) mustFollow(t *testing.T, ctx context.Context, prev *dlock.Lease, released time.Time, who, after, prevWho, call string) {
 	t.Helper()
 	l := w.next(t, ctx, released, who, after, call)
