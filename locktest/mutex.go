@@ -283,39 +283,43 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	}
 }
 
-// lostWhenTakenAway: when the store loses the lock, the holder's Done
-// closes (lossBound only bounds a hang; the time it took is logged), Err matches ErrLost, and a context from
-// Lease.Context is cancelled with that cause.
+// lostWhenTakenAway: when the store loses the lock, the holder learns of
+// it (mustSeeLoss).
 func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string) {
-	a := s.locker(t)
-	lease := acquire(t, ctx, a, name)
+	lease := acquire(t, ctx, s.locker(t), name)
 	work, cancel := lease.Context(ctx)
 	defer cancel()
 	s.h.TakeAway(t, name)
-	taken := time.Now()
-	if !closedWithin(lease.Done(), s.lossBound()) {
-		t.Fatalf("Done() not closed %v after the lock was taken away (TTL %v)", time.Since(taken), s.h.TTL)
-	}
-	// The window docs/GUARANTEES.md reports: the store freed the lock at
-	// taken; the holder's Done closed this much later.
-	t.Logf("Done closed %v after the lock was taken away on the store (TTL %v)", time.Since(taken), s.h.TTL)
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() after the lock was taken away = %v, want ErrLost", lease.Err())
-	}
-	mustCancelLost(t, work, "the lease's")
-	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Release after loss = %v, want an error matching ErrNotHeld and ErrLost", err)
-	}
+	s.mustSeeLoss(t, ctx, lease, work, time.Now(), "the lease's")
 }
 
-// mustCancelLost checks that work, whose's Context, is cancelled promptly
-// after the loss, with a cause matching ErrLost.
-func mustCancelLost(t *testing.T, work context.Context, whose string) {
+// mustSeeLoss checks that x, a lease or a set, one of whose locks the
+// store took away at taken, learns of the loss: its Done closes
+// (lossBound only bounds a hang; the time it took is logged: the window
+// docs/GUARANTEES.md reports), its Err matches ErrLost, work (from its
+// Context) is cancelled promptly with that cause, and its Release matches
+// ErrNotHeld and ErrLost. whose names x in the messages.
+func (s *suite) mustSeeLoss(t *testing.T, ctx context.Context, x interface {
+	Done() <-chan struct{}
+	Err() error
+	Release(context.Context) error
+}, work context.Context, taken time.Time, whose string) {
 	t.Helper()
+	if !closedWithin(x.Done(), s.lossBound()) {
+		_ = x.Release(ctx)
+		t.Fatalf("%s Done() not closed %v after a lock was taken away (TTL %v)", whose, time.Since(taken), s.h.TTL)
+	}
+	t.Logf("%s Done closed %v after the lock was taken away on the store (TTL %v)", whose, time.Since(taken), s.h.TTL)
+	if !errors.Is(x.Err(), dlock.ErrLost) {
+		t.Errorf("%s Err() after a lock was taken away = %v, want ErrLost", whose, x.Err())
+	}
 	if !closedWithin(work.Done(), prompt) {
 		t.Errorf("%s context was not cancelled after the loss", whose)
 	} else if !errors.Is(context.Cause(work), dlock.ErrLost) {
 		t.Errorf("context.Cause of %s context = %v, want ErrLost", whose, context.Cause(work))
+	}
+	if err := x.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("%s Release after the loss = %v, want an error matching ErrNotHeld and ErrLost", whose, err)
 	}
 }
 
