@@ -154,15 +154,9 @@ func TestMetricsAndLogs(t *testing.T) {
 	store.Revoke("job")
 	<-lease.Done()
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]bool{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			seen[m.Name] = true
-		}
+	for _, m := range collect(t, reader) {
+		seen[m.Name] = true
 	}
 	for _, name := range []string{"dlock.acquire.duration", "dlock.acquisitions", "dlock.renewals", "dlock.lost", "dlock.held", "dlock.hold.duration"} {
 		if !seen[name] {
@@ -175,6 +169,20 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}
 	}
+}
+
+// collect returns the metrics reader holds, of every scope.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var ms []metricdata.Metrics
+	for _, sm := range rm.ScopeMetrics {
+		ms = append(ms, sm.Metrics...)
+	}
+	return ms
 }
 
 // signalling wraps a memlock driver; its grants of the lock called
@@ -240,20 +248,14 @@ func TestLostReasons(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "dlock.lost" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				reason, _ := dp.Attributes.Value("reason")
-				got[reason.AsString()] += dp.Value
-			}
+	for _, m := range collect(t, reader) {
+		if m.Name != "dlock.lost" {
+			continue
+		}
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			reason, _ := dp.Attributes.Value("reason")
+			got[reason.AsString()] += dp.Value
 		}
 	}
 	want := map[string]int64{"expired": 1, "gone": 1, "backend": 1, "max_hold": 1}
