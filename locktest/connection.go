@@ -192,11 +192,10 @@ type SessionLoss struct {
 
 // Run takes 3*PerSession locks, ends the first one's session, and checks
 // that the leases cost no goroutine each and that exactly the locks of
-// that session are lost at once: each Done
-// closes, Err matches ErrLost, Release matches ErrNotHeld, and Other then
-// gets the lock (within 5s: a server may report a session's end before it
-// lets its locks go); the locks of the other sessions stay held and
-// release cleanly.
+// that session are lost at once: each Done closes, Err matches ErrLost,
+// Release matches ErrNotHeld, and Other then gets the lock (within 5s: a
+// server may report a session's end before it lets its locks go); the
+// locks of the other sessions stay held and release cleanly.
 func (c SessionLoss) Run(t *testing.T, ctx context.Context, base string) {
 	t.Helper()
 	n := 3 * c.PerSession

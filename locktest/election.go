@@ -249,7 +249,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	w.await("nobody leads after c resigned", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{} })
 
 	stopObserving()
-	w.closed("after the observer's ctx ended")
+	w.await("the channel closed after the observer's ctx ended", nil)
 
 	// Closing the observer's Locker closes the channel too.
 	o2 := s.locker(t)
@@ -259,7 +259,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	}
 	_ = o2.Close()
 	w2 := &watcher{t: t, ch: ch2, limit: w.limit}
-	w2.closed("after its Locker closed")
+	w2.await("the channel closed after its Locker closed", nil)
 }
 
 // watcher reads an Observe channel and checks that consecutive values
@@ -271,7 +271,8 @@ type watcher struct {
 	seen  []dlock.LeaderInfo
 }
 
-// await reads values until one satisfies want.
+// await reads values until one satisfies want or, when want is nil,
+// until the channel closes.
 func (w *watcher) await(what string, want func(dlock.LeaderInfo) bool) {
 	w.t.Helper()
 	deadline := time.After(w.limit)
@@ -279,33 +280,20 @@ func (w *watcher) await(what string, want func(dlock.LeaderInfo) bool) {
 		select {
 		case v, ok := <-w.ch:
 			if !ok {
+				if want == nil {
+					return
+				}
 				w.t.Fatalf("waiting until %s: the Observe channel closed (seen %+v)", what, w.seen)
 			}
 			if n := len(w.seen); n > 0 && w.seen[n-1] == v {
 				w.t.Errorf("Observe sent %+v twice in a row; consecutive values must differ", v)
 			}
 			w.seen = append(w.seen, v)
-			if want(v) {
+			if want != nil && want(v) {
 				return
 			}
 		case <-deadline:
 			w.t.Fatalf("Observe did not report that %s within %v (seen %+v)", what, w.limit, w.seen)
-		}
-	}
-}
-
-// closed reads until the channel closes.
-func (w *watcher) closed(when string) {
-	w.t.Helper()
-	deadline := time.After(w.limit)
-	for {
-		select {
-		case _, ok := <-w.ch:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			w.t.Fatalf("the Observe channel was not closed %s", when)
 		}
 	}
 }
