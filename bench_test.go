@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/memlock"
 )
 
@@ -22,6 +23,48 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		if err := lease.Release(ctx); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLeaseErr measures the look a careful holder takes before each
+// write: a clock read and a comparison.
+func BenchmarkLeaseErr(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		d    driver.Driver
+	}{{"ttl", memlock.NewStore().Driver()}, {"check", &checking{Driver: memlock.NewStore().Driver()}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := newLocker(b, bc.d)
+			lease, err := l.TryAcquire(ctx, "job")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if lease.Err() != nil {
+					b.Fatal("lost")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLeaseContextErr measures the same look through Lease.Context.
+func BenchmarkLeaseContextErr(b *testing.B) {
+	ctx := context.Background()
+	l := newMem(b, memlock.NewStore())
+	lease, err := l.TryAcquire(ctx, "job")
+	if err != nil {
+		b.Fatal(err)
+	}
+	work, cancel := lease.Context(ctx)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if work.Err() != nil {
+			b.Fatal("lost")
 		}
 	}
 }

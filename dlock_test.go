@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,155 +99,6 @@ func TestRegisterTwicePanics(t *testing.T) {
 	dlock.Register("mem", func(context.Context, driver.URL) (driver.Driver, error) { return nil, nil })
 }
 
-// flaky wraps a memlock driver; its Refresh can be made to fail.
-type flaky struct {
-	*memlock.Driver
-	failRefresh atomic.Bool
-	refreshes   atomic.Int32
-}
-
-func (f *flaky) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	f.refreshes.Add(1)
-	if f.failRefresh.Load() {
-		return time.Time{}, errors.New("network down")
-	}
-	return f.Driver.Refresh(ctx, r)
-}
-
-func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
-	store := memlock.NewStore()
-	d := &flaky{Driver: store.Driver()}
-	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
-	lease := mustAcquire(t, l, "job")
-	time.Sleep(250 * time.Millisecond) // some renewals succeed
-	if lease.Err() != nil {
-		t.Fatalf("lease ended while renewals succeed: %v", lease.Err())
-	}
-	d.failRefresh.Store(true)
-	failedFrom := time.Now()
-	if !lostAtExpiry(t, lease, "while renewals fail") {
-		t.FailNow()
-	}
-	if !errors.Is(lease.Err(), dlock.ErrLost) || !strings.Contains(lease.Err().Error(), "network down") {
-		t.Errorf("Err() = %v, want ErrLost with the renewal's cause", lease.Err())
-	}
-	if d.refreshes.Load() < 3 {
-		t.Errorf("only %d refresh attempts; failed renewals should be retried", d.refreshes.Load())
-	}
-	t.Logf("lost %v after renewals started failing", time.Since(failedFrom))
-}
-
-func TestNoRenewalAfterRelease(t *testing.T) {
-	ctx := context.Background()
-	d := &flaky{Driver: memlock.NewStore().Driver()}
-	l := newLocker(t, d, dlock.WithTTL(30*time.Millisecond))
-	for range 50 {
-		lease := mustAcquire(t, l, "job")
-		time.Sleep(time.Duration(runtime.NumGoroutine()%3) * 5 * time.Millisecond)
-		if err := lease.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		n := d.refreshes.Load()
-		time.Sleep(25 * time.Millisecond)
-		if m := d.refreshes.Load(); m != n {
-			t.Fatalf("%d renewals ran after Release returned", m-n)
-		}
-	}
-}
-
-// hanging wraps a memlock driver; once stuck is closed, its Refresh
-// blocks until unblock is closed, whatever its context says, as a client
-// stuck on a silent connection does.
-type hanging struct {
-	*memlock.Driver
-	stuck   chan struct{} // closed: refreshes hang
-	unblock chan struct{} // closed: hanging refreshes return
-	unlocks chan driver.Request
-}
-
-func (h *hanging) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	select {
-	case <-h.stuck:
-		<-h.unblock
-		return time.Time{}, errors.New("connection reset")
-	default:
-		return h.Driver.Refresh(ctx, r)
-	}
-}
-
-func (h *hanging) Unlock(ctx context.Context, r driver.Request) error {
-	select {
-	case h.unlocks <- r:
-	default:
-	}
-	return h.Driver.Unlock(ctx, r)
-}
-
-// lostAtExpiry sleeps until the lease's Expires and checks that it ends
-// lost there, when (why) no renewal succeeds: Err says so at the call,
-// however late this goroutine or the lease's timer runs, and Done closes.
-// It reports whether Done closed.
-func lostAtExpiry(t *testing.T, lease *dlock.Lease, why string) bool {
-	t.Helper()
-	time.Sleep(time.Until(lease.Expires()))
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() at the end of the lock's validity, %s = %v, want ErrLost", why, lease.Err())
-	}
-	select {
-	case <-lease.Done():
-		return true
-	case <-time.After(5 * time.Second):
-		t.Errorf("lease not reported lost %s", why)
-		return false
-	}
-}
-
-// A renewal that hangs past the lock's validity, ignoring its context,
-// does not delay the loss signal: Err says lost at the validity's end, Done
-// closes while the renewal still hangs (it returns only after), and the
-// lock is unlocked once the renewal returns.
-func TestHungRenewalDoesNotDelayLoss(t *testing.T) {
-	d := &hanging{Driver: memlock.NewStore().Driver(), stuck: make(chan struct{}), unblock: make(chan struct{}), unlocks: make(chan driver.Request, 1)}
-	l := newLocker(t, d, dlock.WithTTL(300*time.Millisecond))
-	lease := mustAcquire(t, l, "job")
-	time.Sleep(150 * time.Millisecond) // a renewal succeeds
-	close(d.stuck)
-	if !lostAtExpiry(t, lease, "while its renewal hangs") {
-		close(d.unblock)
-		t.FailNow()
-	}
-	if !errors.Is(lease.Err(), dlock.ErrLost) {
-		t.Errorf("Err() = %v, want ErrLost", lease.Err())
-	}
-	close(d.unblock)
-	select {
-	case r := <-d.unlocks:
-		if r.Owner != lease.Owner() {
-			t.Errorf("unlocked owner %q, want the lease's %q", r.Owner, lease.Owner())
-		}
-	case <-time.After(2 * time.Second):
-		t.Error("no unlock after the hung renewal returned")
-	}
-}
-
-func TestLeaseContext(t *testing.T) {
-	ctx := context.Background()
-	l := newMem(t, memlock.NewStore())
-	lease := mustAcquire(t, l, "job")
-	work, cancel := lease.Context(ctx)
-	defer cancel()
-	if work.Err() != nil {
-		t.Fatal("the lease's context is done while the lease is held")
-	}
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-work.Done()
-	if !errors.Is(context.Cause(work), dlock.ErrReleased) {
-		t.Errorf("Cause = %v, want ErrReleased", context.Cause(work))
-	}
-}
-
 func TestCloseReleasesLeasesAndLeaksNoGoroutines(t *testing.T) {
 	ctx := context.Background()
 	before := runtime.NumGoroutine()
@@ -302,15 +154,9 @@ func TestMetricsAndLogs(t *testing.T) {
 	store.Revoke("job")
 	<-lease.Done()
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]bool{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			seen[m.Name] = true
-		}
+	for _, m := range collect(t, reader) {
+		seen[m.Name] = true
 	}
 	for _, name := range []string{"dlock.acquire.duration", "dlock.acquisitions", "dlock.renewals", "dlock.lost", "dlock.held", "dlock.hold.duration"} {
 		if !seen[name] {
@@ -323,6 +169,20 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}
 	}
+}
+
+// collect returns the metrics reader holds, of every scope.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var ms []metricdata.Metrics
+	for _, sm := range rm.ScopeMetrics {
+		ms = append(ms, sm.Metrics...)
+	}
+	return ms
 }
 
 // signalling wraps a memlock driver; its grants of the lock called
@@ -388,20 +248,14 @@ func TestLostReasons(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "dlock.lost" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				reason, _ := dp.Attributes.Value("reason")
-				got[reason.AsString()] += dp.Value
-			}
+	for _, m := range collect(t, reader) {
+		if m.Name != "dlock.lost" {
+			continue
+		}
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			reason, _ := dp.Attributes.Value("reason")
+			got[reason.AsString()] += dp.Value
 		}
 	}
 	want := map[string]int64{"expired": 1, "gone": 1, "backend": 1, "max_hold": 1}
@@ -464,5 +318,128 @@ func TestHandleText(t *testing.T) {
 		if _, err := dlock.ParseHandle(s); !errors.Is(err, dlock.ErrBadHandle) {
 			t.Errorf("ParseHandle(%q) = %v, want ErrBadHandle", s, err)
 		}
+	}
+}
+
+// lateDriver is a memlock driver whose first grants (late of them) arrive
+// with their validity already over, as after a request that outlasted the
+// TTL while the store failed over.
+type lateDriver struct {
+	*memlock.Driver
+	late atomic.Int32
+}
+
+func (d *lateDriver) spend(g driver.Grant, err error) (driver.Grant, error) {
+	if err == nil && d.late.Add(-1) >= 0 {
+		g.Expires = time.Now().Add(-time.Millisecond)
+	}
+	return g, err
+}
+
+func (d *lateDriver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.spend(d.Driver.TryLock(ctx, r))
+}
+
+func (d *lateDriver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return d.spend(d.Driver.Lock(ctx, r))
+}
+
+// A grant that arrives spent is never handed to the caller as a lease:
+// Acquire releases it and tries again, TryAcquire releases it and fails
+// with ErrNotAcquired. Either way the lock is free for others at once.
+func TestSpentGrantIsReleased(t *testing.T) {
+	store := memlock.NewStore()
+	d := &lateDriver{Driver: store.Driver()}
+	l := newLocker(t, d, dlock.WithTTL(time.Second))
+	other := newMem(t, store)
+	ctx := context.Background()
+
+	d.late.Store(2)
+	lease, err := l.Acquire(ctx, "spent")
+	if err != nil {
+		t.Fatalf("Acquire after two spent grants: %v", err)
+	}
+	if err := lease.Err(); err != nil {
+		t.Errorf("the lease Acquire returned is already lost: %v", err)
+	}
+	if n := d.late.Load(); n != -1 {
+		t.Errorf("%d spent grants left, want every one tried past (late = -1)", n)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	d.late.Store(1)
+	if _, err := l.TryAcquire(ctx, "spent"); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with a spent grant: %v, want ErrNotAcquired", err)
+	}
+	if !isFree(t, other, "spent") {
+		t.Error("the spent grant was not released")
+	}
+}
+
+// tryOnly is a memlock driver without its Lock: a driver that cannot
+// wait, which the Locker tries again after its backoff while the lock is
+// busy.
+type tryOnly struct{ driver.Driver }
+
+// Acquire on a driver that cannot wait tries again after each backoff,
+// counting the attempts from 1, until the lock is free.
+func TestAcquireRetriesAfterBackoff(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	held, err := newMem(t, store).Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts []int
+	l, err := dlock.New(tryOnly{store.Driver()}, dlock.WithBackoff(func(attempt int) time.Duration {
+		attempts = append(attempts, attempt)
+		if attempt == 3 {
+			if err := held.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		return time.Millisecond
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease := mustAcquire(t, l, "job")
+	if err := lease.Err(); err != nil {
+		t.Errorf("the lease is not held: %v", err)
+	}
+	if want := []int{1, 2, 3}; !slices.Equal(attempts, want) {
+		t.Errorf("backoff called for attempts %v, want %v", attempts, want)
+	}
+}
+
+// The pause between tries never outlasts the holder's known expiry (its
+// *HeldError), and ends with ctx.
+func TestAcquireRetryPause(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	l := newLocker(t, tryOnly{store.Driver()}, dlock.WithBackoff(dlock.ConstantBackoff(time.Hour)))
+
+	// A holder that does not renew: its lock is free after its TTL, long
+	// before the backoff.
+	if _, err := newMem(t, store, dlock.WithTTL(200*time.Millisecond), dlock.WithAutoRenew(false)).Acquire(ctx, "expiring"); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := l.Acquire(wait, "expiring"); err != nil {
+		t.Errorf("Acquire of a lock that expires: %v; the pause went past the holder's expiry", err)
+	}
+
+	// A holder that renews: the wait ends with ctx.
+	if _, err := newMem(t, store).Acquire(ctx, "renewed"); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(wait, "renewed"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire until ctx ends: %v, want context.DeadlineExceeded", err)
 	}
 }

@@ -93,7 +93,6 @@
 // (lock names are never attributes: they are unbounded). With WithLogger,
 // it logs acquisitions and releases at Debug, failed acquisitions and
 // renewals at Warn, and lost leases at Error, with the lock's name and
-// token. See
-// https://github.com/dlockgo/dlock/blob/main/docs/OBSERVABILITY.md for
-// each metric's unit and attributes, and the log records.
+// token. Each metric's unit and attributes, and the log records, are in
+// https://github.com/dlockgo/dlock/blob/main/docs/OBSERVABILITY.md.
 package dlock

@@ -100,3 +100,145 @@ func ExampleLease_Detach() {
 	_ = resumed.Release(ctx)
 	// Output: job/42 true
 }
+
+// A transfer between two accounts locks both. AcquireAll takes them in
+// one canonical order, so a transfer the other way cannot deadlock with
+// this one; each account's lock has its own fencing token.
+func ExampleLocker_AcquireAll() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-all")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	set, err := locker.AcquireAll(ctx, []string{"accounts/bob", "accounts/alice"})
+	if err != nil {
+		panic(err)
+	}
+	defer set.Release(ctx)
+
+	work, cancel := set.Context(ctx) // cancelled if any of the locks is lost
+	defer cancel()
+	fmt.Println("holding", set.Names(), "- work cancelled:", work.Err() != nil)
+	fmt.Println("alice's token differs from bob's:", set.Token("accounts/alice") != set.Token("accounts/bob"))
+
+	_, err = locker.TryAcquireAll(ctx, []string{"accounts/carol", "accounts/bob"})
+	fmt.Println("bob is busy:", errors.Is(err, dlock.ErrNotAcquired))
+	// Output:
+	// holding [accounts/alice accounts/bob] - work cancelled: false
+	// alice's token differs from bob's: true
+	// bob is busy: true
+}
+
+// Readers share a readers-writer lock; a writer has it alone.
+func ExampleLocker_AcquireRead() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-rw")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	r1, err := locker.AcquireRead(ctx, "config")
+	if err != nil {
+		panic(err)
+	}
+	r2, err := locker.TryAcquireRead(ctx, "config")
+	fmt.Println("two readers:", err == nil)
+
+	_, err = locker.TryAcquireWrite(ctx, "config")
+	fmt.Println("writer while read:", errors.Is(err, dlock.ErrNotAcquired))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := locker.TryAcquireWrite(ctx, "config")
+	fmt.Println("writer once the readers left:", err == nil)
+	_ = w.Release(ctx)
+	// Output:
+	// two readers: true
+	// writer while read: true
+	// writer once the readers left: true
+}
+
+// A semaphore bounds how many holders work at once: here two.
+func ExampleLocker_AcquirePermit() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-permit")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	const limit = 2
+	for i := range 3 {
+		lease, err := locker.TryAcquirePermit(ctx, "exports", limit)
+		if err != nil {
+			fmt.Printf("job %d: %v\n", i, errors.Is(err, dlock.ErrNotAcquired))
+			continue
+		}
+		fmt.Printf("job %d: got a permit\n", i)
+		defer lease.Release(ctx)
+	}
+	// Output:
+	// job 0: got a permit
+	// job 1: got a permit
+	// job 2: true
+}
+
+// One instance leads; others wait in Campaign, and anyone can follow who
+// leads with Observe.
+func ExampleLocker_Campaign() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-election")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	watch, stop := context.WithCancel(ctx)
+	defer stop()
+	leaders, err := locker.Observe(watch, "scheduler")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("leader: %q\n", (<-leaders).Value)
+
+	lead, err := locker.Campaign(ctx, "scheduler", "host-1:8080")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("leader: %q\n", (<-leaders).Value)
+
+	_ = lead.Release(ctx) // resign
+	fmt.Printf("leader: %q\n", (<-leaders).Value)
+	// Output:
+	// leader: ""
+	// leader: "host-1:8080"
+	// leader: ""
+}
+
+// An instance that has other work to do tries once for leadership, and
+// goes on as a follower when someone else leads.
+func ExampleLocker_TryCampaign() {
+	ctx := context.Background()
+	locker, err := dlock.Open(ctx, "mem://example-try-campaign")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	lead, err := locker.TryCampaign(ctx, "scheduler", "host-1:8080")
+	if err != nil {
+		panic(err)
+	}
+	defer lead.Release(ctx)
+
+	_, err = locker.TryCampaign(ctx, "scheduler", "host-2:8080")
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		info, _ := locker.Leader(ctx, "scheduler")
+		fmt.Printf("host-2 follows %q\n", info.Value)
+	}
+	// Output:
+	// host-2 follows "host-1:8080"
+}

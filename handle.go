@@ -44,10 +44,6 @@ const handlePrefix = "dlock1"
 // String encodes h in nine fields separated by dots: the version, the
 // scheme, the mode, the TTL and the deadline in milliseconds (0: none),
 // the token, the limit, the owner and the name (base64url).
-//
-// Handles written before had a tenth field, the socket of the dlock CLI's
-// detached holder, empty in every handle of the library; the CLI still
-// adds it to the handles it prints (see ParseHandle).
 func (h Handle) String() string {
 	var deadline int64
 	if !h.Deadline.IsZero() {
@@ -63,11 +59,12 @@ func (h Handle) String() string {
 var ErrBadHandle = errors.New("dlock: not a lock handle")
 
 // ParseHandle decodes a Handle encoded by Handle.String, now or before:
-// an older handle's tenth field (see String) must be empty, as the
-// library wrote it; one that names a holder process is the dlock CLI's,
-// for its extend and release. Text that is not a handle (garbled,
-// truncated, of another version) is an error matching ErrBadHandle that
-// says what is wrong.
+// older handles had a tenth field, the socket of the dlock CLI's detached
+// holder, which the library left empty and must be; one that names a
+// holder process is the CLI's (which still adds the field to the handles
+// it prints), for its extend and release. Text that is not a handle
+// (garbled, truncated, of another version) is an error matching
+// ErrBadHandle that says what is wrong.
 func ParseHandle(s string) (Handle, error) {
 	bad := func(what string) (Handle, error) {
 		return Handle{}, fmt.Errorf("%w: %s", ErrBadHandle, what)
@@ -85,8 +82,7 @@ func ParseHandle(s string) (Handle, error) {
 	if len(f) != 9 {
 		return bad(fmt.Sprintf("%d fields, want 9", len(f)))
 	}
-	var h Handle
-	h.Scheme = f[1]
+	h := Handle{Scheme: f[1], Owner: f[7]}
 	if h.Scheme == "" {
 		return bad("no scheme")
 	}
@@ -113,7 +109,6 @@ func ParseHandle(s string) (Handle, error) {
 	if h.Limit, err = strconv.Atoi(f[6]); err != nil || h.Limit < 0 || (h.Mode == driver.Permit) != (h.Limit > 0) {
 		return bad(fmt.Sprintf("bad limit %q", f[6]))
 	}
-	h.Owner = f[7]
 	if h.Owner == "" {
 		return bad("no owner")
 	}

@@ -53,27 +53,21 @@ func (l *Locker) TryAcquireWrite(ctx context.Context, name string, opts ...Optio
 // same limit. A holder that crashes gives its permit back when its TTL or
 // session ends. Errors are those of Acquire, and limit < 1 is an error.
 func (l *Locker) AcquirePermit(ctx context.Context, name string, limit int, opts ...Option) (*Lease, error) {
-	if err := checkLimit(name, limit); err != nil {
-		return nil, err
-	}
-	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Permit, Limit: limit}, opts, true)
+	return l.acquirePermit(ctx, name, limit, opts, true)
 }
 
 // TryAcquirePermit makes one attempt to take a permit of the semaphore
 // called name. It fails with ErrNotAcquired when all limit permits are
 // held.
 func (l *Locker) TryAcquirePermit(ctx context.Context, name string, limit int, opts ...Option) (*Lease, error) {
-	if err := checkLimit(name, limit); err != nil {
-		return nil, err
-	}
-	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Permit, Limit: limit}, opts, false)
+	return l.acquirePermit(ctx, name, limit, opts, false)
 }
 
-func checkLimit(name string, limit int) error {
+func (l *Locker) acquirePermit(ctx context.Context, name string, limit int, opts []Option, wait bool) (*Lease, error) {
 	if limit < 1 {
-		return fmt.Errorf("dlock: semaphore %q: limit %d, want at least 1", name, limit)
+		return nil, fmt.Errorf("dlock: semaphore %q: limit %d, want at least 1", name, limit)
 	}
-	return nil
+	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Permit, Limit: limit}, opts, wait)
 }
 
 // Campaign runs for leader of the election called name, with value as the

@@ -140,7 +140,7 @@ func (s *Lease) Err() error {
 		s.expire()
 	case s.check != nil:
 		if err := s.check(now); err != nil {
-			s.end(s.backendCause(err), lostBackend)
+			s.end(s.lostError("the backend reported the lock lost", err), lostBackend)
 		}
 	}
 	if err := s.fin.Load(); err != nil {
@@ -209,7 +209,7 @@ func (s *Lease) Release(ctx context.Context) error {
 		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		s.end(fmt.Errorf("%w: %q: the lock was gone at release: %w", ErrLost, s.req.Name, err), lostGone)
+		s.end(s.lostError("the lock was gone at release", err), lostGone)
 		return s.heldErr()
 	default:
 		s.end(ErrReleased, "")

@@ -1,12 +1,15 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,11 +73,7 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 		l.modes[m] = supportOf(d, driver.Mode(m))
 	}
 	l.m = newMetrics(cfg.meter, backend)
-	l.log = cfg.logger
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
-	l.log = l.log.With("backend", backend)
+	l.log = cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)).With("backend", backend)
 	return l, nil
 }
 
@@ -290,10 +289,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	leases := make([]*Lease, 0, len(l.leases))
-	for s := range l.leases {
-		leases = append(leases, s)
-	}
+	leases := slices.Collect(maps.Keys(l.leases))
 	l.mu.Unlock()
 	var errs []error
 	for _, s := range leases {

@@ -114,21 +114,21 @@ func (m *metrics) acquired(result string, waited time.Duration) {
 }
 
 func (m *metrics) renewed(ok bool) {
+	opt := m.renewErr
 	if ok {
-		m.renewals.Add(context.Background(), 1, m.renewOK)
-	} else {
-		m.renewals.Add(context.Background(), 1, m.renewErr)
+		opt = m.renewOK
 	}
+	m.renewals.Add(context.Background(), 1, opt)
 }
 
 // ended records a lease's end: lost is why it was lost, "" for a release.
 func (m *metrics) ended(lost string, held time.Duration) {
 	ctx := context.Background()
 	m.held.Add(ctx, -1, m.backend)
+	opt := m.released
 	if lost != "" {
 		m.lost.Add(ctx, 1, m.byReason[lost])
-		m.hold.Record(ctx, held.Seconds(), m.lostOpt)
-	} else {
-		m.hold.Record(ctx, held.Seconds(), m.released)
+		opt = m.lostOpt
 	}
+	m.hold.Record(ctx, held.Seconds(), opt)
 }

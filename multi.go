@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,7 +51,9 @@ func (l *Locker) acquireAll(ctx context.Context, names []string, opts []Option, 
 		}
 		parts = append(parts, lease)
 	}
-	return newMultiLease(sorted, parts), nil
+	m := &MultiLease{names: sorted, parts: parts}
+	m.ctx, m.cancel = context.WithCancelCause(context.Background())
+	return m, nil
 }
 
 // canonical returns names sorted, without duplicates, after checking each.
@@ -96,12 +99,6 @@ type MultiLease struct {
 	err       error // nil while held
 }
 
-func newMultiLease(names []string, parts []*Lease) *MultiLease {
-	m := &MultiLease{names: names, parts: parts}
-	m.ctx, m.cancel = context.WithCancelCause(context.Background())
-	return m
-}
-
 // watch ends the set when its first part ends. It returns then, or once
 // Release has started; Release ends every part, so watch never outlives
 // the set.
@@ -141,11 +138,6 @@ func (m *MultiLease) endIfPartEnded() {
 	}
 }
 
-// watchParts starts watch once.
-func (m *MultiLease) watchParts() {
-	m.watching.Do(func() { go m.watch() })
-}
-
 // cause returns why the set ended: the first lost part's Err (in name
 // order), else the first ended part's.
 func (m *MultiLease) cause() error {
@@ -159,10 +151,7 @@ func (m *MultiLease) cause() error {
 			first = err
 		}
 	}
-	if first == nil {
-		first = ErrReleased
-	}
-	return first
+	return cmp.Or(first, ErrReleased)
 }
 
 // end records the set's end cause once and closes Done.
@@ -205,7 +194,7 @@ func (m *MultiLease) Token(name string) uint64 {
 // as a whole: when any part is lost or released (by Release, or on its
 // own through Lease).
 func (m *MultiLease) Done() <-chan struct{} {
-	m.watchParts()
+	m.watching.Do(func() { go m.watch() })
 	return m.ctx.Done()
 }
 

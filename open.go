@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -74,12 +75,7 @@ func parseURL(rawURL string) (*url.URL, error) {
 func Schemes() []string {
 	registry.RLock()
 	defer registry.RUnlock()
-	s := make([]string, 0, len(registry.m))
-	for k := range registry.m {
-		s = append(s, k)
-	}
-	slices.Sort(s)
-	return s
+	return slices.Sorted(maps.Keys(registry.m))
 }
 
 // Open returns a Locker for the backend that rawURL names, such as
@@ -110,11 +106,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 			u.Scheme, strings.Join(Schemes(), ", "))
 	}
 	du := driver.NewURL(u)
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	du.Logger = c.logger
+	du.Logger = config{}.with(opts).logger
 	var urlOpts []Option
 	if du.Has("ttl") {
 		ttl, err := du.Duration("ttl", DefaultTTL)

@@ -88,25 +88,21 @@ func (s *Lease) expire() {
 	s.mu.Lock()
 	last := s.lastErr
 	s.mu.Unlock()
-	cause := fmt.Errorf("%w: %q: validity ended without a successful renewal", ErrLost, s.req.Name)
-	if last != nil {
-		cause = fmt.Errorf("%w: %q: validity ended without a successful renewal: %w", ErrLost, s.req.Name, last)
-	}
-	s.endAndUnlock(cause, lostExpired)
+	s.endAndUnlock(s.lostError("validity ended without a successful renewal", last), lostExpired)
 }
 
-// endMaxHold ends the lease as lost at its WithMaxHold, then releases the
-// lock on the store (owner-checked) so that the next holder need not wait
-// for the TTL, on a goroutine of its own that Locker.Close waits for, as
-// expire does.
+// endMaxHold ends the lease as lost at its WithMaxHold and, as expire
+// does, unlocks it so that the next holder need not wait for the TTL.
 func (s *Lease) endMaxHold() {
-	cause := fmt.Errorf("%w: %q: held for %v: %w", ErrLost, s.req.Name, s.maxHold, ErrMaxHold)
-	s.endAndUnlock(cause, lostMaxHold)
+	s.endAndUnlock(s.lostError(fmt.Sprintf("held for %v", s.maxHold), ErrMaxHold), lostMaxHold)
 }
 
-// endAndUnlock ends the lease as lost and, if this call ended it, starts
-// unlockAfterLoss. The unlock is counted among what Close waits for before
-// the lease ends: Close, woken by the end, cannot miss it.
+// endAndUnlock ends the lease as lost and, if this call ended it, makes
+// the owner-checked unlock of expire and endMaxHold, after a renewal in
+// flight returns. The unlock is counted among what Close waits for before
+// the lease ends: Close, woken by the end, cannot miss it. It is bounded
+// as Close's releases are, so that Close returns once the store has
+// answered or the bound has passed.
 func (s *Lease) endAndUnlock(cause error, lost string) {
 	done := s.l.bg.Add()
 	if !s.end(cause, lost) {
@@ -115,27 +111,19 @@ func (s *Lease) endAndUnlock(cause error, lost string) {
 	}
 	go func() {
 		defer done()
-		s.unlockAfterLoss()
+		s.opMu.Lock()
+		defer s.opMu.Unlock()
+		s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
 	}()
 }
 
-// unlockAfterLoss is the owner-checked unlock after expire or endMaxHold.
-// It waits for a renewal in flight to return first. It is bounded as
-// Close's releases are, so that Close, which waits for it, returns once
-// the store has answered or the bound has passed.
-func (s *Lease) unlockAfterLoss() {
-	s.opMu.Lock()
-	defer s.opMu.Unlock()
-	s.l.unlockBounded(context.Background(), s.req, "dlock: unlock after the lease's end failed", "token", s.token)
-}
-
-// backendCause is the lease's end when the driver reports the lock gone;
-// err is the driver's reason, if it gave one.
-func (s *Lease) backendCause(err error) error {
-	if err == nil {
-		return fmt.Errorf("%w: %q: the backend reported the lock lost", ErrLost, s.req.Name)
+// lostError is the end of a lease lost for why: ErrLost, the lock's name,
+// why, and cause (the driver's reason) when there is one.
+func (s *Lease) lostError(why string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: %q: %s", ErrLost, s.req.Name, why)
 	}
-	return fmt.Errorf("%w: %q: the backend reported the lock lost: %w", ErrLost, s.req.Name, err)
+	return fmt.Errorf("%w: %q: %s: %w", ErrLost, s.req.Name, why, cause)
 }
 
 // lostSignalled ends the lease as lost, the driver having signalled the
@@ -149,7 +137,7 @@ func (s *Lease) lostSignalled() {
 	if s.check != nil {
 		why = s.check(time.Now())
 	}
-	s.end(s.backendCause(why), lostBackend)
+	s.end(s.lostError("the backend reported the lock lost", why), lostBackend)
 }
 
 // tick is the supervision step, run by the lease's timer: it ends the
@@ -214,7 +202,7 @@ func (s *Lease) refresh(ctx context.Context) error {
 	s.l.m.renewed(err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			s.end(fmt.Errorf("%w: %q: renewal found the lock gone: %w", ErrLost, s.req.Name, err), lostGone)
+			s.end(s.lostError("renewal found the lock gone", err), lostGone)
 		}
 		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
 	}

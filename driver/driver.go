@@ -143,19 +143,12 @@ const (
 	Leader
 )
 
+var modeNames = [...]string{Exclusive: "exclusive", Read: "read", Write: "write", Permit: "permit", Leader: "leader"}
+
 // String returns the mode's name, as used in errors and logs.
 func (m Mode) String() string {
-	switch m {
-	case Exclusive:
-		return "exclusive"
-	case Read:
-		return "read"
-	case Write:
-		return "write"
-	case Permit:
-		return "permit"
-	case Leader:
-		return "leader"
+	if int(m) < len(modeNames) {
+		return modeNames[m]
 	}
 	return "mode(" + strconv.Itoa(int(m)) + ")"
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -87,17 +88,12 @@ func (u URL) Bool(name string, def bool) (bool, error) {
 // Unknown returns a *ParamError for the first (in sorted order) parameter
 // no helper has read, or nil. Openers call it last.
 func (u URL) Unknown() error {
-	keys := make([]string, 0, len(u.q))
-	for k := range u.q {
+	for _, k := range slices.Sorted(maps.Keys(u.q)) {
 		if !u.used[k] {
-			keys = append(keys, k)
+			return &ParamError{Scheme: u.Scheme, Param: k, Value: u.q.Get(k), Err: errors.New("unknown parameter")}
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	slices.Sort(keys)
-	return &ParamError{Scheme: u.Scheme, Param: keys[0], Value: u.q.Get(keys[0]), Err: errors.New("unknown parameter")}
+	return nil
 }
 
 // Err returns a *ParamError for the named parameter or URL part.

@@ -18,29 +18,19 @@ func (s *suite) noElection(t *testing.T, ctx context.Context, l *dlock.Locker, n
 	if l.Supports(driver.Leader) {
 		return false
 	}
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		_, err := l.Leader(ctx, name)
-		return err
+		return nil, err
 	})
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		_, err := l.Observe(ctx, name)
-		return err
+		return nil, err
 	})
-	unsupported(t, l, driver.Leader, func() error {
-		lease, err := l.TryCampaign(ctx, name, "candidate")
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
-	unsupported(t, l, driver.Leader, func() error {
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) { return l.TryCampaign(ctx, name, "candidate") })
+	unsupported(t, ctx, l, driver.Leader, func() (*dlock.Lease, error) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		lease, err := l.Campaign(cctx, name, "candidate")
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
+		return l.Campaign(cctx, name, "candidate")
 	})
 	return true
 }
@@ -62,24 +52,15 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	// Where the two are one queue, the campaign must wait until its
 	// deadline; elsewhere it must lead, and the deadline only bounds a
 	// hang.
-	wait := s.lossBound()
-	if s.h.ElectionIsMutex {
-		wait = s.h.TTL
+	campaign := func(ctx context.Context) (*dlock.Lease, error) {
+		return reader.Campaign(ctx, name, "while-the-mutex-is-held")
 	}
-	cctx, cancel := context.WithTimeout(ctx, wait)
-	lead, err := reader.Campaign(cctx, name, "while-the-mutex-is-held")
-	cancel()
-	switch {
-	case s.h.ElectionIsMutex && err == nil:
-		t.Errorf("Campaign while the mutex of the same name is held led (token %d), want it to wait: the backend keeps them in one queue", lead.Token())
-		release(t, ctx, lead)
-	case s.h.ElectionIsMutex && !errors.Is(err, context.DeadlineExceeded):
-		t.Errorf("Campaign while the mutex of the same name is held = %v, want it to wait until its deadline", err)
-	case s.h.ElectionIsMutex:
-	case err != nil:
-		t.Errorf("Campaign while the mutex of the same name is held: %v", err)
-	default:
-		release(t, ctx, lead)
+	if s.h.ElectionIsMutex {
+		mustTimeOut(t, ctx, s.h.TTL, campaign, "Campaign while the mutex of the same name, in the same queue, is held")
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, s.lossBound())
+		release(t, ctx, mustAcquire(t, func() (*dlock.Lease, error) { return campaign(cctx) }, "Campaign while the mutex of the same name is held"))
+		cancel()
 	}
 	release(t, ctx, mutex)
 	const candidates, rounds = 4, 4
@@ -162,31 +143,14 @@ func (s *suite) electionTryCampaign(t *testing.T, ctx context.Context, name stri
 
 	// A candidate waiting in Campaign leads once the leader resigns, and a
 	// TryCampaign fails while it leads.
-	waiting := make(chan *dlock.Lease, 1)
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
 	defer cancel()
-	go func() {
-		lease, err := c.Campaign(wctx, name, "c")
-		if err != nil {
-			lease = nil
-		}
-		waiting <- lease
-	}()
+	waiting := startWaiter(func() (*dlock.Lease, error) { return c.Campaign(wctx, name, "c") })
 	time.Sleep(min(s.h.TTL/10, 200*time.Millisecond)) // let c queue where the backend queues
 	release(t, ctx, lead)
 	// The resigned leader's TTL is holdTTL: only its resignation can let
 	// c lead within the bound, which only ends a hang.
-	resigned := time.Now()
-	var cl *dlock.Lease
-	select {
-	case cl = <-waiting:
-		t.Logf("the waiting candidate led %v after the leader resigned", time.Since(resigned))
-	case <-time.After(s.lossBound()):
-		t.Fatalf("Campaign waiting while a leader resigned did not lead within %v", s.lossBound())
-	}
-	if cl == nil {
-		t.Fatal("Campaign waiting while a leader resigned failed")
-	}
+	cl := waiting.next(t, wctx, time.Now(), "the waiting candidate", "the leader resigned", "Campaign waiting while a leader resigned")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryCampaign(ctx, name, "b") }, "TryCampaign while the next leader leads")
 	release(t, ctx, cl)
 
@@ -238,13 +202,10 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 		err   error
 	}
 	results := make(chan result, 2)
-	for _, cand := range []struct {
-		l     *dlock.Locker
-		value string
-	}{{b, "b"}, {c, "c"}} {
+	for _, cand := range []result{{l: b, value: "b"}, {l: c, value: "c"}} {
 		go func() {
-			lease, err := cand.l.Campaign(ctx, name, cand.value, opts...)
-			results <- result{cand.l, cand.value, lease, err}
+			cand.lease, cand.err = cand.l.Campaign(ctx, name, cand.value, opts...)
+			results <- cand
 		}()
 		time.Sleep(min(s.h.TTL/2, 250*time.Millisecond)) // queued before the next
 	}
@@ -276,7 +237,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	w.await(second.value+" leads after "+first.value+"'s loss", func(i dlock.LeaderInfo) bool {
 		return i == dlock.LeaderInfo{Value: second.value, Token: second.lease.Token()}
 	})
-	if !waitDone(first.lease, w.limit) {
+	if !closedWithin(first.lease.Done(), w.limit) {
 		t.Errorf("%s's leadership did not end after it stopped", first.value)
 	} else if !errors.Is(first.lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() of %s's leadership after it stopped = %v, want ErrLost", first.value, first.lease.Err())
@@ -288,7 +249,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	w.await("nobody leads after c resigned", func(i dlock.LeaderInfo) bool { return i == dlock.LeaderInfo{} })
 
 	stopObserving()
-	w.closed("after the observer's ctx ended")
+	w.await("the channel closed after the observer's ctx ended", nil)
 
 	// Closing the observer's Locker closes the channel too.
 	o2 := s.locker(t)
@@ -298,7 +259,7 @@ func (s *suite) electionObserve(t *testing.T, ctx context.Context, name string) 
 	}
 	_ = o2.Close()
 	w2 := &watcher{t: t, ch: ch2, limit: w.limit}
-	w2.closed("after its Locker closed")
+	w2.await("the channel closed after its Locker closed", nil)
 }
 
 // watcher reads an Observe channel and checks that consecutive values
@@ -310,7 +271,8 @@ type watcher struct {
 	seen  []dlock.LeaderInfo
 }
 
-// await reads values until one satisfies want.
+// await reads values until one satisfies want or, when want is nil,
+// until the channel closes.
 func (w *watcher) await(what string, want func(dlock.LeaderInfo) bool) {
 	w.t.Helper()
 	deadline := time.After(w.limit)
@@ -318,33 +280,20 @@ func (w *watcher) await(what string, want func(dlock.LeaderInfo) bool) {
 		select {
 		case v, ok := <-w.ch:
 			if !ok {
+				if want == nil {
+					return
+				}
 				w.t.Fatalf("waiting until %s: the Observe channel closed (seen %+v)", what, w.seen)
 			}
 			if n := len(w.seen); n > 0 && w.seen[n-1] == v {
 				w.t.Errorf("Observe sent %+v twice in a row; consecutive values must differ", v)
 			}
 			w.seen = append(w.seen, v)
-			if want(v) {
+			if want != nil && want(v) {
 				return
 			}
 		case <-deadline:
 			w.t.Fatalf("Observe did not report that %s within %v (seen %+v)", what, w.limit, w.seen)
-		}
-	}
-}
-
-// closed reads until the channel closes.
-func (w *watcher) closed(when string) {
-	w.t.Helper()
-	deadline := time.After(w.limit)
-	for {
-		select {
-		case _, ok := <-w.ch:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			w.t.Fatalf("the Observe channel was not closed %s", when)
 		}
 	}
 }

@@ -78,14 +78,8 @@ func (s *suite) inspectListsHolders(t *testing.T, ctx context.Context, base stri
 		return
 	}
 	rw := base + "/rw"
-	r1, err := l.AcquireRead(ctx, rw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := l.AcquireRead(ctx, rw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r1 := mustAcquire(t, func() (*dlock.Lease, error) { return l.AcquireRead(ctx, rw) }, "AcquireRead")
+	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return l.AcquireRead(ctx, rw) }, "AcquireRead")
 	got, err := insp.Inspect(ctx, rw)
 	if err != nil {
 		t.Fatalf("Inspect(%q): %v", rw, err)

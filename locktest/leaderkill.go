@@ -58,15 +58,13 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 		}
 	}
 	var (
-		holders, maxHolders atomic.Int32
-		acquireErrs         atomic.Int32
-		releaseErrs         atomic.Int32
-		lost                atomic.Int32
-		mu                  sync.Mutex
-		tokens              []uint64
-		grants              []time.Time
-		stop                = make(chan struct{})
-		wg                  sync.WaitGroup
+		holders                        gauge
+		acquireErrs, releaseErrs, lost atomic.Int32
+		mu                             sync.Mutex
+		tokens                         []uint64
+		grants                         []time.Time
+		stop                           = make(chan struct{})
+		wg                             sync.WaitGroup
 	)
 	for g := range k.Contenders {
 		wg.Go(func() {
@@ -87,15 +85,13 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
-				n := holders.Add(1)
-				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
-				}
+				holders.enter()
 				mu.Lock()
 				tokens = append(tokens, lease.Token())
 				grants = append(grants, time.Now())
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
-				holders.Add(-1)
+				holders.leave()
 				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 				err = lease.Release(rctx)
 				rcancel()
@@ -111,13 +107,11 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 			}
 		})
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			close(stop)
-			wg.Wait()
-		}
-	}()
+	stopContenders := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopContenders()
 
 	time.Sleep(k.Warmup)
 	mu.Lock()
@@ -149,17 +143,16 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 	k.Restart(t)
 	rejoined := time.Now()
 	time.Sleep(k.After)
-	close(stop)
-	wg.Wait()
-	stopped = true
+	stopContenders()
 
 	mu.Lock()
 	defer mu.Unlock()
-	if m := maxHolders.Load(); m > 1 {
+	if m := holders.max.Load(); m > 1 {
 		t.Errorf("holders gauge reached %d: mutual exclusion broken", m)
 	}
 	CheckIncreasing(t, tokens)
 	var firstAfter, stall time.Duration = -1, 0
+	afterRejoin := 0
 	for i, at := range grants {
 		if i > 0 && at.After(killed) {
 			stall = max(stall, at.Sub(grants[i-1]))
@@ -167,9 +160,6 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 		if firstAfter < 0 && at.After(killed) {
 			firstAfter = at.Sub(killed)
 		}
-	}
-	afterRejoin := 0
-	for _, at := range grants {
 		if at.After(rejoined) {
 			afterRejoin++
 		}
@@ -183,27 +173,5 @@ func RunLeaderKill(t *testing.T, ctx context.Context, k LeaderKill) {
 	}
 	if afterRejoin == 0 {
 		t.Error("no grant after the old leader rejoined")
-	}
-}
-
-// CheckIncreasing reports tokens that are not greater than the one
-// before them (the first five, then a count).
-func CheckIncreasing(t *testing.T, tokens []uint64) {
-	t.Helper()
-	if len(tokens) == 0 {
-		t.Error("no tokens")
-		return
-	}
-	bad := 0
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			if bad < 5 {
-				t.Errorf("token %d (#%d) is not greater than token %d (#%d)", tokens[i], i, tokens[i-1], i-1)
-			}
-			bad++
-		}
-	}
-	if bad > 5 {
-		t.Errorf("... %d tokens out of order in all", bad)
 	}
 }

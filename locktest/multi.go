@@ -23,7 +23,7 @@ const multiRounds = 1000
 func (s *suite) multiOppositeOrders(t *testing.T, ctx context.Context, name string) {
 	x, y := name+"/a", name+"/b"
 	orders := [][]string{{x, y}, {y, x}}
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 2)
 	var (
 		gx, gy gauge
 		fail   firstError
@@ -75,43 +75,23 @@ func (s *suite) multiAllOrNothing(t *testing.T, ctx context.Context, name string
 	n1, n2, n3 := name+"/1", name+"/2", name+"/3"
 	mid := acquire(t, ctx, c, n2)
 
-	m, err := decided(func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n3, n2, n1}) })
-	if err == nil {
-		_ = m.Release(ctx)
-		t.Fatal("TryAcquireAll succeeded while one of its locks was held")
-	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryAcquireAll with a lock held = %v, want an error matching ErrNotAcquired", err)
-	}
-	if m != nil {
-		t.Error("TryAcquireAll returned a set with an error")
-	}
+	mustFailWith(t, ctx, dlock.ErrNotAcquired, func() (*dlock.MultiLease, error) {
+		return decided(func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n3, n2, n1}) })
+	}, "TryAcquireAll with a lock held")
 	mustBeFree(t, ctx, b, n1, "after a failed TryAcquireAll")
 	mustBeFree(t, ctx, b, n3, "after a failed TryAcquireAll")
 
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/2)
-	m, err = a.AcquireAll(wctx, []string{n3, n2, n1})
-	cancel()
-	if err == nil {
-		_ = m.Release(ctx)
-		t.Fatal("AcquireAll succeeded while one of its locks was held")
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireAll past its deadline = %v, want an error matching DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/2, func(ctx context.Context) (*dlock.MultiLease, error) { return a.AcquireAll(ctx, []string{n3, n2, n1}) },
+		"AcquireAll with a lock held")
 	mustBeFree(t, ctx, b, n1, "after an AcquireAll that timed out")
 	mustBeFree(t, ctx, b, n3, "after an AcquireAll that timed out")
 
-	if m, err := a.TryAcquireAll(ctx, []string{n1, "bad//name"}); !errors.Is(err, dlock.ErrInvalidName) {
-		t.Errorf("TryAcquireAll with an invalid name = %v, want an error matching ErrInvalidName", err)
-		if m != nil {
-			_ = m.Release(ctx)
-		}
-	}
+	mustFailWith(t, ctx, dlock.ErrInvalidName, func() (*dlock.MultiLease, error) { return a.TryAcquireAll(ctx, []string{n1, "bad//name"}) },
+		"TryAcquireAll with an invalid name")
 	mustBeFree(t, ctx, b, n1, "after a TryAcquireAll with an invalid name")
 	release(t, ctx, mid)
 
-	m, err = a.TryAcquireAll(ctx, []string{n3, n1, n3, n2})
+	m, err := a.TryAcquireAll(ctx, []string{n3, n1, n3, n2})
 	if err != nil {
 		t.Fatalf("TryAcquireAll of free locks: %v", err)
 	}
@@ -141,9 +121,8 @@ func (s *suite) multiAllOrNothing(t *testing.T, ctx context.Context, name string
 	}
 }
 
-// multiLostPart: when the store takes one lock of a set away, the set's
-// Done closes, its Err and its Context's cause match ErrLost, and Release
-// frees the parts still held.
+// multiLostPart: when the store takes one lock of a set away, the set
+// learns of it (mustSeeLoss), and Release frees the parts still held.
 func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 	a, b := s.locker(t), s.locker(t)
 	p, q := name+"/p", name+"/q"
@@ -154,27 +133,7 @@ func (s *suite) multiLostPart(t *testing.T, ctx context.Context, name string) {
 	work, cancel := m.Context(ctx)
 	defer cancel()
 	s.h.TakeAway(t, q)
-	taken := time.Now()
-	select {
-	case <-m.Done():
-	case <-time.After(s.lossBound()):
-		_ = m.Release(ctx)
-		t.Fatalf("the set's Done() not closed %v after one of its locks was taken away (TTL %v)", time.Since(taken), s.h.TTL)
-	}
-	if !errors.Is(m.Err(), dlock.ErrLost) {
-		t.Errorf("Err() of a set that lost a part = %v, want ErrLost", m.Err())
-	}
-	select {
-	case <-work.Done():
-		if !errors.Is(context.Cause(work), dlock.ErrLost) {
-			t.Errorf("context.Cause of the set's context = %v, want ErrLost", context.Cause(work))
-		}
-	case <-time.After(prompt):
-		t.Error("the set's context was not cancelled after the loss")
-	}
-	if err := m.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Release of a set that lost a part = %v, want an error matching ErrNotHeld and ErrLost", err)
-	}
+	s.mustSeeLoss(t, ctx, m, work, time.Now(), "the set's")
 	mustBeFree(t, ctx, b, p, "after the Release of a set that lost another part")
 	if !errors.Is(m.Err(), dlock.ErrLost) {
 		t.Errorf("Err() after the Release of a set that lost a part = %v, want ErrLost still", m.Err())

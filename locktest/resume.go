@@ -70,15 +70,8 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 		t.Fatalf("Detach: %v", err)
 	}
 	var other *dlock.Lease
-	deadline := time.Now().Add(10 * s.h.TTL)
-	for other == nil {
-		if l, err := c.TryAcquire(ctx, name); err == nil {
-			other = l
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the detached lock was not free %v after its TTL: %v", 10*s.h.TTL, err)
-		} else {
-			time.Sleep(s.h.TTL / 10)
-		}
+	if !Eventually(10*s.h.TTL, func() bool { other, err = c.TryAcquire(ctx, name); return err == nil }) {
+		t.Fatalf("the detached lock was not free %v after its TTL: %v", 10*s.h.TTL, err)
 	}
 	if _, err := resumeDecided(ctx, b, h); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Resume of an expired handle = %v, want ErrNotHeld", err)

@@ -20,20 +20,8 @@ func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name st
 		t.Errorf("Supports(Read) = %v but Supports(Write) = %v: the two sides of a readers-writer lock go together",
 			l.Supports(driver.Read), l.Supports(driver.Write))
 	}
-	unsupported(t, l, driver.Write, func() error {
-		lease, err := l.TryAcquireWrite(ctx, name)
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
-	return unsupported(t, l, driver.Read, func() error {
-		lease, err := l.TryAcquireRead(ctx, name)
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
+	unsupported(t, ctx, l, driver.Write, func() (*dlock.Lease, error) { return l.TryAcquireWrite(ctx, name) })
+	return unsupported(t, ctx, l, driver.Read, func() (*dlock.Lease, error) { return l.TryAcquireRead(ctx, name) })
 }
 
 // rwShareExclude: two readers hold together, and a third joins them; then
@@ -41,21 +29,16 @@ func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name st
 // show that a writer never had company (how many readers overlapped is the
 // scheduler's choice: logged).
 func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 4)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
-	r1, err := lockers[0].TryAcquireRead(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquireRead of a free lock: %v", err)
-	}
+	r1 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[0].TryAcquireRead(ctx, name) }, "TryAcquireRead of a free lock")
 	if r1.Mode() != driver.Read {
 		t.Errorf("Mode() of a read lease = %v, want read", r1.Mode())
 	}
-	r2, err := lockers[1].TryAcquireRead(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquireRead while another reader holds: %v; readers must share", err)
-	}
+	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[1].TryAcquireRead(ctx, name) },
+		"TryAcquireRead while another reader holds (readers must share)")
 	// Not waiting: an acquisition queued behind r1 and r2 would wait for
 	// ever; the deadline only bounds that.
 	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
@@ -84,15 +67,11 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 		l := lockers[i%len(lockers)]
 		all.Go(func() {
 			write := i >= readers
-			n := readerRounds
+			n, acq := readerRounds, l.AcquireRead
 			if write {
-				n = writerRounds
+				n, acq = writerRounds, l.AcquireWrite
 			}
 			for range n {
-				acq := l.AcquireRead
-				if write {
-					acq = l.AcquireWrite
-				}
 				lease, err := acq(ctx, name)
 				if err != nil {
 					fail.report(t, "acquire (write=%v) under contention: %v", write, err)
@@ -162,15 +141,8 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	writer := startWaiter(func() (*dlock.Lease, error) { return c.AcquireWrite(ctx, name) })
 	writer.mustWait(t, min(s.h.TTL/2, 250*time.Millisecond), "AcquireWrite returned while a reader held the lock", "AcquireWrite while a reader holds")
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead while a writer waits")
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/4)
-	late, err := b.AcquireRead(wctx, name)
-	cancel()
-	if err == nil {
-		_ = late.Release(ctx)
-		t.Error("AcquireRead went ahead of a waiting writer; a waiting writer must hold back later readers")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireRead behind a waiting writer, past its deadline = %v, want DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/4, func(ctx context.Context) (*dlock.Lease, error) { return b.AcquireRead(ctx, name) },
+		"AcquireRead behind a waiting writer (a waiting writer must hold back later readers)")
 	released := time.Now()
 	release(t, ctx, r)
 	writer.mustFollow(t, ctx, r, released, "the writer", "the reader's release", "reader's", "AcquireWrite after the reader released")
@@ -178,15 +150,8 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return b.TryAcquireRead(ctx, name) }, "TryAcquireRead after the writer released")
 
 	// A writer that gives up waiting no longer holds back new readers.
-	wctx, cancel = context.WithTimeout(ctx, s.h.TTL/4)
-	gaveUp, err := c.AcquireWrite(wctx, name)
-	cancel()
-	if err == nil {
-		_ = gaveUp.Release(ctx)
-		t.Fatal("AcquireWrite succeeded while a reader held the lock")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquireWrite past its deadline = %v, want DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/4, func(ctx context.Context) (*dlock.Lease, error) { return c.AcquireWrite(ctx, name) },
+		"AcquireWrite while a reader holds")
 	r3 := mustAcquire(t, func() (*dlock.Lease, error) { return a.TryAcquireRead(ctx, name) },
 		"TryAcquireRead after a waiting writer gave up")
 	release(t, ctx, r3)
@@ -200,7 +165,7 @@ func (s *suite) rwTry(t *testing.T, ctx context.Context, name string) {
 // readers in at its arrival leave: a few holds of 20ms; the bound only
 // ends a starved wait).
 func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 3)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
@@ -265,7 +230,7 @@ func (s *suite) rwWriterNotStarved(t *testing.T, ctx context.Context, name strin
 // rwTokens: tokens strictly increase from grant to grant, in either mode,
 // and readers holding together have distinct ones.
 func (s *suite) rwTokens(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 3)
 	if s.noRW(t, ctx, lockers[0], name) {
 		return
 	}
@@ -341,17 +306,43 @@ func mustAcquire(t *testing.T, acquire func() (*dlock.Lease, error), what string
 	return lease
 }
 
+// mustTimeOut calls acquire with a context that ends after d: what, a
+// wait that cannot succeed, must fail with DeadlineExceeded.
+func mustTimeOut[T releasable](t *testing.T, ctx context.Context, d time.Duration, acquire func(context.Context) (T, error), what string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	mustFailWith(t, ctx, context.DeadlineExceeded, func() (T, error) { return acquire(wctx) }, what)
+}
+
 // mustFail calls try, which must fail with an error matching
 // ErrNotAcquired.
 func mustFail(t *testing.T, ctx context.Context, try func() (*dlock.Lease, error), what string) {
 	t.Helper()
+	mustFailWith(t, ctx, dlock.ErrNotAcquired, try, what)
+}
+
+// releasable is a lease or a set of them.
+type releasable interface {
+	comparable
+	Release(context.Context) error
+}
+
+// mustFailWith calls try, which must fail with an error matching want,
+// and return no lease (one it returns nonetheless is released).
+func mustFailWith[T releasable](t *testing.T, ctx context.Context, want error, try func() (T, error), what string) {
+	t.Helper()
 	lease, err := try()
-	if err == nil {
+	var none T
+	if lease != none {
 		_ = lease.Release(ctx)
-		t.Errorf("%s succeeded", what)
-		return
+		if err != nil {
+			t.Errorf("%s returned a lease with its error", what)
+		}
 	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("%s = %v, want an error matching ErrNotAcquired", what, err)
+	if err == nil {
+		t.Errorf("%s succeeded, want an error matching %q", what, want)
+	} else if !errors.Is(err, want) {
+		t.Errorf("%s = %v, want an error matching %q", what, err, want)
 	}
 }

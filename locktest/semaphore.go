@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -17,13 +16,7 @@ import (
 const permits = 3
 
 func (s *suite) noSemaphore(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
-	return unsupported(t, l, driver.Permit, func() error {
-		lease, err := l.TryAcquirePermit(ctx, name, permits)
-		if err == nil {
-			_ = lease.Release(ctx)
-		}
-		return err
-	})
+	return unsupported(t, ctx, l, driver.Permit, func() (*dlock.Lease, error) { return l.TryAcquirePermit(ctx, name, permits) })
 }
 
 // semaphoreLimit: 32 goroutines over 4 clients contend for 3 permits; a
@@ -32,7 +25,7 @@ func (s *suite) noSemaphore(t *testing.T, ctx context.Context, l *dlock.Locker, 
 // at once, so that reaching 3 is the semaphore's doing, not the
 // scheduler's.
 func (s *suite) semaphoreLimit(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 4)
 	if s.noSemaphore(t, ctx, lockers[0], name) {
 		return
 	}
@@ -86,7 +79,7 @@ func (s *suite) semaphoreLimit(t *testing.T, ctx context.Context, name string) {
 // after one release it succeeds. The semaphore "x" is unrelated to the
 // mutex "x".
 func (s *suite) semaphoreTryWhenFull(t *testing.T, ctx context.Context, name string) {
-	lockers := []*dlock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	lockers := s.lockers(t, 4)
 	if s.noSemaphore(t, ctx, lockers[0], name) {
 		return
 	}
@@ -103,15 +96,8 @@ func (s *suite) semaphoreTryWhenFull(t *testing.T, ctx context.Context, name str
 	mustFail(t, ctx, func() (*dlock.Lease, error) { return lockers[3].TryAcquirePermit(ctx, name, permits) },
 		"TryAcquirePermit with every permit held")
 	mustBeFree(t, ctx, lockers[3], name, "the mutex of the same name as a full semaphore")
-	wctx, cancel := context.WithTimeout(ctx, s.h.TTL/4)
-	late, err := lockers[3].AcquirePermit(wctx, name, permits)
-	cancel()
-	if err == nil {
-		_ = late.Release(ctx)
-		t.Error("AcquirePermit succeeded with every permit held")
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("AcquirePermit past its deadline = %v, want DeadlineExceeded", err)
-	}
+	mustTimeOut(t, ctx, s.h.TTL/4, func(ctx context.Context) (*dlock.Lease, error) { return lockers[3].AcquirePermit(ctx, name, permits) },
+		"AcquirePermit with every permit held")
 	release(t, ctx, held[1])
 	got := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[3].TryAcquirePermit(ctx, name, permits) },
 		"TryAcquirePermit after a holder released")
@@ -141,10 +127,7 @@ func (s *suite) semaphoreHolderStops(t *testing.T, ctx context.Context, name str
 	if s.h.Crash != nil {
 		s.h.Crash(t, c)
 	}
-	got, err := b.AcquirePermit(ctx, name, limit)
-	if err != nil {
-		t.Fatalf("AcquirePermit after a holder stopped: %v", err)
-	}
+	got := mustAcquire(t, func() (*dlock.Lease, error) { return b.AcquirePermit(ctx, name, limit) }, "AcquirePermit after a holder stopped")
 	gotAt := time.Now()
 	t.Logf("a waiter got the permit %v after its holder stopped", gotAt.Sub(taken))
 	if s.h.Crash == nil {
@@ -170,7 +153,7 @@ func (s *suite) semaphoreHolderStops(t *testing.T, ctx context.Context, name str
 		"TryAcquirePermit with both permits held again")
 	release(t, ctx, got)
 	release(t, ctx, keep)
-	if !waitDone(stopped, s.h.TTL+5*time.Second) {
+	if !closedWithin(stopped.Done(), s.h.TTL+5*time.Second) {
 		t.Error("the stopped holder's Done() never closed")
 	}
 }

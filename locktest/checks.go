@@ -1,29 +1,40 @@
 package locktest
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/dlockgo/dlock"
-	"github.com/dlockgo/dlock/driver"
 )
 
-// Helpers shared by the properties of the lock kinds besides the mutex.
+// The checks the properties share.
 
-// unsupported reports whether l lacks mode m. When it does, it checks
-// that attempt — a call of one of the kind's methods — fails with an
-// error matching ErrUnsupported: a backend without a kind must say so.
-func unsupported(t *testing.T, l *dlock.Locker, m driver.Mode, attempt func() error) bool {
+// CheckIncreasing reports tokens that are not greater than the one
+// before them (the first five, then a count), and an empty tokens.
+func CheckIncreasing(t *testing.T, tokens []uint64) {
 	t.Helper()
-	if l.Supports(m) {
-		return false
+	if len(tokens) == 0 {
+		t.Error("no tokens")
+		return
 	}
-	if err := attempt(); !errors.Is(err, dlock.ErrUnsupported) {
-		t.Errorf("the backend does not support %s locks, but the attempt returned %v, want an error matching ErrUnsupported", m, err)
+	checkIncreasing(t, tokens, "in the order given")
+}
+
+// checkIncreasing reports tokens that are not greater than the one
+// before them (the first five, then a count); what says in which order.
+func checkIncreasing(t *testing.T, tokens []uint64, what string) {
+	t.Helper()
+	bad := 0
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			if bad < 5 {
+				t.Errorf("token %d (#%d) is not greater than token %d (#%d) %s", tokens[i], i, tokens[i-1], i-1, what)
+			}
+			bad++
+		}
 	}
-	return true
+	if bad > 5 {
+		t.Errorf("... %d tokens out of order in all", bad)
+	}
 }
 
 // gauge counts holders; it remembers the highest count it reached.
