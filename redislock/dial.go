@@ -162,16 +162,8 @@ func (d *dialer) refusal(addr string, err error) {
 		}
 	case len(d.listed) == 1:
 		cause = fmt.Errorf("%s refused the connection (no server listens there): %w", addr, err)
-	default:
-		all := true
-		for _, a := range d.listed {
-			if d.refused[a] == nil {
-				all = false
-			}
-		}
-		if all {
-			cause = fmt.Errorf("every server listed (%s) refused the connection: %w", strings.Join(d.listed, ", "), err)
-		}
+	case !slices.ContainsFunc(d.listed, func(a string) bool { return d.refused[a] == nil }):
+		cause = fmt.Errorf("every server listed (%s) refused the connection: %w", strings.Join(d.listed, ", "), err)
 	}
 	d.mu.Unlock()
 	if cause != nil {

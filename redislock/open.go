@@ -203,9 +203,7 @@ func serverOptions(u driver.URL, o *redis.UniversalOptions) error {
 		return u.Err("port", port, errors.New("not a port number (1 to 65535)"))
 	}
 	o.Addrs = []string{net.JoinHostPort(host, port)}
-	var err error
-	o.DB, err = database(u)
-	return err
+	return database(u, o)
 }
 
 // sentinelOptions reads the rest of a redis+sentinel:// or
@@ -213,8 +211,7 @@ func serverOptions(u driver.URL, o *redis.UniversalOptions) error {
 // parameter), master_name, the sentinels' own credentials
 // (sentinel_username, sentinel_password) and the database.
 func sentinelOptions(u driver.URL, o *redis.UniversalOptions) error {
-	var err error
-	if o.Addrs, err = hostList(u, DefaultSentinelPort, "redis+sentinel://127.0.0.1:26379?master_name=mymaster"); err != nil {
+	if err := hostList(u, o, DefaultSentinelPort, "redis+sentinel://127.0.0.1:26379?master_name=mymaster"); err != nil {
 		return err
 	}
 	if o.MasterName = u.String("master_name", ""); o.MasterName == "" {
@@ -222,16 +219,14 @@ func sentinelOptions(u driver.URL, o *redis.UniversalOptions) error {
 	}
 	o.SentinelUsername = u.String("sentinel_username", "")
 	o.SentinelPassword = u.String("sentinel_password", "")
-	o.DB, err = database(u)
-	return err
+	return database(u, o)
 }
 
 // clusterOptions reads the rest of a redis+cluster:// or rediss+cluster://
 // URL: the seed nodes (the host list and every addr parameter); the
 // cluster finds the others itself. A cluster has database 0 only.
 func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
-	var err error
-	if o.Addrs, err = hostList(u, DefaultPort, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"); err != nil {
+	if err := hostList(u, o, DefaultPort, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"); err != nil {
 		return err
 	}
 	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
@@ -252,10 +247,10 @@ const ClusterReloadInterval = time.Second
 // URL names none for a sentinel.
 const DefaultSentinelPort = "26379"
 
-// hostList returns the addresses of the URL's comma-separated host list
-// followed by those of its addr parameters (go-redis's form), each with
-// defPort when it names no port.
-func hostList(u driver.URL, defPort, example string) ([]string, error) {
+// hostList sets o.Addrs to the addresses of the URL's comma-separated host
+// list followed by those of its addr parameters (go-redis's form), each
+// with defPort when it names no port.
+func hostList(u driver.URL, o *redis.UniversalOptions, defPort, example string) error {
 	var list []string
 	if u.Host != "" {
 		list = strings.Split(u.Host, ",")
@@ -263,22 +258,25 @@ func hostList(u driver.URL, defPort, example string) ([]string, error) {
 	list = append(list, u.Query()["addr"]...)
 	u.String("addr", "") // read: not unknown
 	if len(list) == 0 {
-		return nil, u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
+		return u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
 	}
-	return redisutil.HostList(u, list, defPort, "listed twice")
+	var err error
+	o.Addrs, err = redisutil.HostList(u, list, defPort, "listed twice")
+	return err
 }
 
-// database reads the URL's path, the database number.
-func database(u driver.URL) (int, error) {
+// database sets o.DB to the URL's path, the database number.
+func database(u driver.URL, o *redis.UniversalOptions) error {
 	db := strings.Trim(u.Path, "/")
 	if db == "" {
-		return 0, nil
+		return nil
 	}
 	n, err := strconv.Atoi(db)
 	if err != nil || n < 0 {
-		return 0, u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
+		return u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
 	}
-	return n, nil
+	o.DB = n
+	return nil
 }
 
 // driverOptions reads the parameters of the driver itself.

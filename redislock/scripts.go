@@ -10,10 +10,9 @@ import (
 )
 
 // The Lua scripts: one per hot operation of the mutex, one per other kind
-// of lock, so that each operation is one round trip.
-// They run as go-redis's Script.Run does: EVALSHA, and EVAL (which caches
-// the script again) when the server answers NOSCRIPT, after a restart or
-// SCRIPT FLUSH.
+// of lock, so that each operation is one round trip. They run as
+// go-redis's Script.Run does: EVALSHA, and EVAL (which caches the script
+// again) when the server answers NOSCRIPT, after a restart or SCRIPT FLUSH.
 var (
 	//go:embed scripts/lib.lua
 	libLua string
@@ -44,8 +43,6 @@ var (
 	// refreshes it with refreshScript; its release is its own.
 	plainReleaseScript = newScript(plainReleaseLua)
 
-	// The other kinds of lock: one script per kind, each operation of
-	// which (try, wait, refresh, release) is one call.
 	rwScript        = newScript(withKindsLib(rwLua))
 	semaphoreScript = newScript(withKindsLib(semaphoreLua))
 	electionScript  = newScript(withKindsLib(electionLua))
@@ -60,9 +57,9 @@ func withLib(script string) string { return libLua + "\n" + script }
 // kinds.lua.
 func withKindsLib(script string) string { return libLua + "\n" + kindsLua + "\n" + script }
 
-// script is a Lua script that keeps its source at hand, for the calls
-// that send it by EVAL in a pipeline (see waitAck), and its hash and
-// source boxed once as command arguments.
+// script is a Lua script with its source at hand, for the calls that send
+// it by EVAL in a pipeline (see waitAck), and its hash and source boxed
+// once as command arguments.
 type script struct {
 	*redis.Script
 	src       string
@@ -81,14 +78,11 @@ func (s *script) Source() string { return s.src }
 
 // run sends one call of s through the driver's client with the caller's
 // ctx, as go-redis's Script.Run does: EVALSHA, then EVAL if the server
-// answers NOSCRIPT. There is no layer of dlock's own between a call and
-// go-redis: a client that coalesces calls (go-redis's AutoPipeliner) does
-// so here, and ctx bounds the call as far as the client honours it (see
-// Requests in docs/REDIS.md). The command is built here,
-// rather than by EvalSha, so that its arguments are put in one slice
-// once, and each key goes in as a pointer to it (which go-redis writes,
-// and routes by, as the string): boxing a string costs an allocation, a
-// pointer none.
+// answers NOSCRIPT (see Requests in docs/REDIS.md). The command is built
+// here, rather than by EvalSha, so that its arguments are put in one
+// slice once, and each key goes in as a pointer to it (which go-redis
+// writes, and routes by, as the string): boxing a string costs an
+// allocation, a pointer none.
 func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys)+len(args))
 	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.boxedHash, len(keys)
@@ -107,12 +101,11 @@ func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any)
 			cmdArgs[0], cmdArgs[1] = "eval", s.boxedSrc
 		case movingSlot(err):
 			// A Cluster slot in migration refuses a script whose keys are
-			// split between the two primaries for now (TRYAGAIN), or
-			// redirects it more often than go-redis follows while the
-			// primaries take up the slot's new owner (MOVED, ASK), or the
-			// cluster is failing over (CLUSTERDOWN); the script did not
-			// run. Wait for the move (go-redis's own retries give up within
-			// a second) rather than fail the call, for at most tryAgainFor.
+			// split between the two primaries (TRYAGAIN), or redirects it
+			// more often than go-redis follows (MOVED, ASK), or the cluster
+			// is failing over (CLUSTERDOWN); the script did not run. Wait
+			// for the move (go-redis's own retries give up within a second)
+			// rather than fail the call, for at most tryAgainFor.
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
 			}
