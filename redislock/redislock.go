@@ -234,5 +234,4 @@ var (
 	_ driver.Waiter  = (*Driver)(nil)
 	_ driver.Moder   = (*Driver)(nil)
 	_ driver.Elector = (*Driver)(nil)
-	_ driver.Resumer = (*Driver)(nil)
 )

@@ -282,3 +282,16 @@ func (c *cluster) clockedDriver(t testing.TB, o *Options) (*Driver, *sendClock) 
 	prepare(t, d)
 	return d, h
 }
+
+// TestConformance runs dlock's conformance suite over five redis-servers
+// of the test's own; each Locker has its own clients, as another process
+// would.
+func TestConformance(t *testing.T) {
+	c := newCluster(t, 5)
+	locktest.Run(t, locktest.Harness{
+		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+			return c.locker(t, nil, opts...)
+		},
+		TakeAway: func(t *testing.T, name string) { c.takeAway(t, name) },
+	})
+}

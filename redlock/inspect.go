@@ -119,3 +119,5 @@ func grantToken(tokens []uint64) uint64 {
 	}
 	return best
 }
+
+var _ driver.Inspector = (*Driver)(nil)

@@ -241,11 +241,10 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver    = (*Driver)(nil)
-	_ driver.Waiter    = (*Driver)(nil)
-	_ driver.Schemer   = (*Driver)(nil)
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Resumer   = (*Driver)(nil)
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Waiter  = (*Driver)(nil)
+	_ driver.Schemer = (*Driver)(nil)
+	_ driver.Resumer = (*Driver)(nil)
 )
 
 // Prepare connects to every node and loads the driver's scripts there, all
