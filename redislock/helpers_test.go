@@ -180,14 +180,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		// A Locker opened from a URL owns its client: Close ends it all.
 		ctx := ctxTimeout(t, 20*time.Second)
 		url := "redis://" + testenv.RedisAddr(t) + "?prefix=dlocktest:" + randomHex(6) + ":"
-		a, err := dlock.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := dlock.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b := openURL(t, url), openURL(t, url)
 		lease, err := a.Acquire(ctx, "leak")
 		if err != nil {
 			t.Fatal(err)
