@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // A kind is one kind of lock as a layout lays it out in Redis: its keys,
@@ -15,7 +16,7 @@ type kind struct {
 	suffixes []string // after the hash tag, in the scripts' KEYS order
 	// script runs each operation of the kinds other than the mutex (see
 	// scripts/kinds.lua), whose scripts are their own; tag is its side.
-	script *script
+	script *redisutil.Script
 	tag    any
 	// plain is redsync's mutex (LayoutRedsync): the plain key
 	// <prefix><name> and dlock's counter beside it, no queue (see

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // lockReq is a driver.Request resolved once, at the driver's entry: its
@@ -63,7 +64,7 @@ func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
 // call returns the script of op (opTry, opWait, opRefresh, opRelease) on
 // q's lock, its keys and its arguments (n of args); channel is the one a
 // waiter's queue entry names (opWait).
-func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *script, keys []string, args [11]any, n int, err error) {
+func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *redisutil.Script, keys []string, args [11]any, n int, err error) {
 	k, b := q.kind, q.args
 	if op == opRelease {
 		b = releaseTTL

@@ -27,11 +27,9 @@ func init() {
 	}
 }
 
-// open is the Opener of redis://, rediss://, redis+sentinel://,
-// rediss+sentinel://, redis+cluster:// and rediss+cluster:// URLs (see the
-// package documentation for their form and parameters). It pings the
-// server (the primary, through the sentinels; a cluster node), so that a
-// wrong address fails here rather than at the first lock.
+// open is the Opener of the URLs of the package documentation. It pings
+// the server (the primary, through the sentinels; a cluster node), so that
+// a wrong address fails here rather than at the first lock.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	c, addr, w, err := newClient(u)
 	if err != nil {
@@ -62,11 +60,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// check pings the client c that open built, within the bound that the
-// package documentation gives (dial_timeout plus read_timeout), while w
-// watches its dials: a definitive failure (a refused connection, a
-// server that does not speak TLS) ends the ping at once and is the
-// error.
+// check pings the client c that open built, within dial_timeout plus
+// read_timeout, while w watches its dials: a definitive failure (a refused
+// connection, a server that does not speak TLS) ends the ping at once and
+// is the error.
 func check(ctx context.Context, c redis.UniversalClient, w *openCheck) error {
 	pctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()
@@ -285,7 +282,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.FenceTTL, err = positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
+	if o.FenceTTL, err = redisutil.Positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
 		return nil, err
 	}
 	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
@@ -294,7 +291,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.WaitReplicas < 0 {
 		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
 	}
-	if o.WaitTimeout, err = positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
+	if o.WaitTimeout, err = redisutil.Positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -316,7 +313,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "poll_interval", "only with layout=redsync: layout=dlock's waiters are handed the lock"); err != nil {
 			return nil, err
 		}
-		o.QueueTTL, err = positive(u, "queue_ttl", DefaultQueueTTL)
+		o.QueueTTL, err = redisutil.Positive(u, "queue_ttl", DefaultQueueTTL)
 	case LayoutRedsync:
 		o.Prefix = u.String("prefix", "")
 		if strings.ContainsAny(o.Prefix, "{}") {
@@ -325,7 +322,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "queue_ttl", "only with layout=dlock: layout=redsync has no queue"); err != nil {
 			return nil, err
 		}
-		o.PollInterval, err = positive(u, "poll_interval", DefaultPollInterval)
+		o.PollInterval, err = redisutil.Positive(u, "poll_interval", DefaultPollInterval)
 	default:
 		return nil, u.Err("layout", string(o.Layout), errors.New(`must be "dlock" (the default) or "redsync" (the plain key of redsync and bsm/redislock)`))
 	}
@@ -333,16 +330,6 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		return nil, err
 	}
 	return o, nil
-}
-
-// positive reads parameter name as a duration (def when absent) that
-// must not be zero.
-func positive(u driver.URL, name string, def time.Duration) (time.Duration, error) {
-	d, err := u.Duration(name, def)
-	if err == nil && d == 0 {
-		err = u.Err(name, u.String(name, ""), errors.New("must be positive"))
-	}
-	return d, err
 }
 
 // absent refuses parameter name, meaningless with the URL's other

@@ -39,7 +39,6 @@ func (lt *lazyTimer) after(dur time.Duration) <-chan time.Time {
 	return lt.t.C
 }
 
-// stop stops the timer, if it was created.
 func (lt *lazyTimer) stop() {
 	if lt.t != nil {
 		lt.t.Stop()
@@ -240,7 +239,6 @@ func (d *Driver) abandon(ctx context.Context, q *lockReq, cause error) error {
 	return cause
 }
 
-// isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/redisutil"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 )
@@ -225,7 +226,7 @@ type sendClock struct {
 // requests that run sc: requests of earlier calls still on their way to
 // the slower nodes (an Unlock returns once a quorum has answered) must
 // not count.
-func (h *sendClock) reset(sc *script) {
+func (h *sendClock) reset(sc *redisutil.Script) {
 	h.mu.Lock()
 	h.first, h.script = time.Time{}, sc.Hash()
 	h.mu.Unlock()

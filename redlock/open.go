@@ -40,11 +40,8 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("node_timeout", u.String("node_timeout", ""),
 			fmt.Errorf("must be between %v and %v", MinNodeTimeout, MaxNodeTimeout))
 	}
-	if o.Drift, err = u.Duration("drift", DefaultDrift); err != nil {
+	if o.Drift, err = redisutil.Positive(u, "drift", DefaultDrift); err != nil {
 		return nil, err
-	}
-	if o.Drift == 0 {
-		return nil, u.Err("drift", u.String("drift", ""), errors.New("must be positive"))
 	}
 	o.Prefix = u.String("prefix", DefaultPrefix)
 	if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {

@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // reply is one node's answer to one script call.
@@ -81,9 +80,9 @@ type call struct {
 // leave a node without the acquire or the release its quorum got, a key
 // that stays until its TTL. Each node runs its requests in order, so a
 // later request of this Driver to the same node (an undo) comes after.
-func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *script, mask uint64, t *target, a1, a2 any) []reply {
-	c := &call{quorum: d.quorum, stop: stop, ctx: ctx, src: sc.src, done: make(chan struct{})}
-	c.argv = [8]any{"evalsha", sc.sha, 2, t.lock, t.fence, t.owner, a1, a2}
+func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *redisutil.Script, mask uint64, t *target, a1, a2 any) []reply {
+	c := &call{quorum: d.quorum, stop: stop, ctx: ctx, src: sc.Src, done: make(chan struct{})}
+	c.argv = [8]any{"evalsha", sc.SHA, 2, t.lock, t.fence, t.owner, a1, a2}
 	c.out = make([]reply, len(d.nodes))
 	for i := range c.out {
 		c.out[i] = reply{node: i, err: errSkipped}
@@ -386,28 +385,11 @@ var (
 	//go:embed scripts/release.lua
 	releaseLua string
 
-	acquireScript = newScript(acquireLua)
-	fenceScript   = newScript(fenceLua)
-	refreshScript = newScript(refreshLua)
-	releaseScript = newScript(releaseLua)
+	acquireScript = redisutil.NewScript(acquireLua)
+	fenceScript   = redisutil.NewScript(fenceLua)
+	refreshScript = redisutil.NewScript(refreshLua)
+	releaseScript = redisutil.NewScript(releaseLua)
 )
 
 // allScripts lists them, for Prepare to load them all into a node at once.
-var allScripts = []*script{acquireScript, fenceScript, refreshScript, releaseScript}
-
-// script is a Lua script with its source and SHA-1, each boxed once as a
-// command argument.
-type script struct {
-	src, sha any // string
-}
-
-func newScript(src string) *script {
-	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:])}
-}
-
-// Source returns the script's Lua source.
-func (s *script) Source() string { return s.src.(string) }
-
-// Hash returns the script's SHA-1, as EVALSHA takes it.
-func (s *script) Hash() string { return s.sha.(string) }
+var allScripts = []*redisutil.Script{acquireScript, fenceScript, refreshScript, releaseScript}
