@@ -151,10 +151,8 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 // stops answering (see Requests in docs/REDIS.md).
 func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
-	}
+	o.Username = u.User.Username() // nil-safe: "" without user information
+	o.Password, _ = u.User.Password()
 	var err error
 	o.TLSConfig, err = u.TLS(strings.HasPrefix(u.Scheme, "rediss"))
 	dur := func(name string) (v time.Duration) { // the first error is kept

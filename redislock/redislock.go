@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Defaults of Options.
@@ -161,30 +163,19 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if err != nil {
 		panic("redislock: NewDriver with " + err.Error())
 	}
-	if opt.Prefix == "" {
-		opt.Prefix = f.prefix
-	}
-	if opt.PollInterval <= 0 {
-		opt.PollInterval = DefaultPollInterval
-	}
-	if opt.QueueTTL <= 0 {
-		opt.QueueTTL = DefaultQueueTTL
-	}
-	if opt.FenceTTL <= 0 {
-		opt.FenceTTL = DefaultFenceTTL
-	}
+	opt.Prefix = cmp.Or(opt.Prefix, f.prefix)
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails since Go 1.24
 	d := &Driver{
 		client:   client,
 		prefix:   opt.Prefix,
-		queueTTL: opt.QueueTTL,
-		fenceTTL: max(opt.FenceTTL.Milliseconds(), 1),
+		queueTTL: redisutil.PositiveOr(opt.QueueTTL, DefaultQueueTTL),
+		fenceTTL: max(redisutil.PositiveOr(opt.FenceTTL, DefaultFenceTTL).Milliseconds(), 1),
 		channel:  opt.Prefix + "w:" + hex.EncodeToString(id[:]),
 		done:     make(chan struct{}),
 
 		format:       f,
-		pollInterval: opt.PollInterval,
+		pollInterval: redisutil.PositiveOr(opt.PollInterval, DefaultPollInterval),
 	}
 	d.channelArg = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)

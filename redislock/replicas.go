@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // DefaultWaitTimeout is the default of Options.WaitTimeout.
@@ -25,11 +26,7 @@ func waitOptions(o Options) (int, int64) {
 	if o.WaitReplicas <= 0 {
 		return 0, 0
 	}
-	t := o.WaitTimeout
-	if t <= 0 {
-		t = DefaultWaitTimeout
-	}
-	return o.WaitReplicas, max(t.Milliseconds(), 1)
+	return o.WaitReplicas, max(redisutil.PositiveOr(o.WaitTimeout, DefaultWaitTimeout).Milliseconds(), 1)
 }
 
 // replicated passes on the grant g of an acquisition once d.waitReplicas

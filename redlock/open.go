@@ -66,11 +66,8 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, err
 	}
 
-	var user, pass string
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
+	user := u.User.Username() // nil-safe: "" without user information
+	pass, _ := u.User.Password()
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{

@@ -154,27 +154,15 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if o != nil {
 		opt = *o
 	}
-	if opt.NodeTimeout == 0 {
-		opt.NodeTimeout = DefaultNodeTimeout
-	}
-	opt.NodeTimeout = min(max(opt.NodeTimeout, MinNodeTimeout), MaxNodeTimeout)
-	if opt.Drift <= 0 {
-		opt.Drift = DefaultDrift
-	}
-	if opt.Prefix == "" {
-		opt.Prefix = DefaultPrefix
-	}
+	opt.Prefix = cmp.Or(opt.Prefix, DefaultPrefix)
 	if strings.ContainsAny(opt.Prefix, "{}") {
 		return nil, fmt.Errorf("redlock: NewDriver: prefix %q contains a brace", opt.Prefix)
-	}
-	if opt.FenceTTL <= 0 {
-		opt.FenceTTL = DefaultFenceTTL
 	}
 	d := &Driver{
 		clients:     append([]redis.UniversalClient(nil), clients...),
 		quorum:      len(clients)/2 + 1,
-		nodeTimeout: opt.NodeTimeout,
-		drift:       opt.Drift,
+		nodeTimeout: min(max(cmp.Or(opt.NodeTimeout, DefaultNodeTimeout), MinNodeTimeout), MaxNodeTimeout),
+		drift:       redisutil.PositiveOr(opt.Drift, DefaultDrift),
 		prefix:      opt.Prefix,
 		fencing:     !opt.NoFencing,
 		fenceTTL:    "0",
@@ -186,7 +174,7 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		d.nodes = append(d.nodes, newNode(i, c))
 	}
 	if d.fencing {
-		d.fenceTTL = max(opt.FenceTTL.Milliseconds(), 1)
+		d.fenceTTL = max(redisutil.PositiveOr(opt.FenceTTL, DefaultFenceTTL).Milliseconds(), 1)
 	}
 	d.sub.init(d)
 	d.startEvictionCheck(cmp.Or(opt.Logger, slog.Default()))
