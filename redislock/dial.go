@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -40,12 +41,14 @@ type dialer struct {
 	conns   []net.Conn // dialled during the check
 }
 
-func newDialer(timeout time.Duration, cfg *tls.Config) *dialer {
-	if timeout == 0 {
-		timeout = 5 * time.Second // go-redis's default
+// newDialer returns the dialer of a client of the URL scheme.
+func newDialer(timeout time.Duration, cfg *tls.Config, scheme string) *dialer {
+	d := &dialer{timeout: cmp.Or(timeout, 5*time.Second), tls: cfg, hint: "leave out tls=true"} // go-redis's default timeout
+	if rest, ok := strings.CutPrefix(scheme, "rediss"); ok {
+		d.hint = "use redis" + rest + "://"
 	}
-	stop, end := context.WithCancel(context.Background())
-	return &dialer{timeout: timeout, tls: cfg, hint: "use redis://", stop: stop, end: end}
+	d.stop, d.end = context.WithCancel(context.Background())
+	return d
 }
 
 // watch starts the watch of open's check: cancel ends it with the cause

@@ -109,14 +109,9 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	w := &openCheck{d: newDialer(o.DialTimeout, o.TLSConfig)}
+	w := &openCheck{d: newDialer(o.DialTimeout, o.TLSConfig, u.Scheme)}
 	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second) // go-redis's default read timeout
 	o.Dialer = w.d.dial
-	if rest, ok := strings.CutPrefix(u.Scheme, "rediss"); ok {
-		w.d.hint = "use redis" + rest + "://"
-	} else {
-		w.d.hint = "leave out tls=true"
-	}
 	switch strings.TrimPrefix(strings.TrimPrefix(u.Scheme, "redis"), "s") {
 	case "+sentinel":
 		if err := sentinelOptions(u, o); err != nil {
