@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -43,7 +42,7 @@ type dialer struct {
 
 // newDialer returns the dialer of a client of the URL scheme.
 func newDialer(timeout time.Duration, cfg *tls.Config, scheme string) *dialer {
-	d := &dialer{timeout: cmp.Or(timeout, 5*time.Second), tls: cfg, hint: "leave out tls=true"} // go-redis's default timeout
+	d := &dialer{timeout: timeout, tls: cfg, hint: "leave out tls=true"}
 	if rest, ok := strings.CutPrefix(scheme, "rediss"); ok {
 		d.hint = "use redis" + rest + "://"
 	}

@@ -109,8 +109,9 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	w := &openCheck{d: newDialer(o.DialTimeout, o.TLSConfig, u.Scheme)}
-	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second) // go-redis's default read timeout
+	// go-redis's default dial and read timeouts: 5s and 3s.
+	w := &openCheck{d: newDialer(cmp.Or(o.DialTimeout, 5*time.Second), o.TLSConfig, u.Scheme)}
+	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second)
 	o.Dialer = w.d.dial
 	switch strings.TrimPrefix(strings.TrimPrefix(u.Scheme, "redis"), "s") {
 	case "+sentinel":
