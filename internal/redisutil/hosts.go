@@ -61,8 +61,8 @@ func Positive(u driver.URL, name string, def time.Duration) (time.Duration, erro
 	return d, err
 }
 
-// PositiveOr returns v, or def when v is zero or negative: how the
-// backends' Options durations take their defaults.
+// PositiveOr returns v, or def when v is zero or negative (an unset
+// Options duration, an unknown remaining time).
 func PositiveOr(v, def time.Duration) time.Duration {
 	if v <= 0 {
 		return def
