@@ -199,10 +199,10 @@ func acquireReply(cmd *redis.Cmd) (attempt, error) {
 	return a, nil
 }
 
-// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode, and
-// returns the new expiry, measured from before the request was sent. It
-// returns an error wrapping driver.ErrNotHeld when the lock is gone or
-// another's.
+// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
+// reader or permit holder gets a new expiry score), and returns the new
+// expiry, measured from before the request was sent. It returns an error
+// wrapping driver.ErrNotHeld when the lock is gone or another's.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
