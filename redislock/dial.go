@@ -40,12 +40,14 @@ type dialer struct {
 	conns   []net.Conn // dialled during the check
 }
 
-func newDialer(timeout time.Duration, cfg *tls.Config) *dialer {
-	if timeout == 0 {
-		timeout = 5 * time.Second // go-redis's default
+// newDialer returns the dialer of a client of the URL scheme.
+func newDialer(timeout time.Duration, cfg *tls.Config, scheme string) *dialer {
+	d := &dialer{timeout: timeout, tls: cfg, hint: "leave out tls=true"}
+	if rest, ok := strings.CutPrefix(scheme, "rediss"); ok {
+		d.hint = "use redis" + rest + "://"
 	}
-	stop, end := context.WithCancel(context.Background())
-	return &dialer{timeout: timeout, tls: cfg, hint: "use redis://", stop: stop, end: end}
+	d.stop, d.end = context.WithCancel(context.Background())
+	return d
 }
 
 // watch starts the watch of open's check: cancel ends it with the cause
@@ -162,16 +164,8 @@ func (d *dialer) refusal(addr string, err error) {
 		}
 	case len(d.listed) == 1:
 		cause = fmt.Errorf("%s refused the connection (no server listens there): %w", addr, err)
-	default:
-		all := true
-		for _, a := range d.listed {
-			if d.refused[a] == nil {
-				all = false
-			}
-		}
-		if all {
-			cause = fmt.Errorf("every server listed (%s) refused the connection: %w", strings.Join(d.listed, ", "), err)
-		}
+	case !slices.ContainsFunc(d.listed, func(a string) bool { return d.refused[a] == nil }):
+		cause = fmt.Errorf("every server listed (%s) refused the connection: %w", strings.Join(d.listed, ", "), err)
 	}
 	d.mu.Unlock()
 	if cause != nil {

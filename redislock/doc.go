@@ -10,8 +10,8 @@
 //	locker, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0?prefix=myapp:")
 //
 // or with a client of your own (any redis.UniversalClient; the Locker does
-// not close it), which should set ContextTimeoutEnabled so that a
-// context's deadline bounds a call's socket I/O:
+// not close it) with ContextTimeoutEnabled, so that a context's deadline
+// bounds a call's socket I/O:
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, err := redislock.New(client, nil)
@@ -76,8 +76,6 @@
 // store where that matters. Route go-redis's own logs with SlogLogger.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/REDIS.md for the
-// URL forms and examples, the keys of every kind, fencing tokens, requests
-// and auto-pipelining, waiting, the layouts and what the redsync layout
-// shares with its peers, the measured limits, eviction, securing the store
-// with an ACL user, and Sentinel and Cluster operation.
+// details: URL examples, keys, requests, waiting, layouts, measured
+// limits, eviction, securing the store, Sentinel and Cluster.
 package redislock

@@ -173,18 +173,14 @@ func TestObserveEnds(t *testing.T) {
 	d := newDriver(t, nil)
 	ctx := ctxTimeout(t, 20*time.Second)
 	octx, cancel := context.WithCancel(ctx)
-	ch1, err := d.Observe(octx, "election/ends")
-	if err != nil {
-		t.Fatal(err)
+	observe := func(ctx context.Context, name string) <-chan driver.LeaderInfo {
+		ch, err := d.Observe(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
 	}
-	ch2, err := d.Observe(ctx, "election/ends")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch3, err := d.Observe(ctx, "election/other")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch1, ch2, ch3 := observe(octx, "election/ends"), observe(ctx, "election/ends"), observe(ctx, "election/other")
 	cancel()
 	drain := func(ch <-chan driver.LeaderInfo, what string) {
 		t.Helper()

@@ -2,6 +2,8 @@ package redislock
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,4 +105,100 @@ func holder(t testing.TB, d *Driver, name string) string {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestConformance runs dlock's conformance suite against the shared Redis.
+// Every Locker has a client of its own, as separate processes would.
+func TestConformance(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	admin := testenv.RedisClient(t)
+	prefix := testPrefix(t, admin)
+	conform(t, admin, LayoutDlock, prefix, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		return ownClientLocker(t, &redis.Options{Addr: addr}, &Options{Prefix: prefix}, opts...)
+	})
+}
+
+// conform runs dlock's conformance suite over the Lockers of newLocker, in
+// layout, on keys under prefix, which admin deletes to take a lock away.
+func conform(t *testing.T, admin redis.Cmdable, layout Layout, prefix string,
+	newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) {
+	locktest.Run(t, locktest.Harness{
+		NewLocker: newLocker,
+		TakeAway: func(t *testing.T, name string) {
+			key := prefix + "{" + name + "}"
+			if layout == LayoutRedsync {
+				key = prefix + name
+			}
+			if err := admin.Del(t.Context(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		TTL: 500 * time.Millisecond,
+	})
+}
+
+// ownClientLocker returns a Locker with the options o over a client of
+// its own, made with co, as separate processes would have; the client is
+// closed after the Locker.
+func ownClientLocker(t *testing.T, co *redis.Options, o *Options, opts ...dlock.Option) *dlock.Locker {
+	c := redis.NewClient(co)
+	t.Cleanup(func() { _ = c.Close() }) // after the suite closes the Locker
+	l, err := New(c, o, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestNoGoroutineLeak: waiting, cancelling, handing off and closing leave
+// no goroutine behind, with a caller's client or one opened from a URL.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		defer c.Close()
+		d := NewDriver(c, &Options{Prefix: "dlocktest:" + randomHex(6) + ":"})
+		ctx := ctxTimeout(t, 20*time.Second)
+		h := request("leak", 10*time.Second)
+		if _, err := d.TryLock(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		locktest.GiveUpWaits(ctx, d, "leak")
+		r := request("leak", 10*time.Second)
+		res := lockAsync(ctx, d, r)
+		waitQueued(t, d, "leak", 1)
+		_ = d.Unlock(ctx, h)
+		if got := <-res; got.err != nil {
+			t.Fatal(got.err)
+		}
+		_ = d.Unlock(ctx, r)
+		res = lockAsync(ctx, d, request("leak", time.Second)) // ends by Close
+		_ = d.Close()
+		<-res
+	}()
+	func() {
+		// A Locker opened from a URL owns its client: Close ends it all.
+		ctx := ctxTimeout(t, 20*time.Second)
+		url := "redis://" + testenv.RedisAddr(t) + "?prefix=dlocktest:" + randomHex(6) + ":"
+		a, b := openURL(t, url), openURL(t, url)
+		lease, err := a.Acquire(ctx, "leak")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			l, err := b.Acquire(ctx, "leak")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = l.Release(ctx)
+		})
+		waitQueued(t, a.Driver().(*Driver), "leak", 1)
+		_ = lease.Release(ctx)
+		wg.Wait()
+		_ = a.Close()
+		_ = b.Close()
+	}()
+	locktest.NoLeak(t, before)
 }

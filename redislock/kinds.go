@@ -4,22 +4,23 @@ import (
 	"strings"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // A kind is one kind of lock as a layout lays it out in Redis: its keys,
-// and the scripts of its operations (see docs/REDIS.md, Keys,
-// Lock kinds and Layouts). Every key of a lock of layout=dlock is
+// and the scripts of its operations (see Keys, Lock kinds and Layouts in
+// docs/REDIS.md). Every key of a lock of layout=dlock is
 // <prefix><head>{<name>}<suffix>, so that all share the hash tag {name}.
 type kind struct {
 	head     string   // after the prefix, before the hash tag
 	suffixes []string // after the hash tag, in the scripts' KEYS order
 	// script runs each operation of the kinds other than the mutex (see
 	// scripts/kinds.lua), whose scripts are their own; tag is its side.
-	script *script
+	script *redisutil.Script
 	tag    any
 	// plain is redsync's mutex (LayoutRedsync): the plain key
-	// <prefix><name> and dlock's counter beside it, no queue (waiters
-	// poll: see lockPlain), a release of its own.
+	// <prefix><name> and dlock's counter beside it, no queue (see
+	// lockPlain), a release of its own.
 	plain bool
 }
 
@@ -47,21 +48,17 @@ var (
 	opRefresh any = "refresh"
 	opRelease any = "release"
 
-	noArg any = ""
+	noArg   any = ""
+	byShard any = "s" // tells a script to announce a change by SPUBLISH (see useShards)
 
-	// byShard tells a script to announce a change by SPUBLISH (see
-	// useShards).
-	byShard any = "s"
-
-	// releaseTTL stands for the TTL arguments of a release, which uses
-	// none.
+	// releaseTTL stands for the TTL arguments of a release, which uses none.
 	releaseTTL = &boxedTTL{ms: any(int64(0)), life: any(int64(0))}
 )
 
-// plainSide starts the keys and channels dlock adds beside the plain keys
-// of LayoutRedsync, whatever the prefix: the peers' keys are <prefix><name>,
-// often with an empty prefix, so dlock's own keys keep to a namespace of
-// their own, which no name of LayoutDlock's (always "<prefix>{" or
+// The keys and channels dlock adds beside the plain keys of LayoutRedsync
+// start so, whatever the prefix: the peers' keys are <prefix><name>, often
+// with an empty prefix, so dlock's own keys keep to a namespace of their
+// own, which no name of LayoutDlock's (always "<prefix>{" or
 // "<prefix><kind>{") reaches. scripts/plain_release.lua spells the
 // channel's form out too.
 const (
@@ -74,10 +71,9 @@ const (
 // allocations (the string and the slice); a key that starts the next one
 // (<base> and <base>:fence, <base>:q and <base>:qe) is cut from it. In
 // LayoutRedsync they are the lock, <prefix><name>, and its fencing
-// counter, dlock:fence:{<prefix><name>}: the counter's hash tag is the
-// whole lock key, so on a Redis Cluster the two share a slot (a key
-// without braces hashes whole, and neither a prefix nor a name holds a
-// brace).
+// counter, dlock:fence:{<prefix><name>}, whose hash tag is the whole lock
+// key (which, as neither prefix nor name holds a brace, hashes whole): on
+// a Redis Cluster the two share a slot.
 func (k *kind) keys(prefix, name string) []string {
 	if k.plain {
 		s := plainFenceHead + prefix + name + "}"

@@ -21,9 +21,7 @@ const (
 	// <prefix><name> holding the acquisition's owner value with a PX TTL,
 	// beside which dlock keeps a fencing counter of its own. A Driver in
 	// this layout shares locks with those libraries' clients on the same
-	// names. It has the mutex only, and no wait queue: waiters try again
-	// when a dlock release announces itself, when the holder's TTL runs
-	// out and every PollInterval.
+	// names. It has the mutex only, and no wait queue (see PollInterval).
 	LayoutRedsync Layout = "redsync"
 )
 
@@ -35,7 +33,6 @@ const DefaultPollInterval = 100 * time.Millisecond
 
 // A format is a layout: the kinds of lock it has, by mode, and how.
 type format struct {
-	layout Layout
 	prefix string                // the default of Options.Prefix
 	kinds  map[driver.Mode]*kind // a mode missing here is not supported
 	listed []*kind               // the kinds Inspect lists
@@ -43,8 +40,8 @@ type format struct {
 }
 
 var (
-	dlockFormat   = &format{layout: LayoutDlock, prefix: DefaultPrefix, kinds: dlockKinds, listed: dlockListed}
-	redsyncFormat = &format{layout: LayoutRedsync, kinds: plainKinds, listed: []*kind{plainMutex},
+	dlockFormat   = &format{prefix: DefaultPrefix, kinds: dlockKinds, listed: dlockListed}
+	redsyncFormat = &format{kinds: plainKinds, listed: []*kind{plainMutex},
 		reason: "layout=redsync has the mutex only: redsync and bsm/redislock have no readers-writer, semaphore or election format"}
 )
 

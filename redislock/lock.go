@@ -8,11 +8,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // lockReq is a driver.Request resolved once, at the driver's entry: its
 // kind of lock in the driver's layout, its keys and its TTL as the scripts
-// take it. Every step after uses it.
+// take it.
 type lockReq struct {
 	driver.Request
 	kind *kind
@@ -63,7 +64,7 @@ func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
 // call returns the script of op (opTry, opWait, opRefresh, opRelease) on
 // q's lock, its keys and its arguments (n of args); channel is the one a
 // waiter's queue entry names (opWait).
-func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *script, keys []string, args [11]any, n int, err error) {
+func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *redisutil.Script, keys []string, args [11]any, n int, err error) {
 	k, b := q.kind, q.args
 	if op == opRelease {
 		b = releaseTTL
@@ -120,16 +121,13 @@ func (d *Driver) publishArg(ctx context.Context) (any, error) {
 	return noArg, err
 }
 
-// TryLock makes one attempt to take the lock: SET NX and, on success, the
-// next fencing token, in one script. It never joins the wait queue. When
-// the lock is held by another owner the error is a *driver.HeldError with
-// the holder's remaining TTL. A lock that r.Owner already holds is
-// refreshed and reported as acquired, with its current token. On any
-// other error (the script's outcome is then unknown) TryLock releases the
-// lock in case the script took it. The other modes work alike, by their
-// own scripts (see docs/REDIS.md, Lock kinds). In
-// LayoutRedsync the script is the same, on the plain key and dlock's
-// counter beside it (see Layouts).
+// TryLock makes one attempt to take the lock, in one script (SET NX and
+// the next fencing token; the other modes and LayoutRedsync by their own:
+// see Lock kinds and Layouts in docs/REDIS.md), and never queues. A lock
+// held by another owner gives a *driver.HeldError with the holder's
+// remaining TTL; one r.Owner already holds is refreshed and reported
+// acquired, with its current token. On any other error (the outcome
+// unknown) TryLock releases the lock in case the script took it.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -141,10 +139,9 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 
 // try makes one acquisition attempt of q, op opTry (never queue) or
 // opWait (queue, or refresh the queue entry, whose grant message goes to
-// channel), and returns its outcome with the Grant, replicated (see
-// replicated), or the error: a *driver.HeldError when another holds the
-// lock; any other error leaves nothing held or queued, as the script may
-// have run before it.
+// channel), and returns its outcome with the replicated Grant, or the
+// error: a *driver.HeldError when another holds the lock; after any other
+// error, which the script may have preceded, nothing is held or queued.
 func (d *Driver) try(ctx context.Context, q *lockReq, op, channel any) (attempt, driver.Grant, error) {
 	start := time.Now()
 	a, err := acquireReply(d.do(ctx, q, op, channel))
@@ -203,9 +200,9 @@ func acquireReply(cmd *redis.Cmd) (attempt, error) {
 }
 
 // Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
-// reader or permit holder gets a new expiry score), and returns the
-// new expiry, measured from before the request was sent. It returns an
-// error wrapping driver.ErrNotHeld when the lock is gone or another's.
+// reader or permit holder gets a new expiry score), and returns the new
+// expiry, measured from before the request was sent. It returns an error
+// wrapping driver.ErrNotHeld when the lock is gone or another's.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -229,11 +226,10 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 }
 
 // Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
-// same script, hands it to the first live waiter in the queue (to all the
-// readers at its head, or to as many waiters as there are free permits);
-// in LayoutRedsync, it deletes the key and wakes dlock's waiters, who try
-// for it as the peers' do. It returns an error wrapping driver.ErrNotHeld
-// when r.Owner did not hold the lock.
+// same script, hands it to the queue's first live waiter (or readers, or
+// as many waiters as permits are free); in LayoutRedsync, it deletes the
+// key and wakes dlock's waiters. It returns an error wrapping
+// driver.ErrNotHeld when r.Owner did not hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	q, err := d.resolve(r, false)
 	if err != nil {
@@ -249,10 +245,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return nil
 }
 
-// release runs the release of q's lock (release.lua, the release of its
-// kind, or of LayoutRedsync's lock): it drops q.Owner's queue entry and,
-// if q.Owner holds the lock, releases it and hands it on. It reports
-// whether q.Owner held the lock.
+// release runs the release script of q's lock: it drops q.Owner's queue
+// entry and, if q.Owner holds the lock, releases it and hands it on. It
+// reports whether q.Owner held the lock.
 func (d *Driver) release(ctx context.Context, q *lockReq) (bool, error) {
 	n, err := d.do(ctx, q, opRelease, d.channelArg).Int64()
 	if err != nil {
@@ -260,3 +255,13 @@ func (d *Driver) release(ctx context.Context, q *lockReq) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// Resume implements driver.Resumer: a lock is a key with a TTL, which any
+// process holding the acquisition's owner value may refresh and release.
+// It refreshes the lock, owner-checked, as Refresh does; a lock that
+// expired or passed to another owner is left as it is.
+func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return driver.ResumeByRefresh(ctx, d, r)
+}
+
+var _ driver.Resumer = (*Driver)(nil)

@@ -27,11 +27,9 @@ func init() {
 	}
 }
 
-// open is the Opener of redis://, rediss://, redis+sentinel://,
-// rediss+sentinel://, redis+cluster:// and rediss+cluster:// URLs (see the
-// package documentation for their form and parameters). It pings the
-// server (the primary, through the sentinels; a cluster node), so that a
-// wrong address fails here rather than at the first lock.
+// open is the Opener of the URLs of the package documentation. It pings
+// the server (the primary, through the sentinels; a cluster node), so that
+// a wrong address fails here rather than at the first lock.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	c, addr, w, err := newClient(u)
 	if err != nil {
@@ -62,11 +60,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// check pings the client c that open built, within the bound that the
-// package documentation gives (dial_timeout plus read_timeout), while w
-// watches its dials: a definitive failure (a refused connection, a
-// server that does not speak TLS) ends the ping at once and is the
-// error.
+// check pings the client c that open built, within dial_timeout plus
+// read_timeout, while w watches its dials: a definitive failure (a refused
+// connection, a server that does not speak TLS) ends the ping at once and
+// is the error.
 func check(ctx context.Context, c redis.UniversalClient, w *openCheck) error {
 	pctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()
@@ -112,14 +109,10 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	w := &openCheck{d: newDialer(o.DialTimeout, o.TLSConfig)}
-	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second) // go-redis's default read timeout
+	// go-redis's default dial and read timeouts: 5s and 3s.
+	w := &openCheck{d: newDialer(cmp.Or(o.DialTimeout, 5*time.Second), o.TLSConfig, u.Scheme)}
+	w.bound = w.d.timeout + cmp.Or(o.ReadTimeout, 3*time.Second)
 	o.Dialer = w.d.dial
-	if rest, ok := strings.CutPrefix(u.Scheme, "rediss"); ok {
-		w.d.hint = "use redis" + rest + "://"
-	} else {
-		w.d.hint = "leave out tls=true"
-	}
 	switch strings.TrimPrefix(strings.TrimPrefix(u.Scheme, "redis"), "s") {
 	case "+sentinel":
 		if err := sentinelOptions(u, o); err != nil {
@@ -154,10 +147,8 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 // stops answering (see Requests in docs/REDIS.md).
 func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
-	}
+	o.Username = u.User.Username() // nil-safe: "" without user information
+	o.Password, _ = u.User.Password()
 	var err error
 	o.TLSConfig, err = u.TLS(strings.HasPrefix(u.Scheme, "rediss"))
 	dur := func(name string) (v time.Duration) { // the first error is kept
@@ -203,9 +194,7 @@ func serverOptions(u driver.URL, o *redis.UniversalOptions) error {
 		return u.Err("port", port, errors.New("not a port number (1 to 65535)"))
 	}
 	o.Addrs = []string{net.JoinHostPort(host, port)}
-	var err error
-	o.DB, err = database(u)
-	return err
+	return database(u, o)
 }
 
 // sentinelOptions reads the rest of a redis+sentinel:// or
@@ -213,8 +202,7 @@ func serverOptions(u driver.URL, o *redis.UniversalOptions) error {
 // parameter), master_name, the sentinels' own credentials
 // (sentinel_username, sentinel_password) and the database.
 func sentinelOptions(u driver.URL, o *redis.UniversalOptions) error {
-	var err error
-	if o.Addrs, err = hostList(u, DefaultSentinelPort, "redis+sentinel://127.0.0.1:26379?master_name=mymaster"); err != nil {
+	if err := hostList(u, o, DefaultSentinelPort, "redis+sentinel://127.0.0.1:26379?master_name=mymaster"); err != nil {
 		return err
 	}
 	if o.MasterName = u.String("master_name", ""); o.MasterName == "" {
@@ -222,16 +210,14 @@ func sentinelOptions(u driver.URL, o *redis.UniversalOptions) error {
 	}
 	o.SentinelUsername = u.String("sentinel_username", "")
 	o.SentinelPassword = u.String("sentinel_password", "")
-	o.DB, err = database(u)
-	return err
+	return database(u, o)
 }
 
 // clusterOptions reads the rest of a redis+cluster:// or rediss+cluster://
 // URL: the seed nodes (the host list and every addr parameter); the
 // cluster finds the others itself. A cluster has database 0 only.
 func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
-	var err error
-	if o.Addrs, err = hostList(u, DefaultPort, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"); err != nil {
+	if err := hostList(u, o, DefaultPort, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"); err != nil {
 		return err
 	}
 	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
@@ -252,10 +238,10 @@ const ClusterReloadInterval = time.Second
 // URL names none for a sentinel.
 const DefaultSentinelPort = "26379"
 
-// hostList returns the addresses of the URL's comma-separated host list
-// followed by those of its addr parameters (go-redis's form), each with
-// defPort when it names no port.
-func hostList(u driver.URL, defPort, example string) ([]string, error) {
+// hostList sets o.Addrs to the addresses of the URL's comma-separated host
+// list followed by those of its addr parameters (go-redis's form), each
+// with defPort when it names no port.
+func hostList(u driver.URL, o *redis.UniversalOptions, defPort, example string) error {
 	var list []string
 	if u.Host != "" {
 		list = strings.Split(u.Host, ",")
@@ -263,22 +249,25 @@ func hostList(u driver.URL, defPort, example string) ([]string, error) {
 	list = append(list, u.Query()["addr"]...)
 	u.String("addr", "") // read: not unknown
 	if len(list) == 0 {
-		return nil, u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
+		return u.Err("host", "", fmt.Errorf("missing: the URL must name at least one server, as in %s", example))
 	}
-	return redisutil.HostList(u, list, defPort, "listed twice")
+	var err error
+	o.Addrs, err = redisutil.HostList(u, list, defPort, "listed twice")
+	return err
 }
 
-// database reads the URL's path, the database number.
-func database(u driver.URL) (int, error) {
+// database sets o.DB to the URL's path, the database number.
+func database(u driver.URL, o *redis.UniversalOptions) error {
 	db := strings.Trim(u.Path, "/")
 	if db == "" {
-		return 0, nil
+		return nil
 	}
 	n, err := strconv.Atoi(db)
 	if err != nil || n < 0 {
-		return 0, u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
+		return u.Err("db", db, errors.New("the path must be a database number, as in redis://host:6379/2"))
 	}
-	return n, nil
+	o.DB = n
+	return nil
 }
 
 // driverOptions reads the parameters of the driver itself.
@@ -287,7 +276,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.FenceTTL, err = positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
+	if o.FenceTTL, err = redisutil.Positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
 		return nil, err
 	}
 	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
@@ -296,7 +285,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.WaitReplicas < 0 {
 		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
 	}
-	if o.WaitTimeout, err = positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
+	if o.WaitTimeout, err = redisutil.Positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -318,7 +307,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "poll_interval", "only with layout=redsync: layout=dlock's waiters are handed the lock"); err != nil {
 			return nil, err
 		}
-		o.QueueTTL, err = positive(u, "queue_ttl", DefaultQueueTTL)
+		o.QueueTTL, err = redisutil.Positive(u, "queue_ttl", DefaultQueueTTL)
 	case LayoutRedsync:
 		o.Prefix = u.String("prefix", "")
 		if strings.ContainsAny(o.Prefix, "{}") {
@@ -327,7 +316,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "queue_ttl", "only with layout=dlock: layout=redsync has no queue"); err != nil {
 			return nil, err
 		}
-		o.PollInterval, err = positive(u, "poll_interval", DefaultPollInterval)
+		o.PollInterval, err = redisutil.Positive(u, "poll_interval", DefaultPollInterval)
 	default:
 		return nil, u.Err("layout", string(o.Layout), errors.New(`must be "dlock" (the default) or "redsync" (the plain key of redsync and bsm/redislock)`))
 	}
@@ -335,16 +324,6 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		return nil, err
 	}
 	return o, nil
-}
-
-// positive reads parameter name as a duration (def when absent) that
-// must not be zero.
-func positive(u driver.URL, name string, def time.Duration) (time.Duration, error) {
-	d, err := u.Duration(name, def)
-	if err == nil && d == 0 {
-		err = u.Err(name, u.String(name, ""), errors.New("must be positive"))
-	}
-	return d, err
 }
 
 // absent refuses parameter name, meaningless with the URL's other

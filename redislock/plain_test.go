@@ -13,7 +13,6 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
-	"github.com/dlockgo/dlock/locktest"
 )
 
 // plainDriver returns a driver in LayoutRedsync on c with the options o
@@ -381,22 +380,8 @@ func TestPlainConformance(t *testing.T) {
 	admin := testenv.RedisClient(t)
 	prefix := testPrefix(t, admin)
 	cleanPlainSide(t, admin, prefix)
-	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = c.Close() })
-			l, err := New(c, &Options{Layout: LayoutRedsync, Prefix: prefix}, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		TakeAway: func(t *testing.T, name string) {
-			if err := admin.Del(t.Context(), prefix+name).Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		TTL: 500 * time.Millisecond,
+	conform(t, admin, LayoutRedsync, prefix, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		return ownClientLocker(t, &redis.Options{Addr: addr}, &Options{Layout: LayoutRedsync, Prefix: prefix}, opts...)
 	})
 }
 
@@ -424,22 +409,11 @@ func TestPlainACL(t *testing.T) {
 	}
 	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
 	open := func(t *testing.T, prefix string, opts ...dlock.Option) *dlock.Locker {
-		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: pw})
-		t.Cleanup(func() { _ = c.Close() })
-		l, err := New(c, &Options{Layout: LayoutRedsync, Prefix: prefix}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+		return ownClientLocker(t, &redis.Options{Addr: addr, Username: user, Password: pw},
+			&Options{Layout: LayoutRedsync, Prefix: prefix}, opts...)
 	}
-	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker { return open(t, prefix, opts...) },
-		TakeAway: func(t *testing.T, name string) {
-			if err := admin.Del(t.Context(), prefix+name).Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		TTL: 500 * time.Millisecond,
+	conform(t, admin, LayoutRedsync, prefix, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		return open(t, prefix, opts...)
 	})
 	l := open(t, "other:")
 	defer l.Close()

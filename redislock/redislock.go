@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Defaults of Options.
@@ -35,55 +37,45 @@ const minQueueTTL = 100 * time.Millisecond
 // Options configure a Driver. The zero value, like a nil *Options, means
 // every default. NewDriver copies them: later changes have no effect.
 type Options struct {
-	// Layout is how locks are laid out in Redis: LayoutDlock (the zero
-	// value) or LayoutRedsync, the plain key of redsync and
-	// bsm/redislock, shared with their clients (see Layouts in the
-	// docs/REDIS.md). NewDriver panics on any other value.
+	// Layout is how locks lie in Redis: LayoutDlock (the zero value) or
+	// LayoutRedsync (see Layouts in docs/REDIS.md). NewDriver panics on
+	// any other value.
 	Layout Layout
 
 	// Prefix starts every key and channel name, so that several
 	// applications can share one Redis. It must not contain braces: the
 	// lock's name in braces is the Redis Cluster hash tag. Default
 	// DefaultPrefix. In LayoutRedsync it starts the lock keys only, and
-	// its default is empty: a redsync mutex's key, or a bsm/redislock
-	// lock's, is the bare name the application gives it.
+	// is empty by default: the peers' keys are the bare names.
 	Prefix string
 
 	// QueueTTL bounds how long a waiter's queue entry lives without a
-	// refresh; a waiter refreshes it every third of that (and of the lock's
-	// TTL, whichever is smaller). An entry whose waiter died (crashed without
-	// cancelling) is skipped once it expires; a release before then hands the
-	// lock to the dead waiter, and the lock stays unused until that waiter's
+	// refresh, which comes every third of the smaller of it and the lock's
+	// TTL. A waiter that crashed is skipped once its entry expires; a
+	// release before then hands it the lock, which stays unused until its
 	// TTL runs out: a smaller QueueTTL narrows that window, at the cost of
 	// more frequent re-checks. The entry lifetime used is min(QueueTTL,
 	// max(lock TTL, 100ms)). Zero or negative means DefaultQueueTTL.
 	// LayoutRedsync has no queue and ignores it.
 	QueueTTL time.Duration
 
-	// PollInterval is, in LayoutRedsync, about how often a waiting call
-	// tries again while the lock is held (each wait is drawn between half
-	// and one and a half times it), besides trying when a dlock release
-	// announces itself and when the holder's TTL runs out: the peers'
-	// releases announce nothing, so it bounds how long one goes unseen.
-	// Zero or negative means DefaultPollInterval. LayoutDlock ignores it.
+	// PollInterval is, in LayoutRedsync, the mean pause between a waiting
+	// call's attempts while the lock is held, which bounds how long a
+	// peer's release goes unseen (see Layouts in docs/REDIS.md). Zero or
+	// negative means DefaultPollInterval. LayoutDlock ignores it.
 	PollInterval time.Duration
 
 	// FenceTTL is how long a name's fencing counter is kept after it was
-	// seeded (on first use, or after it expired), so that names no longer
-	// used do not hold memory for ever. Acquisitions do not extend it: a
-	// counter that expired is reseeded from the server's clock in
-	// microseconds, which keeps tokens increasing. Zero or negative
-	// means DefaultFenceTTL.
+	// seeded; acquisitions do not extend it (see Fencing tokens in
+	// docs/REDIS.md). Zero or negative means DefaultFenceTTL.
 	FenceTTL time.Duration
 
-	// WaitReplicas, when positive, makes every acquisition and every renewal
-	// wait until that many replicas acknowledged it (Redis WAIT). An
-	// acquisition fewer replicas acknowledged within WaitTimeout is released
-	// and fails with an error matching ErrNotReplicated; such a renewal fails
-	// (matching ErrNotReplicated) and the lease keeps the validity of the last
-	// acknowledged one. It narrows the failover race but does not close it
-	// unless set to the number of replicas (see docs/REDIS.md and
-	// docs/SAFETY.md). Not for Redis Cluster clients. Default 0: no waiting.
+	// WaitReplicas, when positive, makes every acquisition and renewal wait
+	// until that many replicas acknowledged it (Redis WAIT): without them
+	// within WaitTimeout, an acquisition is released and a renewal fails,
+	// both matching ErrNotReplicated (the lease keeps the validity of the
+	// last acknowledged renewal). What it closes of the failover race: see
+	// Sentinel in docs/REDIS.md. Not for Redis Cluster clients. Default 0.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
@@ -91,22 +83,20 @@ type Options struct {
 	// DefaultWaitTimeout.
 	WaitTimeout time.Duration
 
-	// Logger receives the driver's own messages: one warning when the
-	// server's maxmemory-policy may evict lock keys (see Eviction in
-	// docs/REDIS.md), and at Debug why that could not be checked. Nil means
+	// Logger receives the eviction warning, and at Debug why the check
+	// could not run (see Eviction in docs/REDIS.md). Nil means
 	// slog.Default(); a driver opened by dlock.Open uses the logger of
-	// dlock.WithLogger. go-redis logs through a logger of its own: see
-	// SlogLogger.
+	// dlock.WithLogger. For go-redis's own logs see SlogLogger.
 	Logger *slog.Logger
 }
 
 // Driver is the Redis driver: a dlock driver.Driver, driver.Waiter,
 // driver.Moder (every mode) and driver.Elector over one Redis server (or
-// Redis Cluster) reached through a go-redis client.
-// Create it with NewDriver (or New, or dlock.Open with a redis:// URL).
-// Each call sends its script through the client, on the caller's
-// goroutine. A Driver holds pub/sub connections of its client's while it
-// waits or observes (see docs/REDIS.md, Requests, Waiting and Cluster).
+// Redis Cluster) reached through a go-redis client. Create it with
+// NewDriver (or New, or dlock.Open with a redis:// URL). Each call sends
+// its script through the client, on the caller's goroutine. A Driver holds
+// pub/sub connections of its client's while it waits or observes (see
+// docs/REDIS.md, Requests, Waiting and Cluster).
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -137,17 +127,10 @@ type Driver struct {
 	ownOnce  sync.Once
 	ownReady <-chan struct{}
 
-	// shardState is shardUnknown, shardOn or shardOff (see useShards).
-	shardState atomic.Int32
-
-	// waitReplicas and waitTimeout are Options.WaitReplicas and
-	// Options.WaitTimeout (in milliseconds).
-	waitReplicas int
-	waitTimeout  int64
-
-	// lastTTL caches the script arguments of the last TTL used (see
-	// resolve).
-	lastTTL atomic.Pointer[boxedTTL]
+	shardState   atomic.Int32             // shardUnknown, shardOn or shardOff (see useShards)
+	waitReplicas int                      // Options.WaitReplicas
+	waitTimeout  int64                    // Options.WaitTimeout, in milliseconds
+	lastTTL      atomic.Pointer[boxedTTL] // the script arguments of the last TTL used (see resolve)
 
 	// stopCheck cancels NewDriver's background eviction check, and
 	// checking counts it, for Close to wait for.
@@ -158,9 +141,9 @@ type Driver struct {
 // NewDriver returns a driver that uses client, with the options o (nil
 // means the defaults). The driver does not close client: the caller keeps
 // owning it, and must not close it before the driver. NewDriver panics if
-// client is nil. It makes no request itself: the check of the server's
-// maxmemory-policy (see Eviction in docs/REDIS.md) runs in
-// the background, and Close waits for it.
+// client is nil. It makes no request itself: the eviction check (see
+// Eviction in docs/REDIS.md) runs in the background, and Close waits for
+// it.
 func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 	d := buildDriver(client, o)
 	d.startEvictionCheck(logger(o))
@@ -180,30 +163,19 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if err != nil {
 		panic("redislock: NewDriver with " + err.Error())
 	}
-	if opt.Prefix == "" {
-		opt.Prefix = f.prefix
-	}
-	if opt.PollInterval <= 0 {
-		opt.PollInterval = DefaultPollInterval
-	}
-	if opt.QueueTTL <= 0 {
-		opt.QueueTTL = DefaultQueueTTL
-	}
-	if opt.FenceTTL <= 0 {
-		opt.FenceTTL = DefaultFenceTTL
-	}
+	opt.Prefix = cmp.Or(opt.Prefix, f.prefix)
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails since Go 1.24
 	d := &Driver{
 		client:   client,
 		prefix:   opt.Prefix,
-		queueTTL: opt.QueueTTL,
-		fenceTTL: max(opt.FenceTTL.Milliseconds(), 1),
+		queueTTL: redisutil.PositiveOr(opt.QueueTTL, DefaultQueueTTL),
+		fenceTTL: max(redisutil.PositiveOr(opt.FenceTTL, DefaultFenceTTL).Milliseconds(), 1),
 		channel:  opt.Prefix + "w:" + hex.EncodeToString(id[:]),
 		done:     make(chan struct{}),
 
 		format:       f,
-		pollInterval: opt.PollInterval,
+		pollInterval: redisutil.PositiveOr(opt.PollInterval, DefaultPollInterval),
 	}
 	d.channelArg = d.channel
 	d.waitReplicas, d.waitTimeout = waitOptions(opt)

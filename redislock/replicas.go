@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // DefaultWaitTimeout is the default of Options.WaitTimeout.
@@ -25,25 +26,15 @@ func waitOptions(o Options) (int, int64) {
 	if o.WaitReplicas <= 0 {
 		return 0, 0
 	}
-	t := o.WaitTimeout
-	if t <= 0 {
-		t = DefaultWaitTimeout
-	}
-	return o.WaitReplicas, max(t.Milliseconds(), 1)
+	return o.WaitReplicas, max(redisutil.PositiveOr(o.WaitTimeout, DefaultWaitTimeout).Milliseconds(), 1)
 }
 
-// replicated passes on the grant g of an acquisition when the driver
-// waits for no replica. Otherwise it makes sure that d.waitReplicas
-// replicas have the grant, and releases the lock and fails with
-// ErrNotReplicated if they have not.
-//
-// Redis replicates asynchronously: a primary that dies after granting a
-// lock and before its replicas received the grant leaves a promoted
-// replica on which the lock is free (and the fencing counter behind). WAIT
-// closes most of that window: the caller does not use the lock before a
-// replica has it. What remains: a replica that acknowledged may not be the
-// one promoted (with several replicas, wait for all of them), and a
-// failover by Sentinel or Cluster can still pick a replica that lags.
+// replicated passes on the grant g of an acquisition once d.waitReplicas
+// replicas have it (see waitAck), and otherwise releases the lock and
+// fails with ErrNotReplicated. Redis replicates asynchronously: a primary
+// that dies before its replicas received a grant leaves a promoted replica
+// on which the lock is free (and the fencing counter behind). WAIT closes
+// most of that window; what remains is in Sentinel in docs/REDIS.md.
 func (d *Driver) replicated(ctx context.Context, q *lockReq, g driver.Grant) (driver.Grant, error) {
 	if d.waitReplicas <= 0 {
 		return g, nil
@@ -63,19 +54,17 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 // gone, a refresh fails with driver.ErrNotHeld alone.
 //
 // WAIT counts the replicas that received every write of its own
-// connection; the grant may have been written on another one (the
-// driver's script sender, or the releaser's for a handoff). The refresh
-// is a write on WAIT's connection that comes after the grant in the
-// replication stream, so a replica that has it has the grant too; it also
-// checks that the lock is still q.Owner's.
+// connection, and the grant may have been written on another one (of the
+// pool, or the releaser's for a handoff). The refresh is a write on WAIT's
+// connection that comes after the grant in the replication stream, so a
+// replica that has it has the grant too; it also checks that the lock is
+// still q.Owner's.
 //
 // A renewal the replicas did not acknowledge fails without ending the
-// lock: the lease keeps the validity of the last acknowledged one. A
-// primary cut off from its replicas (and from the sentinels, which
-// promote one of them) still accepts the renewal, but the promoted replica
-// only has the expiry of the last renewal it received; counting validity
-// from that one keeps the holder from believing it holds a lock the new
-// primary hands out.
+// lock, whose lease keeps the validity of the last acknowledged one: a
+// primary cut off from its replicas and the sentinels still accepts
+// renewals, but the replica they promote has only the expiry of the last
+// renewal it received.
 func (d *Driver) waitAck(ctx context.Context, q *lockReq, op string) error {
 	n, err := d.wait(ctx, q)
 	switch {

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // The Lua scripts: one per hot operation of the mutex, one per other kind
-// of lock, so that each operation is one round trip.
-// They run as go-redis's Script.Run does: EVALSHA, and EVAL (which caches
-// the script again) when the server answers NOSCRIPT, after a restart or
-// SCRIPT FLUSH.
+// of lock, so that each operation is one round trip. They run as
+// go-redis's Script.Run does: EVALSHA, and EVAL (which caches the script
+// again) when the server answers NOSCRIPT, after a restart or SCRIPT FLUSH.
 var (
 	//go:embed scripts/lib.lua
 	libLua string
@@ -36,62 +37,33 @@ var (
 	//go:embed scripts/plain_release.lua
 	plainReleaseLua string
 
-	acquireScript = newScript(withLib(acquireLua))
-	releaseScript = newScript(withLib(releaseLua))
-	refreshScript = newScript(refreshLua)
+	// lib.lua holds the functions that the mutex's acquire and release
+	// share, and kinds.lua, after it, those of the other kinds' scripts.
+	acquireScript = redisutil.NewScript(libLua + "\n" + acquireLua)
+	releaseScript = redisutil.NewScript(libLua + "\n" + releaseLua)
+	refreshScript = redisutil.NewScript(refreshLua)
 
 	// LayoutRedsync takes the lock with acquireScript in try mode and
 	// refreshes it with refreshScript; its release is its own.
-	plainReleaseScript = newScript(plainReleaseLua)
+	plainReleaseScript = redisutil.NewScript(plainReleaseLua)
 
-	// The other kinds of lock: one script per kind, each operation of
-	// which (try, wait, refresh, release) is one call.
-	rwScript        = newScript(withKindsLib(rwLua))
-	semaphoreScript = newScript(withKindsLib(semaphoreLua))
-	electionScript  = newScript(withKindsLib(electionLua))
-	leaderScript    = newScript(leaderLua)
+	kindsLib        = libLua + "\n" + kindsLua + "\n"
+	rwScript        = redisutil.NewScript(kindsLib + rwLua)
+	semaphoreScript = redisutil.NewScript(kindsLib + semaphoreLua)
+	electionScript  = redisutil.NewScript(kindsLib + electionLua)
+	leaderScript    = redisutil.NewScript(leaderLua)
 )
-
-// withLib returns script after lib.lua, the functions the mutex's scripts
-// share.
-func withLib(script string) string { return libLua + "\n" + script }
-
-// withKindsLib returns the script of a kind of lock after lib.lua and
-// kinds.lua.
-func withKindsLib(script string) string { return libLua + "\n" + kindsLua + "\n" + script }
-
-// script is a Lua script that keeps its source at hand, for the calls
-// that send it by EVAL in a pipeline (see waitAck), and its hash and
-// source boxed once as command arguments.
-type script struct {
-	*redis.Script
-	src       string
-	boxedHash any
-	boxedSrc  any
-}
-
-// newScript returns the script of Lua source src.
-func newScript(src string) *script {
-	s := redis.NewScript(src)
-	return &script{Script: s, src: src, boxedHash: s.Hash(), boxedSrc: src}
-}
-
-// Source returns the script's Lua source.
-func (s *script) Source() string { return s.src }
 
 // run sends one call of s through the driver's client with the caller's
 // ctx, as go-redis's Script.Run does: EVALSHA, then EVAL if the server
-// answers NOSCRIPT. There is no layer of dlock's own between a call and
-// go-redis: a client that coalesces calls (go-redis's AutoPipeliner) does
-// so here, and ctx bounds the call as far as the client honours it (see
-// Requests in docs/REDIS.md). The command is built here,
-// rather than by EvalSha, so that its arguments are put in one slice
-// once, and each key goes in as a pointer to it (which go-redis writes,
-// and routes by, as the string): boxing a string costs an allocation, a
-// pointer none.
-func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
+// answers NOSCRIPT (see Requests in docs/REDIS.md). The command is built
+// here, rather than by EvalSha, so that its arguments are put in one
+// slice once, and each key goes in as a pointer to it (which go-redis
+// writes, and routes by, as the string): boxing a string costs an
+// allocation, a pointer none.
+func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys)+len(args))
-	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.boxedHash, len(keys)
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.SHA, len(keys)
 	for i := range keys {
 		cmdArgs[3+i] = &keys[i]
 	}
@@ -104,15 +76,14 @@ func (d *Driver) run(ctx context.Context, s *script, keys []string, args ...any)
 		case err == nil:
 			return cmd
 		case cmdArgs[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")):
-			cmdArgs[0], cmdArgs[1] = "eval", s.boxedSrc
+			cmdArgs[0], cmdArgs[1] = "eval", s.Src
 		case movingSlot(err):
 			// A Cluster slot in migration refuses a script whose keys are
-			// split between the two primaries for now (TRYAGAIN), or
-			// redirects it more often than go-redis follows while the
-			// primaries take up the slot's new owner (MOVED, ASK), or the
-			// cluster is failing over (CLUSTERDOWN); the script did not
-			// run. Wait for the move (go-redis's own retries give up within
-			// a second) rather than fail the call, for at most tryAgainFor.
+			// split between the two primaries (TRYAGAIN), or redirects it
+			// more often than go-redis follows (MOVED, ASK), or the cluster
+			// is failing over (CLUSTERDOWN); the script did not run. Wait
+			// for the move (go-redis's own retries give up within a second)
+			// rather than fail the call, for at most tryAgainFor.
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
 			}

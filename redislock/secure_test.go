@@ -4,7 +4,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -47,15 +46,7 @@ func TestSecured(t *testing.T) {
 	good := securedURL(srv, "locks", lockPW, tlsArgs...)
 
 	t.Run("Conformance", func(t *testing.T) {
-		locktest.Run(t, locktest.Harness{
-			NewLocker: locktest.Opener(good),
-			TakeAway: func(t *testing.T, name string) {
-				if err := admin.Del(t.Context(), prefix+"{"+name+"}").Err(); err != nil {
-					t.Fatal(err)
-				}
-			},
-			TTL: 500 * time.Millisecond,
-		})
+		conform(t, admin, LayoutDlock, prefix, locktest.Opener(good))
 	})
 
 	t.Run("OnlyItsPrefix", func(t *testing.T) {

@@ -80,11 +80,7 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 					return
 				}
 				n := holding.Add(1)
-				for {
-					m := most.Load()
-					if n <= m || most.CompareAndSwap(m, n) {
-						break
-					}
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				if n >= limit {
 					reachOnce.Do(func() { close(reached) })

@@ -14,9 +14,9 @@ import (
 
 // Subscriptions. A Driver subscribes to each channel it listens on once,
 // for all its callers of that channel, with one goroutine that reads it
-// (see Driver, and Waiting and Cluster in docs/REDIS.md). A
-// grant that never arrives (subscription down, message lost) is not
-// fatal: waiters re-check on a timer.
+// (see Waiting and Cluster in docs/REDIS.md). A grant that never arrives
+// (subscription down, message lost) is not fatal: waiters re-check on a
+// timer.
 
 // pingInterval is how long a subscription may stay silent before its
 // listener pings the server; a ping left unanswered for as long again
@@ -107,23 +107,20 @@ type subscriptions struct {
 
 // subscription is one channel's, shared by the Driver's callers of it.
 type subscription struct {
-	refs    int
 	ready   chan struct{} // closed once the subscription is first confirmed
 	once    sync.Once
 	cancel  context.CancelFunc
-	signals map[chan struct{}]struct{} // the followers'; guarded by subscriptions.mu
+	signals map[chan struct{}]struct{} // the followers' (the last to leave ends it); guarded by subscriptions.mu
 }
 
 // follower is one caller's share of a subscription.
 type follower struct {
-	// ready is closed once the subscription is first confirmed.
-	ready <-chan struct{}
+	ready <-chan struct{} // closed once the subscription is first confirmed
 	// signal gets a signal at each message, and each time the
 	// subscription is confirmed (first, and after a reconnection, when
 	// what was published meanwhile was lost).
 	signal <-chan struct{}
-	// leave ends the share; the last to leave ends the subscription.
-	leave func()
+	leave  func() // ends the share; the last to leave ends the subscription
 }
 
 // follow subscribes d to ch (by SSUBSCRIBE when shard), or joins its
@@ -145,14 +142,13 @@ func (s *subscriptions) follow(d *Driver, ch string, shard bool, onMessage func(
 		s.subs[ch] = sub
 		s.wg.Go(func() { s.listen(ctx, d, sub, ch, shard, onMessage) })
 	}
-	sub.refs++
 	signal := make(chan struct{}, 1)
 	sub.signals[signal] = struct{}{}
 	leave := func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(sub.signals, signal)
-		if sub.refs--; sub.refs == 0 {
+		if len(sub.signals) == 0 {
 			sub.cancel()
 			if s.subs[ch] == sub {
 				delete(s.subs, ch)
@@ -240,7 +236,7 @@ func receive(ctx context.Context, ps *redis.PubSub, handle func(msg any) bool) {
 			if ctx.Err() != nil {
 				return
 			}
-			if isTimeout(err) {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 				if pinged {
 					return // no answer to the last ping: start afresh
 				}
@@ -306,11 +302,6 @@ func (d *Driver) subscribeOwn() (<-chan struct{}, bool) {
 		}
 	})
 	return d.ownReady, d.ownReady != nil
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.

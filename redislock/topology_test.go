@@ -14,7 +14,6 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
-	"github.com/dlockgo/dlock/locktest"
 )
 
 // clusterURL returns the redis+cluster:// URL of cs with the driver
@@ -61,20 +60,12 @@ func TestClusterConformance(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Close() })
 	prefix := "dlocktest:" + randomHex(6) + ":"
 	rawURL := clusterURL(cs, prefix)
-	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
-			l := openURL(t, rawURL, opts...)
-			if _, ok := l.Driver().(*Driver).Client().(*redis.ClusterClient); !ok {
-				t.Fatalf("%s opened a %T, want a *redis.ClusterClient", rawURL, l.Driver().(*Driver).Client())
-			}
-			return l
-		},
-		TakeAway: func(t *testing.T, name string) {
-			if err := admin.Del(t.Context(), prefix+"{"+name+"}").Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		TTL: 500 * time.Millisecond,
+	conform(t, admin, LayoutDlock, prefix, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		l := openURL(t, rawURL, opts...)
+		if _, ok := l.Driver().(*Driver).Client().(*redis.ClusterClient); !ok {
+			t.Fatalf("%s opened a %T, want a *redis.ClusterClient", rawURL, l.Driver().(*Driver).Client())
+		}
+		return l
 	})
 }
 
@@ -85,20 +76,12 @@ func TestSentinelConformance(t *testing.T) {
 	admin := ps.Servers[0].Client()
 	prefix := "dlocktest:" + randomHex(6) + ":"
 	rawURL := sentinelURL(ps, prefix)
-	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
-			l := openURL(t, rawURL, opts...)
-			if c, ok := l.Driver().(*Driver).Client().(*redis.Client); !ok || c.Options().Addr != "FailoverClient" {
-				t.Fatalf("%s opened %v, want a failover client", rawURL, l.Driver().(*Driver).Client())
-			}
-			return l
-		},
-		TakeAway: func(t *testing.T, name string) {
-			if err := admin.Del(t.Context(), prefix+"{"+name+"}").Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		TTL: 500 * time.Millisecond,
+	conform(t, admin, LayoutDlock, prefix, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		l := openURL(t, rawURL, opts...)
+		if c, ok := l.Driver().(*Driver).Client().(*redis.Client); !ok || c.Options().Addr != "FailoverClient" {
+			t.Fatalf("%s opened %v, want a failover client", rawURL, l.Driver().(*Driver).Client())
+		}
+		return l
 	})
 }
 

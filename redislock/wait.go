@@ -39,7 +39,6 @@ func (lt *lazyTimer) after(dur time.Duration) <-chan time.Time {
 	return lt.t.C
 }
 
-// stop stops the timer, if it was created.
 func (lt *lazyTimer) stop() {
 	if lt.t != nil {
 		lt.t.Stop()
@@ -47,21 +46,18 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served among waiters; the other modes wait alike. The waiter joins the
-// lock's queue in Redis and is handed the lock by a release (see
-// docs/REDIS.md, Waiting and Lock kinds). In LayoutRedsync waiting is
-// lockPlain's: no queue, no handoff.
+// served: the waiter joins the lock's queue in Redis and is handed the
+// lock by a release (see Waiting and Lock kinds in docs/REDIS.md; in
+// LayoutRedsync, lockPlain). When ctx ends or the driver closes first,
+// Lock leaves the queue, releases a lock handed to it meanwhile, passing
+// it on, and returns ctx's error or driver.ErrClosed; if that clean-up
+// cannot reach Redis, the error says so, and the entry expires after its
+// lifetime and a handed-over lock after its TTL.
 //
-// When ctx ends first, Lock leaves the queue and releases a lock handed to
-// it meanwhile, passing it on, and returns ctx's error; when the driver is
-// closed meanwhile it does the same and returns driver.ErrClosed. If that
-// clean-up cannot reach Redis, the error says so; the entry then expires
-// after its lifetime and a handed-over lock after its TTL.
-//
-// The expiry of a lock received by message is the earlier of two bounds:
-// its arrival plus the TTL less the drift allowance (1% of the TTL plus
-// 2ms), and the sending of the last script that found the caller still
-// queued plus the TTL (the handoff happened after that script ran).
+// The expiry of a lock received by message is the earlier of its arrival
+// plus the TTL less the drift allowance (see drift), and the sending of
+// the last script that found the caller still queued plus the TTL (the
+// handoff happened after that script ran).
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -134,19 +130,13 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 }
 
-// lockPlain is Lock in LayoutRedsync, where the peers poll and their
-// releases announce nothing: no queue, no handoff (see Waiting under
-// Layouts in docs/REDIS.md). Each attempt is TryLock's, and
-// a waiter tries again when a dlock release announces itself on the
-// lock's channel (plainChannel), when the holder's TTL runs out, and
-// after pollDelay. The first attempt is made before subscribing, so a
-// lock that is free costs one script. A release is missed only if it came
-// before the subscription was confirmed; so an attempt that fails before
-// then waits for the confirmation, and tries again at once.
-//
-// When ctx ends or the driver closes, nothing is held or queued: Lock
-// returns ctx's error or driver.ErrClosed. When an attempt fails on an
-// error (its outcome unknown), the lock is released in case it took it.
+// lockPlain is Lock in LayoutRedsync: no queue, no handoff (see Waiting
+// under Layouts in docs/REDIS.md). Each attempt is TryLock's; a waiter
+// tries again when a dlock release announces itself on plainChannel, when
+// the holder's TTL runs out, and after pollDelay. The first attempt comes
+// before subscribing, so a free lock costs one script. A release is missed
+// only if it came before the subscription was confirmed, so an attempt
+// that fails before then waits for the confirmation and tries again.
 func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (driver.Grant, error) {
 	var f follower // the lock's channel, followed from the first failed attempt
 	for {
@@ -193,8 +183,7 @@ func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (d
 // or of the driver. It reports ok with the grant when a message brought
 // one; !ok and no error mean: re-check now. A grant whose token is not
 // above last.seen (the counter at the last check) is stale: it was sent
-// before that check, which found the lock another's, so it has expired
-// since.
+// before that check, which found the lock another's.
 func (d *Driver) await(ctx context.Context, q *lockReq, grants <-chan grantMsg, recheck <-chan time.Time,
 	last attempt) (driver.Grant, bool, error) {
 	latest := last.sent.Add(q.ttl)
@@ -222,11 +211,9 @@ func (d *Driver) await(ctx context.Context, q *lockReq, grants <-chan grantMsg, 
 	}
 }
 
-// awaitSubscription waits for the subscription the grant comes by (the
-// driver's, or the name's shard channel's) to be confirmed (it may be
-// already), or for timeout: waiting then goes on without it, by
-// re-checks. When ctx ends or the driver closes first, it leaves the
-// queue.
+// awaitSubscription waits for the subscription the grant comes by to be
+// confirmed, or for timeout: waiting then goes on by re-checks. When ctx
+// ends or the driver closes first, it leaves the queue.
 func (d *Driver) awaitSubscription(ctx context.Context, q *lockReq, ready <-chan struct{}, timeout <-chan time.Time) error {
 	select {
 	case <-ready:
@@ -252,7 +239,6 @@ func (d *Driver) abandon(ctx context.Context, q *lockReq, cause error) error {
 	return cause
 }
 
-// isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

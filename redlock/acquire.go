@@ -230,3 +230,11 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 func (d *Driver) allowance(ttl time.Duration) time.Duration {
 	return ttl/(1/DriftFactor) + d.drift
 }
+
+// Resume implements driver.Resumer: a lock is a key with a TTL on each
+// node, which any process holding the acquisition's owner value may
+// refresh and release. It refreshes the lock, owner-checked, as Refresh
+// does; a lock that expired or passed to another owner is left as it is.
+func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return driver.ResumeByRefresh(ctx, d, r)
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/internal/redisutil"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 )
@@ -225,7 +226,7 @@ type sendClock struct {
 // requests that run sc: requests of earlier calls still on their way to
 // the slower nodes (an Unlock returns once a quorum has answered) must
 // not count.
-func (h *sendClock) reset(sc *script) {
+func (h *sendClock) reset(sc *redisutil.Script) {
 	h.mu.Lock()
 	h.first, h.script = time.Time{}, sc.Hash()
 	h.mu.Unlock()
@@ -281,4 +282,17 @@ func (c *cluster) clockedDriver(t testing.TB, o *Options) (*Driver, *sendClock) 
 	t.Cleanup(func() { _ = d.Close() })
 	prepare(t, d)
 	return d, h
+}
+
+// TestConformance runs dlock's conformance suite over five redis-servers
+// of the test's own; each Locker has its own clients, as another process
+// would.
+func TestConformance(t *testing.T) {
+	c := newCluster(t, 5)
+	locktest.Run(t, locktest.Harness{
+		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+			return c.locker(t, nil, opts...)
+		},
+		TakeAway: func(t *testing.T, name string) { c.takeAway(t, name) },
+	})
 }

@@ -61,40 +61,35 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if t := count(replies); t.yes < d.quorum {
 		return nil, d.noQuorum("inspect", "", t.yes, "answered", t.firstErr)
 	}
-	names := map[string]bool{}
+	// The nodes' holders of each name by owner: an owner holding the key
+	// on a quorum of nodes holds the lock.
+	type holding struct{ name, owner string }
+	held := map[holding][]redisutil.Holder{}
 	for _, view := range views {
-		for name := range view {
-			names[name] = true
+		for name, h := range view {
+			k := holding{name, h.Owner}
+			held[k] = append(held[k], h)
 		}
 	}
 	var out []driver.LockInfo
-	for name := range names {
-		// The owner holding the key on a quorum of nodes, if any.
-		byOwner := map[string][]redisutil.Holder{}
-		for _, view := range views {
-			if h, ok := view[name]; ok {
-				byOwner[h.Owner] = append(byOwner[h.Owner], h)
-			}
+	for k, rs := range held {
+		if len(rs) < d.quorum {
+			continue
 		}
-		for owner, rs := range byOwner {
-			if len(rs) < d.quorum {
-				continue
-			}
-			info := driver.LockInfo{Name: name, Mode: driver.Exclusive, Owner: owner, Waiters: -1}
-			ttls := make([]time.Duration, 0, len(rs))
-			tokens := make([]uint64, 0, len(rs))
-			for _, h := range rs {
-				ttls = append(ttls, h.TTL)
-				tokens = append(tokens, h.Token)
-			}
-			info.Token = grantToken(tokens)
-			// Held on a quorum until the quorum-th longest TTL runs out.
-			slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
-			if ttl := ttls[d.quorum-1]; ttl > 0 {
-				info.Expires = now.Add(ttl)
-			}
-			out = append(out, info)
+		info := driver.LockInfo{Name: k.name, Mode: driver.Exclusive, Owner: k.owner, Waiters: -1}
+		ttls := make([]time.Duration, 0, len(rs))
+		tokens := make([]uint64, 0, len(rs))
+		for _, h := range rs {
+			ttls = append(ttls, h.TTL)
+			tokens = append(tokens, h.Token)
 		}
+		info.Token = grantToken(tokens)
+		// Held on a quorum until the quorum-th longest TTL runs out.
+		slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
+		if ttl := ttls[d.quorum-1]; ttl > 0 {
+			info.Expires = now.Add(ttl)
+		}
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b driver.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -95,7 +95,6 @@ func (s *subscriber) watch(ctx context.Context, name string) (*waiter, error) {
 	return w, nil
 }
 
-// unwatch removes the waiter.
 func (s *subscriber) unwatch(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,7 +164,6 @@ func (s *subscriber) listen(i int, ps *redis.PubSub) {
 	}
 }
 
-// wake wakes the waiters of name.
 func (s *subscriber) wake(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,7 +175,6 @@ func (s *subscriber) wake(name string) {
 	}
 }
 
-// wakeAll wakes every waiter.
 func (s *subscriber) wakeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

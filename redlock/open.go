@@ -40,11 +40,8 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("node_timeout", u.String("node_timeout", ""),
 			fmt.Errorf("must be between %v and %v", MinNodeTimeout, MaxNodeTimeout))
 	}
-	if o.Drift, err = u.Duration("drift", DefaultDrift); err != nil {
+	if o.Drift, err = redisutil.Positive(u, "drift", DefaultDrift); err != nil {
 		return nil, err
-	}
-	if o.Drift == 0 {
-		return nil, u.Err("drift", u.String("drift", ""), errors.New("must be positive"))
 	}
 	o.Prefix = u.String("prefix", DefaultPrefix)
 	if o.Prefix == "" || strings.ContainsAny(o.Prefix, "{}") {
@@ -69,11 +66,8 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, err
 	}
 
-	var user, pass string
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
+	user := u.User.Username() // nil-safe: "" without user information
+	pass, _ := u.User.Password()
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // Nothing listens on these: the opener dials nothing, so they do for
@@ -140,10 +141,7 @@ func TestOpenParams(t *testing.T) {
 func TestOpen(t *testing.T) {
 	servers := testenv.StartRedisN(t, 3, testenv.RedisOptions{})
 	ctx := t.Context()
-	l, err := dlock.Open(ctx, "redlock://"+testenv.Addrs(servers)+"?ttl=2s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := locktest.Opener("redlock://" + testenv.Addrs(servers) + "?ttl=2s")(t)
 	defer l.Close()
 	lease, err := l.Acquire(ctx, "open/url")
 	if err != nil {

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // reply is one node's answer to one script call.
@@ -47,8 +49,7 @@ const (
 
 // call is one script call fanned out to the nodes in mask. Every node
 // gets the same command line, built once: EVALSHA sha 2 lock fence owner
-// arg arg. The requests run under the call's timeout (which, with
-// ContextTimeoutEnabled, bounds their socket I/O too) and the caller's
+// arg arg. The requests run under the call's timeout and the caller's
 // context values, but not its cancellation: see fanout.
 type call struct {
 	quorum int
@@ -72,17 +73,16 @@ type call struct {
 }
 
 // fanout runs script on every node in mask at once and returns each
-// node's reply in node order. It returns when all have answered, when
-// enough have (see until), or when timeout (or ctx) ends: nodes that have
-// not answered by then get errNodeTimeout (or ctx's error). Their
-// requests go on in the background, bounded by the timeout: a request
-// cancelled with ctx would leave a node without the acquire or the
-// release its quorum got, a key that stays until its TTL. Each node
-// runs its requests in order, so a later request of this Driver to the
-// same node (such as an undo) comes after them.
-func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *script, mask uint64, t *target, a1, a2 any) []reply {
-	c := &call{quorum: d.quorum, stop: stop, ctx: ctx, src: sc.src, done: make(chan struct{})}
-	c.argv = [8]any{"evalsha", sc.sha, 2, t.lock, t.fence, t.owner, a1, a2}
+// node's reply in node order, once all have answered, enough have (see
+// until), or timeout (or ctx) ends: nodes that have not answered by then
+// get errNodeTimeout (or ctx's error). Their requests go on in the
+// background, bounded by the timeout: a request cancelled with ctx would
+// leave a node without the acquire or the release its quorum got, a key
+// that stays until its TTL. Each node runs its requests in order, so a
+// later request of this Driver to the same node (an undo) comes after.
+func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *redisutil.Script, mask uint64, t *target, a1, a2 any) []reply {
+	c := &call{quorum: d.quorum, stop: stop, ctx: ctx, src: sc.Src, done: make(chan struct{})}
+	c.argv = [8]any{"evalsha", sc.SHA, 2, t.lock, t.fence, t.owner, a1, a2}
 	c.out = make([]reply, len(d.nodes))
 	for i := range c.out {
 		c.out[i] = reply{node: i, err: errSkipped}
@@ -160,9 +160,8 @@ func (c *call) answer(i int, val any, err error) {
 
 // node sends one node its requests, in order, from a goroutine of its
 // own: the requests that arrive while a batch is on the wire go out
-// together as the next batch, in one pipeline. With many concurrent locks
-// that saves most system calls, on the client and on the server, under
-// every kind of context (BenchmarkParallelDistinct).
+// together as the next batch, in one pipeline, which with many concurrent
+// locks saves most system calls (BenchmarkParallelDistinct).
 type node struct {
 	i      int
 	client redis.UniversalClient
@@ -315,7 +314,7 @@ func (d *Driver) undo(ctx context.Context, t *target, mask uint64, notify bool) 
 // ours) on each node.
 type tally struct {
 	yes, no, failed int
-	firstErr        nodeErr // for the message
+	firstErr        nodeErr
 }
 
 // nodeErr is a node's error, formatted only when it is reported.
@@ -371,3 +370,26 @@ func (d *Driver) noQuorum(op, name string, got int, what string, first nodeErr) 
 	return fmt.Errorf("redlock: %s: %w: %d of %d nodes %s, %d needed; %w",
 		op, driver.ErrNoQuorum, got, len(d.nodes), what, d.quorum, first.wrap())
 }
+
+// The Lua scripts, one per request a node receives, so that each is one
+// round trip and atomic on its node. They run by EVALSHA and fall back to
+// EVAL when the node does not have them cached (after a restart or a
+// SCRIPT FLUSH).
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/fence.lua
+	fenceLua string
+	//go:embed scripts/refresh.lua
+	refreshLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+
+	acquireScript = redisutil.NewScript(acquireLua)
+	fenceScript   = redisutil.NewScript(fenceLua)
+	refreshScript = redisutil.NewScript(refreshLua)
+	releaseScript = redisutil.NewScript(releaseLua)
+)
+
+// allScripts lists them, for Prepare to load them all into a node at once.
+var allScripts = []*redisutil.Script{acquireScript, fenceScript, refreshScript, releaseScript}

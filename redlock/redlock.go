@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/gate"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Defaults and limits of Options.
@@ -58,9 +60,8 @@ type Options struct {
 	// NodeTimeout bounds each request to one node: a node that has not
 	// answered by then counts as down for that request. Values outside
 	// [MinNodeTimeout, MaxNodeTimeout] are clamped; zero means
-	// DefaultNodeTimeout. A lock can only be taken if a quorum answers
-	// within the timeout, so it should be a few round trips, not more:
-	// the longer it is, the more of the TTL a slow node eats.
+	// DefaultNodeTimeout. It should be a few round trips: the longer it
+	// is, the more of the TTL a slow node eats.
 	NodeTimeout time.Duration
 
 	// Drift is the fixed part of the clock-drift allowance: a lock's
@@ -87,13 +88,11 @@ type Options struct {
 	// docs/REDLOCK.md). Zero or negative means DefaultFenceTTL.
 	FenceTTL time.Duration
 
-	// Logger receives the driver's own messages: one warning when nodes'
-	// maxmemory-policy may evict lock keys (see Eviction in the package
-	// documentation), and at Debug the nodes that could not be checked.
-	// Nil means slog.Default(), so that the warning reaches someone; a
-	// driver opened by dlock.Open uses the logger of dlock.WithLogger, or
-	// slog.Default() without one. (go-redis logs
-	// through a logger of its own: see docs/REDLOCK.md.)
+	// Logger receives the eviction warning, and at Debug the nodes that
+	// could not be checked (see Eviction in docs/REDLOCK.md). Nil means
+	// slog.Default(), so that the warning reaches someone; a driver opened
+	// by dlock.Open uses the logger of dlock.WithLogger. For go-redis's own
+	// logs see docs/REDLOCK.md.
 	Logger *slog.Logger
 }
 
@@ -124,10 +123,8 @@ type Driver struct {
 	sub   subscriber
 	gates gate.Set[struct{}] // one waiter per name on the nodes (Lock)
 
-	// stopCheck cancels the background eviction check, and checking
-	// counts it, for Close to wait for.
-	stopCheck context.CancelFunc
-	checking  sync.WaitGroup
+	stopCheck context.CancelFunc // cancels the eviction check
+	checking  sync.WaitGroup     // counts it, for Close to wait for
 }
 
 // NewDriver returns a driver over the independent Redis masters clients,
@@ -140,7 +137,7 @@ type Driver struct {
 // (see docs/REDLOCK.md for why). The driver runs one sender goroutine per
 // node, one per node for the release subscription once a Lock has had to
 // wait, and at the start one that reads the nodes' maxmemory-policy (see
-// Eviction). Close stops them.
+// Options.Logger). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, errors.New("redlock: NewDriver: no clients")
@@ -157,27 +154,15 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if o != nil {
 		opt = *o
 	}
-	if opt.NodeTimeout == 0 {
-		opt.NodeTimeout = DefaultNodeTimeout
-	}
-	opt.NodeTimeout = min(max(opt.NodeTimeout, MinNodeTimeout), MaxNodeTimeout)
-	if opt.Drift <= 0 {
-		opt.Drift = DefaultDrift
-	}
-	if opt.Prefix == "" {
-		opt.Prefix = DefaultPrefix
-	}
+	opt.Prefix = cmp.Or(opt.Prefix, DefaultPrefix)
 	if strings.ContainsAny(opt.Prefix, "{}") {
 		return nil, fmt.Errorf("redlock: NewDriver: prefix %q contains a brace", opt.Prefix)
-	}
-	if opt.FenceTTL <= 0 {
-		opt.FenceTTL = DefaultFenceTTL
 	}
 	d := &Driver{
 		clients:     append([]redis.UniversalClient(nil), clients...),
 		quorum:      len(clients)/2 + 1,
-		nodeTimeout: opt.NodeTimeout,
-		drift:       opt.Drift,
+		nodeTimeout: min(max(cmp.Or(opt.NodeTimeout, DefaultNodeTimeout), MinNodeTimeout), MaxNodeTimeout),
+		drift:       redisutil.PositiveOr(opt.Drift, DefaultDrift),
 		prefix:      opt.Prefix,
 		fencing:     !opt.NoFencing,
 		fenceTTL:    "0",
@@ -189,14 +174,10 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		d.nodes = append(d.nodes, newNode(i, c))
 	}
 	if d.fencing {
-		d.fenceTTL = max(opt.FenceTTL.Milliseconds(), 1)
+		d.fenceTTL = max(redisutil.PositiveOr(opt.FenceTTL, DefaultFenceTTL).Milliseconds(), 1)
 	}
 	d.sub.init(d)
-	log := opt.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	d.startEvictionCheck(log)
+	d.startEvictionCheck(cmp.Or(opt.Logger, slog.Default()))
 	return d, nil
 }
 
@@ -212,8 +193,6 @@ func New(clients []redis.UniversalClient, o *Options, opts ...dlock.Option) (*dl
 
 // Scheme returns "redlock", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "redlock" }
-
-var _ driver.Schemer = (*Driver)(nil)
 
 // Nodes returns the number of nodes.
 func (d *Driver) Nodes() int { return len(d.nodes) }
@@ -250,8 +229,10 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver = (*Driver)(nil)
-	_ driver.Waiter = (*Driver)(nil)
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Waiter  = (*Driver)(nil)
+	_ driver.Schemer = (*Driver)(nil)
+	_ driver.Resumer = (*Driver)(nil)
 )
 
 // Prepare connects to every node and loads the driver's scripts there, all
@@ -281,4 +262,34 @@ func (d *Driver) Prepare(ctx context.Context) error {
 		return d.noQuorum("prepare", "", t.yes, "prepared", t.firstErr)
 	}
 	return nil
+}
+
+// startEvictionCheck reads every node's maxmemory-policy and logs one
+// warning on log naming the nodes that may evict lock keys: an evicted key
+// takes that node's vote from the holder without its knowing, and enough
+// of them free the lock on a quorum while the holder believes it holds it.
+// It runs in the background, as a driver opens with its nodes unreached
+// (some may be down). A node that cannot be read within
+// redisutil.CheckTimeout (not the node timeout: see there), or refuses
+// CONFIG, is not checked, which is logged at Debug. Close cancels the
+// check and waits for it.
+
+func (d *Driver) startEvictionCheck(log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopCheck = cancel
+	d.checking.Add(1)
+	go func() {
+		defer d.checking.Done()
+		defer cancel()
+		risky := redisutil.Evicting(ctx, d.clients, redisutil.CheckTimeout, func(addr string, err error) {
+			log.Debug("redlock: cannot read a node's maxmemory-policy; whether it may evict lock keys is not checked",
+				"node", addr, "err", err)
+		})
+		if len(risky) > 0 {
+			log.Warn(fmt.Sprintf("redlock: %d of %d nodes may evict lock keys: maxmemory-policy is %s; "+
+				"an evicted lock key takes that node's vote from its holder unnoticed, and on a quorum frees the lock while the holder still believes it holds it; "+
+				"set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf) on every node",
+				len(risky), len(d.clients), strings.Join(risky, ", ")))
+		}
+	}()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
 // Bounds of the random pauses Lock takes before an attempt, so that
@@ -63,11 +64,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		var delay time.Duration
 		if o.rival >= d.quorum {
 			misses = 0
-			delay = o.remaining
-			if delay <= 0 {
-				delay = t.ttl
-			}
-			delay += rand.N(spread)
+			delay = redisutil.PositiveOr(o.remaining, t.ttl) + rand.N(spread)
 		} else {
 			misses++
 			delay = rand.N(spreadWindow(took, misses))
