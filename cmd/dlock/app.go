@@ -128,15 +128,8 @@ func printMainHelp(w io.Writer) {
 
 // usageErr prints one line about a usage error and returns exitUsage.
 func usageErr(sio *stdio, cmd, format string, a ...any) int {
-	fmt.Fprintf(sio.err, "%s: %s (see '%s --help')\n", cmd, fmt.Sprintf(format, a...), helpName(cmd))
+	fmt.Fprintf(sio.err, "%s: %s (see '%s --help')\n", cmd, fmt.Sprintf(format, a...), cmd)
 	return exitUsage
-}
-
-func helpName(cmd string) string {
-	if cmd == "dlock" {
-		return "dlock"
-	}
-	return "dlock " + strings.TrimPrefix(cmd, "dlock ")
 }
 
 // failf prints one line about an error and returns code.
