@@ -23,19 +23,11 @@ type procs struct {
 }
 
 func newProcs(addrs []string) *procs {
-	p := &procs{}
 	inodes := listeningInodes(addrs)
 	if len(inodes) == 0 {
-		return p
+		return &procs{}
 	}
-	seen := map[int]bool{}
-	for _, pid := range pidsOf(inodes) {
-		if !seen[pid] {
-			seen[pid] = true
-			p.roots = append(p.roots, pid)
-		}
-	}
-	return p
+	return &procs{roots: pidsOf(inodes)}
 }
 
 // tree returns the roots and all their descendants.
@@ -178,7 +170,8 @@ func listeningInodes(addrs []string) map[string]bool {
 	return inodes
 }
 
-// pidsOf returns the processes holding any of the socket inodes.
+// pidsOf returns the processes holding any of the socket inodes, each
+// once.
 func pidsOf(inodes map[string]bool) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")

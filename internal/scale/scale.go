@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,15 @@ func DefaultConfig(prefix string) Config {
 		Fillers: 32,
 		Prefix:  prefix,
 	}
+}
+
+// FormatInts joins xs with commas, as the sweeps' list flags take them.
+func FormatInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // Sweep names.
