@@ -32,12 +32,7 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "compare:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("compare", run) }
 
 // unit is one implementation under one context kind: what takes turns.
 type unit struct{ impl, ctx string }
@@ -45,8 +40,7 @@ type unit struct{ impl, ctx string }
 func run() error {
 	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation and context kind")
 	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before each measurement (same scenario, another name)")
-	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+harness.Names())
+	shared, implList := harness.Flags()
 	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
 	ctxList := flag.String("ctx", strings.Join(harness.CtxKinds, ","), "comma-separated context kinds of the lock calls: background (context.Background()), cancel (context.WithCancel, no deadline), timeout (context.WithTimeout 1s per call)")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
@@ -126,11 +120,7 @@ func run() error {
 		for _, im := range impls {
 			_ = im.Close()
 		}
-		if n, err := harness.Cleanup(context.Background(), env); err != nil {
-			fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", *shared, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
-		}
+		harness.CleanupAndReport(env)
 	}()
 	var units []unit
 	for _, k := range kinds {

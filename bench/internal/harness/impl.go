@@ -9,7 +9,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,12 +127,7 @@ var specs = []Spec{
 
 // NeedNATS reports whether any of specs uses the private nats-server.
 func NeedNATS(specs []Spec) bool {
-	for _, s := range specs {
-		if s.NATS {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(specs, func(s Spec) bool { return s.NATS })
 }
 
 // Specs returns the implementations, dlock's first.
@@ -148,27 +146,16 @@ func Names() string {
 // "all": all but the opt-in ones).
 func Select(list string) ([]Spec, error) {
 	if list == "" || list == "all" {
-		var out []Spec
-		for _, s := range specs {
-			if !s.OptIn {
-				out = append(out, s)
-			}
-		}
-		return out, nil
+		return slices.DeleteFunc(slices.Clone(specs), func(s Spec) bool { return s.OptIn }), nil
 	}
 	var out []Spec
 	for n := range strings.SplitSeq(list, ",") {
 		n = strings.TrimSpace(n)
-		found := false
-		for _, s := range specs {
-			if s.Name == n {
-				out = append(out, s)
-				found = true
-			}
-		}
-		if !found {
+		i := slices.IndexFunc(specs, func(s Spec) bool { return s.Name == n })
+		if i < 0 {
 			return nil, fmt.Errorf("unknown implementation %q; known: %s", n, Names())
 		}
+		out = append(out, specs[i])
 	}
 	return out, nil
 }
@@ -193,6 +180,31 @@ func FlushNodes(ctx context.Context, e *Env) error {
 		_ = c.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// Main runs a command's run and, if it fails, prints the error after the
+// command's name and exits 1.
+func Main(name string, run func() error) {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Flags declares the flags of the commands that run implementations: the
+// shared Redis server (-redis) and the implementations (-impls).
+func Flags() (shared, impls *string) {
+	return flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)"),
+		flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+Names())
+}
+
+// CleanupAndReport runs Cleanup and says on stderr how it went.
+func CleanupAndReport(e *Env) {
+	if n, err := Cleanup(context.Background(), e); err != nil {
+		fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", e.Shared, err)
+	} else {
+		fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, e.Shared)
+	}
 }
 
 // Cleanup deletes this run's keys from the shared server, found by SCAN
