@@ -277,9 +277,7 @@ func BenchmarkSet(b *testing.B) {
 	ctx := context.Background()
 	key := prefix(b, c) + "bench"
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		if err := redisfence.Set(ctx, c, key, "value", tok); err != nil {
 			b.Fatal(err)
 		}
@@ -291,9 +289,7 @@ func BenchmarkGuardAdmit(b *testing.B) {
 	g := redisfence.Guard{Client: c, Prefix: prefix(b, c)}
 	ctx := context.Background()
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		if err := g.Admit(ctx, "bench", tok); err != nil {
 			b.Fatal(err)
 		}
