@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -257,9 +258,7 @@ func acquireForRun(ctx context.Context, sio *stdio, cmd string, locker *dlock.Lo
 		case r = <-done:
 			waiting = false
 		case s := <-sigs:
-			if caught == nil {
-				caught = s
-			}
+			caught = cmp.Or(caught, s)
 			cancel()
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -54,10 +55,7 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 		}
 		return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, hosts, user, password) }
 	case "postgres", "postgresql":
-		table := u.Query().Get("table")
-		if table == "" {
-			table = pglock.DefaultTable
-		}
+		table := cmp.Or(u.Query().Get("table"), pglock.DefaultTable)
 		conn := *u
 		conn.RawQuery = ""
 		return func(ctx context.Context) (int, error) {
@@ -71,10 +69,7 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 			return n, err
 		}
 	case "mysql":
-		table := u.Query().Get("table")
-		if table == "" {
-			table = mysqllock.DefaultTable
-		}
+		table := cmp.Or(u.Query().Get("table"), mysqllock.DefaultTable)
 		cfg := mysql.NewConfig()
 		cfg.Net, cfg.Addr, cfg.DBName = "tcp", hosts[0], strings.TrimPrefix(u.Path, "/")
 		if u.User != nil {
@@ -108,10 +103,7 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 	case "zk":
 		return func(ctx context.Context) (int, error) { return zkZnodes(ctx, hosts[0]) }
 	case "nats":
-		bucket := strings.Trim(u.Path, "/")
-		if bucket == "" {
-			bucket = natslock.DefaultBucket
-		}
+		bucket := cmp.Or(strings.Trim(u.Path, "/"), natslock.DefaultBucket)
 		return func(ctx context.Context) (int, error) {
 			nc, err := nats.Connect(strings.Join(hosts, ","), natsUser(u)...)
 			if err != nil {

@@ -10,6 +10,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,9 +252,7 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	)
 	failed := func(err error) { // under mu
 		errs++
-		if firstE == nil {
-			firstE = err
-		}
+		firstE = cmp.Or(firstE, err)
 	}
 	for g := range w {
 		wg.Go(func() {
@@ -447,9 +446,7 @@ func (s *run) fill(ctx context.Context, ls []Locker, prefix string, hs []Held, l
 				h, err := l.Acquire(fctx, prefix+strconv.FormatInt(i, 10))
 				mu.Lock()
 				if err != nil {
-					if firstE == nil {
-						firstE = err
-					}
+					firstE = cmp.Or(firstE, err)
 					mu.Unlock()
 					cancel()
 					return
