@@ -3,6 +3,7 @@ package scale
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,9 +13,9 @@ import (
 	"time"
 )
 
-// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ), 100
+// ClockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ), 100
 // on every Linux architecture Go runs on.
-const clockTicks = 100
+const ClockTicks = 100
 
 // procs are the server processes of a target: each listening address's
 // process and its descendants (PostgreSQL's backends), found once.
@@ -42,7 +43,7 @@ func (p *procs) tree() []int {
 		if err != nil {
 			continue
 		}
-		if f := statFields(pid); len(f) > 2 {
+		if _, f, _ := ProcStat(pid); len(f) > 2 {
 			ppid, _ := strconv.Atoi(f[1])
 			children[ppid] = append(children[ppid], pid)
 		}
@@ -70,7 +71,7 @@ func (p *procs) cpu() (time.Duration, bool) {
 	}
 	var ticks int64
 	for _, pid := range pids {
-		f := statFields(pid)
+		_, f, _ := ProcStat(pid)
 		if len(f) < 15 {
 			continue
 		}
@@ -81,7 +82,7 @@ func (p *procs) cpu() (time.Duration, bool) {
 			ticks += v
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, true
+	return time.Duration(ticks) * time.Second / ClockTicks, true
 }
 
 // memory returns the servers' proportional set size (shared pages split
@@ -109,17 +110,19 @@ func (p *procs) memory() (int64, bool) {
 	return total, true
 }
 
-// statFields returns /proc/pid/stat's fields after "pid (comm)".
-func statFields(pid int) []string {
+// ProcStat reads /proc/<pid>/stat: the command name, which may hold
+// spaces and parentheses and so ends at the last ')', and the fields after
+// it (the state first, utime and stime 12th and 13th).
+func ProcStat(pid int) (comm string, fields []string, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return nil
+		return "", nil, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
-	return strings.Fields(string(b[i+1:]))
+	return string(b[open+1 : end]), strings.Fields(string(b[end+1:])), nil
 }
 
 // listeningInodes returns the socket inodes listening on the loopback

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"bytes"
 	"encoding/csv"
 	"fmt"
 	"html"
@@ -228,15 +229,11 @@ func WriteDir(dir string, ps []Point) error {
 		return err
 	}
 	write := func(name string, fn func(io.Writer) error) error {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
+		var b bytes.Buffer
+		if err := fn(&b); err != nil {
 			return err
 		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		return os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o666)
 	}
 	if err := write("scale.csv", func(w io.Writer) error { return WriteCSV(w, ps) }); err != nil {
 		return err
