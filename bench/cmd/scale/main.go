@@ -30,7 +30,7 @@ func main() { harness.Main("scale", run) }
 func run() error {
 	d := scale.DefaultConfig("")
 	out := flag.String("out", "scale-peers", "directory for scale.csv and the charts")
-	shared, implList := harness.Flags()
+	implFlags := harness.Flags()
 	waiters := flag.String("waiters", scale.FormatInts(d.Waiters), "waiters on one name")
 	held := flag.String("held", scale.FormatInts(d.Held), "names held at once (ascending)")
 	clients := flag.String("clients", scale.FormatInts(d.Clients), "clients, each on a name of its own")
@@ -39,10 +39,7 @@ func run() error {
 	flag.IntVar(&d.Fleet, "fleet", d.Fleet, "clients (connections) a sweep spreads its goroutines over")
 	flag.DurationVar(&harness.TTL, "ttl", 10*time.Minute, "the locks' TTL: long, so that the peers, which do not renew, hold their locks through the held sweep")
 	flag.Parse()
-	if err := harness.Loopback(*shared); err != nil {
-		return err
-	}
-	specs, err := harness.Select(*implList)
+	shared, specs, err := implFlags()
 	if err != nil {
 		return err
 	}
@@ -68,7 +65,7 @@ func run() error {
 		defer ns.Kill()
 		natsURL = ns.Addr
 	}
-	env := harness.NewEnv(*shared, harness.Addrs(servers), natsURL)
+	env := harness.NewEnv(shared, harness.Addrs(servers), natsURL)
 	defer harness.CleanupAndReport(env)
 	ctx := context.Background()
 	var all []scale.Point

@@ -9,9 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -180,31 +178,6 @@ func FlushNodes(ctx context.Context, e *Env) error {
 		_ = c.Close()
 	}
 	return errors.Join(errs...)
-}
-
-// Main runs a command's run and, if it fails, prints the error after the
-// command's name and exits 1.
-func Main(name string, run func() error) {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
-	}
-}
-
-// Flags declares the flags of the commands that run implementations: the
-// shared Redis server (-redis) and the implementations (-impls).
-func Flags() (shared, impls *string) {
-	return flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)"),
-		flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+Names())
-}
-
-// CleanupAndReport runs Cleanup and says on stderr how it went.
-func CleanupAndReport(e *Env) {
-	if n, err := Cleanup(context.Background(), e); err != nil {
-		fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", e.Shared, err)
-	} else {
-		fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, e.Shared)
-	}
 }
 
 // Cleanup deletes this run's keys from the shared server, found by SCAN

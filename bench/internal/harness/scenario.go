@@ -459,13 +459,7 @@ func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 	for _, r := range all {
 		perWorker[r.worker]++
 	}
-	res.MinPerWorker = -1
-	for _, n := range perWorker {
-		if res.MinPerWorker < 0 || n < res.MinPerWorker {
-			res.MinPerWorker = n
-		}
-		res.MaxPerWorker = max(res.MaxPerWorker, n)
-	}
+	res.MinPerWorker, res.MaxPerWorker = slices.Min(perWorker), slices.Max(perWorker)
 	return res
 }
 
