@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -305,4 +307,12 @@ func openLocker(ctx context.Context, sio *stdio, cmd, rawURL string, opts ...dlo
 // "dlock: " that the command's own prefix makes redundant.
 func oneLine(err error) string {
 	return strings.TrimPrefix(strings.Join(strings.Fields(err.Error()), " "), "dlock: ")
+}
+
+// newID returns 8 random hex digits, to keep the names of one run apart
+// from another's on a shared backend.
+func newID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
