@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -92,11 +93,8 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 	// Everything after the first "--" is the command, untouched by flag
 	// parsing.
 	var command []string
-	for i, a := range args {
-		if a == "--" {
-			args, command = args[:i], args[i+1:]
-			break
-		}
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, command = args[:i], args[i+1:]
 	}
 	var pos []string
 	if command != nil {

@@ -80,13 +80,10 @@ func cmdStatus(ctx context.Context, sio *stdio, args []string) int {
 		for _, l := range locks {
 			e := statusEntry{Name: l.Name, Mode: l.Mode.String(), Token: l.Token, Owner: l.Owner}
 			if !l.Expires.IsZero() {
-				exp := l.Expires
-				ms := max(exp.Sub(now), 0).Milliseconds()
-				e.Expires, e.TTLMs = &exp, &ms
+				e.Expires, e.TTLMs = new(l.Expires), new(max(l.Expires.Sub(now), 0).Milliseconds())
 			}
 			if l.Waiters >= 0 {
-				w := l.Waiters
-				e.Waiters = &w
+				e.Waiters = new(l.Waiters)
 			}
 			out = append(out, e)
 		}
