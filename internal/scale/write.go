@@ -59,12 +59,7 @@ func WriteSVG(w io.Writer, sweep string, ps []Point) error {
 			targets = append(targets, p.Target)
 		}
 	}
-	var charts []Chart
-	for _, c := range Charts {
-		if c.Sweep == sweep {
-			charts = append(charts, c)
-		}
-	}
+	charts := slices.DeleteFunc(slices.Clone(Charts), func(c Chart) bool { return c.Sweep != sweep })
 	rows := (len(charts) + columns - 1) / columns
 	legendH := 22 * ((len(targets) + 5) / 6)
 	width, height := columns*panelW, rows*panelH+legendH+10
@@ -91,7 +86,7 @@ type series struct {
 }
 
 func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []string, ps []Point) {
-	data := map[string]*series{}
+	data := map[string]series{}
 	var xs, ys []float64
 	for _, p := range ps {
 		v, ok := p.Values[c.Metric]
@@ -103,11 +98,8 @@ func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []stri
 			x = float64(p.X)
 		}
 		s := data[p.Target]
-		if s == nil {
-			s = &series{}
-			data[p.Target] = s
-		}
 		s.xs, s.ys = append(s.xs, x), append(s.ys, v)
+		data[p.Target] = s
 		xs, ys = append(xs, x), append(ys, v)
 	}
 	pw, ph := float64(panelW-marginL-marginR), float64(panelH-marginT-marginB)
@@ -133,8 +125,8 @@ func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []stri
 			x0, py, x0+pw, py, x0-4, py+4, label(t))
 	}
 	for i, t := range targets {
-		s := data[t]
-		if s == nil {
+		s, ok := data[t]
+		if !ok {
 			continue
 		}
 		col := palette[i%len(palette)]
