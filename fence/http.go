@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,10 +78,7 @@ type Transport struct {
 // RoundTrip sends a copy of req with the fencing headers set: a
 // RoundTripper must not modify the caller's request.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
+	base := cmp.Or(t.Base, http.DefaultTransport)
 	var tok uint64
 	if t.Token != nil {
 		tok = t.Token(req)

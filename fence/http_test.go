@@ -291,9 +291,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	req := httptest.NewRequest(http.MethodPut, "/r", nil)
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
-	i := uint64(0)
-	for b.Loop() {
-		i++
+	for i := uint64(1); b.Loop(); i++ {
 		req.Header.Set(fence.TokenHeader, strconv.FormatUint(i, 10))
 		h.ServeHTTP(w, req)
 	}
@@ -306,9 +304,7 @@ func BenchmarkMemoryAdmit(b *testing.B) {
 	var g fence.Memory
 	ctx := context.Background()
 	b.ReportAllocs()
-	i := uint64(0)
-	for b.Loop() {
-		i++
+	for i := uint64(1); b.Loop(); i++ {
 		if err := g.Admit(ctx, "r", i); err != nil {
 			b.Fatal(err)
 		}

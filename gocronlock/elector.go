@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -36,9 +36,7 @@ type Elector struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
-
-	mu    sync.Mutex
-	lease *dlock.Lease // nil when not leading
+	lease  atomic.Pointer[dlock.Lease] // nil when not leading
 }
 
 // NewElector starts campaigning for the election called name on l, with
@@ -78,16 +76,12 @@ func (e *Elector) campaign(ctx context.Context, opts []dlock.Option) {
 			}
 			continue
 		}
-		e.mu.Lock()
-		e.lease = lease
-		e.mu.Unlock()
+		e.lease.Store(lease)
 		select {
 		case <-lease.Done():
 		case <-ctx.Done():
 		}
-		e.mu.Lock()
-		e.lease = nil
-		e.mu.Unlock()
+		e.lease.Store(nil)
 		if ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = lease.Release(rctx)
@@ -99,10 +93,7 @@ func (e *Elector) campaign(ctx context.Context, opts []dlock.Option) {
 // IsLeader implements gocron.Elector: nil while this instance leads, an
 // error matching ErrNotLeader otherwise.
 func (e *Elector) IsLeader(context.Context) error {
-	e.mu.Lock()
-	lease := e.lease
-	e.mu.Unlock()
-	if lease == nil || lease.Err() != nil {
+	if lease := e.lease.Load(); lease == nil || lease.Err() != nil {
 		return fmt.Errorf("%w of %q", ErrNotLeader, e.name)
 	}
 	return nil
@@ -110,11 +101,7 @@ func (e *Elector) IsLeader(context.Context) error {
 
 // Lease returns the leadership's lease (its fencing token, its Done), or
 // nil when this instance does not lead.
-func (e *Elector) Lease() *dlock.Lease {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.lease
-}
+func (e *Elector) Lease() *dlock.Lease { return e.lease.Load() }
 
 // Close stops campaigning and resigns if this instance leads. It is
 // idempotent.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/gocronlock"
+	_ "github.com/dlockgo/dlock/memlock"
 )
 
 // Every instance of a service runs the same schedule with a Locker over
@@ -52,10 +53,10 @@ func ExampleNew() {
 }
 
 // One instance leads and runs the jobs; the others take over if it goes.
+// (Here, an in-process backend: use a server's URL for instances on
+// several machines.)
 func ExampleNewElector() {
-	dir, _ := os.MkdirTemp("", "gocronlock-example-")
-	defer os.RemoveAll(dir)
-	locker, err := dlock.Open(context.Background(), "file://"+dir)
+	locker, err := dlock.Open(context.Background(), "mem://gocronlock-example")
 	if err != nil {
 		fmt.Println(err)
 		return

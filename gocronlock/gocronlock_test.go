@@ -2,8 +2,8 @@ package gocronlock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,7 +88,7 @@ func schedule(t *testing.T, lockers []*dlock.Locker, interval time.Duration, tic
 	const spread = 100 * time.Millisecond
 	var scheds []gocron.Scheduler
 	var gls []*gocronlock.Locker
-	name := fmt.Sprintf("report-%d-%d", os.Getpid(), time.Now().UnixNano())
+	name := "report-" + rand.Text()
 	t0 := time.Now()
 	for i, l := range lockers {
 		gl := gocronlock.New(l, opts...)
@@ -198,7 +198,7 @@ func TestElector(t *testing.T) {
 	for label, url := range backends(t) {
 		t.Run(label, func(t *testing.T) {
 			ls := openN(t, url(t), 3)
-			name := fmt.Sprintf("gocron-leader-%d-%d", os.Getpid(), time.Now().UnixNano())
+			name := "gocron-leader-" + rand.Text()
 			var es []*gocronlock.Elector
 			for i, l := range ls {
 				e, err := gocronlock.NewElector(l, name, fmt.Sprintf("instance-%d", i))

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -128,15 +130,8 @@ func printMainHelp(w io.Writer) {
 
 // usageErr prints one line about a usage error and returns exitUsage.
 func usageErr(sio *stdio, cmd, format string, a ...any) int {
-	fmt.Fprintf(sio.err, "%s: %s (see '%s --help')\n", cmd, fmt.Sprintf(format, a...), helpName(cmd))
+	fmt.Fprintf(sio.err, "%s: %s (see '%s --help')\n", cmd, fmt.Sprintf(format, a...), cmd)
 	return exitUsage
-}
-
-func helpName(cmd string) string {
-	if cmd == "dlock" {
-		return "dlock"
-	}
-	return "dlock " + strings.TrimPrefix(cmd, "dlock ")
 }
 
 // failf prints one line about an error and returns code.
@@ -312,4 +307,12 @@ func openLocker(ctx context.Context, sio *stdio, cmd, rawURL string, opts ...dlo
 // "dlock: " that the command's own prefix makes redundant.
 func oneLine(err error) string {
 	return strings.TrimPrefix(strings.Join(strings.Fields(err.Error()), " "), "dlock: ")
+}
+
+// newID returns 8 random hex digits, to keep the names of one run apart
+// from another's on a shared backend.
+func newID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

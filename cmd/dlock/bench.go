@@ -83,22 +83,19 @@ func cmdBench(ctx context.Context, sio *stdio, args []string) int {
 	}
 	// Open every backend first: a bad URL fails before minutes of
 	// measurement.
-	lockers := make([]*dlock.Locker, len(backends))
-	for i, b := range backends {
-		l, code := openLocker(ctx, sio, f.cmd, b, dlock.WithLogger(log))
-		if l == nil {
-			for _, o := range lockers[:i] {
-				_ = o.Close()
-			}
-			return code
-		}
-		lockers[i] = l
-	}
+	var lockers []*dlock.Locker
 	defer func() {
 		for _, l := range lockers {
 			_ = l.Close()
 		}
 	}()
+	for _, b := range backends {
+		l, code := openLocker(ctx, sio, f.cmd, b, dlock.WithLogger(log))
+		if l == nil {
+			return code
+		}
+		lockers = append(lockers, l)
+	}
 	prog := newProgress(sio.err)
 	results := make([]benchResult, len(backends))
 	for i, l := range lockers {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,7 +164,7 @@ func (d *demo) withLock(ctx context.Context) error {
 			lease, err := d.locker.Acquire(ctx, d.name)
 			if err != nil {
 				mu.Lock()
-				firstErr = firstOf(firstErr, err)
+				firstErr = cmp.Or(firstErr, err)
 				mu.Unlock()
 				return
 			}
@@ -171,7 +172,7 @@ func (d *demo) withLock(ctx context.Context) error {
 			err = lease.Release(ctx)
 			mu.Lock()
 			acquired++
-			firstErr = firstOf(firstErr, err)
+			firstErr = cmp.Or(firstErr, err)
 			mu.Unlock()
 			if !more || err != nil {
 				return
@@ -189,14 +190,6 @@ func (d *demo) withLock(ctx context.Context) error {
 		fmt.Fprintf(d.out, " — WRONG: the lock did not exclude.\n")
 	}
 	return nil
-}
-
-// firstOf keeps the first error.
-func firstOf(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // fenced plays act 3: a holder paused past its TTL, a successor, and the

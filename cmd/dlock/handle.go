@@ -128,16 +128,15 @@ type cliHandle struct {
 }
 
 // String encodes h as Handle.String does, then a dot and the holder in
-// base64url: the tenth field that handles had before the library dropped
-// it, so that the CLI prints the same handles as before (one without a
-// holder ends with a dot).
+// base64url (empty without a holder): a tenth field, kept so that the CLI
+// prints the same handles as its earlier versions.
 func (h cliHandle) String() string {
 	return h.Handle.String() + "." + base64.RawURLEncoding.EncodeToString([]byte(h.holder))
 }
 
-// parseHandle decodes a handle the CLI printed (String), now or before,
-// or one of the library (dlock.Handle.String), which has no holder: the
-// library's nine fields, then the CLI's tenth, if there.
+// parseHandle decodes a handle the CLI printed (String) or one of the
+// library (dlock.Handle.String), which has no holder: the library's nine
+// fields, then the CLI's tenth, if there.
 func parseHandle(s string) (cliHandle, error) {
 	s = strings.TrimSpace(s)
 	var h cliHandle

@@ -199,28 +199,29 @@ func hold(ctx context.Context, ln net.Listener, lease *dlock.Lease, ttl time.Dur
 		written <-chan struct{} // closed once the reply is written
 	}
 	reqs := make(chan request)
+	serve := func(c net.Conn) { // one request on c
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		reply, written := make(chan string, 1), make(chan struct{})
+		select {
+		case reqs <- request{strings.TrimSpace(line), reply, written}:
+			fmt.Fprintln(c, <-reply)
+			close(written)
+		case <-lease.Done():
+			fmt.Fprintf(c, "%s %v\n", holdGone, lease.Err())
+		}
+	}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil {
-					return
-				}
-				reply, written := make(chan string, 1), make(chan struct{})
-				select {
-				case reqs <- request{strings.TrimSpace(line), reply, written}:
-					fmt.Fprintln(c, <-reply)
-					close(written)
-				case <-lease.Done():
-					fmt.Fprintf(c, "%s %v\n", holdGone, lease.Err())
-				}
-			}()
+			go serve(c)
 		}
 	}()
 	idle := time.NewTimer(ttl)

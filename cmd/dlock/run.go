@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -91,11 +93,8 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 	// Everything after the first "--" is the command, untouched by flag
 	// parsing.
 	var command []string
-	for i, a := range args {
-		if a == "--" {
-			args, command = args[:i], args[i+1:]
-			break
-		}
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, command = args[:i], args[i+1:]
 	}
 	var pos []string
 	if command != nil {
@@ -257,9 +256,7 @@ func acquireForRun(ctx context.Context, sio *stdio, cmd string, locker *dlock.Lo
 		case r = <-done:
 			waiting = false
 		case s := <-sigs:
-			if caught == nil {
-				caught = s
-			}
+			caught = cmp.Or(caught, s)
 			cancel()
 		}
 	}

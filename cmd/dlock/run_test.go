@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/internal/testenv"
 )
@@ -19,6 +24,14 @@ func backendsUnderTest(t *testing.T) map[string][]string {
 	return map[string][]string{
 		"file-default": nil,
 		"redis":        {"--backend", "redis://" + testenv.RedisAddr(t)},
+	}
+}
+
+// forEachBackend runs test as a subtest on each of backendsUnderTest, with
+// a cli of its own.
+func forEachBackend(t *testing.T, test func(t *testing.T, c *cli, backend []string)) {
+	for label, backend := range backendsUnderTest(t) {
+		t.Run(label, func(t *testing.T) { test(t, newCLI(t), backend) })
 	}
 }
 
@@ -97,32 +110,29 @@ func TestRunOneOfThree(t *testing.T) {
 // TestRunPassesTokenAndName checks the command's environment, and that
 // successive runs get increasing tokens.
 func TestRunPassesTokenAndName(t *testing.T) {
-	for label, backend := range backendsUnderTest(t) {
-		t.Run(label, func(t *testing.T) {
-			c := newCLI(t)
-			name := uniqueName(t, "env")
-			var last uint64
-			for i := range 2 {
-				args := append(append([]string{"run"}, backend...), name, "--", "sh", "-c", `echo "$DLOCK_NAME $DLOCK_TOKEN"`)
-				r := c.run(args...)
-				if r.code != 0 {
-					t.Fatalf("dlock run exited %d: %s", r.code, r.stderr)
-				}
-				f := strings.Fields(r.stdout)
-				if len(f) != 2 || f[0] != name {
-					t.Fatalf("command printed %q, want %q and a token", r.stdout, name)
-				}
-				tok, err := strconv.ParseUint(f[1], 10, 64)
-				if err != nil || tok == 0 {
-					t.Fatalf("DLOCK_TOKEN = %q, want a positive integer", f[1])
-				}
-				if i > 0 && tok <= last {
-					t.Fatalf("second run's token %d is not above the first's %d", tok, last)
-				}
-				last = tok
+	forEachBackend(t, func(t *testing.T, c *cli, backend []string) {
+		name := uniqueName(t, "env")
+		var last uint64
+		for i := range 2 {
+			args := append(append([]string{"run"}, backend...), name, "--", "sh", "-c", `echo "$DLOCK_NAME $DLOCK_TOKEN"`)
+			r := c.run(args...)
+			if r.code != 0 {
+				t.Fatalf("dlock run exited %d: %s", r.code, r.stderr)
 			}
-		})
-	}
+			f := strings.Fields(r.stdout)
+			if len(f) != 2 || f[0] != name {
+				t.Fatalf("command printed %q, want %q and a token", r.stdout, name)
+			}
+			tok, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil || tok == 0 {
+				t.Fatalf("DLOCK_TOKEN = %q, want a positive integer", f[1])
+			}
+			if i > 0 && tok <= last {
+				t.Fatalf("second run's token %d is not above the first's %d", tok, last)
+			}
+			last = tok
+		}
+	})
 }
 
 func TestRunExitCodes(t *testing.T) {
@@ -255,24 +265,21 @@ func TestRunLostLockFileBackend(t *testing.T) {
 // runs: the command gets it, dlock exits with its status, and the lock is
 // free at once for the next run.
 func TestRunSignalReleases(t *testing.T) {
-	for label, backend := range backendsUnderTest(t) {
-		t.Run(label, func(t *testing.T) {
-			c := newCLI(t)
-			name := uniqueName(t, "sigint")
-			p := c.start(append(append([]string{"run"}, backend...), name, "--", "sh", "-c", "echo ready; exec sleep 30")...)
-			if l := p.line(30 * time.Second); l != "ready" {
-				t.Fatalf("command printed %q", l)
-			}
-			p.signal(syscall.SIGINT)
-			if code := p.wait(30 * time.Second); code != 128+int(syscall.SIGINT) {
-				t.Fatalf("dlock exited %d after SIGINT, want %d (the command's death by SIGINT); stderr: %s", code, 128+int(syscall.SIGINT), p.stderr)
-			}
-			r := c.run(append(append([]string{"run"}, backend...), "--no-wait", name, "--", "true")...)
-			if r.code != 0 {
-				t.Fatalf("after Ctrl-C, dlock run --no-wait exited %d (%s): the lock was not released", r.code, r.stderr)
-			}
-		})
-	}
+	forEachBackend(t, func(t *testing.T, c *cli, backend []string) {
+		name := uniqueName(t, "sigint")
+		p := c.start(append(append([]string{"run"}, backend...), name, "--", "sh", "-c", "echo ready; exec sleep 30")...)
+		if l := p.line(30 * time.Second); l != "ready" {
+			t.Fatalf("command printed %q", l)
+		}
+		p.signal(syscall.SIGINT)
+		if code := p.wait(30 * time.Second); code != 128+int(syscall.SIGINT) {
+			t.Fatalf("dlock exited %d after SIGINT, want %d (the command's death by SIGINT); stderr: %s", code, 128+int(syscall.SIGINT), p.stderr)
+		}
+		r := c.run(append(append([]string{"run"}, backend...), "--no-wait", name, "--", "true")...)
+		if r.code != 0 {
+			t.Fatalf("after Ctrl-C, dlock run --no-wait exited %d (%s): the lock was not released", r.code, r.stderr)
+		}
+	})
 }
 
 // TestRunSignalWhileWaiting interrupts a dlock run that waits for a held
@@ -329,4 +336,194 @@ func TestRunMaxHold(t *testing.T) {
 	if r := c.run("run", "--max-hold", "-1s", name, "--", "true"); r.code != exitUsage {
 		t.Errorf("--max-hold -1s: exit %d, want %d", r.code, exitUsage)
 	}
+}
+
+// TestRunExitsAfterRelease checks that dlock run exits only after the
+// release it owes the store: after --max-hold, after a lost lock, on a
+// signal. Each holds the store's answer back with CLIENT PAUSE WRITE on a
+// Redis server of its own, for pauseFor from just after the grant: the
+// release reaches the server during the pause and runs when the pause
+// ends, provided its client is still connected (Redis drops a paused
+// command whose client has gone). A dlock run that exited without waiting
+// leaves the lock held for its TTL, every time.
+//
+// The detached holder of dlock acquire exits through the same Locker.Close
+// (and so waits for the same unlocks). It runs only on the backends whose
+// lock lives with a session or a file descriptor (zk, etcd, postgres,
+// mysql, file): there the driver's Close ends that session, which frees
+// the lock on the store whether or not an unlock got there first, so its
+// exit cannot leave the lock held (TestHandleMaxHold checks the file case).
+
+// pauseFor is how long the server holds writes back: well past the moment
+// (1 s after the grant) the lease ends, and within the 5 s that Close
+// waits for an unlock.
+const pauseFor = 3 * time.Second
+
+// pauseWrites makes the server of c hold every write back for d.
+func pauseWrites(t *testing.T, c *redis.Client, d time.Duration) {
+	t.Helper()
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
+// scriptCalls is how many scripts the server of c has run (every dlock
+// write to Redis is a script).
+func scriptCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				c, _ := strconv.Atoi(v)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// waitUnpaused waits until the pause started at start is over.
+func waitUnpaused(start time.Time) {
+	time.Sleep(time.Until(start.Add(pauseFor + 200*time.Millisecond)))
+}
+
+// TestRunExitsAfterRelease: dlock run releases the lock on the store
+// before it exits, whether the command ends after a signal or is ended at
+// --max-hold; after a lost lock, it exits only after its unlock has been
+// answered.
+func TestRunExitsAfterRelease(t *testing.T) {
+	c := newCLI(t)
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	rc := srv.Client()
+	backend := "redis://" + srv.Addr
+	for _, tc := range []struct {
+		name string
+		args []string
+		end  func(s *started) // after the pause began
+		code int
+	}{
+		{"max hold", []string{"--max-hold", "1s"}, func(*started) {}, exitLost},
+		{"SIGTERM", nil, func(s *started) { s.signal(syscall.SIGTERM) }, 128 + int(syscall.SIGTERM)},
+		{"SIGINT", nil, func(s *started) { s.signal(syscall.SIGINT) }, 128 + int(syscall.SIGINT)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueName(t, "exit")
+			args := append([]string{"run", "--backend", backend, "--ttl", "1m", "--grace", "1s"}, tc.args...)
+			s := c.start(append(args, name, "--", "sh", "-c", "echo held; exec sleep 30")...)
+			if l := s.line(30 * time.Second); l != "held" {
+				t.Fatalf("first line %q, want held", l)
+			}
+			start := time.Now()
+			pauseWrites(t, rc, pauseFor)
+			tc.end(s)
+			if code := s.wait(time.Minute); code != tc.code {
+				t.Fatalf("dlock run exited %d, want %d; stderr: %s", code, tc.code, s.stderr)
+			}
+			waitUnpaused(start) // a release still queued on a live client runs now
+			if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != 0 {
+				t.Fatalf("the next run after dlock run exited: exit %d: %s", r.code, r.stderr)
+			}
+		})
+	}
+	// Lost: writes held back past the TTL, so renewal fails and the lease
+	// ends as lost. The store forgets the lock by its TTL either way; what
+	// shows that dlock waited for its unlock is that the unlock ran.
+	t.Run("lost", func(t *testing.T) {
+		name := uniqueName(t, "exit")
+		s := c.start("run", "--backend", backend, "--ttl", "1s", "--grace", "1s", name, "--", "sh", "-c", "echo held; exec sleep 30")
+		if l := s.line(30 * time.Second); l != "held" {
+			t.Fatalf("first line %q, want held", l)
+		}
+		start := time.Now()
+		before := scriptCalls(t, rc)
+		pauseWrites(t, rc, pauseFor)
+		if code := s.wait(time.Minute); code != exitLost {
+			t.Fatalf("dlock run exited %d, want %d; stderr: %s", code, exitLost, s.stderr)
+		}
+		waitUnpaused(start)
+		if after := scriptCalls(t, rc); after == before {
+			t.Fatalf("dlock run exited before its unlock after the loss ran (scripts run: %d before the pause and after it)", before)
+		}
+	})
+}
+
+// TestRunServesMetrics runs dlock run --metrics-addr on a free loopback
+// port, scrapes /metrics while the command holds the lock, and finds
+// dlock's series there: one successful acquisition, one lease held, and
+// no lock name among the labels.
+func TestRunServesMetrics(t *testing.T) {
+	c := newCLI(t)
+	name := uniqueName(t, "metrics")
+	p := c.start("run", "--metrics-addr", "127.0.0.1:0", "--log-level", "info", "--log-json", name, "--", "sh", "-c", "echo ready; exec sleep 30")
+	if l := p.line(30 * time.Second); l != "ready" {
+		t.Fatalf("command printed %q", l)
+	}
+	addr := ""
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "dlock: serving metrics" {
+			addr = rec.Addr
+		}
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("no 'serving metrics' log line with a loopback address; stderr: %s", p.stderr)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+	}
+	text := string(body)
+	for _, want := range []string{
+		`dlock_acquisitions_total{backend="file",otel_scope_name="github.com/dlockgo/dlock"`,
+		`result="acquired"} 1`,
+		`dlock_held{backend="file"`,
+		`dlock_acquire_duration_seconds_bucket{`,
+		`le="0.001"}`, // buckets in seconds, not OpenTelemetry's default ones
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !hasSample(text, "dlock_held", "1") {
+		t.Errorf("/metrics: dlock_held is not 1 while the command holds the lock")
+	}
+	if strings.Contains(text, name) {
+		t.Errorf("/metrics contains the lock name %q: names must not be label values", name)
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", text)
+	}
+	// The log lines carry the lock's name, backend and token.
+	if s := p.stderr.String(); !strings.Contains(s, `"name":"`+name+`"`) || !strings.Contains(s, `"token":`) || !strings.Contains(s, `"backend":"file://"`) {
+		t.Errorf("the info log lacks name, token or backend: %s", s)
+	}
+	p.signal(syscall.SIGTERM)
+	p.wait(30 * time.Second)
+}
+
+// hasSample reports whether text has a sample of metric with value v.
+func hasSample(text, metric, v string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, metric+"{") && strings.HasSuffix(line, "} "+v) {
+			return true
+		}
+	}
+	return false
 }

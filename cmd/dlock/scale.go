@@ -29,21 +29,13 @@ func addScaleFlags(f *flags) scaleFlags {
 	return scaleFlags{
 		on:      f.Bool("scale", false, "sweep how the cost grows with waiters on one name, names held at once and clients (see docs/SCALING.md) instead of the three phases"),
 		out:     f.String("out", "dlock-scale", "with --scale: `directory` for scale.csv and one SVG chart per sweep"),
-		waiters: f.String("waiters", ints(d.Waiters), "with --scale: waiters on one name, a comma-separated `list`"),
-		held:    f.String("held", ints(d.Held), "with --scale: names held at once, a comma-separated `list` (ascending)"),
-		clients: f.String("clients", ints(d.Clients), "with --scale: clients each on a name of its own, a comma-separated `list`"),
+		waiters: f.String("waiters", scale.FormatInts(d.Waiters), "with --scale: waiters on one name, a comma-separated `list`"),
+		held:    f.String("held", scale.FormatInts(d.Held), "with --scale: names held at once, a comma-separated `list` (ascending)"),
+		clients: f.String("clients", scale.FormatInts(d.Clients), "with --scale: clients each on a name of its own, a comma-separated `list`"),
 		step:    f.Duration("step", d.Step, "with --scale: how long each point of the waiters and clients sweeps runs"),
 		fill:    f.Duration("fill", d.Fill, "with --scale: the most time to reach each level of the held sweep"),
 		fleet:   f.Int("fleet", d.Fleet, "with --scale: Lockers (connections) a sweep spreads its goroutines over"),
 	}
-}
-
-func ints(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func parseInts(flag, s string, most int) ([]int, error) {

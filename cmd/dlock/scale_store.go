@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -45,19 +46,13 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 	if len(hosts) == 0 {
 		return nil
 	}
+	user := u.User.Username() // "" (and no password) for a URL without userinfo
+	password, _ := u.User.Password()
 	switch u.Scheme {
 	case "redis", "redlock":
-		var user, password string
-		if u.User != nil {
-			user = u.User.Username()
-			password, _ = u.User.Password()
-		}
 		return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, hosts, user, password) }
 	case "postgres", "postgresql":
-		table := u.Query().Get("table")
-		if table == "" {
-			table = pglock.DefaultTable
-		}
+		table := cmp.Or(u.Query().Get("table"), pglock.DefaultTable)
 		conn := *u
 		conn.RawQuery = ""
 		return func(ctx context.Context) (int, error) {
@@ -71,16 +66,10 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 			return n, err
 		}
 	case "mysql":
-		table := u.Query().Get("table")
-		if table == "" {
-			table = mysqllock.DefaultTable
-		}
+		table := cmp.Or(u.Query().Get("table"), mysqllock.DefaultTable)
 		cfg := mysql.NewConfig()
 		cfg.Net, cfg.Addr, cfg.DBName = "tcp", hosts[0], strings.TrimPrefix(u.Path, "/")
-		if u.User != nil {
-			cfg.User = u.User.Username()
-			cfg.Passwd, _ = u.User.Password()
-		}
+		cfg.User, cfg.Passwd = user, password
 		return func(ctx context.Context) (int, error) {
 			db, err := sql.Open("mysql", cfg.FormatDSN())
 			if err != nil {
@@ -108,12 +97,9 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 	case "zk":
 		return func(ctx context.Context) (int, error) { return zkZnodes(ctx, hosts[0]) }
 	case "nats":
-		bucket := strings.Trim(u.Path, "/")
-		if bucket == "" {
-			bucket = natslock.DefaultBucket
-		}
+		bucket := cmp.Or(strings.Trim(u.Path, "/"), natslock.DefaultBucket)
 		return func(ctx context.Context) (int, error) {
-			nc, err := nats.Connect(strings.Join(hosts, ","), natsUser(u)...)
+			nc, err := nats.Connect(strings.Join(hosts, ","), nats.UserInfo(user, password))
 			if err != nil {
 				return 0, err
 			}
@@ -130,14 +116,6 @@ func storeEntries(raw string) func(context.Context) (int, error) {
 		}
 	}
 	return nil
-}
-
-func natsUser(u *url.URL) []nats.Option {
-	if u.User == nil {
-		return nil
-	}
-	p, _ := u.User.Password()
-	return []nats.Option{nats.UserInfo(u.User.Username(), p)}
 }
 
 // zkZnodes reads zk_znode_count from a ZooKeeper server's mntr command

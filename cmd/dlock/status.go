@@ -55,12 +55,7 @@ func cmdStatus(ctx context.Context, sio *stdio, args []string) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	log, err := f.logger(sio.err)
-	if err != nil {
-		return usageErr(sio, f.cmd, "%v", err)
-	}
-	backend := f.backend()
-	locker, code := openLocker(ctx, sio, f.cmd, backend, dlock.WithLogger(log))
+	locker, _, code := openWithLog(ctx, sio, f)
 	if locker == nil {
 		return code
 	}
@@ -68,7 +63,7 @@ func cmdStatus(ctx context.Context, sio *stdio, args []string) int {
 	insp, ok := locker.Driver().(driver.Inspector)
 	if !ok {
 		scheme := "custom"
-		if u, err := url.Parse(backend); err == nil {
+		if u, err := url.Parse(f.backend()); err == nil {
 			scheme = u.Scheme
 		}
 		return failf(sio, exitUnavailable, f.cmd, "not supported by the %s backend (%v)", scheme, dlock.ErrUnsupported)
@@ -85,13 +80,10 @@ func cmdStatus(ctx context.Context, sio *stdio, args []string) int {
 		for _, l := range locks {
 			e := statusEntry{Name: l.Name, Mode: l.Mode.String(), Token: l.Token, Owner: l.Owner}
 			if !l.Expires.IsZero() {
-				exp := l.Expires
-				ms := max(exp.Sub(now), 0).Milliseconds()
-				e.Expires, e.TTLMs = &exp, &ms
+				e.Expires, e.TTLMs = new(l.Expires), new(max(l.Expires.Sub(now), 0).Milliseconds())
 			}
 			if l.Waiters >= 0 {
-				w := l.Waiters
-				e.Waiters = &w
+				e.Waiters = new(l.Waiters)
 			}
 			out = append(out, e)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +25,7 @@ func TestStatusFileBackend(t *testing.T) {
 	name := uniqueName(t, "status/held")
 	holder := c.start("run", name, "--", "sh", "-c", `echo "$$ $DLOCK_TOKEN"; exec sleep 30`)
 	var pid int
-	var token string
+	var token uint64
 	if _, err := fmt.Sscan(holder.line(30*time.Second), &pid, &token); err != nil {
 		t.Fatalf("the command printed no pid and token: %v", err)
 	}
@@ -39,16 +38,16 @@ func TestStatusFileBackend(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("status --json output %q: %v", r.stdout, err)
 	}
-	if len(got) != 1 || got[0].Name != name || strconv.FormatUint(got[0].Token, 10) != token ||
-		got[0].Owner != "pid "+strconv.Itoa(holder.cmd.Process.Pid) || got[0].Mode != "exclusive" {
-		t.Fatalf("status --json = %+v; want one lock %q, token %s, owner pid %d", got, name, token, holder.cmd.Process.Pid)
+	if len(got) != 1 || got[0].Name != name || got[0].Token != token ||
+		got[0].Owner != fmt.Sprint("pid ", holder.cmd.Process.Pid) || got[0].Mode != "exclusive" {
+		t.Fatalf("status --json = %+v; want one lock %q, token %d, owner pid %d", got, name, token, holder.cmd.Process.Pid)
 	}
 	if got[0].Waiters != nil || got[0].TTLMs != nil {
 		t.Errorf("a flock has no TTL and its waiters are unknown; got %+v", got[0])
 	}
 
 	r = c.run("status", name)
-	if r.code != 0 || !strings.Contains(r.stdout, "NAME") || !strings.Contains(r.stdout, name) || !strings.Contains(r.stdout, token) {
+	if r.code != 0 || !strings.Contains(r.stdout, "NAME") || !strings.Contains(r.stdout, name) || !strings.Contains(r.stdout, fmt.Sprint(token)) {
 		t.Fatalf("dlock status table: exit %d, %q", r.code, r.stdout)
 	}
 	if r := c.run("status", "no-such-prefix/"); r.code != 0 || !strings.Contains(r.stdout, "no locks held") {
@@ -78,31 +77,23 @@ func TestStatusFileBackend(t *testing.T) {
 // one is not listed; prefixes filter.
 func TestInspectInProcess(t *testing.T) {
 	ctx := context.Background()
-	d, err := filelock.NewDriver(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := dlock.New(d)
+	l, err := dlock.Open(ctx, "file://"+t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	a, err := l.Acquire(ctx, "orders/1")
-	if err != nil {
+	acquire := func(name string) *dlock.Lease {
+		lease, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lease
+	}
+	a, b := acquire("orders/1"), acquire("other")
+	if err := acquire("orders/2").Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b, err := l.Acquire(ctx, "other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.Acquire(ctx, "orders/2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var insp driver.Inspector = d
+	var insp driver.Inspector = l.Driver().(*filelock.Driver)
 	got, err := insp.Inspect(ctx, "orders/")
 	if err != nil {
 		t.Fatal(err)

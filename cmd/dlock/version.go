@@ -31,10 +31,7 @@ func versionString() string {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				rev = s.Value
-				if len(rev) > 12 {
-					rev = rev[:12]
-				}
+				rev = s.Value[:min(len(s.Value), 12)]
 			case "vcs.modified":
 				dirty = s.Value == "true"
 			}

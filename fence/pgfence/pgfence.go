@@ -1,6 +1,7 @@
 package pgfence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -188,11 +189,7 @@ type Guard struct {
 
 // Admit implements fence.Guard (see Table.Admit).
 func (g Guard) Admit(ctx context.Context, resource string, token uint64) error {
-	t := g.Table
-	if t == nil {
-		t = defaultTable
-	}
-	return t.Admit(ctx, g.DB, resource, token)
+	return cmp.Or(g.Table, defaultTable).Admit(ctx, g.DB, resource, token)
 }
 
 var _ fence.Guard = Guard{}

@@ -52,6 +52,34 @@ func businessTable(t testing.TB, db *sql.DB) string {
 	return name
 }
 
+// begin starts a transaction at level, rolled back when the test ends
+// unless it ended before.
+func begin(t *testing.T, db *sql.DB, level sql.IsolationLevel) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), &sql.TxOptions{Isolation: level})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// admittedTx records token 1 for a new resource named after base, then
+// admits token 5 for it in a transaction (see begin) it leaves open.
+func admittedTx(t *testing.T, db *sql.DB, base string) (string, *sql.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	res := uniq(base)
+	if err := pgfence.Admit(ctx, db, res, 1); err != nil {
+		t.Fatal(err)
+	}
+	tx := begin(t, db, sql.LevelDefault)
+	if err := pgfence.Admit(ctx, tx, res, 5); err != nil {
+		t.Fatal(err)
+	}
+	return res, tx
+}
+
 func TestStaleRejectedWithBothTokens(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()
@@ -173,17 +201,7 @@ func TestRowLockSerializes(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()
 	for _, commit := range []bool{true, false} {
-		res := uniq("rowlock")
-		if err := pgfence.Admit(ctx, db, res, 1); err != nil {
-			t.Fatal(err)
-		}
-		txA, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pgfence.Admit(ctx, txA, res, 5); err != nil {
-			t.Fatal(err)
-		}
+		res, txA := admittedTx(t, db, "rowlock")
 		done := make(chan error, 1)
 		go func() {
 			txB, err := db.BeginTx(ctx, nil)
@@ -199,15 +217,14 @@ func TestRowLockSerializes(t *testing.T) {
 			t.Fatalf("token 4 returned (%v) while the transaction with token 5 was still open", err)
 		case <-time.After(300 * time.Millisecond):
 		}
+		end := txA.Rollback
 		if commit {
-			err = txA.Commit()
-		} else {
-			err = txA.Rollback()
+			end = txA.Commit
 		}
-		if err != nil {
+		if err := end(); err != nil {
 			t.Fatal(err)
 		}
-		err = <-done
+		err := <-done
 		if commit {
 			se, ok := errors.AsType[*fence.StaleError](err)
 			if !ok || se.Highest != 5 {
@@ -381,9 +398,7 @@ func BenchmarkGuardAdmit(b *testing.B) {
 	ctx := context.Background()
 	res := uniq("bench")
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		if err := g.Admit(ctx, res, tok); err != nil {
 			b.Fatal(err)
 		}
@@ -397,9 +412,7 @@ func BenchmarkAdmitInTx(b *testing.B) {
 	ctx := context.Background()
 	res := uniq("benchtx")
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -419,24 +432,9 @@ func BenchmarkAdmitInTx(b *testing.B) {
 func TestRepeatableRead(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()
-	res := uniq("rr")
-	if err := pgfence.Admit(ctx, db, res, 1); err != nil {
-		t.Fatal(err)
-	}
-	txA, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txA.Rollback()
-	if err := pgfence.Admit(ctx, txA, res, 5); err != nil {
-		t.Fatal(err)
-	}
+	res, txA := admittedTx(t, db, "rr")
 	// B's snapshot is taken by its first statement, before A commits.
-	txB, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txB.Rollback()
+	txB := begin(t, db, sql.LevelRepeatableRead)
 	var pidB int
 	if err := txB.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pidB); err != nil {
 		t.Fatal(err)
@@ -460,17 +458,12 @@ func TestRepeatableRead(t *testing.T) {
 	if err := txA.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	err = <-done
-	if err == nil || !strings.Contains(err.Error(), "could not serialize") {
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "could not serialize") {
 		t.Fatalf("REPEATABLE READ token 4 behind a committed 5: %v, want a serialization failure", err)
 	}
 	// A REPEATABLE READ transaction that starts after the commit gets the
 	// StaleError.
-	txC, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txC.Rollback()
+	txC := begin(t, db, sql.LevelRepeatableRead)
 	if se, ok := errors.AsType[*fence.StaleError](pgfence.Admit(ctx, txC, res, 4)); !ok || se.Highest != 5 {
 		t.Fatalf("REPEATABLE READ token 4 after 5: %v, want stale with highest 5", se)
 	}

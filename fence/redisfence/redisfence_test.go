@@ -7,6 +7,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,14 +273,48 @@ func TestAfterScriptFlush(t *testing.T) {
 	}
 }
 
+// TestRedisCluster runs the fence scripts through a ClusterClient. Redis
+// Cluster refuses a script whose keys are in different slots (CROSSSLOT),
+// so that shows that a key's value and token share a slot.
+func TestRedisCluster(t *testing.T) {
+	cs := testenv.StartRedisCluster(t, testenv.ClusterOptions{})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cs.Addrs()})
+	defer c.Close()
+	ctx := context.Background()
+
+	// The control: a script over two keys in different slots is refused,
+	// so the fence scripts below would be too if they used two keys.
+	err := c.Eval(ctx, "return 1", []string{"a", "b"}).Err()
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("a two-slot script: %v, want CROSSSLOT", err)
+	}
+
+	for _, key := range []string{"orders:1", "orders:2", "{user:7}:profile"} {
+		if err := redisfence.Set(ctx, c, key, "v2", 2); err != nil {
+			t.Fatalf("Set(%s) on Redis Cluster: %v", key, err)
+		}
+		if err := redisfence.Set(ctx, c, key, "v1", 1); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Set(%s, 1) after 2: %v, want ErrStale", key, err)
+		}
+		if v, tok, err := redisfence.Get(ctx, c, key); v != "v2" || tok != 2 || err != nil {
+			t.Fatalf("Get(%s) = %q, %d, %v", key, v, tok, err)
+		}
+	}
+	g := redisfence.Guard{Client: c, Prefix: "guard:"}
+	if err := g.Admit(ctx, "x", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Admit(ctx, "x", 4); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Guard.Admit(4) after 5 on Redis Cluster: %v", err)
+	}
+}
+
 func BenchmarkSet(b *testing.B) {
 	c := testenv.RedisClient(b)
 	ctx := context.Background()
 	key := prefix(b, c) + "bench"
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		if err := redisfence.Set(ctx, c, key, "value", tok); err != nil {
 			b.Fatal(err)
 		}
@@ -291,9 +326,7 @@ func BenchmarkGuardAdmit(b *testing.B) {
 	g := redisfence.Guard{Client: c, Prefix: prefix(b, c)}
 	ctx := context.Background()
 	b.ReportAllocs()
-	tok := uint64(0)
-	for b.Loop() {
-		tok++
+	for tok := uint64(1); b.Loop(); tok++ {
 		if err := g.Admit(ctx, "bench", tok); err != nil {
 			b.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package scale
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,9 +13,9 @@ import (
 	"time"
 )
 
-// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ), 100
+// ClockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ), 100
 // on every Linux architecture Go runs on.
-const clockTicks = 100
+const ClockTicks = 100
 
 // procs are the server processes of a target: each listening address's
 // process and its descendants (PostgreSQL's backends), found once.
@@ -23,19 +24,11 @@ type procs struct {
 }
 
 func newProcs(addrs []string) *procs {
-	p := &procs{}
 	inodes := listeningInodes(addrs)
 	if len(inodes) == 0 {
-		return p
+		return &procs{}
 	}
-	seen := map[int]bool{}
-	for _, pid := range pidsOf(inodes) {
-		if !seen[pid] {
-			seen[pid] = true
-			p.roots = append(p.roots, pid)
-		}
-	}
-	return p
+	return &procs{roots: pidsOf(inodes)}
 }
 
 // tree returns the roots and all their descendants.
@@ -50,7 +43,7 @@ func (p *procs) tree() []int {
 		if err != nil {
 			continue
 		}
-		if f := statFields(pid); len(f) > 2 {
+		if _, f, _ := ProcStat(pid); len(f) > 2 {
 			ppid, _ := strconv.Atoi(f[1])
 			children[ppid] = append(children[ppid], pid)
 		}
@@ -78,7 +71,7 @@ func (p *procs) cpu() (time.Duration, bool) {
 	}
 	var ticks int64
 	for _, pid := range pids {
-		f := statFields(pid)
+		_, f, _ := ProcStat(pid)
 		if len(f) < 15 {
 			continue
 		}
@@ -89,7 +82,7 @@ func (p *procs) cpu() (time.Duration, bool) {
 			ticks += v
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, true
+	return time.Duration(ticks) * time.Second / ClockTicks, true
 }
 
 // memory returns the servers' proportional set size (shared pages split
@@ -117,17 +110,19 @@ func (p *procs) memory() (int64, bool) {
 	return total, true
 }
 
-// statFields returns /proc/pid/stat's fields after "pid (comm)".
-func statFields(pid int) []string {
+// ProcStat reads /proc/<pid>/stat: the command name, which may hold
+// spaces and parentheses and so ends at the last ')', and the fields after
+// it (the state first, utime and stime 12th and 13th).
+func ProcStat(pid int) (comm string, fields []string, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return nil
+		return "", nil, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
-	return strings.Fields(string(b[i+1:]))
+	return string(b[open+1 : end]), strings.Fields(string(b[end+1:])), nil
 }
 
 // listeningInodes returns the socket inodes listening on the loopback
@@ -178,7 +173,8 @@ func listeningInodes(addrs []string) map[string]bool {
 	return inodes
 }
 
-// pidsOf returns the processes holding any of the socket inodes.
+// pidsOf returns the processes holding any of the socket inodes, each
+// once.
 func pidsOf(inodes map[string]bool) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")

@@ -10,12 +10,14 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +89,15 @@ func DefaultConfig(prefix string) Config {
 		Fillers: 32,
 		Prefix:  prefix,
 	}
+}
+
+// FormatInts joins xs with commas, as the sweeps' list flags take them.
+func FormatInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // Sweep names.
@@ -241,9 +252,7 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	)
 	failed := func(err error) { // under mu
 		errs++
-		if firstE == nil {
-			firstE = err
-		}
+		firstE = cmp.Or(firstE, err)
 	}
 	for g := range w {
 		wg.Go(func() {
@@ -437,9 +446,7 @@ func (s *run) fill(ctx context.Context, ls []Locker, prefix string, hs []Held, l
 				h, err := l.Acquire(fctx, prefix+strconv.FormatInt(i, 10))
 				mu.Lock()
 				if err != nil {
-					if firstE == nil {
-						firstE = err
-					}
+					firstE = cmp.Or(firstE, err)
 					mu.Unlock()
 					cancel()
 					return

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"bytes"
 	"encoding/csv"
 	"fmt"
 	"html"
@@ -58,12 +59,7 @@ func WriteSVG(w io.Writer, sweep string, ps []Point) error {
 			targets = append(targets, p.Target)
 		}
 	}
-	var charts []Chart
-	for _, c := range Charts {
-		if c.Sweep == sweep {
-			charts = append(charts, c)
-		}
-	}
+	charts := slices.DeleteFunc(slices.Clone(Charts), func(c Chart) bool { return c.Sweep != sweep })
 	rows := (len(charts) + columns - 1) / columns
 	legendH := 22 * ((len(targets) + 5) / 6)
 	width, height := columns*panelW, rows*panelH+legendH+10
@@ -90,7 +86,7 @@ type series struct {
 }
 
 func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []string, ps []Point) {
-	data := map[string]*series{}
+	data := map[string]series{}
 	var xs, ys []float64
 	for _, p := range ps {
 		v, ok := p.Values[c.Metric]
@@ -102,11 +98,8 @@ func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []stri
 			x = float64(p.X)
 		}
 		s := data[p.Target]
-		if s == nil {
-			s = &series{}
-			data[p.Target] = s
-		}
 		s.xs, s.ys = append(s.xs, x), append(s.ys, v)
+		data[p.Target] = s
 		xs, ys = append(xs, x), append(ys, v)
 	}
 	pw, ph := float64(panelW-marginL-marginR), float64(panelH-marginT-marginB)
@@ -132,8 +125,8 @@ func panel(b *strings.Builder, ox, oy int, c Chart, sweep string, targets []stri
 			x0, py, x0+pw, py, x0-4, py+4, label(t))
 	}
 	for i, t := range targets {
-		s := data[t]
-		if s == nil {
+		s, ok := data[t]
+		if !ok {
 			continue
 		}
 		col := palette[i%len(palette)]
@@ -228,15 +221,11 @@ func WriteDir(dir string, ps []Point) error {
 		return err
 	}
 	write := func(name string, fn func(io.Writer) error) error {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
+		var b bytes.Buffer
+		if err := fn(&b); err != nil {
 			return err
 		}
-		if err := fn(f); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		return os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o666)
 	}
 	if err := write("scale.csv", func(w io.Writer) error { return WriteCSV(w, ps) }); err != nil {
 		return err

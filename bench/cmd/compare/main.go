@@ -32,12 +32,7 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "compare:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("compare", run) }
 
 // unit is one implementation under one context kind: what takes turns.
 type unit struct{ impl, ctx string }
@@ -45,8 +40,7 @@ type unit struct{ impl, ctx string }
 func run() error {
 	d := flag.Duration("d", 3*time.Second, "measured duration of each scenario for each implementation and context kind")
 	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before each measurement (same scenario, another name)")
-	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+harness.Names())
+	implFlags := harness.Flags()
 	scenList := flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios")
 	ctxList := flag.String("ctx", strings.Join(harness.CtxKinds, ","), "comma-separated context kinds of the lock calls: background (context.Background()), cancel (context.WithCancel, no deadline), timeout (context.WithTimeout 1s per call)")
 	maxForeignFlag := flag.Float64("quiet", 0.15, "wait (up to -quiet-wait) until other processes use less than this share of a CPU before each measurement, and repeat a measurement (up to 3 times) during which they used more; 0 turns it off")
@@ -57,10 +51,7 @@ func run() error {
 	slice := flag.Duration("slice", 250*time.Millisecond, "S1 and S2: every implementation under every context kind takes turns in slices of this length (the order rotating every slice) until each has run -d; the quiet guard applies to each turn of slices; 0 runs each for -d in one go, one after another")
 	flag.Parse()
 
-	if err := harness.Loopback(*shared); err != nil {
-		return err
-	}
-	specs, err := harness.Select(*implList)
+	shared, specs, err := implFlags()
 	if err != nil {
 		return err
 	}
@@ -99,7 +90,7 @@ func run() error {
 		natsURL, natsPid = ns.Addr, ns.Pid()
 	}
 	sig := make(chan os.Signal, 1)
-	env := harness.NewEnv(*shared, harness.Addrs(servers[:5]), natsURL)
+	env := harness.NewEnv(shared, harness.Addrs(servers[:5]), natsURL)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
@@ -126,11 +117,7 @@ func run() error {
 		for _, im := range impls {
 			_ = im.Close()
 		}
-		if n, err := harness.Cleanup(context.Background(), env); err != nil {
-			fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", *shared, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
-		}
+		harness.CleanupAndReport(env)
 	}()
 	var units []unit
 	for _, k := range kinds {
@@ -147,7 +134,7 @@ func run() error {
 	for _, s := range servers {
 		exclude[s.Pid()] = true
 	}
-	_, sharedPort, _ := net.SplitHostPort(*shared)
+	_, sharedPort, _ := net.SplitHostPort(shared)
 	all := map[harness.Key][]harness.Result{}
 	g := &quietGuard{exclude: exclude, port: sharedPort, limit: *maxForeignFlag, wait: *quietWait, tries: max(*quietTries, 1)}
 	started := time.Now()
@@ -224,7 +211,7 @@ func run() error {
 	fmt.Fprintf(w, "- date: %s – %s\n", started.UTC().Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"))
 	fmt.Fprintf(w, "- command: `go run ./cmd/compare %s`\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), *shared)
+	fmt.Fprintf(w, "- Redis: %s; shared server %s (keys of this run only), 5 private redis-servers on loopback (--save \"\" --appendonly no)\n", redisVersion(), shared)
 	if natsURL != "" {
 		fmt.Fprintf(w, "- NATS: a private nats-server %s on loopback, JetStream with file storage in a temporary directory; a bucket per implementation (one replica)\n", natsVer)
 	}

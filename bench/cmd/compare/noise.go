@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/bench/internal/harness"
+	"github.com/dlockgo/dlock/internal/scale"
 )
 
 // cpuSnapshot is the CPU time (clock ticks) used so far by every process
@@ -61,7 +62,7 @@ func foreignCPU(a, b cpuSnapshot) float64 {
 	if sec <= 0 {
 		return 0
 	}
-	return float64(sum) / harness.ClockTicks / sec
+	return float64(sum) / scale.ClockTicks / sec
 }
 
 // waitQuiet waits until other processes used at most limit CPU over half

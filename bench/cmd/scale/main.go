@@ -25,30 +25,21 @@ import (
 	"github.com/dlockgo/dlock/internal/scale"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "scale:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("scale", run) }
 
 func run() error {
 	d := scale.DefaultConfig("")
 	out := flag.String("out", "scale-peers", "directory for scale.csv and the charts")
-	shared := flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback only)")
-	implList := flag.String("impls", "", "comma-separated implementations (default all but diagnostics): "+harness.Names())
-	waiters := flag.String("waiters", join(d.Waiters), "waiters on one name")
-	held := flag.String("held", join(d.Held), "names held at once (ascending)")
-	clients := flag.String("clients", join(d.Clients), "clients, each on a name of its own")
+	implFlags := harness.Flags()
+	waiters := flag.String("waiters", scale.FormatInts(d.Waiters), "waiters on one name")
+	held := flag.String("held", scale.FormatInts(d.Held), "names held at once (ascending)")
+	clients := flag.String("clients", scale.FormatInts(d.Clients), "clients, each on a name of its own")
 	flag.DurationVar(&d.Step, "step", d.Step, "duration of each point of the waiters and clients sweeps")
 	flag.DurationVar(&d.Fill, "fill", d.Fill, "most time to reach each level of the held sweep")
 	flag.IntVar(&d.Fleet, "fleet", d.Fleet, "clients (connections) a sweep spreads its goroutines over")
 	flag.DurationVar(&harness.TTL, "ttl", 10*time.Minute, "the locks' TTL: long, so that the peers, which do not renew, hold their locks through the held sweep")
 	flag.Parse()
-	if err := harness.Loopback(*shared); err != nil {
-		return err
-	}
-	specs, err := harness.Select(*implList)
+	shared, specs, err := implFlags()
 	if err != nil {
 		return err
 	}
@@ -74,14 +65,8 @@ func run() error {
 		defer ns.Kill()
 		natsURL = ns.Addr
 	}
-	env := harness.NewEnv(*shared, harness.Addrs(servers), natsURL)
-	defer func() {
-		if n, err := harness.Cleanup(context.Background(), env); err != nil {
-			fmt.Fprintf(os.Stderr, "cleanup of %s: %v\n", *shared, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "deleted %d keys of this run from %s\n", n, *shared)
-		}
-	}()
+	env := harness.NewEnv(shared, harness.Addrs(servers), natsURL)
+	defer harness.CleanupAndReport(env)
 	ctx := context.Background()
 	var all []scale.Point
 	for _, s := range specs {
@@ -124,14 +109,6 @@ func run() error {
 // redisKeys counts the keys of the Redis servers at addrs (DBSIZE).
 func redisKeys(addrs []string) func(context.Context) (int, error) {
 	return func(ctx context.Context) (int, error) { return redisutil.KeyCount(ctx, addrs, "", "") }
-}
-
-func join(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func parse(s string) ([]int, error) {

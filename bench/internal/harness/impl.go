@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,12 +125,7 @@ var specs = []Spec{
 
 // NeedNATS reports whether any of specs uses the private nats-server.
 func NeedNATS(specs []Spec) bool {
-	for _, s := range specs {
-		if s.NATS {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(specs, func(s Spec) bool { return s.NATS })
 }
 
 // Specs returns the implementations, dlock's first.
@@ -148,27 +144,16 @@ func Names() string {
 // "all": all but the opt-in ones).
 func Select(list string) ([]Spec, error) {
 	if list == "" || list == "all" {
-		var out []Spec
-		for _, s := range specs {
-			if !s.OptIn {
-				out = append(out, s)
-			}
-		}
-		return out, nil
+		return slices.DeleteFunc(slices.Clone(specs), func(s Spec) bool { return s.OptIn }), nil
 	}
 	var out []Spec
 	for n := range strings.SplitSeq(list, ",") {
 		n = strings.TrimSpace(n)
-		found := false
-		for _, s := range specs {
-			if s.Name == n {
-				out = append(out, s)
-				found = true
-			}
-		}
-		if !found {
+		i := slices.IndexFunc(specs, func(s Spec) bool { return s.Name == n })
+		if i < 0 {
 			return nil, fmt.Errorf("unknown implementation %q; known: %s", n, Names())
 		}
+		out = append(out, specs[i])
 	}
 	return out, nil
 }

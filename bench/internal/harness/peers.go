@@ -37,10 +37,7 @@ func newRaw(e *Env) (Impl, error) {
 
 func newRawHop(e *Env) (Impl, error) {
 	im, err := newRaw(e)
-	if err != nil {
-		return nil, err
-	}
-	return hop{im}, nil
+	return hop{im}, err
 }
 
 // hop makes each call of an Impl from a goroutine of its own.

@@ -40,12 +40,10 @@ func Combine(rounds []Result) Result {
 	out.HandoffP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffP99 })
 	out.HandoffCallP50 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP50 })
 	out.HandoffCallP99 = medianD(rounds, func(r Result) time.Duration { return r.HandoffCallP99 })
-	for i, r := range rounds {
+	for _, r := range rounds { // out starts from the first round's extremes
 		out.addCounts(r)
 		out.MaxWait = max(out.MaxWait, r.MaxWait)
-		if i == 0 || r.MinPerWorker < out.MinPerWorker {
-			out.MinPerWorker = r.MinPerWorker
-		}
+		out.MinPerWorker = min(out.MinPerWorker, r.MinPerWorker)
 		out.MaxPerWorker = max(out.MaxPerWorker, r.MaxPerWorker)
 	}
 	return out

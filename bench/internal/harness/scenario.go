@@ -126,14 +126,7 @@ func CallContext(kind string) (context.Context, context.CancelFunc) {
 }
 
 // ValidCtx reports whether kind is a context kind.
-func ValidCtx(kind string) bool {
-	for _, k := range CtxKinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
+func ValidCtx(kind string) bool { return slices.Contains(CtxKinds, kind) }
 
 // firstErr keeps the first error recorded.
 type firstErr struct {
@@ -328,7 +321,7 @@ func runIndependent(impl Impl, scenario, kind string, workers int, keyOf func(in
 	if res.Ops > 0 {
 		res.AllocsPerOp /= float64(res.Ops)
 	}
-	res.P50, res.P99 = percentile(all, 0.50), percentile(all, 0.99)
+	res.P50, res.P99 = percentile(all, 50), percentile(all, 99)
 	res.Latencies = all
 	res.AcquireErrors, res.ReleaseErrors = acqErr.Load(), relErr.Load()
 	res.FirstAcquireErr, res.FirstReleaseErr = acqFirst.msg, relFirst.msg
@@ -440,7 +433,7 @@ func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 			res.MaxWait = max(res.MaxWait, max(0, t.end.Sub(p)))
 		}
 	}
-	res.P50, res.P99 = percentile(waits, 0.50), percentile(waits, 0.99)
+	res.P50, res.P99 = percentile(waits, 50), percentile(waits, 99)
 
 	slices.SortFunc(all, func(a, b s3rec) int { return int(a.seq - b.seq) })
 	var hand, handCall []time.Duration
@@ -459,34 +452,24 @@ func RunS3(impl Impl, key, kind string, b Budget, h Hooks) Result {
 	if res.Handoffs > 0 {
 		res.OtherPct = 100 * float64(other) / float64(res.Handoffs)
 	}
-	res.HandoffP50, res.HandoffP99 = percentile(hand, 0.50), percentile(hand, 0.99)
-	res.HandoffCallP50, res.HandoffCallP99 = percentile(handCall, 0.50), percentile(handCall, 0.99)
+	res.HandoffP50, res.HandoffP99 = percentile(hand, 50), percentile(hand, 99)
+	res.HandoffCallP50, res.HandoffCallP99 = percentile(handCall, 50), percentile(handCall, 99)
 
 	perWorker := make([]int64, S3Workers)
 	for _, r := range all {
 		perWorker[r.worker]++
 	}
-	res.MinPerWorker = -1
-	for _, n := range perWorker {
-		if res.MinPerWorker < 0 || n < res.MinPerWorker {
-			res.MinPerWorker = n
-		}
-		res.MaxPerWorker = max(res.MaxPerWorker, n)
-	}
+	res.MinPerWorker, res.MaxPerWorker = slices.Min(perWorker), slices.Max(perWorker)
 	return res
 }
 
-// percentile returns the nearest-rank p-quantile of ds (sorting it); -1
-// when ds is empty.
-func percentile(ds []time.Duration, p float64) time.Duration {
+// percentile returns the nearest-rank p-th percentile of ds (sorting it);
+// -1 when ds is empty.
+func percentile(ds []time.Duration, p int) time.Duration {
 	if len(ds) == 0 {
 		return -1
 	}
-	if !slices.IsSorted(ds) {
-		slices.Sort(ds)
-	}
-	i := int(p*float64(len(ds))+0.999999999) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
+	return scale.Percentile(ds, p)
 }
 
 // Merge joins the measurements of one implementation in several time
@@ -511,7 +494,7 @@ func Merge(parts []Result) Result {
 	}
 	slices.Sort(all)
 	out.Latencies = all
-	out.P50, out.P99 = percentile(all, 0.50), percentile(all, 0.99)
+	out.P50, out.P99 = percentile(all, 50), percentile(all, 99)
 	return out
 }
 

@@ -100,10 +100,7 @@ func launch(name, addr string, ready func(addr string) error, command func(dir s
 
 // tail returns the last n bytes of b, as text.
 func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(b[max(len(b)-n, 0):]))
 }
 
 // Kill stops the server (SIGKILL) and removes its directory.
