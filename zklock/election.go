@@ -214,13 +214,14 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 				return
 			}
 			if s.ended() {
-				var err error
-				if s, err = d.ready(ctx); err != nil {
+				next, err := d.ready(ctx)
+				if err != nil {
 					if errors.Is(err, driver.ErrClosed) || !backoff("zklock: observer cannot open a session", err) {
 						return
 					}
 					continue
 				}
+				s = next
 			}
 			var (
 				info driver.LeaderInfo
