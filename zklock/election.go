@@ -31,6 +31,7 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 
 // syncedLeader reads the leader of the election whose znode is dir with
 // readLeader, after a sync, on the driver's session, which it returns.
+// What the call sets is read only once it returned (see watchCtx).
 func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*session, driver.LeaderInfo, <-chan zk.Event, error) {
 	s, err := d.ready(ctx)
 	if err != nil {
@@ -47,7 +48,10 @@ func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*ses
 		r.info, r.ev, err = d.readLeader(s, dir, watch)
 		return err
 	})
-	return s, r.info, r.ev, err
+	if err != nil {
+		return nil, driver.LeaderInfo{}, nil, err
+	}
+	return s, r.info, r.ev, nil
 }
 
 // sync makes the session's server catch up with every write committed

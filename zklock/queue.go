@@ -217,7 +217,8 @@ func (d *Driver) list(ctx context.Context, n *node, watch bool) ([]child, <-chan
 }
 
 // watchCtx sets a data watch on p (a node that is gone gets none: unlike
-// an exists watch, it leaves nothing behind on the server).
+// an exists watch, it leaves nothing behind on the server). What the call
+// sets is read only once it returned: when ctx ends first, it goes on.
 func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, <-chan zk.Event, error) {
 	var w struct { // one allocation for what the call's closure sets
 		st *zk.Stat
@@ -229,7 +230,10 @@ func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, 
 			return err
 		})
 	})
-	return w.st, w.ev, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return w.st, w.ev, nil
 }
 
 // grant records n as held, and arms the timer that watches its node for
