@@ -100,9 +100,7 @@ const zxidOffset = 4
 
 // newTrackedConn wraps c for session s.
 func newTrackedConn(c net.Conn, s *session) *trackedConn {
-	t := &trackedConn{Conn: c, s: s, ready: -1, reported: -1}
-	t.in.zeroFrom, t.in.zeroTo = zxidOffset, zxidOffset+8
-	return t
+	return &trackedConn{Conn: c, s: s, ready: -1, reported: -1, in: framer{zeroZxid: true}}
 }
 
 // Write records the send time and header of each request frame in p, and
@@ -278,10 +276,9 @@ type framer struct {
 	pending bool // the current frame's head is not delivered yet
 	frames  int  // frames begun
 
-	// zeroFrom and zeroTo, when zeroTo is not 0, are a range of body
-	// bytes that feed sets to zero in every frame but the first, once
-	// they are in the head.
-	zeroFrom, zeroTo int
+	// zeroZxid: feed sets the zxid of every reply header but the first
+	// (the handshake's) to zero, once it is in the head.
+	zeroZxid bool
 }
 
 // feed consumes p. For each frame, onFrame receives the first want bytes
@@ -309,9 +306,9 @@ func (f *framer) feed(p []byte, want int, onFrame func(head []byte)) {
 			onFrame(f.head[:f.nhead])
 		}
 		k := min(len(p), f.left)
-		if f.zeroTo > 0 && f.frames > 1 {
+		if f.zeroZxid && f.frames > 1 {
 			off := f.body - f.left
-			for i := max(off, f.zeroFrom); i < min(off+k, f.zeroTo); i++ {
+			for i := max(off, zxidOffset); i < min(off+k, zxidOffset+8); i++ {
 				p[i-off] = 0
 			}
 		}

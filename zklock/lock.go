@@ -397,14 +397,11 @@ func (d *Driver) discard(n *node, wait bool) {
 			d.log.Warn("zklock: could not remove an abandoned lock node", "path", n.path, "error", err)
 		}
 	})
-	if !wait {
-		return
-	}
-	t := time.NewTimer(discardWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+	if wait {
+		select {
+		case <-done:
+		case <-time.After(discardWait):
+		}
 	}
 }
 

@@ -75,11 +75,14 @@ func (d *Driver) dial() (*session, error) {
 	s.watchdog = time.AfterFunc(time.Hour, s.watch)
 	s.watchdog.Stop() // armed by monitor at the first handshake
 	s.checkFn = s.check
+	// The zk client's own messages go to the driver's logger, at Debug.
+	zkLog := slog.NewLogLogger(d.log.Handler(), slog.LevelDebug)
+	zkLog.SetPrefix("zk: ")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	conn, _, err := zk.Connect(d.servers, d.timeout,
 		zk.WithDialer(s.dialTCP), zk.WithEventCallback(s.event),
-		zk.WithLogger(zkLogger{d.log}), zk.WithLogInfo(false))
+		zk.WithLogger(zkLog), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, fmt.Errorf("zklock: connect to %v: %w", d.servers, err)
 	}
@@ -250,15 +253,12 @@ func (s *session) end(cause error) {
 }
 
 // ended reports whether the session ended.
-func (s *session) ended() bool { return isClosed(s.done) }
+func (s *session) ended() bool { return s.over.Load() }
 
 // isEstablished reports whether the session had its first handshake.
-func (s *session) isEstablished() bool { return isClosed(s.established) }
-
-// isClosed reports whether ch is closed.
-func isClosed(ch <-chan struct{}) bool {
+func (s *session) isEstablished() bool {
 	select {
-	case <-ch:
+	case <-s.established:
 		return true
 	default:
 		return false
@@ -365,10 +365,8 @@ func (s *session) sleep(d time.Duration) bool { return sleep(d, s.done) }
 
 // sleep pauses for d; it reports false if done closed meanwhile.
 func sleep(d time.Duration, done <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	case <-done:
 		return false
@@ -392,16 +390,6 @@ func (d *Driver) call(ctx context.Context, fn func() error) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// zkLogger passes the zk client's messages to the driver's logger.
-type zkLogger struct{ l *slog.Logger }
-
-// Printf implements zk.Logger.
-func (z zkLogger) Printf(format string, args ...any) {
-	if z.l.Enabled(context.Background(), slog.LevelDebug) {
-		z.l.Debug("zk: " + fmt.Sprintf(format, args...))
 	}
 }
 
