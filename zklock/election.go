@@ -191,7 +191,7 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 	// backoff logs err and waits, longer each time, before the next try;
 	// false if ctx ended meanwhile.
 	backoff := func(msg string, err error) bool {
-		d.log.Warn(msg, "election", dir, "error", err)
+		d.opt.Logger.Warn(msg, "election", dir, "error", err)
 		if !sleep(pause, ctx.Done()) {
 			return false
 		}

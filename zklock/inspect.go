@@ -28,7 +28,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		return nil, err
 	}
 	w := &walk{d: d, s: s, ctx: ctx, prefix: prefix, owners: d.ownersByPath()}
-	if err := d.sync(s, d.prefix); err != nil {
+	if err := d.sync(s, d.opt.Prefix); err != nil {
 		return nil, err
 	}
 	type tree struct {
@@ -36,9 +36,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		kind driver.Mode // Exclusive, Read (a readers-writer lock) or Leader
 	}
 	trees := []tree{
-		{d.prefix, driver.Exclusive},
-		{d.prefix + rwDir[:len(rwDir)-1], driver.Read},
-		{d.prefix + electDir[:len(electDir)-1], driver.Leader},
+		{d.opt.Prefix, driver.Exclusive},
+		{d.opt.Prefix + rwDir[:len(rwDir)-1], driver.Read},
+		{d.opt.Prefix + electDir[:len(electDir)-1], driver.Leader},
 	}
 	if d.format != dlockFormat {
 		trees = trees[:1] // a peer's kinds share the names' znodes

@@ -97,7 +97,7 @@ func (d *Driver) newNode(s *session, r driver.Request) (*node, error) {
 		return nil, fmt.Errorf("zklock: %q: mode %v in the %s layout: %w", r.Name, r.Mode, d.format.layout, driver.ErrUnsupported)
 	}
 	n := &node{s: s, name: r.Name, owner: r.Owner, guid: guidFor(r.Owner), mode: r.Mode,
-		parent: d.prefix + dir + r.Name, kind: d.format.kinds[r.Mode]}
+		parent: d.opt.Prefix + dir + r.Name, kind: d.format.kinds[r.Mode]}
 	switch r.Mode {
 	case driver.Permit:
 		if r.Limit < 1 {
@@ -166,7 +166,7 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{
-		&zk.CreateRequest{Path: d.format.nodePath(n.parent, n.guid, n.kind), Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: d.format.nodePath(n.parent, n.guid, n.kind), Data: n.data, Acl: d.opt.ACL, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.parent, Version: -1},
 	}
 	pause := 2 * time.Millisecond
@@ -251,9 +251,9 @@ func (d *Driver) makeParents(s *session, p string) error {
 		var err error
 		if e := s.do(func() error {
 			if d.format.containers {
-				_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+				_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.opt.ACL)
 			} else {
-				_, err = s.conn.Create(p, nil, 0, d.acl)
+				_, err = s.conn.Create(p, nil, 0, d.opt.ACL)
 			}
 			if transient(err) {
 				return err
@@ -394,7 +394,7 @@ func (d *Driver) discard(n *node, wait bool) {
 	d.bg.Go(func() { // Close waits for it
 		defer close(done)
 		if _, err := d.remove(n, false); err != nil && !errors.Is(err, errSessionEnded) {
-			d.log.Warn("zklock: could not remove an abandoned lock node", "path", n.path, "error", err)
+			d.opt.Logger.Warn("zklock: could not remove an abandoned lock node", "path", n.path, "error", err)
 		}
 	})
 	if wait {
@@ -426,7 +426,7 @@ func (d *Driver) removeStrays(n *node) {
 func (d *Driver) removeStray(s *session, p string) {
 	err := s.do(func() error { return s.conn.Delete(p, -1) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, errSessionEnded) {
-		d.log.Warn("zklock: could not remove a stray lock node", "path", p, "error", err)
+		d.opt.Logger.Warn("zklock: could not remove a stray lock node", "path", p, "error", err)
 	}
 }
 

@@ -76,11 +76,11 @@ func (d *Driver) dial() (*session, error) {
 	s.watchdog.Stop() // armed by monitor at the first handshake
 	s.checkFn = s.check
 	// The zk client's own messages go to the driver's logger, at Debug.
-	zkLog := slog.NewLogLogger(d.log.Handler(), slog.LevelDebug)
+	zkLog := slog.NewLogLogger(d.opt.Logger.Handler(), slog.LevelDebug)
 	zkLog.SetPrefix("zk: ")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	conn, _, err := zk.Connect(d.servers, d.timeout,
+	conn, _, err := zk.Connect(d.servers, d.opt.SessionTimeout,
 		zk.WithDialer(s.dialTCP), zk.WithEventCallback(s.event),
 		zk.WithLogger(zkLog), zk.WithLogInfo(false))
 	if err != nil {
@@ -97,7 +97,7 @@ func (d *Driver) dial() (*session, error) {
 // sends them again after each reconnection. A refusal ends the session
 // with an error naming the identity.
 func (s *session) authenticate() {
-	for _, a := range s.d.auth {
+	for _, a := range s.d.opt.Auth {
 		if err := s.conn.AddAuth(a.Scheme, []byte(a.Credential)); err != nil {
 			switch e := s.dialErr.Load(); {
 			case s.ended():
@@ -126,7 +126,7 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	s.mu.Lock()
 	s.tcp = c
 	s.mu.Unlock()
-	if cfg := s.d.tls; cfg != nil {
+	if cfg := s.d.opt.TLS; cfg != nil {
 		// ZooKeeper's secure client port: the handshake within the dial's
 		// timeout, each server's certificate checked against its host.
 		if cfg.ServerName == "" {
@@ -169,11 +169,11 @@ func (s *session) event(ev zk.Event) {
 		s.end(errExpired)
 	case zk.StateDisconnected:
 		if !s.ended() {
-			s.d.log.Warn("zklock: disconnected from ZooKeeper; locks are kept unless the session times out",
+			s.d.opt.Logger.Warn("zklock: disconnected from ZooKeeper; locks are kept unless the session times out",
 				"server", ev.Server, "session", s.id.Load())
 		}
 	case zk.StateHasSession:
-		s.d.log.Debug("zklock: connected", "server", ev.Server, "session", s.id.Load())
+		s.d.opt.Logger.Debug("zklock: connected", "server", ev.Server, "session", s.id.Load())
 	}
 }
 
@@ -239,7 +239,7 @@ func (s *session) end(cause error) {
 		close(s.done)
 		s.d.loseSession(s)
 		if !errors.Is(cause, driver.ErrClosed) {
-			s.d.log.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
+			s.d.opt.Logger.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
 		}
 		s.d.bg.Go(func() { // Close waits for it
 			s.mu.Lock()

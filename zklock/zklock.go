@@ -100,14 +100,9 @@ type Options struct {
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
 type Driver struct {
+	opt     Options // defaults filled in
 	servers []string
-	prefix  string
-	timeout time.Duration
-	auth    []Auth
-	tls     *tls.Config
-	acl     []zk.ACL
 	format  *format // the Layout's
-	log     *slog.Logger
 
 	// bg counts the driver's goroutines (the sessions' own, a release or
 	// an acquisition that outlived its caller's context, the watch of a
@@ -197,15 +192,11 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
+	opt.Auth = slices.Clone(opt.Auth)
 	d := &Driver{
-		format:  f,
+		opt:     opt,
 		servers: addrs,
-		prefix:  opt.Prefix,
-		timeout: opt.SessionTimeout,
-		auth:    slices.Clone(opt.Auth),
-		tls:     opt.TLS,
-		acl:     opt.ACL,
-		log:     opt.Logger,
+		format:  f,
 		held:    map[string]*node{},
 		byPath:  map[string]*node{},
 	}
@@ -231,7 +222,7 @@ func (d *Driver) Scheme() string { return "zk" }
 var _ driver.Schemer = (*Driver)(nil)
 
 // Prefix returns the znode under which the driver keeps its locks.
-func (d *Driver) Prefix() string { return d.prefix }
+func (d *Driver) Prefix() string { return d.opt.Prefix }
 
 // Close ends the driver's session, which removes every lock node it still
 // has at once (when the ensemble can be reached; else when the session
@@ -427,23 +418,23 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 // identity it does not name. A missing prefix is fine: the first lock
 // creates it.
 func (d *Driver) checkAccess(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.opt.SessionTimeout)
 	defer cancel()
 	s, err := d.ready(ctx)
 	if err != nil {
 		return err
 	}
 	return d.call(ctx, func() error {
-		_, _, err := s.conn.Children(d.prefix)
+		_, _, err := s.conn.Children(d.opt.Prefix)
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return nil
 		case unsent(err):
 			return s.withDialErr(err)
-		case errors.Is(err, zk.ErrNoAuth) && len(d.auth) == 0:
-			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.prefix, err)
+		case errors.Is(err, zk.ErrNoAuth) && len(d.opt.Auth) == 0:
+			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.opt.Prefix, err)
 		case errors.Is(err, zk.ErrNoAuth):
-			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.auth[0], d.prefix, err)
+			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.opt.Auth[0], d.opt.Prefix, err)
 		}
 		return err
 	})
