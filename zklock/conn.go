@@ -11,17 +11,17 @@ import (
 
 // trackedConn is a TCP connection to a ZooKeeper server that watches the
 // frames going by, to learn what the ensemble's leader knows of the
-// session (see session.go for why this is the measure of validity).
+// session (see confirmedAt for why this measures validity).
 //
-// ZooKeeper answers a session's requests in the order it sent them, pings
-// included; a frame from the server is a reply, except watch notifications
-// (xid -1). So each reply answers the oldest request still unanswered, and
+// ZooKeeper answers a session's requests in the order they were sent,
+// pings included, and every frame from the server but a watch notification
+// (xid -1) is a reply: each answers the oldest request unanswered, and
 // proves that the server received it, no earlier than it was sent. The
-// first frame each way is the session handshake, whose reply carries the
-// session timeout the server granted.
+// first frame each way is the handshake, whose reply carries the granted
+// session timeout.
 //
-// State about the server's link to the leader (candidates, reported) is per
-// connection: the argument chains requests through one server, and a
+// What it knows of the server's link to the leader (cands, reported) is
+// per connection: the argument chains requests through one server, and a
 // server that loses its leader closes its clients' connections.
 type trackedConn struct {
 	net.Conn
@@ -34,14 +34,13 @@ type trackedConn struct {
 	wrote   bool // the handshake request went out
 	greeted bool // the handshake's reply was read
 
-	// cands are recent replies (send and reply times), not yet older than
-	// the report gap; ready is the send time of the newest reply that is
-	// (-1 for none).
+	// cands are recent replies, not yet older than the report gap; ready
+	// is the send time of the newest reply that is (-1 for none).
 	cands []candidate
 	ready time.Duration
 	// reported is the latest send time that a quorum request answered on
 	// this connection has carried to the leader in a server's ping reply
-	// (see session.go); -1 for none.
+	// (see confirmedAt); -1 for none.
 	reported time.Duration
 }
 
@@ -49,11 +48,10 @@ type trackedConn struct {
 type request struct {
 	sent  time.Duration // when it was written (session clock)
 	xid   int32
-	op    int32
 	hello bool // the handshake, which has no header
-	// For a quorum request, -1 otherwise: the connection's ready and
-	// reported when it was sent. Its reply makes carries reported, and
-	// proves the leader touched the session after proves.
+	// For a quorum request (else -1), the connection's ready and reported
+	// when it was sent: its reply makes carries reported, and proves the
+	// leader touched the session after proves.
 	carries, proves time.Duration
 }
 
@@ -86,26 +84,23 @@ func quorumOp(op int32) bool {
 	return false
 }
 
-// The zxid of each reply is kept from the zk.Conn, which stores it in a
-// field it also reads, with no lock, while it sets a session's watches
-// again after a reconnection: a data race in go-zookeeper v1.0.4
-// (samuel/go-zookeeper#260) that the race detector reports. Instead, the
-// connection records the newest zxid itself (session.zxid) and sets the
-// field in every reply header but the handshake's to 0, which the zk.Conn
-// ignores (it stores only positive ones). The zxid goes to the server in
-// two requests, which Write fills in: the handshake's LastZxidSeen (so
-// that the session reconnects only to a server that has seen what it saw)
-// and SetWatches' RelativeZxid (so that the server reports the changes
-// since then, not every change since the tree began).
+// The zk.Conn stores each reply's zxid in a field it also reads, with no
+// lock, while it sets a session's watches again after a reconnection: a
+// data race in go-zookeeper v1.0.4 (samuel/go-zookeeper#260) that the race
+// detector reports. So the connection records the newest zxid itself
+// (session.zxid) and zeroes it in every reply header but the handshake's
+// (the zk.Conn stores only positive ones). Write puts it in the two
+// requests that carry it: the handshake's LastZxidSeen (so that the
+// session reconnects only to a server that has seen what it saw) and
+// SetWatches' RelativeZxid (so that the server reports the changes since
+// then, not every change since the tree began).
 
 // zxidOffset is where the zxid lies in a reply body: after the xid.
 const zxidOffset = 4
 
 // newTrackedConn wraps c for session s.
 func newTrackedConn(c net.Conn, s *session) *trackedConn {
-	t := &trackedConn{Conn: c, s: s, ready: -1, reported: -1}
-	t.in.zeroFrom, t.in.zeroTo = zxidOffset, zxidOffset+8
-	return t
+	return &trackedConn{Conn: c, s: s, ready: -1, reported: -1, in: framer{zeroZxid: true}}
 }
 
 // Write records the send time and header of each request frame in p, and
@@ -122,9 +117,9 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// withZxid returns a copy of p with the session's zxid written in, when p
-// is a handshake or a SetWatches request; nil otherwise. The zk.Conn
-// writes each request whole, in one Write.
+// withZxid returns a copy of p with the session's zxid written in when p
+// is a handshake or a SetWatches request, else nil. The zk.Conn writes
+// each request whole, in one Write.
 func (c *trackedConn) withZxid(p []byte, hello bool) []byte {
 	zxid := c.s.zxid.Load()
 	if zxid <= 0 || len(p) < 4 || int(binary.BigEndian.Uint32(p)) != len(p)-4 {
@@ -156,8 +151,7 @@ func (c *trackedConn) request(head []byte, now time.Duration) {
 		c.wrote, r.hello = true, true
 	case len(head) == 8:
 		r.xid = int32(binary.BigEndian.Uint32(head))
-		r.op = int32(binary.BigEndian.Uint32(head[4:]))
-		if quorumOp(r.op) {
+		if quorumOp(int32(binary.BigEndian.Uint32(head[4:]))) {
 			r.carries, r.proves = c.readyAt(now), c.reported
 		}
 	}
@@ -179,9 +173,9 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		greeted := c.greeted
 		c.mu.Unlock()
 		if !greeted {
-			// A connection that fails before the server's handshake reply
-			// (a TLS server refusing the client's certificate says so
-			// only now): the cause for the session's errors.
+			// Failed before the handshake's reply (a TLS server refusing
+			// the client's certificate says so only now): the cause for
+			// the session's errors.
 			e := fmt.Errorf("zklock: connection to %s: %w", c.RemoteAddr(), err)
 			c.s.dialErr.Store(&e)
 		}
@@ -229,9 +223,9 @@ func (c *trackedConn) reply(head []byte, now time.Duration) {
 	}
 }
 
-// candidate records a successful reply. To keep the list short, a reply
-// within a tenth of the report gap of the previous one is dropped: it
-// would only have made the evidence a little fresher.
+// candidate records a successful reply, unless it came within a tenth of
+// the report gap of the previous one: it would only make the evidence a
+// little fresher, and the list longer.
 func (c *trackedConn) candidate(sent, got time.Duration) {
 	if k := len(c.cands); k > 0 && got-c.cands[k-1].got < c.s.reportGap()/10 {
 		return
@@ -282,10 +276,9 @@ type framer struct {
 	pending bool // the current frame's head is not delivered yet
 	frames  int  // frames begun
 
-	// zeroFrom and zeroTo, when zeroTo is not 0, are a range of body
-	// bytes that feed sets to zero in every frame but the first, once
-	// they are in the head.
-	zeroFrom, zeroTo int
+	// zeroZxid: feed sets the zxid of every reply header but the first
+	// (the handshake's) to zero, once it is in the head.
+	zeroZxid bool
 }
 
 // feed consumes p. For each frame, onFrame receives the first want bytes
@@ -313,9 +306,9 @@ func (f *framer) feed(p []byte, want int, onFrame func(head []byte)) {
 			onFrame(f.head[:f.nhead])
 		}
 		k := min(len(p), f.left)
-		if f.zeroTo > 0 && f.frames > 1 {
+		if f.zeroZxid && f.frames > 1 {
 			off := f.body - f.left
-			for i := max(off, f.zeroFrom); i < min(off+k, f.zeroTo); i++ {
+			for i := max(off, zxidOffset); i < min(off+k, zxidOffset+8); i++ {
 				p[i-off] = 0
 			}
 		}

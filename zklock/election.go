@@ -13,14 +13,11 @@ import (
 
 // An election is a mutex of its own under <prefix>/#elect/<name>: each
 // candidate queues an ephemeral sequential node whose data is its value,
-// the lowest node leads, and every other candidate watches the node just
-// before its own, exactly as mutex waiters do. The leader's token is its
-// node's czxid, as a mutex holder's.
-//
-// Who leads can be read by anyone: the lowest candidate node and its data.
-// A candidate's data is set at its creation and changes only in the
-// transaction that deletes it (a release), so a reader never sees it
-// half-way.
+// the lowest node leads (its czxid is the token), and every other
+// candidate watches the node just before its own, as mutex waiters do.
+// Anyone can read who leads: the lowest node and its data, which is set at
+// its creation and changes only in the transaction that deletes it, so a
+// reader never sees it half-way.
 
 // Leader implements driver.Elector: it reads the lowest candidate node of
 // the election and its data, after a sync (see sync), so that what it
@@ -32,8 +29,9 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 	return info, err
 }
 
-// syncedLeader reads the leader of the election whose znode is dir, with
+// syncedLeader reads the leader of the election whose znode is dir with
 // readLeader, after a sync, on the driver's session, which it returns.
+// What the call sets is read only once it returned (see watchCtx).
 func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*session, driver.LeaderInfo, <-chan zk.Event, error) {
 	s, err := d.ready(ctx)
 	if err != nil {
@@ -50,21 +48,24 @@ func (d *Driver) syncedLeader(ctx context.Context, dir string, watch bool) (*ses
 		r.info, r.ev, err = d.readLeader(s, dir, watch)
 		return err
 	})
-	return s, r.info, r.ev, err
+	if err != nil {
+		return nil, driver.LeaderInfo{}, nil, err
+	}
+	return s, r.info, r.ev, nil
 }
 
-// sync makes the server the session is connected to catch up with every
-// write committed before the call, by any client, so that the session's
-// reads that follow see them.
+// sync makes the session's server catch up with every write committed
+// before the call, by any client, so that the session's later reads see
+// them.
 //
 // ZooKeeper's own sync does not do that on the leader: there it is
-// answered like a read, possibly before the leader applied a write that
-// it committed and that a follower already applied and acknowledged to
-// its client. So sync sends a transaction that changes nothing instead, a
-// multi-op that checks that p exists (any version): the leader orders it
-// after every committed write, and the session's server answers it, and
-// the session's later reads, only once it applied them all. A check that
-// fails because p does not exist is a transaction all the same.
+// answered like a read, possibly before the leader applied a write that it
+// committed and that a follower already applied and acknowledged to its
+// client. So sync sends a transaction that changes nothing, a multi-op
+// checking that p exists (any version): the leader orders it after every
+// committed write, and the session's server answers it, and the later
+// reads, only once it applied them all. A check that fails because p does
+// not exist is a transaction all the same.
 func (d *Driver) sync(s *session, p string) error {
 	err := s.do(func() error {
 		_, err := s.conn.Multi(&zk.CheckVersionRequest{Path: p, Version: -1})
@@ -78,11 +79,10 @@ func (d *Driver) sync(s *session, p string) error {
 
 // readLeader reads the leader of the election whose znode is dir. With
 // watch set it also returns a watch that fires when the leader may have
-// changed: a data watch on the leader's node, or when nobody leads a
-// child watch on dir (an exists watch when dir does not exist). Watching
-// the leader's node rather than all the children spares observers the
-// arrivals of candidates: only the leader's going can change who leads,
-// since new nodes always queue behind it.
+// changed: a data watch on the leader's node, or when nobody leads a child
+// watch on dir (an exists watch when dir does not exist). Watching the
+// leader's node spares observers the arrivals of candidates, which queue
+// behind it: only its going can change who leads.
 func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderInfo, <-chan zk.Event, error) {
 	for {
 		var (
@@ -160,10 +160,11 @@ func (d *Driver) readLeader(s *session, dir string, watch bool) (driver.LeaderIn
 }
 
 // Observe implements driver.Elector. Its first value is read after a sync,
-// as Leader's. One goroutine per observer reads the leader, sets a watch that fires when it may change (see readLeader),
-// and reads it again when it fires. When the driver's session ends, the
-// observer goes on with the next one; it stops, and closes the channel,
-// when ctx ends or the driver closes.
+// as Leader's. One goroutine per observer reads the leader, sets a watch
+// that fires when it may change (see readLeader), and reads it again when
+// it fires. When the driver's session ends, the observer goes on with the
+// next one; it stops, and closes the channel, when ctx ends or the driver
+// closes.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	dir := d.dir(driver.Leader, name)
 	s, info, ev, err := d.syncedLeader(ctx, dir, true)
@@ -187,6 +188,16 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 		pending = true            // cur is to be sent
 		pause   = 10 * time.Millisecond
 	)
+	// backoff logs err and waits, longer each time, before the next try;
+	// false if ctx ended meanwhile.
+	backoff := func(msg string, err error) bool {
+		d.opt.Logger.Warn(msg, "election", dir, "error", err)
+		if !sleep(pause, ctx.Done()) {
+			return false
+		}
+		pause = min(2*pause, time.Second)
+		return true
+	}
 	for {
 		var out chan<- driver.LeaderInfo
 		if pending {
@@ -207,18 +218,14 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 				return
 			}
 			if s.ended() {
-				var err error
-				if s, err = d.ready(ctx); err != nil {
-					if errors.Is(err, driver.ErrClosed) {
+				next, err := d.ready(ctx)
+				if err != nil {
+					if errors.Is(err, driver.ErrClosed) || !backoff("zklock: observer cannot open a session", err) {
 						return
 					}
-					d.log.Warn("zklock: observer cannot open a session", "election", dir, "error", err)
-					if !sleep(pause, ctx.Done()) {
-						return
-					}
-					pause = min(2*pause, time.Second)
 					continue
 				}
+				s = next
 			}
 			var (
 				info driver.LeaderInfo
@@ -235,14 +242,10 @@ func (d *Driver) observe(ctx context.Context, s *session, dir string, cur driver
 				cur, ev, pause = info, w, 10*time.Millisecond
 				break
 			}
-			if !s.ended() {
-				// Not a connection loss (do retries those): an error the
-				// server gave, retried after a back-off.
-				d.log.Warn("zklock: observer cannot read the leader", "election", dir, "error", err)
-				if !sleep(pause, ctx.Done()) {
-					return
-				}
-				pause = min(2*pause, time.Second)
+			// Unless the session ended, not a connection loss (do retries
+			// those): an error the server gave.
+			if !s.ended() && !backoff("zklock: observer cannot read the leader", err) {
+				return
 			}
 		}
 		// The first value goes out whatever it is; later ones only when

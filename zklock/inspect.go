@@ -28,7 +28,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		return nil, err
 	}
 	w := &walk{d: d, s: s, ctx: ctx, prefix: prefix, owners: d.ownersByPath()}
-	if err := d.sync(s, d.prefix); err != nil {
+	if err := d.sync(s, d.opt.Prefix); err != nil {
 		return nil, err
 	}
 	type tree struct {
@@ -36,9 +36,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		kind driver.Mode // Exclusive, Read (a readers-writer lock) or Leader
 	}
 	trees := []tree{
-		{d.prefix, driver.Exclusive},
-		{d.prefix + rwDir[:len(rwDir)-1], driver.Read},
-		{d.prefix + electDir[:len(electDir)-1], driver.Leader},
+		{d.opt.Prefix, driver.Exclusive},
+		{d.opt.Prefix + rwDir[:len(rwDir)-1], driver.Read},
+		{d.opt.Prefix + electDir[:len(electDir)-1], driver.Leader},
 	}
 	if d.format != dlockFormat {
 		trees = trees[:1] // a peer's kinds share the names' znodes
@@ -76,10 +76,9 @@ type walk struct {
 	out    []driver.LockInfo
 }
 
-// dir lists the znode dir, which holds the lock called name (none at the
-// root of a kind's tree, where name is ""), records its holders if name
-// starts with the prefix, and descends into the znodes of longer names
-// that can start with it.
+// dir lists the znode dir, which holds the lock called name ("" at the
+// root of a kind's tree), records its holders if name starts with the
+// prefix, and descends into the znodes of longer names that can.
 func (w *walk) dir(dir, name string, kind driver.Mode) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
@@ -126,27 +125,20 @@ type queue struct {
 // queues returns the queues among a name's children: in dlock's layout
 // the one of the tree's kind; in a peer's, each kind it keeps there. A
 // kazoo mutex, write lock and election candidate are the same node: its
-// queue is a readers-writer lock's when it holds readers, else reported
-// as a mutex.
+// queue is reported as a readers-writer lock's when it holds readers,
+// else as a mutex.
 func (d *Driver) queues(names []string, kind driver.Mode) []queue {
 	if d.format == dlockFormat {
 		return []queue{{kind, d.format.children(names)}}
 	}
+	kazoo := d.format.layout == LayoutKazoo
+	readers := kazoo && slices.ContainsFunc(d.format.children(names), func(c child) bool { return c.kind == kindRead })
 	var qs []queue
 	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Leader} {
-		if d.format.layout == LayoutKazoo && m == driver.Leader {
+		if kazoo && (m == driver.Leader || (m == driver.Read) != readers) {
 			continue
 		}
-		locks := d.format.queueOf(names, m)
-		if d.format.layout == LayoutKazoo {
-			switch {
-			case m == driver.Exclusive && slices.ContainsFunc(d.format.queueOf(names, driver.Read), func(c child) bool { return c.kind == kindRead }):
-				continue // reported as a readers-writer lock
-			case m == driver.Read && !slices.ContainsFunc(locks, func(c child) bool { return c.kind == kindRead }):
-				continue // reported as a mutex
-			}
-		}
-		if len(locks) > 0 {
+		if locks := d.format.queueOf(names, m); len(locks) > 0 {
 			qs = append(qs, queue{m, locks})
 		}
 	}

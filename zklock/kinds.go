@@ -14,7 +14,9 @@ const (
 )
 
 // dir returns the znode of the lock called name in mode m.
-func (d *Driver) dir(m driver.Mode, name string) string { return d.prefix + d.format.dirs[m] + name }
+func (d *Driver) dir(m driver.Mode, name string) string {
+	return d.opt.Prefix + d.format.dirs[m] + name
+}
 
 // A plan is what a node must do, given its place in a listing of its
 // parent's lock nodes.

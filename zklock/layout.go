@@ -9,9 +9,9 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Layout is the on-store format of a driver's lock nodes: dlock's own, or
-// a peer library's, so that dlock and that library's clients take the same
-// locks (see the package documentation, Layouts).
+// Layout is the format of a driver's lock nodes: dlock's own, or a peer
+// library's, so that dlock and that library's clients take the same locks
+// (see docs/INTEROP.md).
 type Layout string
 
 // The layouts.
@@ -26,9 +26,6 @@ const (
 	// Election on the name's znode.
 	LayoutKazoo Layout = "kazoo"
 )
-
-// kindLatch is the node kind of a Curator LeaderLatch candidate.
-const kindLatch = "latch"
 
 // A format names and reads one layout's lock nodes, and says where each
 // mode's nodes live.
@@ -47,15 +44,14 @@ type format struct {
 	kinds map[driver.Mode]string
 
 	// marks: a release sets the node's data in the transaction that
-	// deletes it, which tells the waiter behind that its predecessor held
-	// the lock (dlock's own handover). The peers' waiters may listen for
-	// the deletion only (Curator's LeaderLatch does), and a data change
-	// consumes a ZooKeeper watch, so the peers' layouts release with a
-	// plain delete.
+	// deletes it, telling the waiter behind that its predecessor held the
+	// lock (dlock's own handover). A peer's waiters may listen for the
+	// deletion only (Curator's LeaderLatch does), and a data change
+	// consumes a ZooKeeper watch, so the peers' layouts plainly delete.
 	marks bool
 	// containers: parents are container znodes, which the server removes
-	// once empty. kazoo creates its lock's znode once per Lock object as a
-	// persistent node and fails when it has gone, so its layout makes
+	// once empty. kazoo creates its lock's znode once per Lock object, as
+	// a persistent node, and fails when it has gone: its layout makes
 	// persistent ones too.
 	containers bool
 }
@@ -76,6 +72,8 @@ var (
 		marks:      true,
 		containers: true,
 	}
+	// A peer's kinds all live on the name's znode; it has no semaphore.
+	peerDirs = map[driver.Mode]string{driver.Exclusive: "/", driver.Read: "/", driver.Write: "/", driver.Leader: "/"}
 	// Curator: protected nodes _c_<uuid>-<lock name><seq>, ordered by the
 	// text after the lock name: "lock-" for InterProcessMutex (and
 	// LeaderSelector), "__READ__" and "__WRIT__" for the two sides of
@@ -85,7 +83,7 @@ var (
 		head:   nodePrefix,
 		dashed: true,
 		tags:   map[string]string{kindLock: "-lock-", kindRead: "-__READ__", kindWrite: "-__WRIT__", kindLatch: "-latch-"},
-		dirs:   map[driver.Mode]string{driver.Exclusive: "/", driver.Read: "/", driver.Write: "/", driver.Leader: "/"},
+		dirs:   peerDirs,
 		kinds: map[driver.Mode]string{
 			driver.Exclusive: kindLock, driver.Read: kindRead, driver.Write: kindWrite, driver.Leader: kindLatch,
 		},
@@ -97,7 +95,7 @@ var (
 	kazooFormat = &format{
 		layout: LayoutKazoo,
 		tags:   map[string]string{kindWrite: "__lock__", kindRead: "__rlock__"},
-		dirs:   map[driver.Mode]string{driver.Exclusive: "/", driver.Read: "/", driver.Write: "/", driver.Leader: "/"},
+		dirs:   peerDirs,
 		kinds: map[driver.Mode]string{
 			driver.Exclusive: kindWrite, driver.Read: kindRead, driver.Write: kindWrite, driver.Leader: kindWrite,
 		},
@@ -187,7 +185,7 @@ func parseSeq(s string) (uint32, bool) {
 }
 
 // children returns the lock nodes among a parent's children, of every
-// kind, in queue order.
+// kind, in queue order (by sequence number).
 func (f *format) children(names []string) []child {
 	locks := make([]child, 0, len(names))
 	for _, n := range names {
@@ -195,30 +193,6 @@ func (f *format) children(names []string) []child {
 			locks = append(locks, c)
 		}
 	}
-	sortChildren(locks)
-	return locks
-}
-
-// queueOf returns the lock nodes among a parent's children that queue
-// with nodes of mode m, in queue order: both sides of a readers-writer
-// lock, or else the nodes of m's kind. In dlock's own layout every kind
-// has a znode of its own, so that is all of them; a peer's puts its kinds
-// side by side and each of its recipes reads only its own (kazoo's Lock
-// ignores ReadLock's nodes, as Curator's InterProcessMutex does the
-// readers-writer lock's).
-func (f *format) queueOf(names []string, m driver.Mode) []child {
-	locks := f.children(names)
-	kind := f.kinds[m]
-	return slices.DeleteFunc(locks, func(c child) bool {
-		if m == driver.Read || m == driver.Write {
-			return c.kind != kindRead && c.kind != kindWrite
-		}
-		return c.kind != kind
-	})
-}
-
-// sortChildren sorts lock nodes in queue order: by sequence number.
-func sortChildren(locks []child) {
 	slices.SortFunc(locks, func(a, b child) int {
 		switch {
 		case a.seq == b.seq:
@@ -227,6 +201,25 @@ func sortChildren(locks []child) {
 			return -1
 		}
 		return 1
+	})
+	return locks
+}
+
+// queueOf returns the lock nodes among a parent's children that queue
+// with nodes of mode m, in queue order: both sides of a readers-writer
+// lock, or else the nodes of m's kind. In dlock's own layout every kind
+// has a znode of its own, so that is all of them; a peer's puts its kinds
+// side by side, and each of its recipes reads only its own (kazoo's Lock
+// ignores ReadLock's nodes, Curator's InterProcessMutex the readers-writer
+// lock's).
+func (f *format) queueOf(names []string, m driver.Mode) []child {
+	locks := f.children(names)
+	kind := f.kinds[m]
+	return slices.DeleteFunc(locks, func(c child) bool {
+		if m == driver.Read || m == driver.Write {
+			return c.kind != kindRead && c.kind != kindWrite
+		}
+		return c.kind != kind
 	})
 }
 

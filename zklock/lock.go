@@ -28,10 +28,10 @@ func sessionLost(err error) bool { return errors.Is(err, errExpired) || errors.I
 // TryLock implements driver.Driver, in every mode: it queues a node and,
 // unless the node holds the lock at once (first in line; for a reader, no
 // writer before it; for a permit, fewer than the limit before it), removes
-// it and returns a *driver.HeldError. When the lock is free and the name's
-// znode holds nothing else, that is one round trip; otherwise two more (a
-// child listing, and the removal), and for a permit got after a listing
-// one more (its node is marked, see semaphore.go).
+// it and returns a *driver.HeldError. That is one round trip when the lock
+// is free and the name's znode holds nothing else; otherwise two more (a
+// child listing, the removal), and one more for a permit got after a
+// listing (its node is marked, see semaphore.go).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	g, err := d.acquire(ctx, r, false)
 	if errors.Is(err, errRequeue) {
@@ -43,12 +43,11 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 // Lock implements driver.Waiter, in every mode: it queues a node behind
 // the holders and earlier waiters and waits for the one node that stands
 // in its way (the node just before its own, for a mutex or an election) to
-// go. When
-// ctx ends first, it removes its node and returns ctx's error. A wait cut
-// short by the end of the driver's session starts over, at the back of the
-// queue, on a new session, and so does one whose session the ensemble
-// expired (or may have) before its node was made; a new session that finds
-// no server waits for one as long as ctx allows.
+// go. When ctx ends first, it removes its node and returns ctx's error. A
+// wait cut short by the end of the driver's session starts over, at the
+// back of the queue, on a new session, and so does one whose session the
+// ensemble expired (or may have) before its node was made; a new session
+// that finds no server waits for one as long as ctx allows.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	for {
 		g, err := d.acquire(ctx, r, true)
@@ -70,8 +69,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		return driver.Grant{}, err
 	}
 	if wait {
-		// A waiter waits for a server too: a new session (the last one
-		// expired behind a partition, say) may find none at first.
+		// A new session (the last one expired behind a partition, say)
+		// may find no server at first: a waiter waits for one.
 		if err := s.handshake(ctx); err != nil {
 			return driver.Grant{}, err
 		}
@@ -90,15 +89,15 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	return d.queue(ctx, n, wait)
 }
 
-// newNode resolves an acquisition r, on session s, into its node before
-// its creation: every later step reads the node, not r.
+// newNode resolves r, on session s, into its node before its creation:
+// every later step reads the node, not r.
 func (d *Driver) newNode(s *session, r driver.Request) (*node, error) {
 	dir, ok := d.format.dirs[r.Mode]
 	if !ok {
 		return nil, fmt.Errorf("zklock: %q: mode %v in the %s layout: %w", r.Name, r.Mode, d.format.layout, driver.ErrUnsupported)
 	}
 	n := &node{s: s, name: r.Name, owner: r.Owner, guid: guidFor(r.Owner), mode: r.Mode,
-		parent: d.prefix + dir + r.Name, kind: d.format.kinds[r.Mode]}
+		parent: d.opt.Prefix + dir + r.Name, kind: d.format.kinds[r.Mode]}
 	switch r.Mode {
 	case driver.Permit:
 		if r.Limit < 1 {
@@ -120,17 +119,6 @@ func guidFor(owner string) string {
 	var b [guidLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
 	return hex.EncodeToString(b[:])
-}
-
-// holdsAlone reports whether n holds its lock from its creation, judged by
-// the number of its parent's children just after: alone, or for a
-// semaphore among at most limit. The count includes the containers of
-// longer names, so it can only err on the side of looking further.
-func (n *node) holdsAlone() bool {
-	if n.mode == driver.Permit {
-		return n.count <= n.limit
-	}
-	return n.count == 1
 }
 
 // createCtx is create, bounded by ctx: when ctx ends first, the node the
@@ -166,10 +154,11 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 
 // create makes n's ephemeral sequential node and reads its token, in one
 // round trip: a multi-op creates the node and sets the (empty) data of its
-// parent; the parent's new stat carries the transaction's zxid, which is
-// the node's czxid, and the parent's child count. alone reports that the
-// node holds the lock from its creation: it is the parent's only child
-// (of a semaphore's, one of at most limit).
+// parent, whose new stat carries the transaction's zxid (the node's
+// czxid) and the parent's child count. alone reports that the node holds
+// the lock from its creation: it is the parent's only child (of a
+// semaphore's, one of at most limit). The count includes the containers
+// of longer names, so it can only err on the side of looking further.
 //
 // A missing parent is created (as a container, with its own missing
 // parents). When the reply is lost with the connection, the node is looked
@@ -177,7 +166,7 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{
-		&zk.CreateRequest{Path: d.format.nodePath(n.parent, n.guid, n.kind), Data: n.data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.CreateRequest{Path: d.format.nodePath(n.parent, n.guid, n.kind), Data: n.data, Acl: d.opt.ACL, Flags: zk.FlagEphemeralSequential},
 		&zk.SetDataRequest{Path: n.parent, Version: -1},
 	}
 	pause := 2 * time.Millisecond
@@ -197,8 +186,10 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 			if c, ok := d.format.parse(n.base()); ok {
 				n.seq = c.seq
 			}
-			n.count = int(res[1].Stat.NumChildren)
-			return n.holdsAlone(), nil
+			if n.mode == driver.Permit {
+				return int(res[1].Stat.NumChildren) <= n.limit, nil
+			}
+			return res[1].Stat.NumChildren == 1, nil
 		case err == nil:
 			return false, fmt.Errorf("zklock: create in %s: unexpected multi reply %+v", n.parent, res)
 		case errors.Is(err, zk.ErrNoNode) && parents < 5:
@@ -224,8 +215,8 @@ func (d *Driver) create(n *node) (alone bool, err error) {
 	}
 }
 
-// find looks for n's node by its guid after a lost creation reply; when
-// found it fills in n's path and token.
+// find looks for n's node by its guid after a lost creation reply, and
+// fills in n's path and token when found.
 func (d *Driver) find(n *node) (bool, error) {
 	names, err := n.s.listChildren(n.parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -253,17 +244,16 @@ func (d *Driver) find(n *node) (bool, error) {
 }
 
 // makeParents creates p and its missing ancestors as container znodes,
-// which the server removes once they are empty: the names of locks no
-// longer used do not pile up. (In kazoo's layout they are persistent
-// znodes, as kazoo makes them; see format.containers.)
+// which the server removes once empty, so that unused names do not pile
+// up (persistent znodes in kazoo's layout: see format.containers).
 func (d *Driver) makeParents(s *session, p string) error {
 	for range 5 {
 		var err error
 		if e := s.do(func() error {
 			if d.format.containers {
-				_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+				_, err = s.conn.CreateContainer(p, nil, zk.FlagContainer, d.opt.ACL)
 			} else {
-				_, err = s.conn.Create(p, nil, 0, d.acl)
+				_, err = s.conn.Create(p, nil, 0, d.opt.ACL)
 			}
 			if transient(err) {
 				return err
@@ -284,4 +274,171 @@ func (d *Driver) makeParents(s *session, p string) error {
 		}
 	}
 	return fmt.Errorf("zklock: create %s: its parent keeps disappearing", p)
+}
+
+// discardWait bounds how long an abandoned acquisition waits for its node's
+// removal before it returns; the removal goes on in the background.
+const discardWait = 500 * time.Millisecond
+
+// Unlock implements driver.Driver: it deletes the lock's node. While the
+// connection is lost, the delete is retried until it succeeds or the
+// session ends (which removes the node too), so a release never leaves a
+// node behind to block everyone. When ctx ends first, Unlock returns ctx's
+// error and the delete goes on in the background.
+func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
+	d.mu.Lock()
+	n := d.held[r.Owner]
+	if n != nil && n.name == r.Name && n.mode == r.Mode {
+		delete(d.held, r.Owner)
+		delete(d.byPath, n.path)
+	} else {
+		n = nil
+	}
+	d.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	}
+	if n.gone.Load() {
+		return fmt.Errorf("%w: %q: the lock was lost", driver.ErrNotHeld, r.Name)
+	}
+	if n.guardTimer != nil {
+		n.guardTimer.Stop()
+	}
+	var existed bool
+	err := d.call(ctx, func() (err error) {
+		existed, err = d.remove(n, true)
+		d.forget(n)
+		return err
+	})
+	switch {
+	case ctx.Err() != nil && err == ctx.Err():
+		return fmt.Errorf("zklock: release %q (the delete goes on in the background): %w", r.Name, err)
+	case errors.Is(err, errSessionEnded):
+		return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, r.Name, err)
+	case err != nil:
+		return fmt.Errorf("zklock: release %q: %w", r.Name, err)
+	case !existed:
+		return fmt.Errorf("%w: %q: the lock node was gone", driver.ErrNotHeld, r.Name)
+	}
+	return nil
+}
+
+// Refresh implements driver.Driver. A lock needs no renewal: it lives as
+// long as the session, which the ZooKeeper client keeps alive. Refresh
+// checks that the lock's node still exists and returns the zero time.
+func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+	d.mu.Lock()
+	n := d.held[r.Owner]
+	d.mu.Unlock()
+	if n == nil || n.name != r.Name || n.mode != r.Mode {
+		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
+	}
+	var ok bool
+	err := d.call(ctx, func() (err error) {
+		ok, _, err = n.s.exists(n.path)
+		return err
+	})
+	switch {
+	case errors.Is(err, errSessionEnded):
+		return time.Time{}, fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, r.Name, err)
+	case err != nil:
+		return time.Time{}, fmt.Errorf("zklock: refresh %q: %w", r.Name, err)
+	case !ok:
+		return time.Time{}, fmt.Errorf("%w: %q: the lock node is gone", driver.ErrNotHeld, r.Name)
+	}
+	return time.Time{}, nil
+}
+
+// remove deletes n's node, retrying through connection losses until the
+// delete succeeds or the session ends. existed reports that the node was
+// there: false when the first reply said it was gone already (a delete
+// whose reply was lost and whose retry finds nothing counts as done).
+//
+// A holder's release (released set) sets the node's data in the same
+// transaction as it deletes it: the next waiter's data watch then fires
+// NodeDataChanged rather than NodeDeleted, which tells it that its
+// predecessor was the holder, so that it holds the lock now without
+// listing the children. A waiter giving up just deletes its node.
+func (d *Driver) remove(n *node, released bool) (existed bool, err error) {
+	lostReply := false
+	err = n.s.do(func() (err error) {
+		if released && d.format.marks {
+			_, err = n.s.conn.Multi(&zk.SetDataRequest{Path: n.path, Version: -1}, &zk.DeleteRequest{Path: n.path, Version: -1})
+		} else {
+			err = n.s.conn.Delete(n.path, -1)
+		}
+		lostReply = lostReply || transient(err) && !unsent(err)
+		return err
+	})
+	switch {
+	case err == nil:
+		d.removeStrays(n)
+		return true, nil
+	case errors.Is(err, zk.ErrNoNode):
+		d.removeStrays(n)
+		return lostReply, nil
+	case errors.Is(err, errSessionEnded):
+		return false, err
+	}
+	return false, fmt.Errorf("zklock: delete %s: %w", n.path, err)
+}
+
+// discard removes the node of an acquisition that gave up (or lost its
+// turn). With wait set it waits for the removal up to discardWait; the
+// removal goes on in the background either way.
+func (d *Driver) discard(n *node, wait bool) {
+	if n.path == "" || n.s.ended() {
+		return // no node, or gone with its session
+	}
+	done := make(chan struct{})
+	d.bg.Go(func() { // Close waits for it
+		defer close(done)
+		if _, err := d.remove(n, false); err != nil && !errors.Is(err, errSessionEnded) {
+			d.opt.Logger.Warn("zklock: could not remove an abandoned lock node", "path", n.path, "error", err)
+		}
+	})
+	if wait {
+		select {
+		case <-done:
+		case <-time.After(discardWait):
+		}
+	}
+}
+
+// removeStrays deletes the other nodes with n's guid, which can exist only
+// when n was found again after a lost creation reply.
+func (d *Driver) removeStrays(n *node) {
+	if !n.recovered {
+		return
+	}
+	names, err := n.s.listChildren(n.parent)
+	if err != nil {
+		return
+	}
+	for _, c := range d.format.children(names) {
+		if c.guid == n.guid && n.parent+"/"+c.name != n.path {
+			d.removeStray(n.s, n.parent+"/"+c.name)
+		}
+	}
+}
+
+// removeStray deletes a stray node of ours.
+func (d *Driver) removeStray(s *session, p string) {
+	err := s.do(func() error { return s.conn.Delete(p, -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, errSessionEnded) {
+		d.opt.Logger.Warn("zklock: could not remove a stray lock node", "path", p, "error", err)
+	}
+}
+
+// forget drops n from the held locks and ends it.
+func (d *Driver) forget(n *node) {
+	d.mu.Lock()
+	if d.held[n.owner] == n {
+		delete(d.held, n.owner)
+	}
+	if d.byPath[n.path] == n {
+		delete(d.byPath, n.path)
+	}
+	d.mu.Unlock()
+	n.lose()
 }

@@ -21,12 +21,14 @@ const (
 	guidLen    = 32
 )
 
-// The kinds of lock node, as they appear in node names.
+// The kinds of lock node, as they appear in dlock's node names, and
+// kindLatch, a Curator LeaderLatch candidate.
 const (
 	kindLock   = "lock"
 	kindRead   = "read"
 	kindWrite  = "write"
 	kindPermit = "permit"
+	kindLatch  = "latch"
 )
 
 // A node is one acquisition's ephemeral sequential znode.
@@ -43,7 +45,6 @@ type node struct {
 	kind   string // kindLock, kindRead, ...
 	data   []byte // the node's data: an election candidate's value
 	limit  int    // a semaphore's number of permits
-	count  int    // the parent's children just after the node's creation
 
 	// recovered: found again after a lost creation reply. A second node
 	// with the same guid may then exist; release removes it too.
@@ -89,8 +90,7 @@ func parseChild(name string) (c child, ok bool) {
 	default:
 		return child{}, false
 	}
-	// ZooKeeper formats the parent's int32 cversion with %010d: it can be
-	// negative once it wrapped around.
+	// The sequence number can be negative (see parseSeq).
 	v, err := strconv.ParseInt(seq, 10, 64)
 	if err != nil {
 		return child{}, false

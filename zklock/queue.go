@@ -18,7 +18,7 @@ import (
 func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, error) {
 	var own <-chan zk.Event // n's node watch, set before waiting
 	for {
-		locks, err := d.list(ctx, n)
+		locks, _, err := d.list(ctx, n, false)
 		if err != nil {
 			d.discard(n, true)
 			return driver.Grant{}, err
@@ -39,7 +39,10 @@ func (d *Driver) queue(ctx context.Context, n *node, wait bool) (driver.Grant, e
 		if own == nil {
 			if _, own, err = d.watchCtx(ctx, n.s, n.path); err != nil {
 				d.discard(n, true)
-				return driver.Grant{}, requeueIfGone(err)
+				if errors.Is(err, zk.ErrNoNode) {
+					err = errRequeue // taken away
+				}
+				return driver.Grant{}, err
 			}
 		}
 		var granted bool
@@ -104,24 +107,10 @@ func (d *Driver) waitNode(ctx context.Context, n *node, p plan, own <-chan zk.Ev
 // (then n looks again).
 func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event) (granted bool, err error) {
 	for {
-		var (
-			names []string
-			ev    <-chan zk.Event
-		)
-		d.listed()
-		err := d.call(ctx, func() error {
-			return n.s.do(func() (err error) {
-				names, _, ev, err = n.s.conn.ChildrenW(n.parent)
-				return err
-			})
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			return false, errRequeue // the parent is gone, and n's node with it
-		}
+		locks, ev, err := d.list(ctx, n, true)
 		if err != nil {
-			return false, fmt.Errorf("zklock: list %s: %w", n.parent, err)
+			return false, err
 		}
-		locks := d.format.queueOf(names, n.mode)
 		i := d.place(n, locks)
 		if i < 0 {
 			return false, errRequeue
@@ -140,10 +129,10 @@ func (d *Driver) waitChildren(ctx context.Context, n *node, own <-chan zk.Event)
 }
 
 // grantQueued grants n after its listing or its wait said it holds the
-// lock. A permit holder first marks its node (see semaphore.go), which
-// tells the waiter behind it to look again. The mark's own notification
-// comes before its reply, so before grant records n: it does not end the
-// lock (see nodeEvent).
+// lock. A permit holder first marks its node (see semaphore.go), telling
+// the waiter behind it to look again; the mark's own notification comes
+// before its reply, so before grant records n: it does not end the lock
+// (see nodeEvent).
 func (d *Driver) grantQueued(ctx context.Context, n *node) (driver.Grant, error) {
 	if n.mode == driver.Permit {
 		if err := d.mark(ctx, n); err != nil {
@@ -161,9 +150,9 @@ func (d *Driver) listed() {
 	}
 }
 
-// await waits, counted in the test hooks, for the watch event ev. It returns
-// errRequeue when the session is ending (the watch reports it, or n.s
-// ends) or n's own node went (own), and ctx's error when ctx ends first.
+// await waits, counted in the test hooks, for the watch event ev. It
+// returns errRequeue when the session is ending (the watch reports it, or
+// n.s ends) or n's own node went (own), ctx's error when ctx ends first.
 func (d *Driver) await(ctx context.Context, n *node, ev, own <-chan zk.Event) (zk.Event, error) {
 	h := d.hooks()
 	if h != nil {
@@ -200,25 +189,36 @@ func settle(head bool, own <-chan zk.Event) (granted bool, err error) {
 	}
 }
 
-// list returns the lock nodes of n's parent, in queue order.
-func (d *Driver) list(ctx context.Context, n *node) ([]child, error) {
+// list returns the lock nodes of n's parent, in queue order, and with
+// watch set a child watch on the parent.
+func (d *Driver) list(ctx context.Context, n *node, watch bool) ([]child, <-chan zk.Event, error) {
 	d.listed()
-	var names []string
-	err := d.call(ctx, func() (err error) {
-		names, err = n.s.listChildren(n.parent)
-		return err
+	var r struct { // one allocation for what the call's closure sets
+		names []string
+		ev    <-chan zk.Event
+	}
+	err := d.call(ctx, func() error {
+		return n.s.do(func() (err error) {
+			if watch {
+				r.names, _, r.ev, err = n.s.conn.ChildrenW(n.parent)
+			} else {
+				r.names, _, err = n.s.conn.Children(n.parent)
+			}
+			return err
+		})
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil // the parent is gone, and n's node with it
+		return nil, nil, nil // the parent is gone, and n's node with it
 	}
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list %s: %w", n.parent, err)
+		return nil, nil, fmt.Errorf("zklock: list %s: %w", n.parent, err)
 	}
-	return d.format.queueOf(names, n.mode), nil
+	return d.format.queueOf(r.names, n.mode), r.ev, nil
 }
 
 // watchCtx sets a data watch on p (a node that is gone gets none: unlike
-// an exists watch, it leaves nothing behind on the server).
+// an exists watch, it leaves nothing behind on the server). What the call
+// sets is read only once it returned: when ctx ends first, it goes on.
 func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, <-chan zk.Event, error) {
 	var w struct { // one allocation for what the call's closure sets
 		st *zk.Stat
@@ -230,15 +230,10 @@ func (d *Driver) watchCtx(ctx context.Context, s *session, p string) (*zk.Stat, 
 			return err
 		})
 	})
-	return w.st, w.ev, err
-}
-
-// requeueIfGone turns "n's node is gone" into errRequeue.
-func requeueIfGone(err error) error {
-	if errors.Is(err, zk.ErrNoNode) {
-		return errRequeue
+	if err != nil {
+		return nil, nil, err
 	}
-	return err
+	return w.st, w.ev, nil
 }
 
 // grant records n as held, and arms the timer that watches its node for
@@ -259,15 +254,15 @@ func (d *Driver) grant(n *node) driver.Grant {
 			d.guard(n)
 		})
 	}
-	// Every kind of lock is granted here, with its session's Check: the lock
-	// lives exactly as long as the session may (see session.confirmedAt).
+	// Every kind of lock is granted here, with its session's Check: a lock
+	// lives exactly as long as its session may (see confirmedAt).
 	return driver.Grant{Token: n.token, OnLost: n.notice.Set, Check: n.s.checkFn}
 }
 
 // guardDelay is how long after a grant without a watch on its node (an
-// uncontended one) the driver sets that watch. Until then, a deletion of
-// the node behind the holder's back (by an operator) is noticed that much
-// later; the end of the session is noticed at once regardless.
+// uncontended one) the driver sets that watch: until then, a deletion of
+// the node behind the holder's back is noticed that much later (the end
+// of the session at once regardless).
 const guardDelay = 25 * time.Millisecond
 
 // loseSession ends the locks of a session that ended.
@@ -287,10 +282,9 @@ func (d *Driver) loseSession(s *session) {
 	}
 }
 
-// guard sets a watch on n's node, so that its deletion behind the
-// holder's back reaches nodeEvent; a node already gone ends the lock at
-// once. No goroutine waits on the watch: the session's event callback
-// receives it.
+// guard sets a watch on n's node, whose deletion behind the holder's back
+// then reaches nodeEvent (through the session's event callback, not a
+// goroutine of the lock's); a node already gone ends the lock at once.
 func (d *Driver) guard(n *node) {
 	if n.gone.Load() {
 		return

@@ -10,49 +10,9 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
-	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
-
-// A fixture is the start of a test: a context that ends after its limit, a
-// fresh prefix on the servers, and an admin connection to look at the tree.
-type fixture struct {
-	t       testing.TB
-	ctx     context.Context
-	servers []string
-	prefix  string
-	adm     *admin
-}
-
-// newFixture starts a test on the standalone server.
-func newFixture(t testing.TB, limit time.Duration) *fixture {
-	return newFixtureOn(t, []string{testenv.ZKAddr(t)}, limit)
-}
-
-// newFixtureOn starts a test on servers.
-func newFixtureOn(t testing.TB, servers []string, limit time.Duration) *fixture {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	t.Cleanup(cancel)
-	return &fixture{t: t, ctx: ctx, servers: servers, prefix: testPrefix(), adm: newAdmin(t, servers)}
-}
-
-// locker returns a Locker of its own under the fixture's prefix, with a
-// session timeout of 5 s.
-func (f *fixture) locker() (*dlock.Locker, *zklock.Driver) {
-	return newLocker(f.t, f.servers, f.prefix, 5*time.Second)
-}
-
-// peak counts the holders of a lock, and the most that held it at once.
-type peak struct{ cur, max atomic.Int32 }
-
-func (p *peak) enter() {
-	n := p.cur.Add(1)
-	for m := p.max.Load(); n > m && !p.max.CompareAndSwap(m, n); m = p.max.Load() {
-	}
-}
-
-func (p *peak) leave() { p.cur.Add(-1) }
 
 // TestFIFO queues 10 waiters in a known order behind a holder; they
 // acquire in that order.
@@ -112,14 +72,8 @@ func TestNoHerd(t *testing.T) {
 	for i := range waiters {
 		lockers[i], drivers[i] = f.locker()
 	}
-	sum := func(f func(*zklock.Driver) int64) (n int64) {
-		for _, d := range drivers {
-			n += f(d)
-		}
-		return n
-	}
-	wakeups := func() int64 { return sum((*zklock.Driver).Wakeups) }
-	listings := func() int64 { return sum((*zklock.Driver).Listings) }
+	wakeups := func() int64 { return sum(drivers, (*zklock.Driver).Wakeups) }
+	listings := func() int64 { return sum(drivers, (*zklock.Driver).Listings) }
 
 	var (
 		acquired atomic.Int64
@@ -144,9 +98,9 @@ func TestNoHerd(t *testing.T) {
 		})
 	}
 	adm.waitLocks(prefix, "herd", waiters+1, 10*time.Second)
-	for deadline := time.Now().Add(10 * time.Second); sum((*zklock.Driver).Waiting) < waiters; {
+	for deadline := time.Now().Add(10 * time.Second); sum(drivers, (*zklock.Driver).Waiting) < waiters; {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d waiters are waiting", sum((*zklock.Driver).Waiting), waiters)
+			t.Fatalf("only %d of %d waiters are waiting", sum(drivers, (*zklock.Driver).Waiting), waiters)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -1,5 +1,7 @@
 package zklock
 
+import "slices"
+
 // The readers-writer lock is the classic ZooKeeper recipe. Readers and
 // writers queue ephemeral sequential nodes, named _c_<guid>-read#<seq> and
 // _c_<guid>-write#<seq>, under the name's znode <prefix>/#rw/<name>, and
@@ -10,16 +12,16 @@ package zklock
 //   - a reader holds it when no write node is lower than its own; it waits
 //     for the nearest lower write node.
 //
-// So a writer that is waiting stops the readers that come after it (no
-// writer starvation), consecutive readers hold together, and each waiter
-// watches one node: a release wakes only the waiters it lets in (the
-// readers behind a writer all wake when it releases, and all hold), or the
-// one waiter that must now wait for another node.
+// So a waiting writer stops the readers that come after it (no writer
+// starvation), consecutive readers hold together, and each waiter watches
+// one node: a release wakes only the waiters it lets in (the readers
+// behind a writer all wake when it releases, and all hold), or the one
+// waiter that must now wait for another node.
 //
 // A holder's release sets its node's data in the transaction that deletes
-// it (see remove). A change of a write node's data therefore means that the
-// writer held the lock, so it was the lowest node: the waiter just behind
-// it, writer or reader, holds the lock now without listing the children.
+// it (see remove), so a change of a write node's data means that the
+// writer held the lock, as the lowest node: the waiter just behind it,
+// writer or reader, holds the lock now without listing the children.
 
 // writePlan is the plan of a writer at index i of locks, and of a mutex's
 // or an election's node, all of whose nodes are of one kind: a change of
@@ -41,12 +43,6 @@ func readPlan(locks []child, i int) plan {
 	if j < 0 {
 		return plan{hold: true}
 	}
-	last := true
-	for _, c := range locks[:j] {
-		if c.kind == kindWrite {
-			last = false
-			break
-		}
-	}
+	last := !slices.ContainsFunc(locks[:j], func(c child) bool { return c.kind == kindWrite })
 	return plan{watch: locks[j], last: last, released: true}
 }

@@ -3,8 +3,6 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
 	"net/url"
 	"testing"
 	"time"
@@ -17,23 +15,6 @@ import (
 )
 
 const zkLockPW = "lock-pw-83be"
-
-// connectAs returns a ZooKeeper client authenticated by digest as
-// user:password (unauthenticated when user is empty).
-func connectAs(t *testing.T, servers []string, user, password string) *zk.Conn {
-	t.Helper()
-	c, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if user != "" {
-		if err := c.AddAuth("digest", []byte(user+":"+password)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
-}
 
 // TestSecured: a zk:// URL with user information authenticates by digest
 // and creates its nodes for that user only (ACL creator-only): the

@@ -15,9 +15,9 @@ import (
 // forward: once it holds a permit it keeps it, and at any instant the
 // nodes holding permits are the first limit at most.
 //
-// A waiter must hear of the departure of any of the nodes ahead of it that
-// hold permits, which leave in any order; watching the node limit places
-// ahead would miss a holder that leaves from between. So:
+// A waiter must hear of the departure of any permit holder ahead of it,
+// and they leave in any order: watching the node limit places ahead would
+// miss a holder that leaves from between. So:
 //
 //   - the first waiter (index limit) sets a child watch on the name's znode
 //     and looks again at every change (a departure, or an arrival behind
@@ -31,9 +31,8 @@ import (
 // Each change wakes at most one waiter besides the ones it lets in: a
 // release wakes the first waiter, which takes the permit and wakes the
 // next. A node that got its permit at its creation (the parent had at most
-// limit children then) needs no mark: nobody can have seen it waiting.
-// A waiter that sets its watch on a node already marked looks again at
-// once.
+// limit children then) needs no mark: nobody can have seen it waiting. A
+// waiter that sets its watch on a node already marked looks again at once.
 
 // permitPlan is the plan of a node at index i of locks in a semaphore of
 // limit permits.
@@ -47,8 +46,8 @@ func permitPlan(locks []child, i, limit int) plan {
 	return plan{watch: locks[i-1], granted: true}
 }
 
-// mark sets the data of n's node, which has just got its permit: the waiter
-// watching it learns that it must now watch the holders.
+// mark sets the data of n's node, which has just got its permit: the
+// waiter watching it learns that it must now watch the holders.
 func (d *Driver) mark(ctx context.Context, n *node) error {
 	err := d.call(ctx, func() error {
 		return n.s.do(func() error {

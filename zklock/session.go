@@ -19,30 +19,26 @@ import (
 	"github.com/dlockgo/dlock/internal/tlsprobe"
 )
 
-// A session is one ZooKeeper session and its zk.Conn. The driver trusts it
-// only as long as the ensemble's leader cannot have expired it: it ends,
-// for good, when the server reports it expired, when that validity runs
-// out (see confirmedAt), or when the driver closes. Ending closes the
-// zk.Conn, so that a session the driver gave up on cannot come back to
-// life with its locks.
+// A session is one ZooKeeper session and its zk.Conn, trusted only while
+// the ensemble's leader cannot have expired it. It ends for good when the
+// server reports it expired, when that validity runs out (see
+// confirmedAt) or when the driver closes; ending closes the zk.Conn, so
+// that a session given up on cannot come back to life with its locks.
 type session struct {
 	d     *Driver
 	conn  *zk.Conn
 	start time.Time // the base of the durations below (monotonic)
 
-	// heard is the send time of the latest request a server answered: the
-	// connection is alive. It says nothing of the leader, which alone
-	// expires sessions; a follower cut off from it answers pings for
-	// syncLimit × tickTime. It is kept for tests and logs only.
+	// heard is the send time of the latest request a server answered, for
+	// the tests: it says nothing of the leader, which alone expires
+	// sessions (a follower cut off from it answers pings for syncLimit ×
+	// tickTime).
 	heard atomic.Int64 // time.Duration since start
-	// confirmed is the latest instant after which the leader is known to
-	// have touched the session (see confirmedAt); valid, the end of the
-	// session's validity derived from it: Grant.Check and the watchdog
-	// compare the clock with it.
-	confirmed atomic.Int64 // time.Duration since start
-	valid     atomic.Int64 // time.Duration since start; 0 before the handshake
-	granted   atomic.Int64 // session timeout granted by the server; 0 before the handshake
-	id        atomic.Int64
+	// valid is the end of the session's validity (see confirmedAt), which
+	// Grant.Check and the watchdog compare the clock with.
+	valid   atomic.Int64 // time.Duration since start; 0 before the handshake
+	granted atomic.Int64 // session timeout granted by the server; 0 before the handshake
+	id      atomic.Int64
 
 	established chan struct{} // closed at the first handshake
 	authed      chan struct{} // closed once every Auth was accepted
@@ -53,20 +49,16 @@ type session struct {
 	mu  sync.Mutex // guards conn while dialing, and tcp
 	tcp net.Conn   // the current TCP connection (for the crash hook)
 
-	// dialErr is why the last connection attempt failed, nil after one
-	// succeeded: the cause ready reports when its wait for the session
-	// ends first.
+	// dialErr is why the last connection attempt failed (nil after one
+	// succeeded): what ready reports when its wait ends first.
 	dialErr atomic.Pointer[error]
 
-	// zxid is the newest zxid a reply to the session's requests carried
-	// (see trackedConn.withZxid).
-	zxid atomic.Int64
+	zxid atomic.Int64 // the newest zxid a reply carried (see trackedConn.withZxid)
 
 	done    chan struct{} // closed when the session ends
 	endOnce sync.Once
 	over    atomic.Bool // set when the session ends, before done closes
-	cause   error       // why it ended; set before over and done
-	endErr  error       // the error of operations the end cut short; set with cause
+	endErr  error       // the error of operations the end cut short; set before over
 }
 
 // errNoContact ends a session the ensemble may have expired: the leader
@@ -83,11 +75,14 @@ func (d *Driver) dial() (*session, error) {
 	s.watchdog = time.AfterFunc(time.Hour, s.watch)
 	s.watchdog.Stop() // armed by monitor at the first handshake
 	s.checkFn = s.check
+	// The zk client's own messages go to the driver's logger, at Debug.
+	zkLog := slog.NewLogLogger(d.opt.Logger.Handler(), slog.LevelDebug)
+	zkLog.SetPrefix("zk: ")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	conn, _, err := zk.Connect(d.servers, d.timeout,
+	conn, _, err := zk.Connect(d.servers, d.opt.SessionTimeout,
 		zk.WithDialer(s.dialTCP), zk.WithEventCallback(s.event),
-		zk.WithLogger(zkLogger{d.log}), zk.WithLogInfo(false))
+		zk.WithLogger(zkLog), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, fmt.Errorf("zklock: connect to %v: %w", d.servers, err)
 	}
@@ -97,21 +92,20 @@ func (d *Driver) dial() (*session, error) {
 	return s, nil
 }
 
-// authenticate sends the driver's Auth on the session, before anything
-// else is (requests wait for authed: see Driver.ready), and closes authed;
-// the zk.Conn sends them again after each reconnection. A refusal ends
-// the session with an error naming the identity.
+// authenticate sends the driver's Auth before any other request (they
+// wait for authed: see Driver.ready), then closes authed; the zk.Conn
+// sends them again after each reconnection. A refusal ends the session
+// with an error naming the identity.
 func (s *session) authenticate() {
-	for _, a := range s.d.auth {
+	for _, a := range s.d.opt.Auth {
 		if err := s.conn.AddAuth(a.Scheme, []byte(a.Credential)); err != nil {
-			if s.ended() {
-				return
-			}
-			if e := s.dialErr.Load(); e != nil && transient(err) {
+			switch e := s.dialErr.Load(); {
+			case s.ended():
+			case e != nil && transient(err):
 				s.end(fmt.Errorf("zklock: could not connect to authenticate as %v: %w (%w)", a, *e, err))
-				return
+			default:
+				s.end(fmt.Errorf("zklock: authentication as %v refused: %w", a, err))
 			}
-			s.end(fmt.Errorf("zklock: authentication as %v refused: %w", a, err))
 			return
 		}
 	}
@@ -119,7 +113,7 @@ func (s *session) authenticate() {
 }
 
 // dialTCP is the zk.Conn's dialer: it wraps every connection in a
-// trackedConn, which tells the session when the ensemble last heard from it.
+// trackedConn (see confirmedAt).
 func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn, error) {
 	if h := s.d.hooks(); h != nil && h.refuse.Load() {
 		return nil, errors.New("zklock: connections refused (crashed client)")
@@ -132,7 +126,7 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	s.mu.Lock()
 	s.tcp = c
 	s.mu.Unlock()
-	if cfg := s.d.tls; cfg != nil {
+	if cfg := s.d.opt.TLS; cfg != nil {
 		// ZooKeeper's secure client port: the handshake within the dial's
 		// timeout, each server's certificate checked against its host.
 		if cfg.ServerName == "" {
@@ -155,8 +149,7 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 			return nil, err
 		}
 		_ = c.SetDeadline(time.Time{})
-		s.dialErr.Store(nil)
-		return newTrackedConn(tc, s), nil
+		c = tc
 	}
 	s.dialErr.Store(nil)
 	return newTrackedConn(c, s), nil
@@ -176,11 +169,11 @@ func (s *session) event(ev zk.Event) {
 		s.end(errExpired)
 	case zk.StateDisconnected:
 		if !s.ended() {
-			s.d.log.Warn("zklock: disconnected from ZooKeeper; locks are kept unless the session times out",
+			s.d.opt.Logger.Warn("zklock: disconnected from ZooKeeper; locks are kept unless the session times out",
 				"server", ev.Server, "session", s.id.Load())
 		}
 	case zk.StateHasSession:
-		s.d.log.Debug("zklock: connected", "server", ev.Server, "session", s.id.Load())
+		s.d.opt.Logger.Debug("zklock: connected", "server", ev.Server, "session", s.id.Load())
 	}
 }
 
@@ -188,9 +181,9 @@ func (s *session) event(ev zk.Event) {
 func (s *session) clock() time.Duration { return time.Since(s.start) }
 
 // greeted records a connect response: the session's id and granted
-// timeout. The handshake itself is contact the leader confirmed: a
-// follower answers it only once the leader revalidated (and so touched)
-// the session, or created it, after the request was sent.
+// timeout. The handshake is contact the leader confirmed: a follower
+// answers it only once the leader revalidated (touched) or created the
+// session, after the request was sent.
 func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 	if id == 0 {
 		s.end(errExpired) // the zk.Conn reports it too
@@ -211,10 +204,9 @@ func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 func (s *session) heardAt(sent time.Duration) { storeMax(&s.heard, int64(sent)) }
 
 // monitor is the session's one goroutine. From the first handshake on, it
-// arms the watchdog and sends a sync through the connected server every
-// syncEvery, so that contact the leader confirms keeps coming while the
-// driver sends nothing else (the replies are counted by trackedConn, like
-// those to the driver's own writes).
+// arms the watchdog and sends a sync every syncEvery, so that contact the
+// leader confirms keeps coming while the driver sends nothing else
+// (trackedConn counts the replies, like those to the driver's writes).
 func (s *session) monitor() {
 	select {
 	case <-s.established:
@@ -231,9 +223,8 @@ func (s *session) monitor() {
 			return
 		}
 		t.Reset(s.syncEvery())
-		// A sync can wait long (a server cut off from its leader never
-		// answers): the watchdog, not this loop, ends the session. The
-		// zk.Conn's close on the session's end returns it.
+		// A server cut off from its leader never answers a sync: the
+		// watchdog ends the session, and the zk.Conn's close returns it.
 		_, _ = s.conn.Sync("/")
 	}
 }
@@ -242,14 +233,13 @@ func (s *session) monitor() {
 // so that it cannot renew the session behind the driver's back.
 func (s *session) end(cause error) {
 	s.endOnce.Do(func() {
-		s.cause = cause
 		s.endErr = fmt.Errorf("%w: %w", errSessionEnded, cause)
 		s.over.Store(true)
 		s.watchdog.Stop()
 		close(s.done)
 		s.d.loseSession(s)
 		if !errors.Is(cause, driver.ErrClosed) {
-			s.d.log.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
+			s.d.opt.Logger.Warn("zklock: session ended; its locks are lost", "session", s.id.Load(), "cause", cause)
 		}
 		s.d.bg.Go(func() { // Close waits for it
 			s.mu.Lock()
@@ -263,9 +253,12 @@ func (s *session) end(cause error) {
 }
 
 // ended reports whether the session ended.
-func (s *session) ended() bool {
+func (s *session) ended() bool { return s.over.Load() }
+
+// isEstablished reports whether the session had its first handshake.
+func (s *session) isEstablished() bool {
 	select {
-	case <-s.done:
+	case <-s.established:
 		return true
 	default:
 		return false
@@ -298,28 +291,18 @@ func (s *session) withDialErr(err error) error {
 	return err
 }
 
-// isEstablished reports whether the session had its first handshake.
-func (s *session) isEstablished() bool {
-	select {
-	case <-s.established:
-		return true
-	default:
-		return false
-	}
-}
-
 // errSessionEnded wraps the cause of a session's end in operation errors.
 var errSessionEnded = errors.New("zklock: session ended")
 
 // transient reports whether err is a connection error that a retry on the
 // same session can overcome: the zk.Conn reconnects (to another server if
-// need be) and keeps the session, unless it expires. Besides its own
-// errors, the zk.Conn returns the network's when sending a request fails.
+// need be) and keeps the session unless it expires. It returns the
+// network's errors, unwrapped, when sending a request fails.
 func transient(err error) bool {
 	if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) {
 		return true
 	}
-	_, isNet := err.(net.Error) // passed on unwrapped
+	_, isNet := err.(net.Error)
 	return isNet
 }
 
@@ -382,19 +365,17 @@ func (s *session) sleep(d time.Duration) bool { return sleep(d, s.done) }
 
 // sleep pauses for d; it reports false if done closed meanwhile.
 func sleep(d time.Duration, done <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	case <-done:
 		return false
 	}
 }
 
-// call runs fn, returning early with ctx's error if ctx ends first (fn
-// then goes on in the background, and Close waits for it). The zk
-// client's calls take no context.
+// call runs fn, which takes no context (nor do the zk client's calls),
+// returning ctx's error if ctx ends first: fn then goes on in the
+// background, and Close waits for it.
 func (d *Driver) call(ctx context.Context, fn func() error) error {
 	if ctx.Done() == nil {
 		return fn()
@@ -412,12 +393,91 @@ func (d *Driver) call(ctx context.Context, fn func() error) error {
 	}
 }
 
-// zkLogger passes the zk client's messages to the driver's logger.
-type zkLogger struct{ l *slog.Logger }
+// confirmedAt records that the leader touched the session after t: the
+// session's validity, how long the driver may say its locks are held,
+// moves to t + granted − granted/10.
+//
+// Why that is sound. The leader alone expires sessions, no earlier than
+// the session timeout after it last touched one (its expiry queue rounds
+// up to the next tick). It touches a session when the client is connected
+// to it, and otherwise only when a follower's reply to its ping lists the
+// session among those the follower's clients touched since its previous
+// reply; requests a follower forwards do not touch it, and a follower cut
+// off from the leader goes on answering pings on its own. The leader pings
+// each follower every tick/2, and tick ≤ timeout/2 (the server grants no
+// less than two ticks unless minSessionTimeout is set lower). So, on one
+// connection to one server (trackedConn):
+//
+//  1. a successful reply to a request sent at s_i and read at r_i means
+//     the server touched the session in its own table in between;
+//  2. a request m the leader must answer (sync, a write), sent at least
+//     the report gap (3/10 of the timeout, more than tick/2) after r_i,
+//     is answered after the leader sent a ping, later than r_i, that the
+//     server handled before m's answer (the leader's stream to the server
+//     is in order): the server's reply to that ping, listing the session,
+//     went out before m's answer reached the client;
+//  3. a request j the leader must answer, sent after m's answer arrived,
+//     reaches the leader behind that ping reply (the server's stream to
+//     the leader is in order too); so j's answer proves that the leader
+//     touched the session after s_i.
+//
+// The handshake proves it directly (see greeted). A client on the leader,
+// or on a standalone server, is touched by every request: the rule holds,
+// conservatively. The margin covers the clocks' rates and the time the
+// leader's own scheduling can add to its ping period.
+func (s *session) confirmedAt(t time.Duration) {
+	g := time.Duration(s.granted.Load())
+	storeMax(&s.valid, int64(t+g-g/10))
+}
 
-// Printf implements zk.Logger.
-func (z zkLogger) Printf(format string, args ...any) {
-	if z.l.Enabled(context.Background(), slog.LevelDebug) {
-		z.l.Debug("zk: " + fmt.Sprintf(format, args...))
+// storeMax sets v to x if x is greater.
+func storeMax(v *atomic.Int64, x int64) {
+	for {
+		h := v.Load()
+		if x <= h || v.CompareAndSwap(h, x) {
+			return
+		}
 	}
+}
+
+// reportGap is the least time between a reply and a request the leader
+// must answer for the reply's touch to count as reported (step 2 of
+// confirmedAt): more than the leader's ping period, tick/2 ≤ timeout/4.
+func (s *session) reportGap() time.Duration { return time.Duration(s.granted.Load()) * 3 / 10 }
+
+// syncEvery is the period of the monitor's syncs. With it, contact is
+// confirmed about every sixth of the timeout, each time from about half
+// a timeout back (a sync's evidence is the touch of the one a report gap
+// before it, proved by the next): the validity keeps about a quarter of
+// the timeout ahead of the clock.
+func (s *session) syncEvery() time.Duration { return time.Duration(s.granted.Load()) / 6 }
+
+// watch, the watchdog timer's function, ends the session when its
+// validity is over (shortly before the earliest instant at which the
+// leader could expire it), and otherwise sets itself for that instant.
+func (s *session) watch() {
+	if s.ended() {
+		return
+	}
+	left := time.Duration(s.valid.Load()) - s.clock()
+	if left <= 0 {
+		s.end(errNoContact)
+		return
+	}
+	s.watchdog.Reset(left)
+}
+
+// check is the Grant.Check of the session's locks: nil while the session
+// may still exist at now, else the error of its end, ending it first if
+// its validity is over (so that the answer stays an error). It does not
+// allocate on the nil path: two atomic loads and a clock comparison.
+func (s *session) check(now time.Time) error {
+	if s.over.Load() {
+		return s.endErr
+	}
+	if now.Sub(s.start) >= time.Duration(s.valid.Load()) {
+		s.end(errNoContact)
+		return s.endErr
+	}
+	return nil
 }

@@ -23,13 +23,10 @@ import (
 // last heard from the holder; then a waiter gets it. The holder's driver
 // declares the lock lost before that.
 func TestCrashedHolder(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
+	f := newFixture(t, 30*time.Second)
+	ctx := f.ctx
 	const timeout = 2 * time.Second
-	a, da := newLocker(t, servers, prefix, timeout)
-	b, _ := newLocker(t, servers, prefix, timeout)
+	_, a, da, b := f.pair(timeout, false)
 	lease, err := a.Acquire(ctx, "crash")
 	if err != nil {
 		t.Fatal(err)
@@ -89,14 +86,10 @@ func TestCrashedHolder(t *testing.T) {
 // TestShortConnectionLossKeepsLock: a connection loss shorter than the
 // session timeout keeps the session and the lock.
 func TestShortConnectionLossKeepsLock(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	server := testenv.ZKAddr(t)
-	p := startProxy(t, server)
-	prefix := testPrefix()
+	f := newFixture(t, 60*time.Second)
+	ctx := f.ctx
 	const timeout = 5 * time.Second
-	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
-	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	p, a, da, b := f.pair(timeout, true)
 	lease, err := a.Acquire(ctx, "short")
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +141,10 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 // reads and writes with no lock on a reconnection, is left alone (see
 // trackedConn.withZxid).
 func TestReconnectResendsWatches(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	servers := []string{testenv.ZKAddr(t)}
-	prefix := testPrefix()
+	f := newFixture(t, 60*time.Second)
+	ctx := f.ctx
 	const timeout = 10 * time.Second
-	a, da := newLocker(t, servers, prefix, timeout)
-	b, _ := newLocker(t, servers, prefix, timeout)
+	_, a, da, b := f.pair(timeout, false)
 	held, err := b.Acquire(ctx, "resend")
 	if err != nil {
 		t.Fatal(err)
@@ -289,14 +279,10 @@ func TestReconnectSendsZxid(t *testing.T) {
 // client gets the lock. Once the connection is back, the driver works
 // again on a new session.
 func TestLongConnectionLossLosesLock(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	server := testenv.ZKAddr(t)
-	p := startProxy(t, server)
-	prefix := testPrefix()
+	f := newFixture(t, 30*time.Second)
+	ctx := f.ctx
 	const timeout = 2 * time.Second
-	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
-	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	p, a, da, b := f.pair(timeout, true)
 	lease, err := a.Acquire(ctx, "long")
 	if err != nil {
 		t.Fatal(err)
@@ -362,14 +348,10 @@ func TestLongConnectionLossLosesLock(t *testing.T) {
 // connection is back it queues again and gets the lock when the holder
 // releases it.
 func TestWaiterRidesOutConnectionLoss(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	server := testenv.ZKAddr(t)
-	p := startProxy(t, server)
-	prefix := testPrefix()
+	f := newFixture(t, 30*time.Second)
+	ctx := f.ctx
 	const timeout = time.Second
-	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
-	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	p, a, da, b := f.pair(timeout, true)
 	held, err := b.Acquire(ctx, "ride")
 	if err != nil {
 		t.Fatal(err)
@@ -409,15 +391,10 @@ func TestWaiterRidesOutConnectionLoss(t *testing.T) {
 // reconnects (within the session timeout), whether Release waited for it or
 // its context ended first.
 func TestReleaseDuringConnectionLoss(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	server := testenv.ZKAddr(t)
-	p := startProxy(t, server)
-	prefix := testPrefix()
-	adm := newAdmin(t, []string{server})
+	f := newFixture(t, 60*time.Second)
+	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	const timeout = 6 * time.Second
-	a, da := newLocker(t, []string{p.Addr()}, prefix, timeout)
-	b, _ := newLocker(t, []string{server}, prefix, timeout)
+	p, a, da, b := f.pair(timeout, true)
 
 	for _, patient := range []bool{true, false} {
 		lease, err := a.Acquire(ctx, "release")

@@ -45,18 +45,18 @@ type Options struct {
 	// /zookeeper. Default DefaultPrefix.
 	Prefix string
 
-	// SessionTimeout is the session timeout the driver asks the server
-	// for. A lock lives as long as its session: a client that crashes or
-	// is cut off loses its locks that long after the ensemble last heard
-	// from it, and a connection loss shorter than that keeps them. The
-	// server clamps the value to its minSessionTimeout and
-	// maxSessionTimeout (2 and 20 ticks unless configured); the driver
-	// uses the value the server granted. Default DefaultSessionTimeout.
+	// SessionTimeout is the session timeout the driver asks for. A lock
+	// lives as long as its session: a client that crashes or is cut off
+	// loses its locks that long after the ensemble last heard from it,
+	// and keeps them through a shorter connection loss. The server clamps
+	// the value to its minSessionTimeout and maxSessionTimeout (2 and 20
+	// ticks unless configured), and the driver uses the granted value.
+	// Default DefaultSessionTimeout.
 	SessionTimeout time.Duration
 
-	// Auth are the identities every session of the driver authenticates
-	// with (ZooKeeper's addauth), before any other request: for example
-	// {Scheme: "digest", Credential: "user:password"}. Default none.
+	// Auth are the identities every session authenticates with
+	// (ZooKeeper's addauth) before any other request, such as {Scheme:
+	// "digest", Credential: "user:password"}. Default none.
 	Auth []Auth
 
 	// TLS, when set, makes every connection a TLS one, for servers'
@@ -65,12 +65,12 @@ type Options struct {
 	// otherwise. Default nil: plain TCP.
 	TLS *tls.Config
 
-	// ACL is the access control list of the nodes the driver creates.
-	// Default: zk.AuthACL(zk.PermAll) with Auth, which gives every right
-	// to the identities the creating session authenticated with and to
-	// no one else (only clients of the same user can take, release or
-	// delete those locks); zk.WorldACL(zk.PermAll) without Auth. Nodes
-	// that exist already keep their ACL.
+	// ACL is the access control list of the nodes the driver creates;
+	// nodes that exist already keep theirs. Default, with Auth,
+	// zk.AuthACL(zk.PermAll): every right to the identities the creating
+	// session authenticated with and to no one else (only clients of the
+	// same user can take, release or delete those locks); without,
+	// zk.WorldACL(zk.PermAll).
 	ACL []zk.ACL
 
 	// Layout is the format of the lock nodes: dlock's own (LayoutDlock),
@@ -78,8 +78,8 @@ type Options struct {
 	// exclude each other on the same names: LayoutCurator (Apache
 	// Curator's InterProcessMutex, InterProcessReadWriteLock and
 	// LeaderLatch) or LayoutKazoo (kazoo's Lock, ReadLock, WriteLock and
-	// Election). A peer's layout has no semaphore. See the package
-	// documentation, Layouts. Default LayoutDlock.
+	// Election). A peer's layout has no semaphore (see docs/INTEROP.md).
+	// Default LayoutDlock.
 	Layout Layout
 
 	// Logger receives session events (connection lost, session ended) and,
@@ -94,20 +94,15 @@ type Options struct {
 //
 // A Driver owns one ZooKeeper session at a time, shared by all its locks.
 // When the session ends (it expired, the ensemble was out of reach for
-// longer than the session timeout, or the driver was closed) its locks
+// longer than the session timeout, or the driver was closed), its locks
 // are lost and the next call opens a new session.
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
 type Driver struct {
+	opt     Options // defaults filled in
 	servers []string
-	prefix  string
-	timeout time.Duration
-	auth    []Auth
-	tls     *tls.Config
-	acl     []zk.ACL
 	format  *format // the Layout's
-	log     *slog.Logger
 
 	// bg counts the driver's goroutines (the sessions' own, a release or
 	// an acquisition that outlived its caller's context, the watch of a
@@ -121,18 +116,18 @@ type Driver struct {
 	closed bool
 }
 
-// testHooks are the counters and switches of export_test.go, by driver:
-// hooked is set by the tests alone, so that outside them a driver pays one
-// atomic load where it would count.
+// testHooks are the counters and switches of export_test.go, by driver;
+// the tests alone set hooked, so that outside them counting costs one
+// atomic load.
 var (
 	hooked    atomic.Bool
 	testHooks sync.Map // *Driver -> *hooks
 )
 
 // hooks are a driver's test hooks: refuse makes the dialer fail, as for a
-// crashed process; wakeups counts the watch notifications waiters
-// received, listings the child listings acquisitions made, waiting the
-// waiters whose watch is set.
+// crashed process; wakeups counts the watch notifications waiters got,
+// listings the acquisitions' child listings, waiting the waiters whose
+// watch is set.
 type hooks struct {
 	refuse                     atomic.Bool
 	wakeups, listings, waiting atomic.Int64
@@ -163,13 +158,9 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 	if len(servers) == 0 {
 		return nil, errors.New("zklock: no server address")
 	}
-	addrs := make([]string, len(servers))
-	for i, s := range servers {
-		a, err := serverAddr(s)
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = a
+	addrs, err := serverAddrs(servers)
+	if err != nil {
+		return nil, err
 	}
 	if opt.Prefix == "" {
 		opt.Prefix = DefaultPrefix
@@ -201,15 +192,11 @@ func NewDriver(servers []string, o *Options) (*Driver, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
+	opt.Auth = slices.Clone(opt.Auth)
 	d := &Driver{
-		format:  f,
+		opt:     opt,
 		servers: addrs,
-		prefix:  opt.Prefix,
-		timeout: opt.SessionTimeout,
-		auth:    slices.Clone(opt.Auth),
-		tls:     opt.TLS,
-		acl:     opt.ACL,
-		log:     opt.Logger,
+		format:  f,
 		held:    map[string]*node{},
 		byPath:  map[string]*node{},
 	}
@@ -235,15 +222,15 @@ func (d *Driver) Scheme() string { return "zk" }
 var _ driver.Schemer = (*Driver)(nil)
 
 // Prefix returns the znode under which the driver keeps its locks.
-func (d *Driver) Prefix() string { return d.prefix }
+func (d *Driver) Prefix() string { return d.opt.Prefix }
 
 // Close ends the driver's session, which removes every lock node it still
-// has on the ensemble at once (when the ensemble can be reached; else they
-// go when the session times out). Locks still held are lost. It then
-// waits, at most 5 s, for the driver's own goroutines (a release that went
-// on after its context ended, the close of an earlier session), so that
-// none runs once it returns; when they take longer it returns an error.
-// Close is idempotent.
+// has at once (when the ensemble can be reached; else when the session
+// times out): locks still held are lost. It then waits, at most 5 s, for
+// the driver's own goroutines (a release that went on after its context
+// ended, the close of an earlier session), so that none runs once it
+// returns, and returns an error when they take longer. Close is
+// idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -265,7 +252,7 @@ func (d *Driver) Close() error {
 }
 
 // closeWait bounds Close's wait for the driver's background work, which
-// the end of the session ends.
+// the session's end ends.
 const closeWait = 5 * time.Second
 
 // session returns the driver's live session, opening one if there is none.
@@ -322,18 +309,23 @@ func (a Auth) String() string {
 	return a.Scheme
 }
 
-// serverAddr checks a server address and adds the default port.
-func serverAddr(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("zklock: empty server address")
-	}
-	if _, _, err := net.SplitHostPort(s); err != nil {
-		if strings.Contains(err.Error(), "missing port") {
-			return net.JoinHostPort(s, DefaultPort), nil
+// serverAddrs checks server addresses and adds the default port where
+// one names none.
+func serverAddrs(servers []string) ([]string, error) {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		if s == "" {
+			return nil, errors.New("zklock: empty server address")
 		}
-		return "", fmt.Errorf("zklock: server address %q: %w", s, err)
+		addrs[i] = s
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			if !strings.Contains(err.Error(), "missing port") {
+				return nil, fmt.Errorf("zklock: server address %q: %w", s, err)
+			}
+			addrs[i] = net.JoinHostPort(s, DefaultPort)
+		}
 	}
-	return s, nil
+	return addrs, nil
 }
 
 // checkPrefix reports whether p can be the driver's prefix.
@@ -392,13 +384,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if u.Host == "" {
 		return nil, u.Err("host", "", errors.New("no server: want zk://host:port[,host:port...]/prefix"))
 	}
-	var servers []string
-	for s := range strings.SplitSeq(u.Host, ",") {
-		a, err := serverAddr(s)
-		if err != nil {
-			return nil, u.Err("host", u.Host, err)
-		}
-		servers = append(servers, a)
+	servers, err := serverAddrs(strings.Split(u.Host, ","))
+	if err != nil {
+		return nil, u.Err("host", u.Host, err)
 	}
 	prefix := u.Path
 	if prefix == "" || prefix == "/" {
@@ -423,30 +411,30 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// checkAccess waits, for at most the session timeout, for an
-// authenticated session, and lists the prefix node's children (READ on
-// it), which the prefix's ACL refuses to an identity it does not name. A
-// missing prefix is fine: the first lock creates it.
+// checkAccess waits, at most the session timeout (even under a context
+// without a deadline: a server refusing every connection must not hold
+// Open for ever), for an authenticated session, and lists the prefix
+// node's children (READ on it), which the prefix's ACL refuses to an
+// identity it does not name. A missing prefix is fine: the first lock
+// creates it.
 func (d *Driver) checkAccess(ctx context.Context) error {
-	// Bounded even under a context without a deadline: a server that
-	// refuses every connection must not hold Open for ever.
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.opt.SessionTimeout)
 	defer cancel()
 	s, err := d.ready(ctx)
 	if err != nil {
 		return err
 	}
 	return d.call(ctx, func() error {
-		_, _, err := s.conn.Children(d.prefix)
+		_, _, err := s.conn.Children(d.opt.Prefix)
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNoNode):
 			return nil
 		case unsent(err):
 			return s.withDialErr(err)
-		case errors.Is(err, zk.ErrNoAuth) && len(d.auth) == 0:
-			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.prefix, err)
+		case errors.Is(err, zk.ErrNoAuth) && len(d.opt.Auth) == 0:
+			return fmt.Errorf("an unauthenticated client may not read %s: %w", d.opt.Prefix, err)
 		case errors.Is(err, zk.ErrNoAuth):
-			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.auth[0], d.prefix, err)
+			return fmt.Errorf("the identity %v may not read %s (wrong password, or its ACL names another user): %w", d.opt.Auth[0], d.opt.Prefix, err)
 		}
 		return err
 	})
@@ -459,16 +447,11 @@ func (d *Driver) checkAccess(ctx context.Context) error {
 func parseACL(v string) ([]zk.ACL, error) {
 	var acl []zk.ACL
 	for e := range strings.SplitSeq(v, ",") {
-		var scheme, id, perms string
+		var perms string
 		parts := strings.Split(e, ":")
+		a, named := namedACL[parts[0]]
 		switch {
-		case parts[0] == "creator" && len(parts) <= 2:
-			scheme, id = "auth", ""
-			if len(parts) == 2 {
-				perms = parts[1]
-			}
-		case parts[0] == "world" && len(parts) <= 2:
-			scheme, id = "world", "anyone"
+		case named && len(parts) <= 2:
 			if len(parts) == 2 {
 				perms = parts[1]
 			}
@@ -477,18 +460,22 @@ func parseACL(v string) ([]zk.ACL, error) {
 			if len(rest) >= 2 && isPerms(rest[len(rest)-1]) {
 				perms, rest = rest[len(rest)-1], rest[:len(rest)-1]
 			}
-			scheme, id = parts[0], strings.Join(rest, ":")
+			a = zk.ACL{Scheme: parts[0], ID: strings.Join(rest, ":")}
 		default:
 			return nil, fmt.Errorf("entry %q: want creator, world or scheme:id, each with an optional :rights (of cdrwa)", e)
 		}
-		p, err := permMask(perms)
-		if err != nil {
+		var err error
+		if a.Perms, err = permMask(perms); err != nil {
 			return nil, fmt.Errorf("entry %q: %w", e, err)
 		}
-		acl = append(acl, zk.ACL{Perms: p, Scheme: scheme, ID: id})
+		acl = append(acl, a)
 	}
 	return acl, nil
 }
+
+// namedACL are the acl parameter's entries without an id: creator (the
+// creating session's identities, ZooKeeper's auth scheme) and world.
+var namedACL = map[string]zk.ACL{"creator": {Scheme: "auth"}, "world": {Scheme: "world", ID: "anyone"}}
 
 // isPerms reports whether s is a non-empty set of rights letters.
 func isPerms(s string) bool {
@@ -502,20 +489,14 @@ func permMask(s string) (int32, error) {
 	}
 	var m int32
 	for _, c := range s {
-		switch c {
-		case 'c':
-			m |= zk.PermCreate
-		case 'd':
-			m |= zk.PermDelete
-		case 'r':
-			m |= zk.PermRead
-		case 'w':
-			m |= zk.PermWrite
-		case 'a':
-			m |= zk.PermAdmin
-		default:
+		bit, ok := permBits[c]
+		if !ok {
 			return 0, fmt.Errorf("right %q: want letters of cdrwa", c)
 		}
+		m |= bit
 	}
 	return m, nil
 }
+
+// permBits are ZooKeeper's rights, by their letter in the acl parameter.
+var permBits = map[rune]int32{'c': zk.PermCreate, 'd': zk.PermDelete, 'r': zk.PermRead, 'w': zk.PermWrite, 'a': zk.PermAdmin}
