@@ -57,6 +57,15 @@ func (u URL) Duration(name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
+// PositiveDuration is Duration for a parameter that must be above zero.
+func (u URL) PositiveDuration(name string, def time.Duration) (time.Duration, error) {
+	d, err := u.Duration(name, def)
+	if err == nil && d == 0 {
+		err = u.Err(name, u.String(name, ""), errors.New("must be positive"))
+	}
+	return d, err
+}
+
 // Int returns parameter name as a base-10 integer, or def.
 func (u URL) Int(name string, def int) (int, error) {
 	u.used[name] = true

@@ -242,19 +242,13 @@ func (d *Driver) isClosed() bool {
 
 // open is the Opener for etcd:// URLs.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
-	dial, err := u.Duration("dial_timeout", DefaultDialTimeout)
+	dial, err := u.PositiveDuration("dial_timeout", DefaultDialTimeout)
 	if err != nil {
 		return nil, err
 	}
-	if dial == 0 {
-		return nil, u.Err("dial_timeout", "0s", errors.New("must be positive"))
-	}
-	reqTimeout, err := u.Duration("request_timeout", DefaultRequestTimeout)
+	reqTimeout, err := u.PositiveDuration("request_timeout", DefaultRequestTimeout)
 	if err != nil {
 		return nil, err
-	}
-	if reqTimeout == 0 {
-		return nil, u.Err("request_timeout", "0s", errors.New("must be positive"))
 	}
 	layout := Layout(u.String("layout", string(LayoutDlock)))
 	if !layout.known() {

@@ -117,10 +117,7 @@ func connOptions(u driver.URL) ([]string, []nats.Option, *tls.Config, error) {
 	for i, a := range addrs {
 		servers[i] = scheme + a
 	}
-	dial, err := u.Duration("dial_timeout", DefaultDialTimeout)
-	if err == nil && dial == 0 {
-		err = u.Err("dial_timeout", "0s", errors.New("must be positive"))
-	}
+	dial, err := u.PositiveDuration("dial_timeout", DefaultDialTimeout)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -235,11 +232,8 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.MarkerTTL < time.Second {
 		return nil, u.Err("marker_ttl", o.MarkerTTL.String(), errors.New("must be at least 1s, the server's least TTL"))
 	}
-	if o.RequestTimeout, err = u.Duration("request_timeout", DefaultRequestTimeout); err != nil {
+	if o.RequestTimeout, err = u.PositiveDuration("request_timeout", DefaultRequestTimeout); err != nil {
 		return nil, err
-	}
-	if o.RequestTimeout == 0 {
-		return nil, u.Err("request_timeout", "0s", errors.New("must be positive"))
 	}
 	return o, nil
 }

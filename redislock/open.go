@@ -276,7 +276,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.FenceTTL, err = redisutil.Positive(u, "fence_ttl", DefaultFenceTTL); err != nil {
+	if o.FenceTTL, err = u.PositiveDuration("fence_ttl", DefaultFenceTTL); err != nil {
 		return nil, err
 	}
 	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
@@ -285,7 +285,7 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.WaitReplicas < 0 {
 		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
 	}
-	if o.WaitTimeout, err = redisutil.Positive(u, "wait_timeout", DefaultWaitTimeout); err != nil {
+	if o.WaitTimeout, err = u.PositiveDuration("wait_timeout", DefaultWaitTimeout); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -307,7 +307,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "poll_interval", "only with layout=redsync: layout=dlock's waiters are handed the lock"); err != nil {
 			return nil, err
 		}
-		o.QueueTTL, err = redisutil.Positive(u, "queue_ttl", DefaultQueueTTL)
+		o.QueueTTL, err = u.PositiveDuration("queue_ttl", DefaultQueueTTL)
 	case LayoutRedsync:
 		o.Prefix = u.String("prefix", "")
 		if strings.ContainsAny(o.Prefix, "{}") {
@@ -316,7 +316,7 @@ func layoutOptions(u driver.URL) (*Options, error) {
 		if err := absent(u, "queue_ttl", "only with layout=dlock: layout=redsync has no queue"); err != nil {
 			return nil, err
 		}
-		o.PollInterval, err = redisutil.Positive(u, "poll_interval", DefaultPollInterval)
+		o.PollInterval, err = u.PositiveDuration("poll_interval", DefaultPollInterval)
 	default:
 		return nil, u.Err("layout", string(o.Layout), errors.New(`must be "dlock" (the default) or "redsync" (the plain key of redsync and bsm/redislock)`))
 	}

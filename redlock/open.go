@@ -40,7 +40,7 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("node_timeout", u.String("node_timeout", ""),
 			fmt.Errorf("must be between %v and %v", MinNodeTimeout, MaxNodeTimeout))
 	}
-	if o.Drift, err = redisutil.Positive(u, "drift", DefaultDrift); err != nil {
+	if o.Drift, err = u.PositiveDuration("drift", DefaultDrift); err != nil {
 		return nil, err
 	}
 	o.Prefix = u.String("prefix", DefaultPrefix)

@@ -51,16 +51,6 @@ func HostList(u driver.URL, entries []string, defPort, dup string) ([]string, er
 	return addrs, nil
 }
 
-// Positive reads the URL's parameter name as a duration (def when absent)
-// that must not be zero.
-func Positive(u driver.URL, name string, def time.Duration) (time.Duration, error) {
-	d, err := u.Duration(name, def)
-	if err == nil && d == 0 {
-		err = u.Err(name, u.String(name, ""), errors.New("must be positive"))
-	}
-	return d, err
-}
-
 // PositiveOr returns v, or def when v is zero or negative (an unset
 // Options duration, an unknown remaining time).
 func PositiveOr(v, def time.Duration) time.Duration {
