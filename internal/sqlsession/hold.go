@@ -40,13 +40,12 @@ func (h *Hold[C, K, X]) noteLoss(cause error) {
 	h.loss.CompareAndSwap(nil, &cause)
 }
 
-// Check is the hold's Grant.Check: the loss, once known (the lock's or
-// its session's); otherwise one non-blocking look at the idle
-// connection's socket (none while a statement runs on it: the statement
-// finds out). A look that finds the server gone ends the session as lost,
-// from a goroutine of its own (closing the connection may block), after
-// recording the loss so that this and every later Check report it.
-// Nothing allocates while it returns nil.
+// Check is the hold's Grant.Check: the loss once known (the lock's or its
+// session's), else one non-blocking look at the socket (see
+// sockwatch.Look). A look that finds the server gone records the loss, so
+// that every later Check reports it, and ends the session as lost from a
+// goroutine of its own (closing the connection may block). Nothing
+// allocates while it returns nil.
 func (h *Hold[C, K, X]) Check(time.Time) error {
 	if p := h.loss.Load(); p != nil {
 		return *p
@@ -64,9 +63,7 @@ func (h *Hold[C, K, X]) Check(time.Time) error {
 	return err
 }
 
-// Released ends h, released, on a session that lives on; the caller has
-// the use of the session, which this gives back (or retires the session,
-// when it holds nothing more).
+// Released is End(nil), and makes Check say released.
 func (h *Hold[C, K, X]) Released() {
 	h.loss.CompareAndSwap(nil, &errReleased)
 	h.End(nil)

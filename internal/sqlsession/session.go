@@ -1,21 +1,19 @@
 // Package sqlsession is the session machine the SQL backends (pglock,
-// mysqllock) share. Their locks live with a server session: a held lock is
-// kept on one of the driver's connections, a session, with up to
-// Pool.Locks others, and is lost when that connection is.
+// mysqllock) share: a held lock lives on one of the driver's connections,
+// a session, with up to Config.Locks others, and is lost with it.
 //
-// A Session has a use slot (one statement at a time on its connection,
-// waited for at most until the caller's context ends), a watch of its
-// socket (internal/sockwatch) and one keeper goroutine that waits on the
-// watch and runs the backend's keep-alive check every period: when the
-// connection is lost, every lock on it is lost at once, in one order —
-// the loss recorded (for Check), the session taken out of the pool, each
-// lock's loss signalled, and only then the connection closed, whatever
-// the close costs. A session left holding nothing retires: its connection
-// goes back to the backend.
+// A Session has a use slot (one statement at a time, waited for at most
+// until the caller's context ends), a watch of its socket
+// (internal/sockwatch) and a keeper goroutine that waits on the watch and
+// runs the backend's keep-alive check every period. A lost connection
+// loses every lock on it at once, in one order: the loss recorded (for
+// Check), the session taken out of the pool, each lock's loss signalled,
+// and only then the connection closed, whatever the close costs. A
+// session left holding nothing retires, giving its connection back.
 //
-// A backend supplies what its store needs behind Conn (the keep-alive
-// check, what a closed socket means, closing and giving back a
-// connection) and runs its own statements while it has a session's use.
+// A backend supplies Conn (the keep-alive check, what a closed socket
+// means, closing and giving back a connection) and runs its own
+// statements while it has a session's use.
 package sqlsession
 
 import (
@@ -36,8 +34,7 @@ type Conn interface {
 	// Gone describes the socket a look found closed by the server
 	// (errno 0) or failing.
 	Gone(errno syscall.Errno) error
-	// Watch returns the watch of the connection's socket, once its first
-	// lock is taken (see Pool.Adopt).
+	// Watch returns the watch of the socket (once the first lock is taken).
 	Watch() *sockwatch.Watch
 	// Close closes the connection of a lost session: the server frees
 	// whatever it still holds when it reads the close.
@@ -46,14 +43,14 @@ type Conn interface {
 	Retire()
 }
 
-// A Session is one of a driver's connections while it holds locks, or is
-// asked for one. Its exported fields are set when it is made.
+// A Session is a driver's connection while it holds locks or is asked for
+// one. Its exported fields are set when it is made.
 type Session[C Conn, K comparable, X any] struct {
 	p *Pool[C, K, X]
 	// C is the backend's connection.
 	C C
-	// Class groups sessions that locks may share: the backend asks for a
-	// session of a class (a keep-alive period, a server-side timeout).
+	// Class groups the sessions locks may share (a keep-alive period, a
+	// server-side timeout).
 	Class  time.Duration
 	period time.Duration // between two keep-alive checks
 	w      *sockwatch.Watch
@@ -62,10 +59,9 @@ type Session[C Conn, K comparable, X any] struct {
 	// is signalled and before the connection is closed.
 	loss atomic.Pointer[error]
 
-	// use is a one-slot semaphore: whoever fills it may use C and ended.
-	// Unlike a mutex, waiting for it can end with a context, so that a
-	// release never waits past its context for a keep-alive check stuck
-	// on a silent server.
+	// use is a one-slot semaphore guarding C and ended: unlike a mutex,
+	// its wait can end with a context, so that a release never waits past
+	// its context for a keep-alive check stuck on a silent server.
 	use   chan struct{}
 	ended bool // retired or lost
 
@@ -77,8 +73,7 @@ type Session[C Conn, K comparable, X any] struct {
 	gone  bool      // no longer among the sessions acquisitions pick
 }
 
-// ErrEnded tells the caller of Take that the session ended while it
-// waited.
+// ErrEnded is Take's error when the session ended while it waited.
 var ErrEnded = errors.New("session ended")
 
 // Period returns the time between two keep-alive checks of s.
@@ -96,14 +91,12 @@ func (s *Session[C, K, X]) Loss() error {
 // Pool.Adopt); the caller has its use.
 func (s *Session[C, K, X]) Fresh() bool { return s.w == nil }
 
-// Take takes the use slot, waiting for it at most until ctx ends
-// (context.Background: no bound), and then the socket from the watch
-// with a look on the way (sockwatch.Take): no statement starts on a
-// connection whose server has already hung up, or a Check would say
-// "held" until that statement failed. The error is ctx's, ErrEnded when
-// the session had ended, or the loss when the look found the server
-// gone, in which case Take ended the session as lost without a statement.
-// With a nil error the caller has the use of s until Release.
+// Take takes the use slot, waiting at most until ctx ends, then the
+// socket from the watch with a look (sockwatch.Take): no statement starts
+// on a connection whose server hung up, or a Check would say "held" until
+// it failed. The error is ctx's, ErrEnded, or the loss when the look found
+// the server gone (Take then ended the session as lost). With a nil error
+// the caller has the use of s until Release.
 func (s *Session[C, K, X]) Take(ctx context.Context) error {
 	select {
 	case s.use <- struct{}{}:
@@ -142,11 +135,10 @@ func (s *Session[C, K, X]) noteLoss(cause error) error {
 }
 
 // keep is the keeper goroutine. While no statement runs, it waits for the
-// socket to speak (ending the session as lost when the server hung up)
-// or for the next period, and then runs the keep-alive check, which also
-// reads whatever the server sent unprompted (a notice, or an error that
-// fails the check). Where the socket is not watched, the checks run on
-// the timer alone.
+// socket to speak (ending the session as lost when the server hung up) or
+// for the next period, then runs the keep-alive check, which also reads
+// whatever the server sent unprompted (a notice, or an error that fails
+// it). An unwatched socket is checked on the timer alone.
 func (s *Session[C, K, X]) keep() {
 	defer s.p.keepers.Done()
 	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
@@ -180,8 +172,8 @@ func (s *Session[C, K, X]) keep() {
 			return
 		}
 		if ev == sockwatch.EvData && s.stillData() {
-			// Bytes the check did not take: watching would wake at once
-			// again; wait for the next period instead.
+			// Bytes the check did not take: wait for the next period,
+			// not for the socket, which would wake at once.
 			if !s.sleepUntil(next) {
 				return
 			}
@@ -233,19 +225,14 @@ func (s *Session[C, K, X]) Lose(cause error) {
 	s.EndLost(cause)
 }
 
-// EndLost is Lose for a caller that has the use of s, which has not
-// ended; it gives the use back, and returns the recorded loss. Each
-// lock's loss is recorded (for Check) and signalled before the
-// connection is closed, because the holders must stop at once, whatever
-// the close costs; closing it makes the server free the locks, if it
-// still has them.
+// EndLost is Lose for a caller that has the use of s, not yet ended; it
+// gives the use back and returns the recorded loss. Each lock's loss is
+// recorded (for Check) and signalled before the connection is closed,
+// since holders must stop at once whatever the close costs; the close
+// makes the server free the locks, if it still has them.
 func (s *Session[C, K, X]) EndLost(cause error) error {
 	cause = s.noteLoss(cause)
-	s.ended = true
-	if s.w != nil {
-		s.w.Stop()
-	}
-	close(s.stop)
+	s.end()
 	p := s.p
 	p.mu.Lock()
 	p.dropLocked(s)
@@ -265,8 +252,8 @@ func (s *Session[C, K, X]) EndLost(cause error) error {
 	return cause
 }
 
-// Unreserve gives back a reservation of keys on s that took no lock; the
-// caller has the use of s, and gives it back here.
+// Unreserve gives back a reservation of keys on s that took no lock, and
+// the use of s, which the caller has.
 func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.p.mu.Lock()
 	s.busy--
@@ -274,8 +261,8 @@ func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.putBack(keys, 1)
 }
 
-// putBack gives back the use of s, and with it places places and a count
-// of each of keys. A session left with nothing retires instead.
+// putBack gives back the use of s with places places and a count of each
+// of keys; a session left with nothing retires instead.
 func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	p := s.p
 	p.mu.Lock()
@@ -305,17 +292,23 @@ func (s *Session[C, K, X]) unkeyLocked(k K) {
 // retire ends a session that holds nothing, whose use the caller has,
 // and gives its connection back.
 func (s *Session[C, K, X]) retire() {
-	s.ended = true
-	if s.w != nil {
-		s.w.Stop() // paused by Take: the watch never looks again
-	}
-	close(s.stop)
+	s.end()
 	<-s.use
 	s.C.Retire()
 }
 
+// end marks s ended, whose use the caller has, stops its watch (paused by
+// Take: it never looks again) and its keeper.
+func (s *Session[C, K, X]) end() {
+	s.ended = true
+	if s.w != nil {
+		s.w.Stop()
+	}
+	close(s.stop)
+}
+
 // drop gives back a reservation of keys on s whose use the caller did
-// not get. A session it leaves with nothing retires once its use is free.
+// not get; a session left with nothing retires once its use is free.
 func (s *Session[C, K, X]) drop(keys []K) {
 	p := s.p
 	p.mu.Lock()
