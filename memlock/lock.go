@@ -143,6 +143,17 @@ func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 	return driver.Grant{Token: h.token, Expires: h.expires}
 }
 
+// tryGrant grants r when nobody waits ahead of it and the lock's rules
+// admit it. s.mu must be held.
+func (s *Store) tryGrant(e *entry, r driver.Request, now time.Time) (driver.Grant, bool) {
+	if len(e.queue) > 0 || !e.admits(r) {
+		return driver.Grant{}, false
+	}
+	g := s.grant(e, r, now)
+	s.settle(e, now)
+	return g, true
+}
+
 // settle brings e up to date after any change: it drops expired holders,
 // admits waiters from the head of the queue for as long as the lock's
 // rules allow (so consecutive readers enter together, and a writer at the

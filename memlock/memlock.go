@@ -98,9 +98,7 @@ func (d *Driver) TryLock(_ context.Context, r driver.Request) (driver.Grant, err
 	if h := e.holder(r); h != nil {
 		return driver.Grant{Token: h.token, Expires: h.expires}, nil
 	}
-	if len(e.queue) == 0 && e.admits(r) {
-		g := s.grant(e, r, now)
-		s.settle(e, now)
+	if g, ok := s.tryGrant(e, r, now); ok {
 		return g, nil
 	}
 	remaining := e.earliest().Sub(now)
@@ -115,9 +113,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	now := time.Now()
 	s.mu.Lock()
 	e := s.entry(r, now)
-	if len(e.queue) == 0 && e.admits(r) {
-		g := s.grant(e, r, now)
-		s.settle(e, now)
+	if g, ok := s.tryGrant(e, r, now); ok {
 		s.mu.Unlock()
 		return g, nil
 	}
