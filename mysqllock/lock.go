@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
@@ -188,43 +189,23 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	// On this connection of its own, the statements run under ctx: when
 	// it ends, go-sql-driver closes the connection, which holds nothing
 	// else.
-	if !d.exclusive {
-		if _, err := c.ExecContext(ctx, saveTimeout(q.timeout)); err != nil {
-			discard(c)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
-		}
-	}
+	sc.ctx = ctx
 	var got sql.NullInt64
-	var id, current int64
-	err = c.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(q.key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
-		Scan(&got, &id, &current)
-	switch {
-	case err != nil:
-		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
-	case !got.Valid:
-		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, errNullLock)
-	}
-	sc.identify(id)
-	if time.Duration(current)*time.Second != q.timeout {
-		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(q.timeout)); err != nil {
-			abandon(c, q.key, got.Int64 == 1)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
-		}
+	if err := d.openSession(sc, q.key, &got); err != nil || !got.Valid {
+		abandon(c, q.key, got.Int64 == 1)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, cmp.Or(err, errNullLock))
 	}
 	if got.Int64 == 0 {
 		if err := d.wait(ctx, sc, q); err != nil {
 			return driver.Grant{}, err
 		}
 	}
-	sent := time.Now()
-	tok, err := d.bump(ctx, c, q.name)
+	tok, err := sc.bump(q.name)
 	if err != nil {
 		abandon(c, q.key, true)
 		return driver.Grant{}, err
 	}
-	sc.lastOK = sent
+	sc.ctx = nil
 	return d.grantOn(s, q, tok)
 }
 
@@ -350,26 +331,18 @@ func discard(c *sql.Conn) {
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 }
 
-// bump advances the token of name on the session, which has just taken
-// its lock; the caller has the use of the session.
+// bump advances the counter of the lock called name on the session,
+// which has just taken the lock, and returns the new token; the caller
+// has the use of the session. A missing table is created, once, on that
+// connection.
 func (c *sconn) bump(name string) (uint64, error) {
 	ctx, cancel := c.bound()
-	sent := time.Now()
-	tok, err := c.d.bump(ctx, c.conn, name)
-	c.unbound(cancel)
-	if err == nil {
-		c.lastOK = sent
-	}
-	return tok, err
-}
-
-// bump advances the counter of the lock called name, on the connection
-// that holds the lock, and returns the new token. A missing table is
-// created, once, on that connection.
-func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, error) {
+	defer c.unbound(cancel)
+	d := c.d
 	q := d.sql.bump + literal(name) + bumpEnd
+	sent := time.Now()
 	for created := false; ; created = true {
-		res, err := c.ExecContext(ctx, q)
+		res, err := c.conn.ExecContext(ctx, q)
 		if err == nil {
 			id, err := res.LastInsertId()
 			if err == nil && id <= 0 {
@@ -378,10 +351,11 @@ func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, er
 			if err != nil {
 				return 0, fmt.Errorf("mysqllock: fencing token of %q: %w", name, err)
 			}
+			c.lastOK = sent
 			return uint64(id), nil
 		}
 		if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable && !created {
-			if _, err := c.ExecContext(ctx, d.sql.create); err != nil {
+			if _, err := c.conn.ExecContext(ctx, d.sql.create); err != nil {
 				return 0, fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
 			}
 			continue

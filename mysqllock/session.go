@@ -44,6 +44,9 @@ type sconn struct {
 	// Options.Sockets): statements are then bounded by its deadline.
 	raw    net.Conn
 	lastOK time.Time // when the last statement that succeeded was sent
+	// ctx, while set, bounds the statements instead: the connection is
+	// an acquisition's own, waiting for its first lock.
+	ctx context.Context
 }
 
 // stmtTimeouts is how many keep-alive periods (at least a second each) a
@@ -68,12 +71,12 @@ func saveTimeout(timeout time.Duration) string {
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*sconn, string, struct{}]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, timeout time.Duration) (*session, error) {
+		Open: func(ctx context.Context, timeout time.Duration, keys ...string) (*session, error) {
 			c, err := d.db.Conn(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("mysqllock: connection: %w", err)
 			}
-			return d.newSession(c, timeout), nil
+			return d.newSession(c, timeout, keys...), nil
 		},
 		Period: d.period,
 	})
@@ -105,6 +108,9 @@ func (c *sconn) stmtBound() time.Duration { return stmtTimeouts * max(c.period, 
 // the driver knows the socket, the bound is its deadline: no timer, and
 // no goroutine of database/sql's watching a context, per statement.
 func (c *sconn) bound() (context.Context, context.CancelFunc) {
+	if c.ctx != nil {
+		return c.ctx, func() {}
+	}
 	if c.raw != nil {
 		_ = c.raw.SetDeadline(time.Now().Add(c.stmtBound()))
 		return context.Background(), nil
@@ -203,11 +209,8 @@ func (c *sconn) Retire() {
 // that connection: IS_USED_LOCK of the key is its id.
 func (d *Driver) check(h *hold) error {
 	s := h.S
-	switch err := s.Take(context.Background()); {
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case err != nil: // Take found the server gone, and ended the session
-		return errNotHeld(h.Name, "the lock was lost", err)
+	if err := takeFor(h, "the lock was lost"); err != nil {
+		return err
 	}
 	var holder sql.NullInt64
 	err := s.C.query("SELECT IS_USED_LOCK("+literal(h.Key)+")", &holder)
@@ -232,11 +235,8 @@ func (d *Driver) check(h *hold) error {
 // statement runs there.
 func (d *Driver) release(h *hold) error {
 	s := h.S
-	switch err := s.Take(context.Background()); {
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case err != nil: // Take found the server gone: the session, and its locks, ended
-		return errNotHeld(h.Name, "the lock's connection had been closed by the server", err)
+	if err := takeFor(h, "the lock's connection had been closed by the server"); err != nil {
+		return err
 	}
 	var rel sql.NullInt64
 	err := s.C.query("SELECT RELEASE_LOCK("+literal(h.Key)+")", &rel)
@@ -253,6 +253,19 @@ func (d *Driver) release(h *hold) error {
 	// the lock (and the session's others) once the server reads the close.
 	s.EndLost(fmt.Errorf("mysqllock: release %q failed, and took its connection with it: %w", h.Name, err))
 	return errNotHeld(h.Name, "the lock's connection failed", err)
+}
+
+// takeFor takes the use of h's session, once no other statement runs
+// there; an error says why h is no longer held, with gone the words for
+// a server Take found gone (it ended the session, and its locks).
+func takeFor(h *hold, gone string) error {
+	switch err := h.S.Take(context.Background()); {
+	case errors.Is(err, sqlsession.ErrEnded):
+		return endedErr(h)
+	case err != nil:
+		return errNotHeld(h.Name, gone, err)
+	}
+	return nil
 }
 
 // errNotHeld wraps driver.ErrNotHeld for the lock called name.
