@@ -224,6 +224,35 @@ func (d *Driver) get(ctx context.Context) (c *conn, reused bool, err error) {
 	return c, false, err
 }
 
+// withConn runs f on an idle connection or a new one, once more on a new
+// one when a reused connection turns out to have died (server restart,
+// idle timeout). A connection f fails on is closed; the error is then
+// errClosed, ctx's, or f's with a hint, through wrap.
+func (d *Driver) withConn(ctx context.Context, f func(c *conn) error, wrap func(error) error) error {
+	for retried := false; ; retried = true {
+		c, reused, err := d.get(ctx)
+		if err != nil {
+			return err
+		}
+		c.begin(false)
+		if err = f(c); err == nil {
+			d.put(c)
+			return nil
+		}
+		dead := c.pg.IsClosed()
+		c.close()
+		switch {
+		case d.isClosed():
+			return errClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case reused && !retried && dead:
+			continue
+		}
+		return wrap(hint(err, d.st.table))
+	}
+}
+
 // put makes c idle again; c must hold no advisory lock. It closes c when
 // the driver is closed or has enough idle connections.
 func (d *Driver) put(c *conn) {

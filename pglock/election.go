@@ -27,36 +27,19 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 		return driver.LeaderInfo{}, err
 	}
 	k := ModeKey(d.st.table, driver.Leader, name, 0)
-	row := rowName(driver.Leader, name)
-	for retried := false; ; retried = true {
-		c, reused, err := d.get(ctx)
-		if err != nil {
-			return driver.LeaderInfo{}, err
-		}
-		c.begin(false)
+	var info driver.LeaderInfo
+	err := d.withConn(ctx, func(c *conn) error {
 		var tok int64
 		var value string
-		err = c.pg.QueryRow(ctx, d.st.leader, k, row).Scan(&tok, &value)
-		switch {
+		switch err := c.pg.QueryRow(ctx, d.st.leader, k, rowName(driver.Leader, name)).Scan(&tok, &value); {
 		case err == nil:
-			d.put(c)
-			return driver.LeaderInfo{Value: value, Token: uint64(tok)}, nil
-		case errors.Is(err, pgx.ErrNoRows):
-			d.put(c)
-			return driver.LeaderInfo{}, nil
+			info = driver.LeaderInfo{Value: value, Token: uint64(tok)}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
 		}
-		dead := c.pg.IsClosed()
-		c.close()
-		switch {
-		case d.isClosed():
-			return driver.LeaderInfo{}, errClosed
-		case ctx.Err() != nil:
-			return driver.LeaderInfo{}, ctx.Err()
-		case reused && !retried && dead:
-			continue
-		}
-		return driver.LeaderInfo{}, fmt.Errorf("pglock: leader of %q: %w", name, hint(err, d.st.table))
-	}
+		return nil
+	}, func(err error) error { return fmt.Errorf("pglock: leader of %q: %w", name, err) })
+	return info, err
 }
 
 // Observe implements driver.Elector. It LISTENs on the election's channel

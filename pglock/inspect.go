@@ -18,29 +18,12 @@ import (
 // Expires is zero, and two names whose keys collide (see Key) would both
 // show as held. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	for retried := false; ; retried = true {
-		c, reused, err := d.get(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c.begin(false)
-		out, err := d.inspect(ctx, c.pg, prefix)
-		if err == nil {
-			d.put(c)
-			return out, nil
-		}
-		dead := c.pg.IsClosed()
-		c.close()
-		switch {
-		case d.isClosed():
-			return nil, errClosed
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case reused && !retried && dead:
-			continue
-		}
-		return nil, fmt.Errorf("pglock: inspect: %w", hint(err, d.st.table))
-	}
+	var out []driver.LockInfo
+	err := d.withConn(ctx, func(c *conn) (err error) {
+		out, err = d.inspect(ctx, c.pg, prefix)
+		return err
+	}, func(err error) error { return fmt.Errorf("pglock: inspect: %w", err) })
+	return out, err
 }
 
 // inspectSQL is Inspect's query: $1 is the prefix, $2 the table's name as

@@ -120,10 +120,7 @@ func (l *listener) wakeLocked(channel string) {
 			continue
 		}
 		for s := range set {
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
+			s.poke()
 		}
 	}
 }

@@ -114,16 +114,16 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// life ends when the driver closes (endLife); it bounds the
-	// listener's and the observers' own work.
+	// life ends at Close (endLife); it bounds the listener's and the
+	// observers' work.
 	life    context.Context
 	endLife context.CancelFunc
 	lis     listener
 	// observers counts the goroutines of Observe; Close waits for them.
 	observers sync.WaitGroup
-	// bg counts the driver's other goroutines: the sessions' keepers, a
+	// bg counts the driver's other goroutines (the sessions' keepers, a
 	// release or a session's end that outlived its caller, a cancel
-	// request. Close waits for them, at most closeWait.
+	// request); Close waits for them, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex
@@ -131,7 +131,7 @@ type Driver struct {
 	idle   []*conn
 	pool   *pool // the sessions, and the locks held on them
 	keys   map[int64]*keyState
-	// spareKey is a keyState no key uses, for the next: most acquisitions
+	// spareKey is an unused keyState, for the next key: most acquisitions
 	// then allocate none.
 	spareKey *keyState
 	waiting  map[*conn]context.CancelFunc
@@ -284,8 +284,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// closeWait bounds Close's wait for the driver's background work, which
-// the closed sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for the background work, which closed
+// sessions end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 func (d *Driver) isClosed() bool {

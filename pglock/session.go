@@ -44,13 +44,13 @@ const stmtTimeouts = 4
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*conn, int64, lockInfo]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, period time.Duration) (*session, error) {
+		Open: func(ctx context.Context, period time.Duration, keys ...int64) (*session, error) {
 			c, reused, err := d.get(ctx)
 			if err != nil {
 				return nil, err
 			}
 			c.session(period, reused)
-			return d.pool.Init(new(session), c, period), nil
+			return d.pool.Init(new(session), c, period, keys...), nil
 		},
 		Period:  func(period time.Duration) time.Duration { return period },
 		Idle:    func() bool { return len(d.idle) > 0 },
@@ -113,9 +113,9 @@ func (c *conn) Retire() { c.d.put(c) }
 // release, the unlock runs once the session is free (ctx bounds only the
 // wait for the session, never a statement on it), and Close waits for it.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	h := d.lookup(r)
-	if h == nil {
-		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	h, err := d.lookup(r)
+	if err != nil {
+		return err
 	}
 	d.pool.Forget(h)
 	return d.release(ctx, h)
@@ -128,9 +128,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 // with it), the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
 // that is done before the check starts only returns its error.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	h := d.lookup(r)
-	if h == nil {
-		return time.Time{}, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	h, err := d.lookup(r)
+	if err != nil {
+		return time.Time{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
@@ -138,12 +138,12 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	return time.Time{}, d.check(ctx, h)
 }
 
-// lookup returns the held lock of r, or nil.
-func (d *Driver) lookup(r driver.Request) *hold {
+// lookup returns the held lock of r, or an error matching ErrNotHeld.
+func (d *Driver) lookup(r driver.Request) (*hold, error) {
 	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name && h.X.mode == r.Mode {
-		return h
+		return h, nil
 	}
-	return nil
+	return nil, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
 }
 
 // check verifies, on the lock's session, that the session still holds
