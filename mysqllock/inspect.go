@@ -56,8 +56,8 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	return out, nil
 }
 
-// names returns the valid lock names of the token table, quoted as table,
-// that start with prefix, whose bytes are all name bytes.
+// names returns the valid lock names in the token table (quoted as
+// table) that start with prefix, made of name bytes.
 func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, error) {
 	q := "SELECT name FROM " + table + " WHERE LEFT(name, " + strconv.Itoa(len(prefix)) + ") = " + literal(prefix)
 	rows, err := d.db.QueryContext(ctx, q)
@@ -85,9 +85,9 @@ func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, err
 }
 
 // inspectSQL asks, for each name of a derived table n(i, name, k) of
-// lock names and their server-side names, who holds the lock, its
-// counter, and (with the PROCESS privilege) how many GET_LOCK calls wait
-// for it; only held locks give a row.
+// lock names and server-side names, who holds the lock, its counter, and
+// (with the PROCESS privilege) how many GET_LOCK calls wait for it; only
+// held locks give a row.
 const inspectSQL = `SELECT n.i, IS_USED_LOCK(n.k), t.token,
 IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE = 'PROCESS'
 	AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')),
@@ -96,8 +96,8 @@ IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE
 FROM (%s) AS n JOIN %s AS t ON t.name = n.name
 WHERE IS_USED_LOCK(n.k) IS NOT NULL`
 
-// inspect returns the held locks among names, whose counters are in the
-// token table quoted as table.
+// inspect returns the held locks among names, with their counters from
+// the token table quoted as table.
 func (d *Driver) inspect(ctx context.Context, table string, names []string) ([]driver.LockInfo, error) {
 	var b strings.Builder
 	for i, name := range names {

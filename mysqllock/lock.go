@@ -16,16 +16,14 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// How a cancelled wait is ended: KILL QUERY is given killTimeout to be
-// sent, then the wait statement killGrace to return, before the waiting
-// connection is closed instead.
+// A cancelled wait's KILL QUERY has killTimeout to be sent, then the
+// wait killGrace to return, before the connection is closed instead.
 const (
 	killTimeout = time.Second
 	killGrace   = time.Second
 )
 
-// cleanupTimeout bounds the RELEASE_LOCK of an acquisition that is being
-// abandoned.
+// cleanupTimeout bounds the RELEASE_LOCK of an abandoned acquisition.
 const cleanupTimeout = time.Second
 
 // TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on one of
@@ -64,9 +62,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	defer d.wg.Done()
 	if wait {
-		// Of the driver's waiters for a name, one at a time waits on the
-		// server, with a connection; the others queue here, with none, so
-		// that a thousand of them do not pass the server's max_connections.
+		// One waiter per name waits on the server, with a connection; the
+		// others queue here with none, not to pass max_connections.
 		g, err := d.gates.Enter(ctx, q.name, d.ctx.Done())
 		if err != nil {
 			return driver.Grant{}, d.cancelled(ctx)
@@ -80,8 +77,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	return d.waitOn(ctx, q)
 }
 
-// tryOn runs GET_LOCK(key, 0) on a session, and the token after it, and
-// makes the session the lock's holder when it got the lock.
+// tryOn runs GET_LOCK(key, 0) on a session, then the token, and makes the
+// session the lock's holder when it got the lock.
 func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		s, err := d.pool.Session(ctx, q.timeout, q.key)
@@ -110,7 +107,7 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 			err = errNullLock
 		}
 		// The connection failed, or its state is unknown: end the session,
-		// which frees anything it held.
+		// freeing anything it held.
 		s.EndLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
 		switch {
 		case d.isClosed():
@@ -126,15 +123,14 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	}
 }
 
-// openSession sets up a fresh session's connection, c, with its first
-// GET_LOCK(key, 0): the session's wait_timeout goes down to the lock's
-// TTL (in whole seconds) before the lock can be granted, so that the
-// server frees the locks of a holder that went silent (a host that died
-// without closing its connections, a partition) after the TTL, not after
-// its default of 8 hours. On the caller's pool the old value is saved, to
-// be restored when the session retires; on an exclusive pool the
-// connection keeps the value the last session set, and its first GET_LOCK
-// runs with the DSN's wait_timeout.
+// openSession sets up a fresh session's connection c with its first
+// GET_LOCK(key, 0): the wait_timeout goes down to the lock's TTL (whole
+// seconds) before the lock can be granted, so that the server frees a
+// silent holder's locks (a host that died without closing its
+// connections, a partition) after the TTL, not its default 8 hours. On
+// the caller's pool the old value is saved, for Retire; on an exclusive
+// pool the connection keeps the last session's value, and its first
+// GET_LOCK runs with the DSN's wait_timeout.
 func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	if !d.exclusive {
 		if err := c.exec(saveTimeout(c.timeout)); err != nil {
@@ -154,9 +150,9 @@ func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	return nil
 }
 
-// letGo releases key on s after the acquisition failed past GET_LOCK, and
-// gives the session back; when the release fails too, the session ends,
-// which frees the lock. The caller has the use of s.
+// letGo releases key on s, whose use the caller has, after the
+// acquisition failed past GET_LOCK, and gives the session back; if the
+// release fails too, the session ends, freeing the lock.
 func letGo(s *session, key string) {
 	var rel sql.NullInt64
 	if err := s.C.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
@@ -166,9 +162,8 @@ func letGo(s *session, key string) {
 	s.Unreserve(key)
 }
 
-// grantOn makes the lock that s just took for q a hold of s; the caller
-// has the use of s, which this gives back. A fresh session joins the
-// driver's sessions, and its keeper starts.
+// grantOn makes the lock s just took for q a hold of s (see
+// sqlsession.Pool.Adopt), giving back the use of s, which the caller has.
 func (d *Driver) grantOn(s *session, q lockReq, token uint64) (driver.Grant, error) {
 	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: q.key}
 	if err := d.pool.Adopt(h, q.key); err != nil {
@@ -209,10 +204,9 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	return d.grantOn(s, q, tok)
 }
 
-// newSession returns a fresh session of wait_timeout timeout on c, with
-// keys reserved (see sqlsession.Pool.Init), the session and its
-// connection in one allocation; the connection's id and socket are set
-// once its first statement has read CONNECTION_ID() (identify).
+// newSession returns a fresh session of wait_timeout timeout on c with
+// keys reserved (see sqlsession.Pool.Init), session and connection in one
+// allocation; identify sets the id and socket after the first statement.
 func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
 	sc := &struct {
 		s session
@@ -221,10 +215,9 @@ func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) 
 	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
 }
 
-// abandon gives up an acquisition on a connection of its own that did not
-// complete: it releases the lock if held is set, and discards the
-// connection either way (it may have been sent a KILL QUERY, or be in an
-// unknown state).
+// abandon gives up an incomplete acquisition on a connection of its own:
+// it releases the lock if held, and discards the connection either way
+// (it may have been sent a KILL QUERY, or be in an unknown state).
 func abandon(c *sql.Conn, key string, held bool) {
 	if held {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -235,16 +228,15 @@ func abandon(c *sql.Conn, key string, held bool) {
 	discard(c)
 }
 
-// wait waits on the server for q's lock, on the
-// connection s, of a session of its own not yet shared, until it holds it
-// or ctx (or Close) ends the wait.
+// wait waits on the server for q's lock, on s, a session of its own not
+// yet shared, until it holds it or ctx (or Close) ends the wait.
 //
-// go-sql-driver answers a cancelled context by closing the connection; the
-// server notices that only later (MariaDB 10.11 after about a second, while
-// the wait stays queued), so the wait statement runs under a context of
+// go-sql-driver answers a cancelled context by closing the connection,
+// which the server notices only later (MariaDB 10.11: after about a
+// second, the wait queued meanwhile), so the wait runs under a context of
 // its own. When ctx ends, a KILL QUERY from another connection ends the
-// wait at once; closing the connection is the fallback when the KILL
-// cannot be sent in time or does not take. The connection is discarded
+// wait at once; closing the connection is the fallback when the KILL is
+// not sent in time or does not take. The connection is discarded
 // afterwards either way.
 func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	wctx, cancel := context.WithCancel(ctx)
@@ -267,8 +259,8 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 		}
 		qcancel()
 	})
-	// finish stops the killer, or waits for it; it reports whether the
-	// wait was ended by ctx or Close.
+	// finish stops the killer, or waits for it; true when ctx or Close
+	// ended the wait.
 	var once sync.Once
 	var ended bool
 	finish := func() bool {
@@ -315,8 +307,8 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	}
 }
 
-// killQuery ends the statement that connection id runs, from another
-// connection of the pool. KILL QUERY leaves the connection open.
+// killQuery ends connection id's statement, from another connection of
+// the pool, leaving the connection open.
 func (d *Driver) killQuery(id int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
@@ -325,7 +317,7 @@ func (d *Driver) killQuery(id int64) error {
 }
 
 // discard closes c's connection instead of returning it to the pool: the
-// server frees the connection's lock, if it has one, when it sees it go.
+// server frees its lock, if any, when it sees it go.
 func discard(c *sql.Conn) {
 	// database/sql closes a connection whose Raw callback reports it bad.
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })

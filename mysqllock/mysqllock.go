@@ -51,8 +51,8 @@ type Options struct {
 
 	// Prefix starts the server-side name of every lock (see LockName).
 	// GET_LOCK names are global to the server, across databases: Lockers
-	// that must exclude each other use the same prefix, and prefixes of
-	// unrelated Lockers must not be prefixes of one another. At most
+	// that must exclude each other use the same prefix, and unrelated
+	// Lockers' prefixes must not be prefixes of one another. At most
 	// MaxPrefixLen bytes of lower-case ASCII letters, digits and
 	// - _ . : @ + = /. Default DefaultPrefix; set NoPrefix for none.
 	Prefix string
@@ -92,9 +92,10 @@ type Options struct {
 	WaitStep time.Duration
 
 	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
-	// was made from, lets the driver watch the sockets of its sessions, so that a server-side kill ends the lease within about
-	// a round trip instead of at the next keep-alive check. Nil: not
-	// watched. A driver opened from a URL always watches its own pool's.
+	// was made from, lets the driver watch its sessions' sockets, so that
+	// a server-side kill ends the lease within about a round trip, not at
+	// the next keep-alive check. Nil: not watched. A driver opened from a
+	// URL always watches its own pool's.
 	Sockets *Sockets
 }
 
@@ -103,8 +104,7 @@ type Options struct {
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
 // Held locks share the driver's sessions, connections checked out of the
-// *sql.DB for as long as they hold locks; see docs/MYSQL.md.
-// The zero
+// *sql.DB for as long as they hold locks; see docs/MYSQL.md. The zero
 // value is not usable. A Driver is safe for concurrent use by multiple
 // goroutines. It must not be copied.
 type Driver struct {
@@ -122,9 +122,9 @@ type Driver struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // acquisitions in progress
-	// bg counts the driver's other goroutines: the sessions' keepers, a
-	// release or a check that outlived its caller's context, a session's
-	// end after a Check found the server gone. Close waits for them, at most closeWait.
+	// bg counts the driver's other goroutines (the sessions' keepers, a
+	// release or check that outlived its caller's context, a session's end
+	// after a Check found the server gone); Close waits, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex
@@ -260,8 +260,8 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// closeWait bounds Close's wait for the driver's background work, which
-// the closed sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for the background work, which closed
+// sessions end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 // begin registers an acquisition in progress; it fails after Close.
