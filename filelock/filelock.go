@@ -41,8 +41,8 @@ type Options struct {
 
 // A Driver takes locks as flocks on files in one directory, one file per
 // lock name. It implements driver.Driver, driver.Waiter and driver.Moder
-// (the mutex and the readers-writer lock). Create one
-// with NewDriver; it is safe for concurrent use, and must not be copied.
+// (the mutex and the readers-writer lock). Create one with NewDriver; it
+// is safe for concurrent use, and must not be copied.
 //
 // Locks exclude each other across processes and within one: two Drivers,
 // or two acquisitions through one Driver, never hold the same name at once.
@@ -58,8 +58,8 @@ type Driver struct {
 	watching bool          // holds a reference on the process's watcher
 }
 
-// held is a lock the driver holds. Whoever removes it from Driver.held
-// owns the descriptor and closes it.
+// held is a lock the driver holds, whose descriptor belongs to whoever
+// removes it from Driver.held.
 type held struct {
 	name string
 	mode driver.Mode
@@ -92,8 +92,8 @@ func NewDriver(dir string, o *Options) (*Driver, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
 	}
-	// One directory must give one path, so that waiters of one process
-	// find each other whichever spelling each Driver was given.
+	// One directory, one path: a process's waiters find each other
+	// whichever spelling each Driver was given.
 	abs, err := filepath.Abs(dir)
 	if err == nil {
 		abs, err = filepath.EvalSymlinks(abs)

@@ -9,15 +9,15 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// An observer follows one election for Observe. Its channel holds at most
-// one value: a newer leader replaces one the reader has not taken yet.
+// An observer follows one election for Observe, on a channel of one
+// value: a newer leader replaces one the reader has not taken.
 type observer struct {
 	d    *Driver
 	name string
 	ch   chan driver.LeaderInfo // buffered 1
 
-	// sent is the last value put on ch; have is the last value the reader
-	// is known to have taken (valid once taken is set). Guarded by s.mu.
+	// sent is the last value put on ch; have the last the reader is known
+	// to have taken (once taken is set). Guarded by s.mu.
 	sent   driver.LeaderInfo
 	have   driver.LeaderInfo
 	taken  bool
@@ -37,17 +37,16 @@ func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, erro
 	return s.leader(name), nil
 }
 
-// refresh brings the entry of election name up to date, dropping a
-// leader past its expiry and arming the expiry timer if someone observes.
-// s.mu must be held.
+// refresh settles the entry of election name (see settle). s.mu must be
+// held.
 func (s *Store) refresh(name string) {
 	if e := s.locks[key{kindElection, name}]; e != nil {
 		s.settle(e, time.Now())
 	}
 }
 
-// leader returns the leader of election name as the store has it; call
-// refresh first to drop an expired one. s.mu must be held.
+// leader returns the store's leader of election name (refresh first
+// drops an expired one). s.mu must be held.
 func (s *Store) leader(name string) driver.LeaderInfo {
 	e := s.locks[key{kindElection, name}]
 	if e == nil {
@@ -60,10 +59,10 @@ func (s *Store) leader(name string) driver.LeaderInfo {
 }
 
 // Observe implements driver.Elector. The store tells observers of every
-// change as it makes it (see settle), and a holder's expiry is noticed by
-// the entry's timer, so observers learn of a crashed leader without
-// anyone asking. No goroutine runs for an observer: the channel is closed
-// by a context.AfterFunc or by Close.
+// change as it makes it (see settle), and the entry's timer notices a
+// holder's expiry, so observers learn of a crashed leader unasked. No
+// goroutine runs for an observer: a context.AfterFunc or Close closes the
+// channel.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	s := d.s
 	s.mu.Lock()
@@ -99,10 +98,9 @@ func (s *Store) notify(name string) {
 	}
 }
 
-// offer puts info on the channel unless the reader has it or will get
-// it, replacing a value the reader has not taken: the reader always ends
-// up with the latest leader, and never gets the same value twice in a
-// row. s.mu must be held.
+// offer puts info on the channel, replacing a value the reader has not
+// taken, unless the reader has it or will get it: the reader ends up with
+// the latest leader, never the same twice in a row. s.mu must be held.
 func (o *observer) offer(info driver.LeaderInfo) {
 	if info == o.sent {
 		return // on the channel, or already taken
@@ -120,8 +118,7 @@ func (o *observer) offer(info driver.LeaderInfo) {
 	o.sent = info
 }
 
-// dropObserver closes o's channel and forgets it, once. s.mu must be
-// held.
+// dropObserver closes o's channel and forgets it, once; s.mu is held.
 func (s *Store) dropObserver(o *observer) {
 	if o.closed {
 		return

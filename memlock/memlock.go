@@ -37,11 +37,9 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 }
 
 // A Store holds the locks of one in-process namespace. The zero value is
-// not usable; call NewStore. A Store is safe for concurrent use.
-//
-// One mutex guards everything in it: every operation is a short critical
-// section, and the rules of each kind of lock are plain code over a
-// holder set and a FIFO queue (see lock.go).
+// not usable; call NewStore. A Store is safe for concurrent use: one mutex
+// guards it, every operation a short critical section over a holder set
+// and a FIFO queue per lock (see lock.go).
 type Store struct {
 	mu        sync.Mutex
 	locks     map[key]*entry
@@ -131,10 +129,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 }
 
-// abandon takes a waiter whose context ended out of the queue, or, if the
-// lock was handed to it meanwhile, gives the lock up. Either way the
-// waiters behind it may now be admitted (readers behind a writer that gave
-// up, say).
+// abandon takes a waiter whose context ended out of the queue, or gives
+// up the lock handed to it meanwhile; either way the waiters behind it may
+// be admitted (readers behind a writer that gave up, say).
 func (d *Driver) abandon(e *entry, w *waiter) {
 	s := d.s
 	now := time.Now()
