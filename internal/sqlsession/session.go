@@ -76,9 +76,6 @@ type Session[C Conn, K comparable, X any] struct {
 // ErrEnded is Take's error when the session ended while it waited.
 var ErrEnded = errors.New("session ended")
 
-// Period returns the time between two keep-alive checks of s.
-func (s *Session[C, K, X]) Period() time.Duration { return s.period }
-
 // Loss returns why s was lost, or nil.
 func (s *Session[C, K, X]) Loss() error {
 	if p := s.loss.Load(); p != nil {
