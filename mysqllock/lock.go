@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -259,20 +258,15 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 		}
 		qcancel()
 	})
-	// finish stops the killer, or waits for it; true when ctx or Close
-	// ended the wait.
-	var once sync.Once
-	var ended bool
+	// finish, called once the wait returned, stops the killer or waits
+	// for it; true when ctx or Close ended the wait.
 	finish := func() bool {
-		once.Do(func() {
-			close(returned)
-			if !stopKill() {
-				<-killed
-				ended = true
-			}
-			ended = ended || wctx.Err() != nil
-		})
-		return ended
+		close(returned)
+		if !stopKill() {
+			<-killed
+			return true
+		}
+		return wctx.Err() != nil
 	}
 
 	stmt := "SELECT GET_LOCK(" + literal(q.key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
