@@ -14,10 +14,9 @@ import (
 
 // An election is an advisory lock of its own (ModeKey with driver.Leader)
 // taken with pg_advisory_lock, so candidates are elected in the order they
-// asked. The statement that takes it also writes the leader's value, token
-// and session pid in the election's row of the token table ("leader#" +
-// name), and notifies the election's channel, in one transaction: the
-// notification is delivered with the row. Resigning unlocks and notifies.
+// asked. Taking it writes the leader's value, token and session pid in the
+// election's token row ("leader#" + name) and notifies its channel, in one
+// transaction. Resigning unlocks and notifies.
 
 // Leader implements driver.Elector: it reads the election's row, and
 // returns its value and token if the session the row names still holds
@@ -86,7 +85,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 
 	k := ModeKey(d.st.table, driver.Leader, name, 0)
 	var o offer
-	var watch chan error // the death watch's result; nil when none runs
+	var watch chan error // the death watch's result, while one runs
 	defer func() {
 		if watch != nil {
 			cancel()
@@ -132,9 +131,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 		case err := <-watch:
 			watch = nil
 			if err != nil && ctx.Err() == nil {
-				// Do not start another at once: wait for a notification
-				// or the back-off.
-				backOff()
+				backOff() // not another at once: wait for a notification or the back-off
 				continue
 			}
 		case <-retryC:
@@ -147,8 +144,8 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 	}
 }
 
-// awaitFree waits on the server until the advisory key k is free at the
-// head of its queue, and lets it go again in the same statement.
+// awaitFree waits on the server until the advisory key k is free, and
+// lets it go in the same statement.
 func (d *Driver) awaitFree(ctx context.Context, k int64) error {
 	c, _, err := d.get(ctx)
 	if err != nil {

@@ -48,7 +48,6 @@ SELECT k.name, k.space = 'dlock-leader/', k.token, h.pid,
 FROM k JOIN l AS h ON h.k = k.k AND h.granted AND (k.holder IS NULL OR h.pid = k.holder)
 ORDER BY k.name COLLATE "C", 2`
 
-// inspect runs Inspect's query on c.
 func (d *Driver) inspect(ctx context.Context, c *pgx.Conn, prefix string) ([]driver.LockInfo, error) {
 	rows, err := c.Query(ctx, fmt.Sprintf(inspectSQL, d.st.table), prefix, d.st.table)
 	if err != nil {

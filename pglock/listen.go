@@ -8,20 +8,18 @@ import (
 	"time"
 )
 
-// The listener is a driver's one connection that LISTENs, on behalf of
-// every semaphore waiter and election observer of the driver, to the
-// channels they follow, and wakes them when a notification comes. It is
-// dialled on first use and lives until the driver closes. When its
-// connection fails it dials again (backing off) and then wakes every
-// subscriber, since notifications may have been lost meanwhile.
+// The listener is a driver's one connection that LISTENs to the channels
+// of its semaphore waiters and election observers, and wakes them on a
+// notification. Dialled on first use, it lives until the driver closes;
+// when its connection fails it dials again (backing off), then wakes
+// every subscriber, since notifications may have been lost.
 type listener struct {
-	mu      sync.Mutex
-	running bool
-	subs    map[string]map[*sub]struct{} // by channel
-	// listening are the channels LISTENed on the current connection.
-	listening map[string]bool
-	// interrupt ends the current WaitForNotification, so that the
-	// goroutine LISTENs to new channels.
+	mu        sync.Mutex
+	running   bool
+	subs      map[string]map[*sub]struct{} // by channel
+	listening map[string]bool              // LISTENed on the current connection
+	// interrupt ends the current WaitForNotification, to LISTEN to new
+	// channels.
 	interrupt context.CancelFunc
 	kicked    bool
 	done      chan struct{} // closed when the goroutine ends
@@ -31,10 +29,10 @@ type listener struct {
 type sub struct {
 	channel string
 	// wake gets a value after each notification on the channel (and
-	// after the listener reconnected); buffered, so none is lost.
+	// reconnection); buffered, so none is lost.
 	wake chan struct{}
-	// ready is closed once the channel is LISTENed: every notification
-	// sent after that reaches wake.
+	// ready is closed once the channel is LISTENed: every later
+	// notification reaches wake.
 	ready chan struct{}
 }
 
@@ -91,7 +89,7 @@ func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 }
 
 // unsubscribe ends s. The channel stays LISTENed until the listener next
-// wakes up: a stray notification costs nothing.
+// wakes: a stray notification costs nothing.
 func (d *Driver) unsubscribe(s *sub) {
 	l := &d.lis
 	l.mu.Lock()

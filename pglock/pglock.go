@@ -26,12 +26,11 @@ const (
 	DefaultMaxIdle = 4
 	// DefaultSessionLocks is how many locks one session (one server
 	// connection) holds at most: 2,000 locks take 8 connections, and a
-	// lost connection takes at most 256 locks with it.
+	// lost connection takes at most 256 with it.
 	DefaultSessionLocks = 256
-	// DefaultConnectTimeout bounds each connection attempt (the TCP
-	// connect, TLS and the start-up exchange) of a configuration that sets
-	// no connect_timeout, so that a server that accepts connections but
-	// never answers fails the attempt rather than hang it.
+	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS and
+	// start-up) of a configuration without connect_timeout, so that a
+	// server that accepts but never answers fails it rather than hang it.
 	DefaultConnectTimeout = 10 * time.Second
 )
 
@@ -84,12 +83,12 @@ type Options struct {
 	NoMigrate bool
 
 	// NoServerKeepalive leaves the server-side timeouts of the driver's
-	// sessions as the server's configuration has them. By default a new
-	// session sets the server's TCP keepalive, tcp_user_timeout and
-	// client_connection_check_interval from Keepalive, so that the server ends
-	// the session of a vanished client, and frees its locks, within about four
-	// intervals; settings given in the connection string are kept. See
-	// docs/POSTGRES.md for the values.
+	// sessions as the server has them. By default a new session sets the
+	// server's TCP keepalive, tcp_user_timeout and
+	// client_connection_check_interval from Keepalive (but those the
+	// connection string gives), so that the server ends a vanished
+	// client's session, freeing its locks, within about four intervals.
+	// See docs/POSTGRES.md for the values.
 	NoServerKeepalive bool
 }
 
