@@ -4,8 +4,8 @@ package sockwatch
 
 import "syscall"
 
-// canPeek reports whether peek looks at sockets on this system: not here,
-// so held locks' connections are checked by their keep-alive pings only.
+// canPeek is false: held locks' connections are checked by keep-alive
+// pings only.
 const canPeek = false
 
 // peek is never called where canPeek is false.

@@ -12,11 +12,10 @@ import (
 	"time"
 )
 
-// A Watch watches the socket of a held lock's connection while no
-// statement runs on it (see the package documentation). Its methods are
-// safe for concurrent use in the pattern the backends follow: one
-// goroutine in Wait, statements bracketed by Take (or Pause) and Resume
-// one at a time, and any number of Looks.
+// A Watch watches the socket of a held lock's connection (see the package
+// documentation), safe for concurrent use as the backends use it: one
+// goroutine in Wait, statements one at a time between Take (or Pause) and
+// Resume, and any number of Looks.
 type Watch struct {
 	raw    net.Conn        // the socket, under any TLS
 	rc     syscall.RawConn // nil: the socket cannot be watched
@@ -39,11 +38,8 @@ type Watch struct {
 
 	// Wait's look (its goroutine's alone), and Take's (the statement
 	// side's). Callbacks are made once, so that a look does not allocate.
-	wbuf, tbuf   [8]byte
-	wres, tres   Verdict
-	readFn       func(fd uintptr) bool
-	takeFn       func(fd uintptr)
-	wcause, terr syscall.Errno
+	wait, take lookSlot // wait's callback is readFn
+	readFn     func(fd uintptr) bool
 
 	// closed is set for good once closedFn, a look at the TCP state,
 	// found the server closed the connection.
@@ -59,9 +55,9 @@ type Watch struct {
 	bbusy     atomic.Bool
 }
 
-// A lookSlot is one Look's own buffer and callback, so that concurrent
-// looks neither share nor allocate; the looker that set its bit in
-// Watch.state owns it until it clears the bit.
+// A lookSlot is one look's own buffer and callback, so that concurrent
+// looks neither share nor allocate; a Look owns the slot whose bit it set
+// in Watch.state until it clears the bit.
 type lookSlot struct {
 	buf [8]byte
 	res Verdict
@@ -69,11 +65,11 @@ type lookSlot struct {
 	fn  func(fd uintptr) // made at the slot's first use, then kept
 }
 
-// The parts of Watch.state.
+// The parts of Watch.state: the look slots in use, and stBusy.
 const (
-	nSlots   = 16              // looks that may run at once
-	slotBits = 1<<nSlots - 1   // the slots in use
-	stBusy   = uint32(1) << 31 // a statement has the socket, or the watch stopped
+	nSlots   = 16 // looks that may run at once
+	slotBits = 1<<nSlots - 1
+	stBusy   = uint32(1) << 31
 )
 
 // A Verdict is what a look at the socket found.
@@ -122,14 +118,14 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 	}
 	w.rc = rc
 	w.readFn = func(fd uintptr) bool {
-		v, errno := w.lookAt(fd, w.wbuf[:])
+		v, errno := w.lookAt(fd, w.wait.buf[:])
 		if v == VQuiet {
 			return false // wait for the socket to become readable
 		}
-		w.wres, w.wcause = v, errno
+		w.wait.res, w.wait.err = v, errno
 		return true
 	}
-	w.takeFn = func(fd uintptr) { w.tres, w.terr = w.lookAt(fd, w.tbuf[:]) }
+	w.take.fn = func(fd uintptr) { w.take.res, w.take.err = w.lookAt(fd, w.take.buf[:]) }
 	w.closedFn = func(fd uintptr) {
 		if peerClosed(fd) {
 			w.closed.Store(true)
@@ -217,9 +213,8 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 	}
 	sl.res, sl.err = VQuiet, 0
 	if err := w.rc.Control(sl.fn); err != nil {
-		// Closed on this side (as pgx does once a statement read the
-		// server's FATAL): the lock is gone, though whoever closed it may
-		// not have said so yet; "quiet" would let a Check say "held".
+		// Closed on this side (as pgx does after reading a FATAL): the
+		// lock is gone, if not yet said; "quiet" would let Check say "held".
 		sl.res = VGone
 	}
 	v, errno := sl.res, sl.err
@@ -270,12 +265,12 @@ func (w *Watch) Take() (Verdict, syscall.Errno) {
 	if w.rc == nil {
 		return VQuiet, 0
 	}
-	w.tres, w.terr = VQuiet, 0
-	if err := w.rc.Control(w.takeFn); err != nil {
+	w.take.res, w.take.err = VQuiet, 0
+	if err := w.rc.Control(w.take.fn); err != nil {
 		// Closed on this side: the statement fails, and says so better.
 		return VQuiet, 0
 	}
-	return w.tres, w.terr // VData too: the statement reads those bytes
+	return w.take.res, w.take.err // VData too: the statement reads those bytes
 }
 
 // Wait blocks until the socket is readable, deadline (if not zero) passes
@@ -310,8 +305,8 @@ func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 			return EvDeadline, 0
 		case err != nil: // the socket was closed under the watch
 			return EvGone, 0
-		case w.wres == VGone:
-			return EvGone, w.wcause
+		case w.wait.res == VGone:
+			return EvGone, w.wait.err
 		}
 		return EvData, 0
 	}
@@ -337,7 +332,7 @@ func (w *Watch) Pause() {
 	w.mu.Unlock()
 }
 
-// Resume gives the socket back to the watch after a statement.
+// Resume gives the socket back to the watch.
 func (w *Watch) Resume() {
 	w.mu.Lock()
 	w.paused = false
@@ -349,8 +344,8 @@ func (w *Watch) Resume() {
 	}
 }
 
-// Stop ends the watch for good: Wait returns EvStopped and no look runs.
-// The caller has paused the watch, or is about to close the socket.
+// Stop ends the watch for good (Wait returns EvStopped, no look runs); the
+// caller has paused it, or is about to close the socket.
 func (w *Watch) Stop() {
 	w.busy()
 	w.mu.Lock()
