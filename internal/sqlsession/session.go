@@ -187,12 +187,10 @@ func (s *Session[C, K, X]) stillData() bool {
 
 // sleepUntil waits until t; false when the session ended first.
 func (s *Session[C, K, X]) sleepUntil(t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
 	select {
 	case <-s.stop:
 		return false
-	case <-timer.C:
+	case <-time.After(time.Until(t)):
 		return true
 	}
 }
@@ -263,9 +261,7 @@ func (s *Session[C, K, X]) Unreserve(keys ...K) {
 func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	p := s.p
 	p.mu.Lock()
-	for _, k := range keys {
-		s.unkeyLocked(k)
-	}
+	s.unkeyLocked(keys...)
 	s.n -= places
 	retire := s.n == 0
 	if retire {
@@ -279,10 +275,12 @@ func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	s.Release()
 }
 
-// unkeyLocked drops one count of key k; the pool's mutex is held.
-func (s *Session[C, K, X]) unkeyLocked(k K) {
-	if s.keys[k]--; s.keys[k] <= 0 {
-		delete(s.keys, k)
+// unkeyLocked drops one count of each of keys; the pool's mutex is held.
+func (s *Session[C, K, X]) unkeyLocked(keys ...K) {
+	for _, k := range keys {
+		if s.keys[k]--; s.keys[k] <= 0 {
+			delete(s.keys, k)
+		}
 	}
 }
 
@@ -309,9 +307,7 @@ func (s *Session[C, K, X]) end() {
 func (s *Session[C, K, X]) drop(keys []K) {
 	p := s.p
 	p.mu.Lock()
-	for _, k := range keys {
-		s.unkeyLocked(k)
-	}
+	s.unkeyLocked(keys...)
 	s.n--
 	s.busy--
 	empty := s.n == 0
