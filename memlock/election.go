@@ -45,15 +45,11 @@ func (s *Store) refresh(name string) {
 	}
 }
 
-// leader returns the store's leader of election name (refresh first
-// drops an expired one). s.mu must be held.
+// leader returns the store's leader of election name (see refresh); s.mu
+// is held.
 func (s *Store) leader(name string) driver.LeaderInfo {
-	e := s.locks[key{kindElection, name}]
-	if e == nil {
-		return driver.LeaderInfo{}
-	}
-	for _, h := range e.holders {
-		return driver.LeaderInfo{Value: h.value, Token: h.token}
+	if e := s.locks[key{kindElection, name}]; e != nil && len(e.holders) > 0 {
+		return driver.LeaderInfo{Value: e.holders[0].value, Token: e.holders[0].token}
 	}
 	return driver.LeaderInfo{}
 }

@@ -118,17 +118,14 @@ func (e *entry) earliest() time.Time {
 // drops it if it stays empty. s.mu must be held.
 func (s *Store) entry(r driver.Request, now time.Time) *entry {
 	k := key{kindOf(r.Mode), r.Name}
-	e := s.locks[k]
-	if e == nil {
-		e = &entry{key: k}
-		s.locks[k] = e
-		return e
+	if e := s.locks[k]; e != nil {
+		s.settle(e, now)
+		if s.locks[k] == e { // else settle dropped it
+			return e
+		}
 	}
-	s.settle(e, now)
-	if s.locks[k] != e { // settle dropped it
-		e = &entry{key: k}
-		s.locks[k] = e
-	}
+	e := &entry{key: k}
+	s.locks[k] = e
 	return e
 }
 

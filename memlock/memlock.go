@@ -60,7 +60,7 @@ func New(s *Store, opts ...dlock.Option) (*dlock.Locker, error) {
 	return dlock.New(s.Driver(), opts...)
 }
 
-// Driver returns a driver over the store. Drivers of one store share its
+// Driver returns a driver over the store; drivers of one store share its
 // locks, as clients of one server do.
 func (s *Store) Driver() *Driver { return &Driver{s: s, observers: map[*observer]struct{}{}} }
 
@@ -188,8 +188,8 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 }
 
 // Revoke removes the mutex called name whoever holds it, as an operator
-// would on a server; the holder learns of it at its next renewal. The next
-// waiter in line gets the lock.
+// would on a server: the holder learns of it at its next renewal, and the
+// next waiter in line gets the lock.
 func (s *Store) Revoke(name string) {
 	s.revoke(key{kindMutex, name})
 }
@@ -212,8 +212,7 @@ func (s *Store) revoke(k key) {
 }
 
 // Close implements driver.Driver: it closes the channels of the driver's
-// observers. The store and its locks stay: other drivers may still use
-// them.
+// observers. The store and its locks stay for other drivers.
 func (d *Driver) Close() error {
 	s := d.s
 	s.mu.Lock()
