@@ -38,12 +38,11 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 // Lock implements driver.Waiter. It first tries the lock as TryLock does;
 // when another connection holds it, the server queues the wait (GET_LOCK
 // with a timeout) on a connection of its own, which then becomes a
-// session holding the lock, and ctx ends the wait with a KILL QUERY of
-// the waiting statement from another connection, so that nothing stays
-// queued when Lock returns. Of the driver's Lock calls for one name, one
-// at a time tries and waits; the others queue in the process, in order of
-// arrival, with no connection, and a ctx that ends takes its call out of
-// the queue at once.
+// session holding the lock; ctx ends the wait with a KILL QUERY from
+// another connection, so that nothing stays queued when Lock returns. Of
+// the driver's Lock calls for one name, one at a time tries and waits;
+// the others queue in the process, in order of arrival, with no
+// connection, and leave the queue at once when their ctx ends.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -114,8 +113,7 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 		case ctx.Err() != nil:
 			return driver.Grant{}, ctx.Err()
 		case !fresh && !retried:
-			// A shared connection that had died (a server restart, a
-			// kill): try once more on another.
+			// A shared connection that had died (restart, kill): try another.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
@@ -180,9 +178,8 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	}
 	s := d.newSession(c, q.timeout, q.key)
 	sc := s.C
-	// On this connection of its own, the statements run under ctx: when
-	// it ends, go-sql-driver closes the connection, which holds nothing
-	// else.
+	// Statements on this connection of its own run under ctx: when it
+	// ends, go-sql-driver closes the connection, which holds nothing else.
 	sc.ctx = ctx
 	var got sql.NullInt64
 	if err := d.openSession(sc, q.key, &got); err != nil || !got.Valid {
@@ -248,12 +245,10 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	stopKill := context.AfterFunc(wctx, func() {
 		defer close(killed)
 		if d.killQuery(s.id) == nil {
-			t := time.NewTimer(killGrace)
-			defer t.Stop()
 			select {
 			case <-returned:
 				return
-			case <-t.C:
+			case <-time.After(killGrace):
 			}
 		}
 		qcancel()

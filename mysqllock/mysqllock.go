@@ -68,27 +68,25 @@ type Options struct {
 	KeepAlive time.Duration
 
 	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: a driver holding n locks of one
-	// TTL uses about n/SessionLocks connections (more while acquisitions
-	// run side by side, and one per TTL in use), and a lost connection
-	// loses every lock on it at once, so this bounds what one loss takes.
-	// 1 gives each lock a connection of its own. Zero means
-	// DefaultSessionLocks.
+	// at most. Held locks share sessions: n locks of one TTL use about
+	// n/SessionLocks connections (more while acquisitions run side by
+	// side, and one per TTL in use), and a lost connection loses every
+	// lock on it, so this bounds what one loss takes. 1 gives each lock a
+	// connection of its own. Zero means DefaultSessionLocks.
 	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
-	// that the driver may leave the session's wait_timeout as it set it when a
-	// connection goes back to the pool, saving two of the five statements of
-	// an acquisition and its release (see docs/MYSQL.md). Give such a pool's
-	// connections a wait_timeout no longer than the TTLs in use, with the DSN
-	// parameter wait_timeout. A driver opened from a URL has a pool of its
-	// own, set up that way.
+	// that it may leave a connection's wait_timeout as it set it when the
+	// connection goes back to the pool, saving two of the five statements
+	// of an acquisition and its release (see docs/MYSQL.md). Give such a
+	// pool's connections a wait_timeout (DSN parameter) no longer than the
+	// TTLs in use. A driver opened from a URL has such a pool of its own.
 	ExclusivePool bool
 
 	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
-	// waited this long without the lock is issued again. Keep it below
-	// the readTimeout of the DSN, if it has one. Whole seconds, at least
-	// one. Default DefaultWaitStep.
+	// waited this long is issued again. Keep it below the DSN's
+	// readTimeout, if any. Whole seconds, at least one. Default
+	// DefaultWaitStep.
 	WaitStep time.Duration
 
 	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
@@ -136,14 +134,13 @@ type Driver struct {
 
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
-// the defaults). The driver does not close db: the caller keeps owning
-// it. Held locks keep db's connections, up to Options.SessionLocks on
+// the defaults). The caller keeps owning db, which the driver does not
+// close. Held locks keep db's connections, up to Options.SessionLocks on
 // each (one per TTL in use at least, more while acquisitions run side by
 // side), and so does each name with Acquire calls waiting on the server
 // (one per name; the others wait in the process); cancelling a wait takes
 // one more for a moment: size db.SetMaxOpenConns and db.SetMaxIdleConns
-// for that. NewDriver panics if db is nil and returns an error for
-// invalid options.
+// for that. NewDriver panics if db is nil; invalid options are an error.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
@@ -233,12 +230,12 @@ func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) 
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
 // sessions of locks still held are closed (so the server frees those
-// locks, and their loss is signalled), and the *sql.DB is closed
-// if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
-// left open. Before that it waits, at most 5 s, for the driver's own
-// goroutines (a release or a check that went on after its context ended),
-// so that none runs once it returns; when they take longer it returns an
-// error. Close is idempotent.
+// locks, and their loss is signalled), and the *sql.DB is closed if the
+// driver opened it (from a URL); a *sql.DB passed to NewDriver stays
+// open. Before that it waits, at most 5 s, for the driver's own goroutines
+// (a release or a check that went on after its context ended), so that
+// none runs once it returns, else it returns an error. Close is
+// idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {

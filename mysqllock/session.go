@@ -247,7 +247,11 @@ func (d *Driver) release(h *hold) error {
 func takeFor(h *hold, gone string) error {
 	switch err := h.S.Take(context.Background()); {
 	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
+		why, what := h.Why(), "the lock was lost"
+		if errors.Is(why, driver.ErrReleased) {
+			what = "released"
+		}
+		return errNotHeld(h.Name, what, why)
 	case err != nil:
 		return errNotHeld(h.Name, gone, err)
 	}
@@ -260,15 +264,6 @@ func errNotHeld(name, why string, cause error) error {
 		return fmt.Errorf("%w: %q: %s", driver.ErrNotHeld, name, why)
 	}
 	return fmt.Errorf("%w: %q: %s: %w", driver.ErrNotHeld, name, why, cause)
-}
-
-// endedErr says why h ended.
-func endedErr(h *hold) error {
-	why := h.Why()
-	if errors.Is(why, driver.ErrReleased) {
-		return errNotHeld(h.Name, "released", why)
-	}
-	return errNotHeld(h.Name, "the lock was lost", why)
 }
 
 // lookup returns the held lock of r, or nil.
