@@ -17,12 +17,11 @@ import (
 	"github.com/dlockgo/dlock/internal/bg"
 )
 
-// cancelGrace bounds how long a cancelled wait waits for the server to
-// confirm the cancellation before the connection is cut instead.
+// cancelGrace bounds a cancelled wait's wait for the server to confirm,
+// before the connection is cut instead.
 const cancelGrace = 2 * time.Second
 
-// closeTimeout bounds the polite close (a Terminate message) of a
-// connection.
+// closeTimeout bounds a connection's polite close (a Terminate message).
 const closeTimeout = time.Second
 
 // A conn is one of the driver's own connections: idle (in Driver.idle,
@@ -181,15 +180,14 @@ func (c *conn) close() {
 	_ = c.pg.Close(ctx)
 }
 
-// begin prepares c for one query: wait says whether the query may block
-// on a lock.
+// begin prepares c for one query, which may block on a lock if wait.
 func (c *conn) begin(wait bool) {
 	c.w.wait.Store(wait)
 	c.w.fired.Store(false)
 }
 
-// cancelSent reports whether the last query was a lock wait whose context
-// ended while it ran, so that a cancel request went to the server.
+// cancelSent reports whether the last query was a lock wait whose
+// context ended, sending a cancel request to the server.
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
 
 // get returns an idle connection (reused is true), or a new one.
@@ -212,10 +210,9 @@ func (d *Driver) get(ctx context.Context) (c *conn, reused bool, err error) {
 	return c, false, err
 }
 
-// withConn runs f on an idle connection or a new one, once more on a new
-// one when a reused connection turns out to have died (server restart,
-// idle timeout). A connection f fails on is closed; the error is then
-// errClosed, ctx's, or f's with a hint, through wrap.
+// withConn runs f on an idle or new connection, once more when a reused
+// one had died (server restart, idle timeout). A connection f fails on is
+// closed; the error is errClosed, ctx's, or f's with a hint, through wrap.
 func (d *Driver) withConn(ctx context.Context, f func(c *conn) error, wrap func(error) error) error {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)

@@ -42,13 +42,13 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 }
 
 // Observe implements driver.Elector. It LISTENs on the election's channel
-// before it reads the leader, then reads it again after each notification.
+// before it reads the leader, and reads it again after each notification.
 // While someone leads, it also waits on the server, on a connection of its
 // own, for the election's lock to become free, so that a leader whose
-// session dies is seen without polling. The channel is buffered: a reader
-// that falls behind finds the latest leader, never one it has just received
-// again. A read that fails is retried after a back-off (50ms, doubling up
-// to 2s). The channel is closed when ctx ends or the driver closes. See
+// session dies is seen without polling. On the buffered channel a reader
+// that falls behind finds the latest leader, never one it just received.
+// A failed read is retried after a back-off (50ms, doubling up to 2s). The
+// channel is closed when ctx ends or the driver closes. See
 // docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if err := dlock.ValidateName(name); err != nil {
@@ -92,24 +92,13 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 			<-watch
 		}
 	}()
-	var retry *time.Timer
 	var retryC <-chan time.Time
 	delay := minRedial
 	// backOff arms the retry for delay from now, and doubles delay.
 	backOff := func() {
-		if retry == nil {
-			retry = time.NewTimer(delay)
-		} else {
-			retry.Reset(delay)
-		}
-		retryC = retry.C
+		retryC = time.After(delay)
 		delay = min(2*delay, maxRedial)
 	}
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
 	for {
 		info, err := d.Leader(ctx, name)
 		switch {

@@ -10,13 +10,13 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Inspect implements driver.Inspector: it lists the mutexes and the
-// leaders of elections whose names start with prefix, sorted by name,
-// then mode, joining the token table with pg_locks in one query.
-// Readers-writer locks and semaphores are not listed: their token rows
-// record the last grant only. Owner is the holding session ("pid 4242"),
-// Expires is zero, and two names whose keys collide (see Key) would both
-// show as held. See docs/CLI.md, dlock status.
+// Inspect implements driver.Inspector: it lists the mutexes and election
+// leaders whose names start with prefix, by name, then mode, joining the
+// token table with pg_locks in one query. Readers-writer locks and
+// semaphores are not listed: their token rows record the last grant only.
+// Owner is the holding session ("pid 4242"), Expires is zero, and two
+// names whose keys collide (see Key) would both show as held. See
+// docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	var out []driver.LockInfo
 	err := d.withConn(ctx, func(c *conn) (err error) {

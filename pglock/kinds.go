@@ -36,12 +36,11 @@ func Key(table, name string) int64 {
 func migrateKey(table string) int64 { return Key(table, "#migrate") }
 
 // ModeKey returns the advisory lock key of the lock called name of kind m
-// (Read and Write are the same readers-writer lock), for a driver whose
-// token table is table; slot is the permit's index (0 to limit-1) for a
-// semaphore, and ignored for the other kinds. Exclusive gives Key(table,
-// name); the other kinds hash a string of their own, so that no two kinds
-// share a key. See docs/POSTGRES.md, Readers-writer locks, semaphores,
-// elections, for the hashed strings.
+// (Read and Write are one readers-writer lock) for a driver on token table
+// table; slot is a semaphore's permit index (0 to limit-1), ignored for
+// the other kinds. Exclusive gives Key(table, name); the other kinds hash
+// strings of their own, so that no two kinds share a key. See
+// docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
 func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 	switch m {
 	case driver.Read, driver.Write:

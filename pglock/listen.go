@@ -245,10 +245,8 @@ func (d *Driver) listen() {
 
 // sleep waits for t or the driver's end; false means the driver closed.
 func (d *Driver) sleep(t time.Duration) bool {
-	timer := time.NewTimer(t)
-	defer timer.Stop()
 	select {
-	case <-timer.C:
+	case <-time.After(t):
 		return true
 	case <-d.life.Done():
 		return false

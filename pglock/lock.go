@@ -13,21 +13,20 @@ import (
 
 // TryLock takes the lock with pg_try_advisory_lock on one of the
 // driver's sessions, advancing the name's token in the same statement:
-// one round trip when a session is at hand. When this driver holds the
-// lock already (for another owner), or another session holds it, it
-// returns a *driver.HeldError (Remaining is 0: a session lock has no
-// expiry).
+// one round trip when a session is at hand. When this driver (for another
+// owner) or another session holds the lock, it returns a
+// *driver.HeldError (Remaining 0: a session lock has no expiry).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
 // Lock first tries the lock as TryLock does: one round trip when it is
-// free. When another session holds it, it waits with pg_advisory_lock,
-// which waits on the server, on a connection of its own, which then
-// holds the lock. One Lock per key and driver waits on the server; the
-// driver's other Locks of that key wait in the process behind it. When
-// ctx ends first, the driver asks the server to cancel the wait, so that
-// nothing stays queued, closes that connection and returns ctx's error.
+// free. When another session holds it, it waits on the server with
+// pg_advisory_lock on a connection of its own, which then holds the lock.
+// One Lock per key and driver waits on the server, the driver's others
+// for the key in the process behind it. When ctx ends first, the driver
+// asks the server to cancel the wait, so that nothing stays queued,
+// closes that connection and returns ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -161,8 +160,8 @@ type plan struct {
 	channel string
 }
 
-// plan returns the statement that takes q's lock, waiting if wait is set
-// (for a semaphore, only a try: see lockPermit).
+// plan returns the statement taking q's lock, waiting if wait is set (a
+// semaphore's only tries: see lockPermit).
 func (d *Driver) plan(q *lockReq, wait bool) plan {
 	st := &d.st
 	pick := func(waiting, try string) string {
@@ -225,16 +224,15 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 		case ctx.Err() != nil:
 			return driver.Grant{}, ctx.Err()
 		case reused && !retried && dead:
-			// A connection that had died (server restart, idle timeout):
-			// try once more on another.
+			// It had died (server restart, idle timeout): try another.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 	}
 }
 
-// letGo releases keys on c after a statement that asked for them failed;
-// false when that failed too. The caller has the use of c's session.
+// letGo releases keys on c, whose session's use the caller has, after a
+// statement that asked for them failed; false if that fails too.
 func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	sql := d.st.letGo
 	if m == driver.Read {
@@ -295,12 +293,10 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 		case woken:
 			return driver.Grant{}, errWoken
 		case pgCode(err) == codeLockNotAvailable, wait && pgCode(err) == codeQueryCanceled:
-			// The session's lock_timeout or statement_timeout (or an
-			// operator's pg_cancel_backend) ended the wait.
+			// lock_timeout, statement_timeout or pg_cancel_backend.
 			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case reused && !retried && dead:
-			// An idle connection that had died (server restart, idle
-			// timeout): try once more on a new one.
+			// It had died idle (server restart, idle timeout): try a new one.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
@@ -414,8 +410,8 @@ func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
 	return true
 }
 
-// dropKeyLocked undoes one reserveKeyLocked (a hold ended, or an
-// acquisition failed), and wakes the Lock waiting for the key.
+// dropKeyLocked undoes one reserveKeyLocked (a hold ended, an acquisition
+// failed) and wakes the Lock waiting for the key.
 func (d *Driver) dropKeyLocked(key int64) {
 	k := d.keys[key]
 	if k == nil {
@@ -442,8 +438,8 @@ func (d *Driver) keyLocked(key int64) *keyState {
 	return k
 }
 
-// tidyKeyLocked forgets k, the state of key, once nothing uses it, and
-// keeps it as the spare (see Driver.spareKey); Driver.mu is held.
+// tidyKeyLocked forgets k, key's unused state, keeping it as the spare
+// (see Driver.spareKey); Driver.mu is held.
 func (d *Driver) tidyKeyLocked(key int64, k *keyState) {
 	if k.n != 0 || k.refs != 0 || k.writer {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -20,8 +21,8 @@ func init() {
 	dlock.Register("postgresql", open)
 }
 
-// ownParams are the URL parameters pglock reads, and dlockParams those
-// dlock.Open reads; neither goes to pgx.
+// ownParams are the URL parameters pglock reads, dlockParams those
+// dlock.Open reads: neither goes to pgx.
 var (
 	ownParams   = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
 	dlockParams = []string{"ttl", "renew"}
@@ -67,9 +68,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	o.NoServerKeepalive = !serverKeepalive
 
-	// The rest of the URL is pgx's: its connection parameters, and any
-	// other parameter as a run-time setting of the session, which the
-	// server checks when the driver connects.
+	// The rest is pgx's: connection parameters, and any other parameter as
+	// a run-time setting, which the server checks when the driver connects.
 	rest := *u.URL
 	q := rest.Query()
 	for _, k := range slices.Concat(ownParams, dlockParams) {
@@ -87,15 +87,10 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// parseError names the parameter pgx could not parse: the one that fails
-// when parsed alone. Without a culprit it names the URL.
+// parseError names the parameter pgx could not parse, the one that fails
+// alone, or else the URL.
 func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		one := *rest
 		one.RawQuery = url.Values{k: q[k]}.Encode()
 		if _, e := pgx.ParseConfig(one.String()); e != nil {
@@ -106,9 +101,8 @@ func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
 }
 
 // settingError turns the server's refusal of a run-time setting the URL
-// gave into a *driver.ParamError naming it: an unknown setting (SQLSTATE
-// 42704) or a bad value (22023), whose message names the setting in
-// double quotes.
+// gave (an unknown setting, SQLSTATE 42704, or a bad value, 22023, the
+// message naming it in double quotes) into a *driver.ParamError naming it.
 func settingError(u driver.URL, q url.Values, err error) error {
 	pe, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok || (pe.Code != codeUndefinedObject && pe.Code != codeInvalidParamValue) {

@@ -54,13 +54,12 @@ type Options struct {
 	Table string
 
 	// Keepalive is the longest interval between two checks (an empty
-	// query, with a timeout of the interval but at least a second) that a
-	// held lock's connection is alive. A lock is checked every Keepalive
-	// or every third of its TTL, whichever is shorter, so its holder
-	// learns of a connection that went silent within about two intervals.
-	// A connection the server closes is seen on its socket at once,
-	// whatever the interval (see docs/POSTGRES.md, "Loss"). The server
-	// side of the driver's sessions is set from it too (see
+	// query, timing out after the interval but at least a second) that a
+	// held lock's connection is alive: every Keepalive or third of the
+	// lock's TTL, whichever is shorter, so its holder learns of a silent
+	// connection within about two intervals. A connection the server
+	// closes is seen on its socket at once (see docs/POSTGRES.md, "Loss").
+	// The server side of the sessions is set from it too (see
 	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
 
@@ -70,11 +69,11 @@ type Options struct {
 	MaxIdle int
 
 	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: a driver holding n locks uses
-	// about n/SessionLocks connections (more while acquisitions run side
-	// by side), and a lost connection loses every lock on it at once, so
-	// this bounds what one loss takes. 1 gives each lock a connection of
-	// its own. Zero means DefaultSessionLocks.
+	// at most. Held locks share sessions: n locks use about n/SessionLocks
+	// connections (more while acquisitions run side by side), and a lost
+	// connection loses every lock on it, so this bounds what one loss
+	// takes. 1 gives each lock a connection of its own. Zero means
+	// DefaultSessionLocks.
 	SessionLocks int
 
 	// NoMigrate stops NewDriver from creating the token table (see
@@ -94,17 +93,15 @@ type Options struct {
 
 // Driver is the PostgreSQL driver: a dlock driver.Driver, driver.Waiter,
 // driver.Moder (every mode) and driver.Elector over session-level
-// advisory locks. Create it with NewDriver (or New, or
-// dlock.Open with a postgres:// URL).
+// advisory locks. Create it with NewDriver (or New, or dlock.Open with a
+// postgres:// URL).
 //
 // Held locks share the driver's sessions, up to Options.SessionLocks on
 // each; each Lock waiting on the server has a connection of its own, one
-// per key at most. The driver opens its connections from its
-// configuration and never shares them with other code; a session that
-// holds nothing more goes back to a small idle set.
-//
-// A Driver is safe for concurrent use by multiple goroutines. It must not
-// be copied.
+// per key at most. The driver's connections are its own, never shared
+// with other code; a session that holds nothing more goes back to a small
+// idle set. A Driver is safe for concurrent use by multiple goroutines. It
+// must not be copied.
 type Driver struct {
 	cfg               *pgx.ConnConfig
 	st                statements
@@ -136,14 +133,13 @@ type Driver struct {
 	waiting  map[*conn]context.CancelFunc
 }
 
-// NewDriver returns a driver whose connections are made from config, which
-// must have been created by pgx.ParseConfig (the driver copies it, and
-// sets its context watcher handler on the copy). A config whose
-// ConnectTimeout is zero (no connect_timeout in the connection string or
-// PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects once to check
-// the server, and creates the token table unless o.NoMigrate is set; that
-// connection becomes the first idle one. Close the driver to close its
-// connections.
+// NewDriver returns a driver whose connections are made from config,
+// which must come from pgx.ParseConfig (the driver sets its context
+// watcher handler on a copy). A zero ConnectTimeout (no connect_timeout in the connection
+// string or PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects
+// once, to check the server and create the token table unless
+// o.NoMigrate is set; that connection becomes the first idle one. Close
+// the driver to close its connections.
 func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver, error) {
 	if config == nil {
 		return nil, errors.New("pglock: nil connection config")
@@ -246,12 +242,11 @@ func (d *Driver) Migrate(ctx context.Context) error {
 }
 
 // Close closes the driver's connections. Locks still held end, lost
-// (their sessions end, which frees them on the server), waiting
-// acquisitions are cancelled and fail with ErrClosed, and the channels of
-// Observe are closed. Close then waits, at most 5 s, for the driver's own
-// goroutines (an Unlock that went on after its context ended, the
-// sessions' keepers), so that none runs once it returns; when they take
-// longer it returns an error. Close is idempotent.
+// (their sessions end, freeing them on the server), waiting acquisitions
+// fail with ErrClosed, and Observe's channels are closed. Close then
+// waits, at most 5 s, for the driver's own goroutines (an Unlock that went
+// on after its context ended, the sessions' keepers), so that none runs
+// once it returns, else it returns an error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -196,7 +196,7 @@ func take(ctx context.Context, h *hold) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
+		return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, h.Name, h.Why())
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
 	default: // Take found the server gone: the session, and its locks, ended
@@ -236,9 +236,4 @@ func unlockTaken(h *hold) error {
 	}
 	s.EndLost(fmt.Errorf("pglock: unlock %q failed, and took its connection with it: %w", h.Name, err))
 	return fmt.Errorf("pglock: unlock %q: %w (the connection was closed instead, which frees the lock once the server reads the close)", h.Name, err)
-}
-
-// endedErr says why h ended.
-func endedErr(h *hold) error {
-	return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, h.Name, h.Why())
 }

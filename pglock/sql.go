@@ -98,9 +98,8 @@ AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND p
 	}
 }
 
-// keyMatch is the condition on a pg_locks row that it is about the bigint
-// advisory key k: pg_locks shows it as classid (high 32 bits), objid (low
-// 32 bits) and objsubid 1.
+// keyMatch is the condition that a pg_locks row is about the bigint
+// advisory key k: classid (high 32 bits), objid (low 32) and objsubid 1.
 func keyMatch(k string) string {
 	return `objsubid = 1 AND classid = ((` + k + ` >> 32) & 4294967295)::oid AND objid = (` + k + ` & 4294967295)::oid`
 }
@@ -220,8 +219,8 @@ const (
 
 // checkTable reports whether t can be a token table's name: an unquoted
 // identifier of lower-case ASCII letters, digits and underscores, not
-// starting with a digit, optionally qualified by a schema of the same
-// form ("locks.dlock_tokens").
+// starting with a digit, optionally behind a schema of the same form
+// ("locks.dlock_tokens").
 func checkTable(t string) error {
 	schema, table, qualified := strings.Cut(t, ".")
 	if !qualified {

@@ -37,10 +37,9 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 // ParameterStatus) at the keeper's next ping.
 func sessionEnded(frame []byte) bool { return frame[0] == 'E' }
 
-// fatalFrame judges the first bytes of the stream while a query runs: an
-// ErrorResponse ('E', its length, then the severity field 'S') of
-// severity FATAL or PANIC ends the session whatever the query was, while
-// an ERROR may be the query's own reply.
+// fatalFrame judges the stream's first bytes while a query runs: an
+// ErrorResponse ('E', length, severity field 'S') of severity FATAL or
+// PANIC ends the session whatever the query; an ERROR may be its reply.
 func fatalFrame(f []byte) bool {
 	return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && (f[6] == 'F' || f[6] == 'P')
 }
