@@ -36,9 +36,8 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 type acquisition struct {
 	d *Driver
 	r driver.Request
-	// path is the lock file. A readers-writer lock also has the writers'
-	// gate and the token file (see rw.go); a mutex's token is in its lock
-	// file, and gatePath is "".
+	// path is the lock file, which holds a mutex's token; a readers-writer
+	// lock also has the writers' gate and the token file (see rw.go).
 	path, gatePath, seqPath string
 	shared                  bool // a reader: LOCK_SH
 	lock, gate              lockFile
@@ -66,8 +65,7 @@ func (d *Driver) resolve(r driver.Request) (acquisition, error) {
 	return a, nil
 }
 
-// close drops what the acquisition still holds, waking the waiters for a
-// writer's gate.
+// close drops what a holds, waking the waiters for a writer's gate.
 func (a *acquisition) close() {
 	a.lock.close()
 	if a.gate.fd >= 0 {
@@ -99,8 +97,7 @@ func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
 		}
 		if !ok {
 			if !a.shared && a.gate.fd >= 0 {
-				// Readers passing the gate hold it shared for an instant;
-				// a writer waiting in it holds it exclusively.
+				// Passing readers hold it shared, a waiting writer exclusively.
 				if ok, _ := tryFlock(a.gate.fd, true); ok {
 					funlock(a.gate.fd)
 					return stepPassing, driver.Grant{}, nil
@@ -152,12 +149,10 @@ func (lf *lockFile) close() {
 	}
 }
 
-// maxReopen bounds how often one attempt follows a lock file that keeps
-// being removed or replaced under it.
+// maxReopen bounds one attempt's chase of a lock file replaced under it.
 const maxReopen = 100
 
-// testHookLocked, if set, runs after each successful flock, before the
-// path is checked.
+// testHookLocked, if set, runs after each flock taken, before the path check.
 var testHookLocked func(path string)
 
 // attempt makes one non-blocking attempt to lock the file at path, shared
@@ -220,8 +215,7 @@ func (d *Driver) advance(fd int, path string) (uint64, error) {
 	return tok, nil
 }
 
-// grant records the lock a.lock holds, with token tok, taking a.lock's
-// descriptor whatever the outcome.
+// grant records a.lock's lock, with token tok, taking its fd in any case.
 func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Grant, error) {
 	fd := a.lock.fd
 	a.lock.fd = -1

@@ -19,9 +19,8 @@ const (
 	SeqSuffix  = ".rwseq"
 )
 
-// Supports implements driver.Moder: the driver has the mutex and the
-// readers-writer lock (driver.Read and driver.Write), not semaphores or
-// elections.
+// Supports implements driver.Moder: the mutex and the readers-writer lock
+// (driver.Read and driver.Write), not semaphores or elections.
 func (d *Driver) Supports(m driver.Mode) bool {
 	return m == driver.Exclusive || m == driver.Read || m == driver.Write
 }

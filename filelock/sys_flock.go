@@ -61,8 +61,8 @@ func openFile(path string, mode uint32) (int, fileID, error) {
 	}
 }
 
-// pathID returns the identity of the file path names now, following no
-// symbolic link; a missing file is an error matching fs.ErrNotExist.
+// pathID returns the identity of the file path names (no link followed);
+// a missing file is an error matching fs.ErrNotExist.
 func pathID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	for {
@@ -77,9 +77,8 @@ func pathID(path string) (fileID, error) {
 	}
 }
 
-// tryFlock takes (or converts to) a shared or an exclusive flock on fd
-// without blocking: false when another open file description holds a
-// conflicting one.
+// tryFlock takes (or converts to) a shared or exclusive flock on fd without
+// blocking: false when another open file description holds a conflicting one.
 func tryFlock(fd int, shared bool) (bool, error) {
 	how := syscall.LOCK_EX
 	if shared {

@@ -26,8 +26,8 @@ func nextToken(b []byte, now time.Time) uint64 {
 	return next
 }
 
-// parseToken reads the decimal token at the start of b, up to a newline;
-// ok is false for anything else (an empty new file, garbage).
+// parseToken reads the decimal token in b up to a newline; ok is false for
+// anything else (an empty new file, garbage).
 func parseToken(b []byte) (uint64, bool) {
 	var v uint64
 	n := 0

@@ -44,8 +44,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	d.mu.Lock()
 	closed := d.closed
 	if !closed && !d.watching {
-		// The watcher outlives this wait while the driver is open, not to
-		// restart it for each contended acquisition.
+		// The watcher lives while the driver does, not per acquisition.
 		d.watching = watchProcess()
 	}
 	d.mu.Unlock()

@@ -29,9 +29,8 @@ type waiter struct {
 // testNoEvents (SetNoEvents) keeps new waiters off the kernel watcher.
 var testNoEvents bool
 
-// addWaiter registers a waiter for the lock file path in dir, before the
-// attempt that may fail: the attempt sees an earlier release, and a later
-// one wakes the waiter.
+// addWaiter registers a waiter for path in dir, before the attempt that may
+// fail: the attempt sees an earlier release, and a later one wakes it.
 func addWaiter(path, dir string) *waiter {
 	w := &waiter{since: time.Now(), path: path, dir: dir, wake: make(chan struct{}, 1)}
 	reg.mu.Lock()
@@ -70,8 +69,7 @@ func removeWaiter(w *waiter) {
 	}
 }
 
-// notify wakes this process's waiters for the lock file path: an atomic
-// load when nobody waits.
+// notify wakes the process's waiters for path: an atomic load if none.
 func notify(path string) {
 	if reg.n.Load() == 0 {
 		return
@@ -81,8 +79,8 @@ func notify(path string) {
 	reg.mu.Unlock()
 }
 
-// starveAfter is how long a waiter may wait before new acquisitions in its
-// process stop overtaking it (as sync.Mutex's starvation mode does).
+// starveAfter is how long a waiter may wait before new acquisitions of its
+// process stop overtaking it (as in sync.Mutex's starvation mode).
 const starveAfter = time.Millisecond
 
 // starving reports whether a waiter of this process has waited for the
@@ -114,8 +112,7 @@ func wakeLocked(ws []*waiter) {
 	}
 }
 
-// wakeDirLocked wakes every waiter in dir (or all, for ""). reg.mu must
-// be held.
+// wakeDirLocked wakes every waiter in dir (or all, for ""); reg.mu held.
 func wakeDirLocked(dir string) {
 	for _, ws := range reg.byPath {
 		if len(ws) > 0 && (dir == "" || ws[0].dir == dir) {
@@ -124,8 +121,7 @@ func wakeDirLocked(dir string) {
 	}
 }
 
-// watchProcess takes a reference on the process's kernel watcher,
-// starting it if need be; false when there is none.
+// watchProcess references the kernel watcher, starting it; false if none.
 func watchProcess() bool {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()

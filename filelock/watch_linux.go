@@ -52,9 +52,8 @@ func watchRefLocked() bool {
 	return true
 }
 
-// watchUnrefLocked drops a reference; after the last, it detaches the
-// watcher and returns its stop function, to call without reg.mu (the
-// reader may be waiting for it).
+// watchUnrefLocked drops a reference; the last detaches the watcher and
+// returns its stop, to call without reg.mu (the reader may wait for it).
 func watchUnrefLocked() func() {
 	in := watcher
 	if in == nil {
@@ -70,8 +69,7 @@ func watchUnrefLocked() func() {
 	}
 }
 
-// watchAddDirLocked watches dir for one more waiter; false when the
-// watcher cannot (broken, or out of watches).
+// watchAddDirLocked watches dir for one more waiter; false if it cannot.
 func watchAddDirLocked(dir string) bool {
 	in := watcher
 	if in == nil || in.broken {
@@ -88,8 +86,7 @@ func watchAddDirLocked(dir string) bool {
 	w := int32(wd)
 	in.byDir[dir] = w
 	if in.byWD[w] == nil {
-		// Another spelling of a watched directory (a bind mount) shares
-		// its watch.
+		// Another spelling of a watched directory (a bind mount) shares it.
 		in.byWD[w] = map[string]int{}
 	}
 	in.byWD[w][dir]++
@@ -118,8 +115,7 @@ func watchRemoveDirLocked(dir string) {
 	}
 }
 
-// read is the watcher's goroutine: it wakes the waiters of each file an
-// event names, until in.file is closed.
+// read, the watcher's goroutine, wakes the waiters of the files events name.
 func (in *inotify) read() {
 	defer close(in.done)
 	buf := make([]byte, 64<<10)
@@ -149,8 +145,7 @@ func (in *inotify) read() {
 			case mask&syscall.IN_Q_OVERFLOW != 0:
 				wakeDirLocked("") // events were lost: everyone tries again
 			case mask&syscall.IN_IGNORED != 0:
-				// The directory (or watch) is gone: its waiters' next
-				// attempts report the error.
+				// The directory is gone: let its waiters find out.
 				for dir := range in.byWD[wd] {
 					wakeDirLocked(dir)
 					delete(in.byDir, dir)

@@ -9,15 +9,14 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// An observer follows one election for Observe, on a channel of one
-// value: a newer leader replaces one the reader has not taken.
+// An observer follows an election for Observe, on a channel of one value.
 type observer struct {
 	d    *Driver
 	name string
 	ch   chan driver.LeaderInfo // buffered 1
 
-	// sent is the last value put on ch; have the last the reader is known
-	// to have taken (once taken is set). Guarded by s.mu.
+	// sent is the last value put on ch, have the last known taken (if
+	// taken). Guarded by s.mu.
 	sent   driver.LeaderInfo
 	have   driver.LeaderInfo
 	taken  bool
@@ -37,16 +36,14 @@ func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, erro
 	return s.leader(name), nil
 }
 
-// refresh settles the entry of election name (see settle). s.mu must be
-// held.
+// refresh settles the entry of election name; s.mu is held.
 func (s *Store) refresh(name string) {
 	if e := s.locks[key{kindElection, name}]; e != nil {
 		s.settle(e, time.Now())
 	}
 }
 
-// leader returns the store's leader of election name (see refresh); s.mu
-// is held.
+// leader returns the leader of election name (see refresh); s.mu is held.
 func (s *Store) leader(name string) driver.LeaderInfo {
 	if e := s.locks[key{kindElection, name}]; e != nil && len(e.holders) > 0 {
 		return driver.LeaderInfo{Value: e.holders[0].value, Token: e.holders[0].token}
@@ -81,8 +78,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	return o.ch, nil
 }
 
-// notify offers the current leader of election name to its observers.
-// s.mu must be held.
+// notify offers election name's leader to its observers; s.mu is held.
 func (s *Store) notify(name string) {
 	obs := s.observers[name]
 	if len(obs) == 0 {

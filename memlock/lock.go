@@ -7,8 +7,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// kind is a namespace of lock names: the mutex "x" and the readers-writer
-// lock "x" are two entries.
+// kind is a namespace of names: the mutex "x" is not the rw lock "x".
 type kind uint8
 
 const (
@@ -35,8 +34,7 @@ type key struct {
 	name string
 }
 
-// An entry is one lock: who holds it and who waits for it. It exists while
-// it has a holder or a waiter.
+// An entry is one lock's holders and waiters, while it has either.
 type entry struct {
 	key     key
 	holders []holder  // few: a linear search is the simplest map
@@ -63,8 +61,7 @@ type waiter struct {
 	grant chan driver.Grant // buffered 1; receives the handoff
 }
 
-// holder returns r's owner's holder entry in r's mode, good until e
-// changes.
+// holder returns r's owner's holder in r's mode, until e changes.
 func (e *entry) holder(r driver.Request) *holder {
 	for i := range e.holders {
 		if h := &e.holders[i]; h.owner == r.Owner && h.mode == r.Mode {
@@ -85,8 +82,7 @@ func (e *entry) remove(owner string) bool {
 	return false
 }
 
-// admits reports whether the lock's holders let r in (the caller sees to
-// the FIFO queue).
+// admits reports whether the holders let r in (the caller sees to the queue).
 func (e *entry) admits(r driver.Request) bool {
 	switch r.Mode {
 	case driver.Read:
@@ -113,9 +109,8 @@ func (e *entry) earliest() time.Time {
 	return t
 }
 
-// entry returns the live entry for r's lock, without expired holders,
-// creating an empty one if needed; the caller ends with settle, which
-// drops it if it stays empty. s.mu must be held.
+// entry returns r's lock's live entry, new if need be; the caller ends
+// with settle, which drops it if empty. s.mu is held.
 func (s *Store) entry(r driver.Request, now time.Time) *entry {
 	k := key{kindOf(r.Mode), r.Name}
 	if e := s.locks[k]; e != nil {
@@ -137,8 +132,7 @@ func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 	return driver.Grant{Token: h.token, Expires: h.expires}
 }
 
-// tryGrant grants r when nobody waits ahead of it and the lock's rules
-// admit it. s.mu must be held.
+// tryGrant grants r if nobody waits ahead and e admits it; s.mu is held.
 func (s *Store) tryGrant(e *entry, r driver.Request, now time.Time) (driver.Grant, bool) {
 	if len(e.queue) > 0 || !e.admits(r) {
 		return driver.Grant{}, false

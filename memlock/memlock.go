@@ -60,8 +60,7 @@ func New(s *Store, opts ...dlock.Option) (*dlock.Locker, error) {
 	return dlock.New(s.Driver(), opts...)
 }
 
-// Driver returns a driver over the store; drivers of one store share its
-// locks, as clients of one server do.
+// Driver returns a driver over the store, sharing its locks with others.
 func (s *Store) Driver() *Driver { return &Driver{s: s, observers: map[*observer]struct{}{}} }
 
 // Driver implements driver.Driver, driver.Waiter, driver.Moder (every
@@ -170,8 +169,7 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	return h.expires, nil
 }
 
-// Unlock implements driver.Driver; the waiters the lock's rules now admit
-// get it, in order.
+// Unlock implements driver.Driver; the waiters now admitted get it in order.
 func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	s := d.s
 	now := time.Now()
@@ -194,9 +192,8 @@ func (s *Store) Revoke(name string) {
 	s.revoke(key{kindMutex, name})
 }
 
-// RevokeLeader removes the leader of the election called name, as
-// Revoke does for a mutex: observers see the change, and the next
-// candidate in line is elected.
+// RevokeLeader removes the leader of the election called name, as Revoke
+// does a mutex: observers see it, and the next candidate is elected.
 func (s *Store) RevokeLeader(name string) {
 	s.revoke(key{kindElection, name})
 }
@@ -211,8 +208,8 @@ func (s *Store) revoke(k key) {
 	}
 }
 
-// Close implements driver.Driver: it closes the channels of the driver's
-// observers. The store and its locks stay for other drivers.
+// Close implements driver.Driver: it closes its observers' channels; the
+// store and its locks stay for other drivers.
 func (d *Driver) Close() error {
 	s := d.s
 	s.mu.Lock()

@@ -28,15 +28,13 @@ type Sockets struct {
 // Options.Sockets to a driver on a *sql.DB made from cfg afterwards (with
 // mysql.NewConnector and sql.OpenDB). See docs/MYSQL.md for an example.
 func WatchSockets(cfg *mysql.Config) *Sockets {
-	s := &Sockets{}
 	// The compression flag is unexported: its DSN form tells.
-	s.opaque = cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
+	opaque := cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
 		strings.Contains(cfg.FormatDSN(), "compress=true")
-	s.byID = map[uint32]*sniffConn{}
+	s := &Sockets{opaque: opaque, byID: map[uint32]*sniffConn{}}
 	dial := cfg.DialFunc
 	if dial == nil {
-		var d net.Dialer
-		dial = d.DialContext
+		dial = (&net.Dialer{}).DialContext
 	}
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := dial(ctx, network, addr)
@@ -44,8 +42,7 @@ func WatchSockets(cfg *mysql.Config) *Sockets {
 			return nil, err
 		}
 		if tc, ok := nc.(*net.TCPConn); ok {
-			// go-sql-driver enables keep-alive only on a *net.TCPConn it
-			// dialled itself; it sees this one wrapped.
+			// go-sql-driver sees this one wrapped: no keep-alive from it.
 			_ = tc.SetKeepAlive(true)
 		}
 		return &sniffConn{Conn: nc, s: s}, nil
@@ -66,9 +63,8 @@ func (s *Sockets) socket(id int64) net.Conn {
 	return nil
 }
 
-// A sniffConn is a dialled socket that sniffs the connection id from the
-// server's handshake as go-sql-driver reads it, then records itself in s
-// under that id until closed.
+// A sniffConn is a socket that sniffs the connection id from the handshake
+// as go-sql-driver reads it, then records itself in s under it until closed.
 type sniffConn struct {
 	net.Conn
 	s *Sockets
@@ -131,8 +127,7 @@ func (c *sniffConn) Close() error {
 	return c.Conn.Close()
 }
 
-// SyscallConn gives go-sql-driver's liveness check (and the watch) the
-// socket's raw connection.
+// SyscallConn gives the liveness check and the watch the raw socket.
 func (c *sniffConn) SyscallConn() (syscall.RawConn, error) {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {

@@ -56,8 +56,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	return out, nil
 }
 
-// names returns the valid lock names in the token table (quoted as
-// table) that start with prefix, made of name bytes.
+// names returns the valid lock names in table that start with prefix.
 func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, error) {
 	q := "SELECT name FROM " + table + " WHERE LEFT(name, " + strconv.Itoa(len(prefix)) + ") = " + literal(prefix)
 	rows, err := d.db.QueryContext(ctx, q)
@@ -96,8 +95,7 @@ IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE
 FROM (%s) AS n JOIN %s AS t ON t.name = n.name
 WHERE IS_USED_LOCK(n.k) IS NOT NULL`
 
-// inspect returns the held locks among names, with their counters from
-// the token table quoted as table.
+// inspect returns the held locks among names, with counters from table.
 func (d *Driver) inspect(ctx context.Context, table string, names []string) ([]driver.LockInfo, error) {
 	var b strings.Builder
 	for i, name := range names {

@@ -15,8 +15,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// A cancelled wait's KILL QUERY has killTimeout to be sent, then the
-// wait killGrace to return, before the connection is closed instead.
+// A cancelled wait's KILL QUERY has killTimeout to go, the wait killGrace
+// to return, before the connection is closed instead.
 const (
 	killTimeout = time.Second
 	killGrace   = time.Second
@@ -60,8 +60,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	defer d.wg.Done()
 	if wait {
-		// One waiter per name waits on the server, with a connection; the
-		// others queue here with none, not to pass max_connections.
+		// One waiter per name at the server; the others queue here, with
+		// no connection, not to pass max_connections.
 		g, err := d.gates.Enter(ctx, q.name, d.ctx.Done())
 		if err != nil {
 			return driver.Grant{}, d.cancelled(ctx)
@@ -104,8 +104,7 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 		case err == nil:
 			err = errNullLock
 		}
-		// The connection failed, or its state is unknown: end the session,
-		// freeing anything it held.
+		// Failed, or in an unknown state: end the session, freeing its locks.
 		s.EndLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
 		switch {
 		case d.isClosed():
@@ -147,9 +146,8 @@ func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	return nil
 }
 
-// letGo releases key on s, whose use the caller has, after the
-// acquisition failed past GET_LOCK, and gives the session back; if the
-// release fails too, the session ends, freeing the lock.
+// letGo releases key on s, in the caller's use, after a failure past
+// GET_LOCK; if that fails too, the session ends, freeing the lock.
 func letGo(s *session, key string) {
 	var rel sql.NullInt64
 	if err := s.C.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
@@ -178,8 +176,8 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	}
 	s := d.newSession(c, q.timeout, q.key)
 	sc := s.C
-	// Statements on this connection of its own run under ctx: when it
-	// ends, go-sql-driver closes the connection, which holds nothing else.
+	// Statements run under ctx: when it ends, go-sql-driver closes the
+	// connection, which holds nothing else.
 	sc.ctx = ctx
 	var got sql.NullInt64
 	if err := d.openSession(sc, q.key, &got); err != nil || !got.Valid {
@@ -201,8 +199,7 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 }
 
 // newSession returns a fresh session of wait_timeout timeout on c with
-// keys reserved (see sqlsession.Pool.Init), session and connection in one
-// allocation; identify sets the id and socket after the first statement.
+// keys reserved (see sqlsession.Pool.Init), in one allocation.
 func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
 	sc := &struct {
 		s session
@@ -296,8 +293,7 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	}
 }
 
-// killQuery ends connection id's statement, from another connection of
-// the pool, leaving the connection open.
+// killQuery ends connection id's statement from another, leaving it open.
 func (d *Driver) killQuery(id int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
@@ -305,8 +301,8 @@ func (d *Driver) killQuery(id int64) error {
 	return err
 }
 
-// discard closes c's connection instead of returning it to the pool: the
-// server frees its lock, if any, when it sees it go.
+// discard closes c's connection, not returning it to the pool: the server
+// frees its lock, if any, when it sees it go.
 func discard(c *sql.Conn) {
 	// database/sql closes a connection whose Raw callback reports it bad.
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })

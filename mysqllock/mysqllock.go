@@ -20,14 +20,11 @@ const (
 	DefaultTable = "dlock_tokens"
 	// DefaultPrefix starts the server-side name of every lock.
 	DefaultPrefix = "dlock:"
-	// DefaultKeepAlive is how often the driver checks each of its
-	// sessions (the connections that hold its locks).
+	// DefaultKeepAlive is how often the driver checks each of its sessions.
 	DefaultKeepAlive = time.Second
-	// DefaultWaitStep is the longest single GET_LOCK wait; a wait that
-	// times out is issued again.
+	// DefaultWaitStep is the longest single GET_LOCK wait, then issued again.
 	DefaultWaitStep = 30 * time.Second
-	// DefaultSessionLocks is how many locks one session (one server
-	// connection) holds at most.
+	// DefaultSessionLocks is how many locks one session holds at most.
 	DefaultSessionLocks = 256
 )
 
@@ -257,8 +254,8 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// closeWait bounds Close's wait for the background work, which closed
-// sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for background work, which closed sessions
+// end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 // begin registers an acquisition in progress; it fails after Close.

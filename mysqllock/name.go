@@ -55,8 +55,7 @@ type lockReq struct {
 	timeout     time.Duration // the wait_timeout of its session (sessionTimeout)
 }
 
-// resolve checks r and resolves it. Names are sent as SQL literals: they
-// must be valid (see literal).
+// resolve checks r (names go as SQL literals: see literal) and resolves it.
 func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	if err := dlock.ValidateName(r.Name); err != nil {
 		return lockReq{}, err
@@ -67,8 +66,8 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 // maxSessionTimeout is the largest wait_timeout MySQL and MariaDB accept.
 const maxSessionTimeout = 31536000 * time.Second
 
-// sessionTimeout is the wait_timeout for a lock of TTL ttl: ttl rounded
-// up to whole seconds, within the server's bounds.
+// sessionTimeout is a lock's wait_timeout: ttl in whole seconds, rounded
+// up, within the server's bounds.
 func sessionTimeout(ttl time.Duration) time.Duration {
 	s := (ttl + time.Second - 1).Truncate(time.Second)
 	return min(max(s, time.Second), maxSessionTimeout)
@@ -76,9 +75,8 @@ func sessionTimeout(ttl time.Duration) time.Duration {
 
 func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
 
-// checkPrefix reports whether p can start the server-side lock names: it
-// keeps its meaning where case is ignored, without '^' or '#' (escapes
-// and hashes).
+// checkPrefix reports whether p can start server-side lock names: lower
+// case (for servers that ignore it), without '^' or '#' (escapes, hashes).
 func checkPrefix(p string) error {
 	if len(p) > MaxPrefixLen {
 		return fmt.Errorf("mysqllock: prefix %q is longer than %d bytes", p, MaxPrefixLen)

@@ -27,9 +27,8 @@ const DefaultAddr = "127.0.0.1:3306"
 // checks one out, and a new one costs a handshake.
 const OpenMaxIdleConns = 32
 
-// openTimeout bounds Open's ping of the server (dial, handshake, ping)
-// unless the URL's timeout, which bounds the dial only, is longer. Tests
-// shorten it.
+// openTimeout bounds Open's ping (dial, handshake, ping) unless the URL's
+// timeout, of the dial only, is longer. Tests shorten it.
 var openTimeout = 10 * time.Second
 
 // driverParams are the go-sql-driver DSN parameters a mysql:// URL passes
@@ -104,8 +103,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if tlsConf != nil {
 		cfg.TLS = tlsConf // go-sql-driver checks the certificate against the host
 	}
-	// The pool is the driver's alone: its connections start with the
-	// wait_timeout of the Locker's TTL (see Options.ExclusivePool).
+	// The pool is the driver's: connections start with the TTL's
+	// wait_timeout (see Options.ExclusivePool).
 	o.ExclusivePool = true
 	ttl, err := u.Duration("ttl", dlock.DefaultTTL)
 	if err != nil {
@@ -135,8 +134,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	db.SetMaxIdleConns(OpenMaxIdleConns)
 	// The pool closes idle connections before the server would.
 	db.SetConnMaxIdleTime(timeout / 2)
-	// A ping, so that a wrong address or password fails Open, not the
-	// first Acquire.
+	// A ping: a wrong address or password fails Open, not the first Acquire.
 	wait := max(cfg.Timeout, openTimeout)
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	err = db.PingContext(pctx)

@@ -38,8 +38,7 @@ type sconn struct {
 	period  time.Duration // between keep-alive checks
 	raw     net.Conn      // the socket, if known (Options.Sockets): see bound
 	lastOK  time.Time     // when the last statement that succeeded was sent
-	// ctx, while set, bounds the statements instead: the connection is
-	// an acquisition's own, waiting for its first lock.
+	// ctx, if set, bounds statements on an acquisition's own connection.
 	ctx context.Context
 }
 
@@ -48,8 +47,8 @@ type sconn struct {
 // enough for a loaded server, not so many that a silent one keeps it.
 const stmtTimeouts = 4
 
-// restoreTimeout gives a connection back its own wait_timeout before it
-// returns to the pool (a NULL would be the minimum, 1s).
+// restoreTimeout restores a connection's wait_timeout for the pool (a
+// NULL would be the minimum, 1s).
 const restoreTimeout = "SET SESSION wait_timeout = COALESCE(@dlock_wait_timeout, @@GLOBAL.wait_timeout), @dlock_wait_timeout = NULL"
 
 // seconds is a wait_timeout in whole seconds, as SQL.
@@ -80,8 +79,7 @@ func (d *Driver) period(timeout time.Duration) time.Duration {
 	return max(min(d.keepAlive, timeout/3), time.Millisecond)
 }
 
-// identify records the connection's id, from the session's first
-// statement, and finds its socket.
+// identify records the id the first statement read, and finds the socket.
 func (c *sconn) identify(id int64) {
 	c.id = id
 	c.raw = c.d.socks.socket(id)
@@ -119,8 +117,7 @@ func (c *sconn) unbound(cancel context.CancelFunc) {
 	_ = c.raw.SetDeadline(time.Time{})
 }
 
-// query runs q on the session (bounded), scanning its row into dest;
-// the caller has the use of the session.
+// query runs q on the session (bounded; the caller has its use) into dest.
 func (c *sconn) query(q string, dest ...any) error {
 	ctx, cancel := c.bound()
 	sent := time.Now()
@@ -179,8 +176,8 @@ func (c *sconn) Gone(errno syscall.Errno) error {
 // Close closes the connection of a lost session.
 func (c *sconn) Close() { discard(c.conn) }
 
-// Retire gives the connection back to the pool, with its wait_timeout
-// restored unless the pool is the driver's alone (closed if that fails).
+// Retire gives the connection back to the pool, its wait_timeout restored
+// unless the pool is exclusive (closed if that fails).
 func (c *sconn) Retire() {
 	if c.d.exclusive {
 		_ = c.conn.Close()
@@ -193,8 +190,7 @@ func (c *sconn) Retire() {
 	_ = c.conn.Close()
 }
 
-// check verifies, on the lock's session, that the server has the lock on
-// that connection: IS_USED_LOCK of the key is its id.
+// check verifies that IS_USED_LOCK of the key is the session's connection.
 func (d *Driver) check(h *hold) error {
 	s := h.S
 	if err := takeFor(h, "the lock was lost"); err != nil {
@@ -236,8 +232,7 @@ func (d *Driver) release(h *hold) error {
 		h.End(err)
 		return errNotHeld(h.Name, "the lock was lost", err)
 	}
-	// The connection failed, or its state is unknown: closing it frees
-	// the session's locks once the server reads the close.
+	// Failed, or in an unknown state: closing it frees the session's locks.
 	s.EndLost(fmt.Errorf("mysqllock: release %q failed, and took its connection with it: %w", h.Name, err))
 	return errNotHeld(h.Name, "the lock's connection failed", err)
 }
@@ -310,8 +305,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return err
 }
 
-// untilDone runs f and returns its error, or ctx's when ctx ends first (f
-// goes on in the background, and Close waits for it).
+// untilDone returns f's error, or ctx's if it ends first (f goes on in the
+// background, and Close waits for it).
 func (d *Driver) untilDone(ctx context.Context, f func() error) error {
 	if ctx.Done() == nil { // cannot end: no goroutine needed
 		return f()

@@ -35,8 +35,7 @@ func newStatements(table string) statements {
 	}
 }
 
-// quoteTable checks a table name, "table" or "database.table", and quotes
-// it with backticks.
+// quoteTable checks a name "table" or "database.table" and backquotes it.
 func quoteTable(t string) (string, error) {
 	parts := strings.Split(t, ".")
 	if len(parts) > 2 {

@@ -17,8 +17,7 @@ import (
 	"github.com/dlockgo/dlock/internal/bg"
 )
 
-// cancelGrace bounds a cancelled wait's wait for the server to confirm,
-// before the connection is cut instead.
+// cancelGrace bounds the wait for a cancel to take before the cut instead.
 const cancelGrace = 2 * time.Second
 
 // closeTimeout bounds a connection's polite close (a Terminate message).
@@ -33,8 +32,7 @@ type conn struct {
 	pg  *pgx.Conn
 	w   *watcher
 	raw net.Conn // the socket as dialled, under any TLS (newSockWatch)
-	// As a session's connection (see Driver.newPool): timeout bounds a
-	// ping; reused tells whether the connection was used before.
+	// For a session: timeout bounds a ping; reused: used before.
 	timeout time.Duration
 	reused  bool
 }
@@ -117,8 +115,7 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		return nil, errors.New("pglock: connect: the context watcher handler was not installed")
 	}
 	if sql, args := d.sessionSetup(pg.PgConn()); sql != "" {
-		// One round trip with the simple protocol (no prepare); the values
-		// are the driver's own.
+		// One round trip with the simple protocol; the values are ours.
 		if _, err := pg.Exec(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...); err != nil {
 			c.close()
 			return nil, fmt.Errorf("pglock: set up the session: %w", err)
@@ -128,8 +125,7 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 }
 
 // sessionSetup returns the statement setting a new session's server-side
-// timeouts (see Options.NoServerKeepalive) but those the connection string
-// gives, or "" when none is left.
+// timeouts (see Options.NoServerKeepalive), or "" for none.
 func (d *Driver) sessionSetup(pc *pgconn.PgConn) (string, []any) {
 	if d.noServerKeepalive {
 		return "", nil
@@ -172,8 +168,8 @@ func serverMajor(v string) int {
 	return n
 }
 
-// close closes the connection: the server ends the session and frees its
-// locks once it reads the close (after the running statement, if any).
+// close closes the connection: the server frees the session's locks once
+// it reads the close (after a running statement).
 func (c *conn) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
@@ -186,8 +182,7 @@ func (c *conn) begin(wait bool) {
 	c.w.fired.Store(false)
 }
 
-// cancelSent reports whether the last query was a lock wait whose
-// context ended, sending a cancel request to the server.
+// cancelSent reports whether the last query, a wait, sent a cancel request.
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
 
 // get returns an idle connection (reused is true), or a new one.
@@ -238,8 +233,8 @@ func (d *Driver) withConn(ctx context.Context, f func(c *conn) error, wrap func(
 	}
 }
 
-// put makes c, holding no advisory lock, idle again, or closes it when
-// the driver is closed or has enough idle connections.
+// put makes c, holding no lock, idle again, or closes it if the driver is
+// closed or has enough idle connections.
 func (d *Driver) put(c *conn) {
 	if c.pg.IsClosed() {
 		return

@@ -133,8 +133,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 	}
 }
 
-// awaitFree waits on the server until the advisory key k is free, and
-// lets it go in the same statement.
+// awaitFree waits on the server until key k is free, and lets it go.
 func (d *Driver) awaitFree(ctx context.Context, k int64) error {
 	c, _, err := d.get(ctx)
 	if err != nil {
@@ -153,8 +152,7 @@ func (d *Driver) awaitFree(ctx context.Context, k int64) error {
 	return err
 }
 
-// offer is an observer's record of what it sent, so that the reader
-// never gets the same leader twice in a row.
+// offer records what an observer sent, never to send a leader twice in a row.
 type offer struct {
 	pending   bool // the last value put may still be in the channel
 	last      driver.LeaderInfo
@@ -162,8 +160,7 @@ type offer struct {
 	known     bool              // delivered is set
 }
 
-// send puts info in out (capacity 1) without blocking, replacing a value
-// the reader has not taken yet.
+// send puts info in out (capacity 1), replacing a value not taken yet.
 func (o *offer) send(out chan driver.LeaderInfo, info driver.LeaderInfo) {
 	if o.pending {
 		select {

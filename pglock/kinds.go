@@ -31,8 +31,7 @@ func Key(table, name string) int64 {
 	return hashKey("dlock/", table, "", name)
 }
 
-// migrateKey is the advisory key under which Migrate serializes the
-// creation of table.
+// migrateKey is the key under which Migrate serializes table's creation.
 func migrateKey(table string) int64 { return Key(table, "#migrate") }
 
 // ModeKey returns the advisory lock key of the lock called name of kind m
@@ -100,8 +99,7 @@ func permitKeys(table, name string, limit int) []int64 {
 	return ks
 }
 
-// A lockReq is a request resolved once, at the driver's entry, for every
-// step after: its advisory keys, token row, channel and keep-alive period.
+// A lockReq is a request resolved once, at the driver's entry.
 type lockReq struct {
 	name, owner string
 	mode        driver.Mode

@@ -18,8 +18,7 @@ type listener struct {
 	running   bool
 	subs      map[string]map[*sub]struct{} // by channel
 	listening map[string]bool              // LISTENed on the current connection
-	// interrupt ends the current WaitForNotification, to LISTEN to new
-	// channels.
+	// interrupt ends the WaitForNotification, to LISTEN to new channels.
 	interrupt context.CancelFunc
 	kicked    bool
 	done      chan struct{} // closed when the goroutine ends
@@ -28,11 +27,9 @@ type listener struct {
 // A sub is one subscription to a channel.
 type sub struct {
 	channel string
-	// wake gets a value after each notification on the channel (and
-	// reconnection); buffered, so none is lost.
+	// wake (buffered) gets a value after each notification, and reconnection.
 	wake chan struct{}
-	// ready is closed once the channel is LISTENed: every later
-	// notification reaches wake.
+	// ready is closed once the channel is LISTENed: later notifications reach wake.
 	ready chan struct{}
 }
 
@@ -68,7 +65,10 @@ func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 	if l.listening[channel] {
 		close(s.ready)
 	} else {
-		l.kickLocked()
+		l.kicked = true // interrupt the listener's wait
+		if l.interrupt != nil {
+			l.interrupt()
+		}
 		if !l.running {
 			l.running = true
 			l.done = make(chan struct{})
@@ -88,8 +88,8 @@ func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 	}
 }
 
-// unsubscribe ends s. The channel stays LISTENed until the listener next
-// wakes: a stray notification costs nothing.
+// unsubscribe ends s. Its channel stays LISTENed till the listener wakes:
+// a stray notification costs nothing.
 func (d *Driver) unsubscribe(s *sub) {
 	l := &d.lis
 	l.mu.Lock()
@@ -102,16 +102,7 @@ func (d *Driver) unsubscribe(s *sub) {
 	}
 }
 
-// kickLocked interrupts the listener's wait; l.mu is held.
-func (l *listener) kickLocked() {
-	l.kicked = true
-	if l.interrupt != nil {
-		l.interrupt()
-	}
-}
-
-// wakeLocked wakes the subscribers of channel, or all of them when channel
-// is empty; l.mu is held.
+// wakeLocked wakes channel's subscribers (all for ""); l.mu is held.
 func (l *listener) wakeLocked(channel string) {
 	for ch, set := range l.subs {
 		if channel != "" && ch != channel {

@@ -214,8 +214,7 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 				return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 			}
 		}
-		// The connection's state is unknown: end the session, freeing
-		// anything it took.
+		// Its state is unknown: end the session, freeing what it took.
 		dead := s.C.pg.IsClosed() // pgx closed it: the session had failed
 		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
 		switch {
@@ -245,8 +244,7 @@ func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	return err == nil
 }
 
-// grantOn makes the lock p just took on s for keys a hold of s, giving
-// back the use of s, which the caller has.
+// grantOn makes the lock p took on s a hold of s, giving back its use.
 func (d *Driver) grantOn(s *session, q *lockReq, p plan, token int64, keys []int64) (driver.Grant, error) {
 	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: p.key,
 		X: lockInfo{mode: q.mode, unlock: p.unlock, channel: p.channel}}
@@ -264,9 +262,8 @@ func (d *Driver) adoptedLocked(h *hold) {
 	}
 }
 
-// run executes p, a wait, on a connection of its own, which becomes a
-// session holding the lock once taken. The wait also ends, with errWoken,
-// when wake (if not nil) receives or is closed.
+// run executes p, a wait, on a connection of its own, then a session
+// holding the lock; wake (if not nil) ends the wait with errWoken.
 func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)
@@ -281,8 +278,7 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 			d.put(c)
 			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		}
-		// The connection's state is unknown, or a cancel request may yet
-		// reach it: close it, freeing anything its session took.
+		// Unknown state, or a cancel request on its way: close it.
 		dead := c.pg.IsClosed() // pgx closed it: the session had failed
 		c.close()
 		switch {
@@ -361,8 +357,7 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 	return token, false, err
 }
 
-// grant makes c, on which a wait just took the lock, a session holding
-// it, which later acquisitions may use.
+// grant makes c, where a wait just took the lock, a session holding it.
 func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, error) {
 	c.session(q.period, true)
 	s := d.pool.Init(new(session), c, q.period, p.key)
@@ -379,15 +374,13 @@ type keyState struct {
 	// writer is set while a Lock that conflicts with readers waits: a
 	// reader's try then fails, as on the server behind a waiting writer.
 	writer bool
-	// gate is held by the key's one Lock that may wait; the others wait
-	// to fill it.
+	// gate is held by the key's one Lock that may wait; the others queue.
 	gate    chan struct{}
 	changed chan struct{} // if not nil, closed when n next drops
 	refs    int           // Locks using gate
 }
 
-// conflicts reports whether a lock of mode m must wait for the driver's
-// holds and acquisitions of the key.
+// conflicts reports whether mode m must wait for the driver's uses of the key.
 func (k *keyState) conflicts(m driver.Mode) bool {
 	if m == driver.Read {
 		return k.writer || (k.n > 0 && !k.shared)
@@ -395,8 +388,7 @@ func (k *keyState) conflicts(m driver.Mode) bool {
 	return k.n > 0
 }
 
-// reserveKeyLocked counts an acquisition of mode m of key, or returns
-// false on a conflict; Driver.mu is held.
+// reserveKeyLocked counts an acquisition of key in mode m, false on a conflict.
 func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
 	k := d.keyLocked(key)
 	if k.conflicts(m) {
@@ -438,8 +430,7 @@ func (d *Driver) keyLocked(key int64) *keyState {
 	return k
 }
 
-// tidyKeyLocked forgets k, key's unused state, keeping it as the spare
-// (see Driver.spareKey); Driver.mu is held.
+// tidyKeyLocked forgets k, key's unused state, keeping it as spareKey.
 func (d *Driver) tidyKeyLocked(key int64, k *keyState) {
 	if k.n != 0 || k.refs != 0 || k.writer {
 		return

@@ -21,15 +21,13 @@ func init() {
 	dlock.Register("postgresql", open)
 }
 
-// ownParams are the URL parameters pglock reads, dlockParams those
-// dlock.Open reads: neither goes to pgx.
+// ownParams (pglock's) and dlockParams (dlock.Open's) do not go to pgx.
 var (
 	ownParams   = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
 	dlockParams = []string{"ttl", "renew"}
 )
 
-// open is the Opener of postgres:// and postgresql:// URLs (see the
-// package documentation).
+// open is the Opener of postgres:// and postgresql:// URLs.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	var o Options
 	o.Table = u.String("table", DefaultTable)
@@ -87,8 +85,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// parseError names the parameter pgx could not parse, the one that fails
-// alone, or else the URL.
+// parseError names the parameter that pgx fails to parse alone, or the URL.
 func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		one := *rest

@@ -21,8 +21,7 @@ const (
 	// DefaultKeepalive is the longest interval between two checks that a
 	// held lock's connection is alive.
 	DefaultKeepalive = 5 * time.Second
-	// DefaultMaxIdle is how many idle connections a driver keeps for the
-	// next acquisitions.
+	// DefaultMaxIdle is how many idle connections a driver keeps.
 	DefaultMaxIdle = 4
 	// DefaultSessionLocks is how many locks one session (one server
 	// connection) holds at most: 2,000 locks take 8 connections, and a
@@ -110,8 +109,7 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// life ends at Close (endLife); it bounds the listener's and the
-	// observers' work.
+	// life, ended by Close, bounds the listener's and observers' work.
 	life    context.Context
 	endLife context.CancelFunc
 	lis     listener
@@ -127,8 +125,7 @@ type Driver struct {
 	idle   []*conn
 	pool   *pool // the sessions, and the locks held on them
 	keys   map[int64]*keyState
-	// spareKey is an unused keyState, for the next key: most acquisitions
-	// then allocate none.
+	// spareKey is an unused keyState, so that most acquisitions make none.
 	spareKey *keyState
 	waiting  map[*conn]context.CancelFunc
 }
@@ -224,9 +221,8 @@ var _ driver.Schemer = (*Driver)(nil)
 // Table returns the token table's name.
 func (d *Driver) Table() string { return d.st.table }
 
-// Migrate creates the token table if it does not exist, on one of the
-// driver's connections. NewDriver does it already unless Options.NoMigrate
-// is set; see the package function Migrate.
+// Migrate runs the package function Migrate on one of the driver's
+// connections, as NewDriver does unless Options.NoMigrate is set.
 func (d *Driver) Migrate(ctx context.Context) error {
 	c, _, err := d.get(ctx)
 	if err != nil {
@@ -278,8 +274,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// closeWait bounds Close's wait for the background work, which closed
-// sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for background work, which closed sessions
+// end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 func (d *Driver) isClosed() bool {

@@ -58,8 +58,7 @@ func (d *Driver) lockPermit(ctx context.Context, q *lockReq) (driver.Grant, erro
 	}
 }
 
-// tryPermit takes the first slot of semaphore q.name that neither this
-// driver nor another session holds.
+// tryPermit takes the first free slot of semaphore q.name.
 func (d *Driver) tryPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	d.mu.Lock()
 	if d.closed {

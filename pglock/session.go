@@ -28,8 +28,8 @@ type (
 // lockInfo is what the driver keeps of a held lock besides its key.
 type lockInfo struct {
 	mode driver.Mode
-	// unlock releases the key; with channel set, it takes the channel as
-	// $2 and returns a second column.
+	// unlock releases the key; if channel is set, it takes it as $2 and
+	// returns a second column.
 	unlock  string
 	channel string
 }
@@ -58,8 +58,7 @@ func (d *Driver) newPool() *pool {
 	})
 }
 
-// session makes c the connection of a session of keep-alive period;
-// reused tells whether it was used before.
+// session makes c a session's connection; reused: it was used before.
 func (c *conn) session(period time.Duration, reused bool) {
 	c.timeout, c.reused = max(period, time.Second), reused
 }
@@ -145,8 +144,7 @@ func (d *Driver) lookup(r driver.Request) (*hold, error) {
 	return nil, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
 }
 
-// check verifies, on the lock's session, that the session still holds
-// the lock.
+// check verifies, on the lock's session, that it still holds the lock.
 func (d *Driver) check(ctx context.Context, h *hold) error {
 	s := h.S
 	if err := take(ctx, h); err != nil {
@@ -189,8 +187,7 @@ func (d *Driver) release(ctx context.Context, h *hold) error {
 	return unlockTaken(h)
 }
 
-// take takes the use of h's session; an error is ctx's, or says why h is
-// no longer held.
+// take takes h's session's use; an error is ctx's, or why h is not held.
 func take(ctx context.Context, h *hold) error {
 	switch err := h.S.Take(ctx); {
 	case err == nil:
@@ -204,8 +201,7 @@ func take(ctx context.Context, h *hold) error {
 	}
 }
 
-// unlockTaken runs the unlock statement, giving back the use of the
-// session, which the caller has.
+// unlockTaken runs the unlock statement, giving back the session's use.
 func unlockTaken(h *hold) error {
 	s := h.S
 	c := s.C
@@ -229,8 +225,7 @@ func unlockTaken(h *hold) error {
 		h.End(err)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	case c.pg.IsClosed() && !pgconn.Timeout(err):
-		// The session had ended (terminated, server restarted), and its
-		// locks with it.
+		// The session had ended (terminated, restart), and its locks.
 		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
 		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// statements are the SQL a driver (or LockTx) runs against one token
-// table, whose name, checked by checkTable, is written in as it is.
+// statements are the SQL run against one token table, whose name,
+// checked by checkTable, is written in as it is.
 type statements struct {
 	table string
 	// lock, tryLock, xactLock and tryXactLock take the advisory lock on
@@ -19,8 +19,7 @@ type statements struct {
 	// same statement, returning the token (no row: not taken).
 	lock, tryLock, xactLock, tryXactLock string
 	unlock                               string
-	// letGo and letGoShared release the session's keys among the array
-	// $1, after a statement that asked for them failed.
+	// letGo and letGoShared release the keys of array $1 held, after a failure.
 	letGo, letGoShared string
 	// held reports whether this session holds key $1.
 	held string
@@ -42,11 +41,9 @@ type statements struct {
 	// $4, returning the token and the notification's void.
 	lockLeader, tryLockLeader string
 	unlockLeader              string // releases key $1, notifies channel $2
-	// leader returns the token and value of row $2 if the session whose
-	// pid the row holds still holds key $1.
+	// leader returns row $2's token and value if its pid still holds $1.
 	leader string
-	// awaitFree waits until key $1 is free (released, or its holder's
-	// session ended) and lets it go at once.
+	// awaitFree waits until key $1 is free, then lets it go.
 	awaitFree string
 }
 
@@ -147,8 +144,7 @@ END IF;
 END $$`
 }
 
-// Execer is what Migrate needs: a *pgx.Conn, a pgx.Tx and a
-// *pgxpool.Pool all have this method.
+// Execer is what Migrate needs: *pgx.Conn, pgx.Tx, *pgxpool.Pool have it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }
@@ -209,8 +205,7 @@ func hint(err error, table string) error {
 	return err
 }
 
-// Limits of a table name: an identifier has at most 63 bytes, and the
-// sequence's name adds "_seq".
+// Limits of a table name: 63 bytes, less "_seq" for the sequence's name.
 const (
 	maxIdent      = 63
 	seqSuffix     = "_seq"

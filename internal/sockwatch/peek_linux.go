@@ -25,8 +25,7 @@ func peek(fd uintptr, buf []byte) (n int, errno syscall.Errno) {
 	}
 }
 
-// tcpEstablished is Linux's TCP_ESTABLISHED, tcp_info's first byte
-// (tcpi_state) while neither side has closed the connection.
+// tcpEstablished is TCP_ESTABLISHED, tcp_info's tcpi_state while both are open.
 const tcpEstablished = 1
 
 // peerClosed reports whether the TCP connection on fd has left the

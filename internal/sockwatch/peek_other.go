@@ -4,8 +4,7 @@ package sockwatch
 
 import "syscall"
 
-// canPeek is false: held locks' connections are checked by keep-alive
-// pings only.
+// canPeek is false: keep-alive pings alone check held locks' connections.
 const canPeek = false
 
 // peek is never called where canPeek is false.

@@ -36,13 +36,11 @@ type Watch struct {
 	waiting bool      // the waiting goroutine is inside rc.Read
 	stopped bool      // the lock ended: Wait returns at once
 
-	// Wait's look (its goroutine's alone), and Take's (the statement
-	// side's). Callbacks are made once, so that a look does not allocate.
+	// Wait's and Take's looks; callbacks are made once, not to allocate.
 	wait, take lookSlot // wait's callback is readFn
 	readFn     func(fd uintptr) bool
 
-	// closed is set for good once closedFn, a look at the TCP state,
-	// found the server closed the connection.
+	// closed is set for good once closedFn found the TCP state closed.
 	closed   atomic.Bool
 	closedFn func(fd uintptr)
 
@@ -154,8 +152,8 @@ func (w *Watch) JudgeBusy(ended func(frame []byte) bool) {
 	}
 }
 
-// Watched reports whether the socket is watched. When it is not, Look
-// always finds VQuiet, and Wait must not be called.
+// Watched reports whether the socket is watched: if not, Look finds
+// VQuiet, and Wait must not be called.
 func (w *Watch) Watched() bool { return w.rc != nil }
 
 // Start lets looks begin: the lock is held and no statement runs.
@@ -173,8 +171,7 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 		// The server is ending the session, and closes the connection next.
 		return VGone, 0
 	case peerClosed(fd):
-		// Bytes the driver must judge (TLS records, a notice), but the
-		// server has closed its side: the session is over.
+		// Bytes for the driver to judge, but the server closed its side.
 		return VGone, 0
 	}
 	return VData, 0
@@ -273,9 +270,9 @@ func (w *Watch) Take() (Verdict, syscall.Errno) {
 	return w.take.res, w.take.err // VData too: the statement reads those bytes
 }
 
-// Wait blocks until the socket is readable, deadline (if not zero) passes
-// or the watch stops, sitting out pauses. With EvGone, the errno is the
-// socket's error, if any. One goroutine may wait, on a watched socket.
+// Wait blocks until the socket is readable, deadline (if set) passes or
+// the watch stops, sitting out pauses; EvGone comes with the socket's
+// errno, if any. One goroutine may wait, on a watched socket.
 func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -357,8 +354,7 @@ func (w *Watch) Stop() {
 	w.mu.Unlock()
 }
 
-// busy keeps new looks from starting and waits for those begun before:
-// each is one system call, so it yields rather than sleeps.
+// busy keeps new looks off and yields until those begun (a syscall) end.
 func (w *Watch) busy() {
 	w.state.Or(stBusy)
 	for w.state.Load()&slotBits != 0 {

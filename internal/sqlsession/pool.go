@@ -33,31 +33,27 @@ type Pool[C Conn, K comparable, X any] struct {
 type Config[C Conn, K comparable, X any] struct {
 	// Locks is how many locks a session holds at most.
 	Locks int
-	// Open returns a fresh session of class with keys reserved (see
-	// Pool.Init) on a connection from the backend's idle ones or a new one.
+	// Open returns a fresh session of class with keys reserved (see Init),
+	// on an idle connection of the backend's or a new one.
 	Open func(ctx context.Context, class time.Duration, keys ...K) (*Session[C, K, X], error)
 	// Period returns the keep-alive period of sessions of class.
 	Period func(class time.Duration) time.Duration
 	// Idle, if set, reports (under the mutex) whether the backend has an
 	// idle connection, which opens a session at no cost.
 	Idle func() bool
-	// Adopted and Ended, if set, run under the mutex when a lock becomes a
-	// hold and when a hold ends.
+	// Adopted and Ended, if set, run under the mutex as a hold begins and ends.
 	Adopted, Ended func(h *Hold[C, K, X])
 }
 
 // Hooks are switches for tests; the zero value is what production runs.
 type Hooks struct {
-	// NoKeeper grants locks without their keeper goroutine: a holder
-	// whose goroutines have not run.
+	// NoKeeper grants locks without keepers, as if they had not run yet.
 	NoKeeper atomic.Bool
-	// TimerKeeper makes keepers started from now on run their checks on
-	// the timer alone, without waiting on the socket.
+	// TimerKeeper makes new keepers check on the timer alone, not the socket.
 	TimerKeeper atomic.Bool
 	// Freeze, while set, pauses the keep-alive checks until it is closed.
 	Freeze atomic.Pointer[chan struct{}]
-	// Refuse makes the backend's new connections fail, as for a crashed
-	// process.
+	// Refuse fails the backend's new connections, as for a crashed process.
 	Refuse atomic.Bool
 }
 
@@ -157,9 +153,8 @@ func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K,
 	case len(p.sessions) >= busySessions:
 		return spare
 	case p.cfg.Idle != nil && p.cfg.Idle(), spare == nil, spare.busy > 0:
-		// An idle connection opens a session at no cost; and when every
-		// session is in other acquisitions' hands, one more runs side by
-		// side rather than after them.
+		// An idle connection costs nothing; and when every session is in
+		// other acquisitions' hands, one more runs beside them.
 		return nil
 	}
 	return unused // nothing but a release or a check has it: wait for it
@@ -247,8 +242,7 @@ func (p *Pool[C, K, X]) endLocked(h *Hold[C, K, X]) {
 	}
 }
 
-// dropLocked takes s out of the sessions acquisitions pick; the mutex is
-// held.
+// dropLocked takes s out of the sessions to pick; the mutex is held.
 func (p *Pool[C, K, X]) dropLocked(s *Session[C, K, X]) {
 	if s.gone {
 		return
@@ -271,15 +265,13 @@ func (p *Pool[C, K, X]) LoseAll(cause error) {
 	p.keepers.Wait()
 }
 
-// ConnsLocked returns the connections of the sessions and held locks; the
-// mutex is held (for tests).
+// ConnsLocked returns the sessions' and holds' connections (for tests).
 func (p *Pool[C, K, X]) ConnsLocked() []C {
 	var cs []C
 	for _, s := range p.sessions {
 		cs = append(cs, s.C)
 	}
-	// A hold's session may have left the sessions (to retire) while it
-	// still holds its lock.
+	// A retiring session may still hold a lock.
 	for _, h := range p.held {
 		cs = append(cs, h.S.C)
 	}

@@ -28,35 +28,30 @@ import (
 
 // Conn is a session's connection, as its backend drives it.
 type Conn interface {
-	// Keep runs one keep-alive check on the session's idle connection,
-	// whose use the caller has; an error is the session's loss.
+	// Keep runs a keep-alive check, in the caller's use; an error is a loss.
 	Keep() error
-	// Gone describes the socket a look found closed by the server
-	// (errno 0) or failing.
+	// Gone describes a socket found closed (errno 0) or failing.
 	Gone(errno syscall.Errno) error
 	// Watch returns the watch of the socket (once the first lock is taken).
 	Watch() *sockwatch.Watch
-	// Close closes the connection of a lost session: the server frees
-	// whatever it still holds when it reads the close.
+	// Close closes a lost session's connection, which frees what it holds.
 	Close()
 	// Retire gives back the connection of a session that holds nothing.
 	Retire()
 }
 
-// A Session is a driver's connection while it holds locks or is asked for
-// one. Its exported fields are set when it is made.
+// A Session is a connection while it holds or is asked for locks. Its
+// exported fields are set when it is made.
 type Session[C Conn, K comparable, X any] struct {
 	p *Pool[C, K, X]
 	// C is the backend's connection.
 	C C
-	// Class groups the sessions locks may share (a keep-alive period, a
-	// server-side timeout).
+	// Class groups sessions locks may share (a period, a server timeout).
 	Class  time.Duration
 	period time.Duration // between two keep-alive checks
 	w      *sockwatch.Watch
 	stop   chan struct{} // closed when the session ends: stops the keeper
-	// loss is why the session was lost, set once, before its locks' loss
-	// is signalled and before the connection is closed.
+	// loss is set once, before its locks' losses are signalled and the close.
 	loss atomic.Pointer[error]
 
 	// use is a one-slot semaphore guarding C and ended: unlike a mutex,
@@ -84,8 +79,8 @@ func (s *Session[C, K, X]) Loss() error {
 	return nil
 }
 
-// Fresh reports whether s has not taken its first lock yet (see
-// Pool.Adopt); the caller has its use.
+// Fresh reports whether s has yet to take its first lock (see Pool.Adopt);
+// the caller has its use.
 func (s *Session[C, K, X]) Fresh() bool { return s.w == nil }
 
 // Take takes the use slot, waiting at most until ctx ends, then the
@@ -116,16 +111,15 @@ func (s *Session[C, K, X]) Release() {
 	<-s.use
 }
 
-// Occupy takes the use of s without a look, as a keep-alive check stuck
-// on a silent server would, until free is called (for tests).
+// Occupy takes s's use, as a check stuck on a silent server would, until
+// free (for tests).
 func (s *Session[C, K, X]) Occupy() (free func()) {
 	s.use <- struct{}{}
 	s.w.Pause()
 	return s.Release
 }
 
-// noteLoss records cause as the loss, unless one is already recorded,
-// and returns the recorded one.
+// noteLoss records cause as the loss if none is, and returns the loss.
 func (s *Session[C, K, X]) noteLoss(cause error) error {
 	s.loss.CompareAndSwap(nil, &cause)
 	return *s.loss.Load()
@@ -169,8 +163,7 @@ func (s *Session[C, K, X]) keep() {
 			return
 		}
 		if ev == sockwatch.EvData && s.stillData() {
-			// Bytes the check did not take: wait for the next period,
-			// not for the socket, which would wake at once.
+			// Bytes the check left would wake the watch at once: sleep instead.
 			if !s.sleepUntil(next) {
 				return
 			}
@@ -178,8 +171,7 @@ func (s *Session[C, K, X]) keep() {
 	}
 }
 
-// stillData reports whether the socket shows bytes again right after a
-// check that should have read them.
+// stillData reports whether bytes a check should have read are still there.
 func (s *Session[C, K, X]) stillData() bool {
 	v, _ := s.w.Look()
 	return v == sockwatch.VData
@@ -195,8 +187,7 @@ func (s *Session[C, K, X]) sleepUntil(t time.Time) bool {
 	}
 }
 
-// keepOrLose runs a keep-alive check, and ends the session as lost when
-// it fails; false when the session has ended.
+// keepOrLose runs a check, losing the session if it fails; false if ended.
 func (s *Session[C, K, X]) keepOrLose() bool {
 	if err := s.Take(context.Background()); err != nil {
 		return false // ended, or Take found the server gone and ended it
@@ -247,8 +238,7 @@ func (s *Session[C, K, X]) EndLost(cause error) error {
 	return cause
 }
 
-// Unreserve gives back a reservation of keys on s that took no lock, and
-// the use of s, which the caller has.
+// Unreserve gives back keys reserved on s that took no lock, and its use.
 func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.p.mu.Lock()
 	s.busy--
@@ -256,8 +246,8 @@ func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.putBack(keys, 1)
 }
 
-// putBack gives back the use of s with places places and a count of each
-// of keys; a session left with nothing retires instead.
+// putBack gives back s's use, places places and keys; one left with
+// nothing retires instead.
 func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	p := s.p
 	p.mu.Lock()
@@ -284,16 +274,15 @@ func (s *Session[C, K, X]) unkeyLocked(keys ...K) {
 	}
 }
 
-// retire ends a session that holds nothing, whose use the caller has,
-// and gives its connection back.
+// retire ends s, holding nothing and in the caller's use, and Retires C.
 func (s *Session[C, K, X]) retire() {
 	s.end()
 	<-s.use
 	s.C.Retire()
 }
 
-// end marks s ended, whose use the caller has, stops its watch (paused by
-// Take: it never looks again) and its keeper.
+// end marks s, in the caller's use, ended, and stops its keeper and watch
+// (paused by Take: it never looks again).
 func (s *Session[C, K, X]) end() {
 	s.ended = true
 	if s.w != nil {
@@ -302,8 +291,8 @@ func (s *Session[C, K, X]) end() {
 	close(s.stop)
 }
 
-// drop gives back a reservation of keys on s whose use the caller did
-// not get; a session left with nothing retires once its use is free.
+// drop gives back keys reserved on s whose use the caller did not get;
+// one left with nothing retires once its use is free.
 func (s *Session[C, K, X]) drop(keys []K) {
 	p := s.p
 	p.mu.Lock()
@@ -324,8 +313,7 @@ func (s *Session[C, K, X]) retireIfEmpty() {
 	}
 }
 
-// holdsAny reports whether s holds or is asked for one of keys; the
-// pool's mutex is held.
+// holdsAny reports whether s holds or is asked for one of keys (mutex held).
 func (s *Session[C, K, X]) holdsAny(keys []K) bool {
 	for _, k := range keys {
 		if s.keys[k] > 0 {
