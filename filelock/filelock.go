@@ -65,8 +65,8 @@ type held struct {
 	id   fileID
 }
 
-// NewDriver returns a driver over lock directory dir (DefaultDir() if
-// empty), which it creates (mode 0700) if missing.
+// NewDriver returns a driver over directory dir (default DefaultDir()),
+// which it creates (mode 0700) if missing.
 func NewDriver(dir string, o *Options) (*Driver, error) {
 	if !supported {
 		return nil, errUnsupported
@@ -111,8 +111,7 @@ func NewDriver(dir string, o *Options) (*Driver, error) {
 	}, nil
 }
 
-// New returns a Locker over a new Driver for dir (DefaultDir() when dir is
-// empty), with the Locker options opts.
+// New returns a Locker with the Locker options opts over NewDriver(dir, o).
 func New(dir string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 	d, err := NewDriver(dir, o)
 	if err != nil {

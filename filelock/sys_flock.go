@@ -61,8 +61,8 @@ func openFile(path string, mode uint32) (int, fileID, error) {
 	}
 }
 
-// pathID returns the identity of the file path names (no link followed);
-// a missing file is an error matching fs.ErrNotExist.
+// pathID identifies the file path names, following no link; a missing
+// file is an error matching fs.ErrNotExist.
 func pathID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	for {

@@ -9,12 +9,11 @@ const tokenLen = 21
 
 // nextToken returns the next token of a lock whose file holds b: the
 // later of the stored token + 1 and the Unix clock in microseconds. The
-// stored token makes tokens strictly increase while the file exists,
-// whatever the clock does; the clock, across the loss of the content (the
-// file deleted, or a write lost with the page cache in a crash) unless it
-// went back meanwhile: an acquisition takes far longer than a microsecond
-// (a few system calls), so no token runs ahead of the clock, and a token
-// drawn from it later exceeds all earlier ones.
+// stored token makes tokens strictly increase while the file exists; the
+// clock, across the loss of its content (deleted, or a write lost in a
+// crash) unless it went back: an acquisition takes far longer than a
+// microsecond (a few system calls), so no token runs ahead of the clock,
+// and a token drawn from it later exceeds all earlier ones.
 func nextToken(b []byte, now time.Time) uint64 {
 	next := uint64(1)
 	if last, ok := parseToken(b); ok && last < 1<<64-1 {

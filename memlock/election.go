@@ -15,8 +15,7 @@ type observer struct {
 	name string
 	ch   chan driver.LeaderInfo // buffered 1
 
-	// sent is the last value put on ch, have the last known taken (if
-	// taken). Guarded by s.mu.
+	// sent: last put on ch; have: last taken, if taken. Guarded by s.mu.
 	sent   driver.LeaderInfo
 	have   driver.LeaderInfo
 	taken  bool
@@ -90,9 +89,9 @@ func (s *Store) notify(name string) {
 	}
 }
 
-// offer puts info on the channel, replacing a value the reader has not
-// taken, unless the reader has it or will get it: the reader ends up with
-// the latest leader, never the same twice in a row. s.mu must be held.
+// offer puts info on the channel, replacing a value not taken, unless the
+// reader has it or will: it gets the latest leader, never one twice in a
+// row. s.mu is held.
 func (o *observer) offer(info driver.LeaderInfo) {
 	if info == o.sent {
 		return // on the channel, or already taken

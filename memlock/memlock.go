@@ -64,7 +64,7 @@ func New(s *Store, opts ...dlock.Option) (*dlock.Locker, error) {
 func (s *Store) Driver() *Driver { return &Driver{s: s, observers: map[*observer]struct{}{}} }
 
 // Driver implements driver.Driver, driver.Waiter, driver.Moder (every
-// mode) and driver.Elector over a Store. It is safe for concurrent use.
+// mode) and driver.Elector over a Store, safe for concurrent use.
 type Driver struct {
 	s *Store
 

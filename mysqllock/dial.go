@@ -68,9 +68,8 @@ func (s *Sockets) socket(id int64) net.Conn {
 type sniffConn struct {
 	net.Conn
 	s *Sockets
-	// head gathers the handshake's first bytes until done (the id read,
-	// or the handshake not understood), while only the goroutine that
-	// dials and authenticates reads.
+	// head gathers the handshake until done (the id read, or not
+	// understood), while only the dialling goroutine reads.
 	head []byte
 	done bool
 	id   uint32

@@ -19,13 +19,12 @@ import (
 const inspectBatch = 200
 
 // Inspect implements driver.Inspector: it lists the held locks whose names
-// start with prefix, sorted by name, taking the names from the token table
-// and asking IS_USED_LOCK of each. Owner is the holding connection
-// ("connection 42"); Token is the name's counter, which for a moment after
-// a grant is still the previous holder's; Waiters counts the GET_LOCK
-// statements waiting in the process list, one per waiting driver, and is
-// -1 without the PROCESS privilege; Expires is zero. See docs/CLI.md,
-// dlock status.
+// start with prefix, by name, from the token table's names and
+// IS_USED_LOCK. Owner is the holding connection ("connection 42"); Token
+// is the name's counter, for a moment after a grant still the previous
+// holder's; Waiters counts the GET_LOCK statements waiting in the process
+// list, one per waiting driver, or is -1 without the PROCESS privilege;
+// Expires is zero. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := d.begin(); err != nil {
 		return nil, err

@@ -27,10 +27,10 @@ const cleanupTimeout = time.Second
 
 // TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on one of
 // the driver's sessions (one with room, not asked for the lock already:
-// GET_LOCK is re-entrant within a session), then the token, on the same
-// connection. When another connection holds the lock, it returns a
-// *driver.HeldError. ctx bounds the wait for a session and the checkout
-// of a connection, not the statements on a shared session (see session).
+// GET_LOCK is re-entrant within a session), then the token on it. When another
+// connection holds the lock, it returns a *driver.HeldError. ctx bounds
+// the wait for a session and the checkout of a connection, not the
+// statements on a shared session (see session).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
@@ -250,8 +250,7 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 		}
 		qcancel()
 	})
-	// finish, called once the wait returned, stops the killer or waits
-	// for it; true when ctx or Close ended the wait.
+	// finish stops or awaits the killer; true if ctx or Close ended the wait.
 	finish := func() bool {
 		close(returned)
 		if !stopKill() {

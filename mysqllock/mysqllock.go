@@ -36,8 +36,7 @@ func init() {
 	dlock.Register("mysql", open)
 }
 
-// Options configure a Driver. The zero value, like a nil *Options, means
-// every default.
+// Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the table of fencing-token counters, "table" or
 	// "database.table": letters, digits, '_' and '$'. Lockers that take
@@ -117,9 +116,8 @@ type Driver struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // acquisitions in progress
-	// bg counts the driver's other goroutines (the sessions' keepers, a
-	// release or check that outlived its caller's context, a session's end
-	// after a Check found the server gone); Close waits, at most closeWait.
+	// bg counts the sessions' keepers, releases and checks that outlived
+	// their callers, ends after a Check; Close waits, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex

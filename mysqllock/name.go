@@ -66,8 +66,7 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 // maxSessionTimeout is the largest wait_timeout MySQL and MariaDB accept.
 const maxSessionTimeout = 31536000 * time.Second
 
-// sessionTimeout is a lock's wait_timeout: ttl in whole seconds, rounded
-// up, within the server's bounds.
+// sessionTimeout is ttl rounded up to seconds, within wait_timeout's bounds.
 func sessionTimeout(ttl time.Duration) time.Duration {
 	s := (ttl + time.Second - 1).Truncate(time.Second)
 	return min(max(s, time.Second), maxSessionTimeout)

@@ -70,9 +70,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("wait_step", o.WaitStep.String(), errors.New("below one second"))
 	}
 	socket := u.String("socket", "")
-	// cacert, cert and key name the files of the driver's own TLS
-	// configuration (go-sql-driver's tls takes only a name registered in
-	// code); with them, tls may be true or left out.
+	// cacert, cert and key name files of a TLS configuration of our own
+	// (go-sql-driver's tls only names one in code); tls is true or absent.
 	var tlsConf *tls.Config
 	if slices.ContainsFunc(driver.TLSFileParams, u.Has) {
 		if v := u.String("tls", "true"); v != "true" {
@@ -103,8 +102,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if tlsConf != nil {
 		cfg.TLS = tlsConf // go-sql-driver checks the certificate against the host
 	}
-	// The pool is the driver's: connections start with the TTL's
-	// wait_timeout (see Options.ExclusivePool).
+	// The pool is ours: its wait_timeout is the TTL's (ExclusivePool).
 	o.ExclusivePool = true
 	ttl, err := u.Duration("ttl", dlock.DefaultTTL)
 	if err != nil {

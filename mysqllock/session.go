@@ -43,12 +43,11 @@ type sconn struct {
 }
 
 // stmtTimeouts is how many keep-alive periods (a second at least) a
-// statement on a session may take before the session counts as lost:
-// enough for a loaded server, not so many that a silent one keeps it.
+// statement may take (for a loaded server, not a silent one) before its
+// session counts lost.
 const stmtTimeouts = 4
 
-// restoreTimeout restores a connection's wait_timeout for the pool (a
-// NULL would be the minimum, 1s).
+// restoreTimeout restores a connection's wait_timeout (a NULL would mean 1s).
 const restoreTimeout = "SET SESSION wait_timeout = COALESCE(@dlock_wait_timeout, @@GLOBAL.wait_timeout), @dlock_wait_timeout = NULL"
 
 // seconds is a wait_timeout in whole seconds, as SQL.

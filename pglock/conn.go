@@ -157,8 +157,7 @@ func (d *Driver) sessionSetup(pc *pgconn.PgConn) (string, []any) {
 	return "SELECT " + strings.Join(sel, ", "), args
 }
 
-// serverMajor returns the major version in a server_version string such
-// as "15.20 (Debian 15.20-0+deb12u1)", or 0.
+// serverMajor returns server_version's major ("15.20 (Debian...)": 15), or 0.
 func serverMajor(v string) int {
 	end := 0
 	for end < len(v) && '0' <= v[end] && v[end] <= '9' {
@@ -168,8 +167,8 @@ func serverMajor(v string) int {
 	return n
 }
 
-// close closes the connection: the server frees the session's locks once
-// it reads the close (after a running statement).
+// close closes c: the server frees its locks once it reads the close
+// (after the running statement, if any).
 func (c *conn) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

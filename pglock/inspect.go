@@ -26,8 +26,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	return out, err
 }
 
-// inspectSQL is Inspect's query: $1 is the prefix, $2 the table's name as
-// it is hashed into keys.
+// inspectSQL is Inspect's query: $1 is the prefix, $2 the table hashed in keys.
 const inspectSQL = `WITH l AS (
 	SELECT (classid::bigint << 32) | objid::bigint AS k, pid, granted
 	FROM pg_locks

@@ -65,9 +65,8 @@ func hashKey(prefix, table, mid, name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// rowName is the token row of the lock called name of kind m: the name
-// for the mutex, else behind a prefix with "#", which no name contains, so
-// that each kind has tokens of its own.
+// rowName is the token row of name's lock of kind m: the name for the
+// mutex, else behind a prefix with "#" (in no name): tokens of its own.
 func rowName(m driver.Mode, name string) string {
 	switch m {
 	case driver.Read, driver.Write:
@@ -137,8 +136,7 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	return q, nil
 }
 
-// modeWord names a mode in errors and channels: "mutex" for the mutex,
-// and Mode.String's word for the others.
+// modeWord names a mode in errors and channels: Mode.String's, or "mutex".
 func modeWord(m driver.Mode) string {
 	if m == driver.Exclusive {
 		return "mutex"

@@ -230,8 +230,8 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 	}
 }
 
-// letGo releases keys on c, whose session's use the caller has, after a
-// statement that asked for them failed; false if that fails too.
+// letGo releases keys on c (in the caller's use) after a failed statement
+// asked for them; false if that fails too.
 func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	sql := d.st.letGo
 	if m == driver.Read {
@@ -254,8 +254,8 @@ func (d *Driver) grantOn(s *session, q *lockReq, p plan, token int64, keys []int
 	return h.Grant(uint64(token)), nil
 }
 
-// adoptedLocked counts a held permit's slot among the driver's keys
-// (other kinds reserved theirs before asking); Driver.mu is held.
+// adoptedLocked counts a held permit's slot among the driver's keys (other
+// kinds reserved theirs before asking).
 func (d *Driver) adoptedLocked(h *hold) {
 	if h.X.mode == driver.Permit {
 		d.keyLocked(h.Key).n++
@@ -302,8 +302,8 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 // errWoken ends a wait that a notification interrupted.
 var errWoken = errors.New("pglock: wait interrupted by a notification")
 
-// take runs p's statement on c, taking the lock and advancing its token:
-// pgx.ErrNoRows if not taken; woken if wake interrupted the wait.
+// take runs p's statement on c: pgx.ErrNoRows if not taken, woken if wake
+// interrupted the wait.
 func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-chan struct{}) (token int64, woken bool, err error) {
 	if wait {
 		var cancel context.CancelFunc

@@ -27,9 +27,8 @@ const (
 	// connection) holds at most: 2,000 locks take 8 connections, and a
 	// lost connection takes at most 256 with it.
 	DefaultSessionLocks = 256
-	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS and
-	// start-up) of a configuration without connect_timeout, so that a
-	// server that accepts but never answers fails it rather than hang it.
+	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS,
+	// start-up) without connect_timeout: a server that never answers fails it.
 	DefaultConnectTimeout = 10 * time.Second
 )
 
@@ -41,8 +40,7 @@ const MinKeepalive = 10 * time.Millisecond
 
 var errClosed = driver.ErrClosed
 
-// Options configure a Driver. The zero value, like a nil *Options, means
-// every default.
+// Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the token table: a row per lock name with the last fencing
 	// token handed out, and a sequence named Table+"_seq" from which the
@@ -115,9 +113,8 @@ type Driver struct {
 	lis     listener
 	// observers counts the goroutines of Observe; Close waits for them.
 	observers sync.WaitGroup
-	// bg counts the driver's other goroutines (the sessions' keepers, a
-	// release or a session's end that outlived its caller, a cancel
-	// request); Close waits for them, at most closeWait.
+	// bg counts the sessions' keepers, releases and ends that outlived
+	// their callers, cancel requests; Close waits, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex

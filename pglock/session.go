@@ -35,8 +35,7 @@ type lockInfo struct {
 }
 
 // stmtTimeouts is how many ping timeouts a statement on a shared session
-// may take before the session counts as lost: enough for a loaded server,
-// not so many that a silent one keeps the session.
+// may take (for a loaded server, not a silent one) before it counts lost.
 const stmtTimeouts = 4
 
 // newPool returns the driver's pool of sessions.

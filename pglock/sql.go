@@ -26,8 +26,8 @@ type statements struct {
 
 	// The readers-writer lock's shared side: as lock and tryLock.
 	lockShared, tryLockShared, unlockShared string
-	// tryPermit takes the first free key of the array $1 and advances
-	// row $2, returning the token and the key (no row: all held).
+	// tryPermit takes array $1's first free key, advancing row $2 (no row:
+	// all held), and returns the token and the key.
 	tryPermit string
 	// pickSlot returns the key of the array $1 with the fewest waiting
 	// requests (ties at random): the slot a permit waiter blocks on.

@@ -223,8 +223,7 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 // statement's, the TCP state is not. A server that sent its FIN (or a
 // reset) has ended the session whatever the statement reads first, so a
 // holder resumed with a keep-alive check in flight finds the loss at its
-// first Check, before the check's goroutine runs. One getsockopt, no
-// allocation.
+// first Check, before the check's goroutine runs. One getsockopt.
 func (w *Watch) lookState() (Verdict, syscall.Errno) {
 	if !w.closed.Load() {
 		fn := w.closedFn

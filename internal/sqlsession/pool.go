@@ -68,11 +68,10 @@ func NewPool[C Conn, K comparable, X any](mu *sync.Mutex, closed *bool, group *b
 // side, before they wait for one another's statements.
 const busySessions = 16
 
-// Session returns a session of class, whose use the caller then has, with
-// keys and a place reserved on it (give them back with Session.Unreserve,
-// or make them a hold with Adopt): one with room that holds none of the
-// keys, else a fresh one from Config.Open. ctx bounds the wait for a
-// session and the opening of a connection.
+// Session returns a session of class with room and none of keys, else a
+// fresh one from Config.Open, in the caller's use, with keys and a place
+// reserved (Session.Unreserve gives them back, Adopt makes them a hold).
+// ctx bounds the wait for a session and the opening of a connection.
 func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys ...K) (*Session[C, K, X], error) {
 	for {
 		p.mu.Lock()
@@ -160,12 +159,11 @@ func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K,
 	return unused // nothing but a release or a check has it: wait for it
 }
 
-// Adopt makes h, the lock just taken on h.S for the keys it was asked
-// for, a hold of h.S, giving back the other keys and the use of the
-// session, which the caller has. A fresh session is watched from now on,
-// joins the sessions acquisitions pick, and its keeper starts. After the
-// driver's Close, Adopt ends the session as lost and returns
-// driver.ErrClosed.
+// Adopt makes h, the lock just taken on h.S for keys, a hold of h.S,
+// giving back the other keys and the session's use, which the caller has.
+// A fresh session is watched from now on, joins the sessions to pick, and
+// its keeper starts. After the driver's Close, Adopt ends the session as
+// lost and returns driver.ErrClosed.
 func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
 	s := h.S
 	fresh := s.w == nil

@@ -111,8 +111,7 @@ func (s *Session[C, K, X]) Release() {
 	<-s.use
 }
 
-// Occupy takes s's use, as a check stuck on a silent server would, until
-// free (for tests).
+// Occupy takes s's use until free, as a stuck check would (for tests).
 func (s *Session[C, K, X]) Occupy() (free func()) {
 	s.use <- struct{}{}
 	s.w.Pause()
@@ -246,8 +245,7 @@ func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.putBack(keys, 1)
 }
 
-// putBack gives back s's use, places places and keys; one left with
-// nothing retires instead.
+// putBack gives back s's use, places places and keys; retires s if left empty.
 func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	p := s.p
 	p.mu.Lock()
