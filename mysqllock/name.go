@@ -11,9 +11,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// MaxLockNameLen is the longest user-level lock name MySQL accepts (5.7
-// and later); MariaDB accepts somewhat longer ones, and the driver keeps
-// to the shorter limit on both.
+// MaxLockNameLen is the longest user-level lock name MySQL (5.7+) accepts;
+// MariaDB's limit is longer, but the driver keeps to this one on both.
 const MaxLockNameLen = 64
 
 // lockName maps the lock called name to its server-side name. Servers

@@ -62,12 +62,12 @@ func saveTimeout(timeout time.Duration) string {
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*sconn, string, struct{}]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, timeout time.Duration, keys ...string) (*session, error) {
+		Open: func(ctx context.Context, timeout time.Duration) (*session, error) {
 			c, err := d.db.Conn(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("mysqllock: connection: %w", err)
 			}
-			return d.newSession(c, timeout, keys...), nil
+			return d.newSession(c, timeout), nil
 		},
 		Period: d.period,
 	})

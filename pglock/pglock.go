@@ -23,9 +23,8 @@ const (
 	DefaultKeepalive = 5 * time.Second
 	// DefaultMaxIdle is how many idle connections a driver keeps.
 	DefaultMaxIdle = 4
-	// DefaultSessionLocks is how many locks one session (one server
-	// connection) holds at most: 2,000 locks take 8 connections, and a
-	// lost connection takes at most 256 with it.
+	// DefaultSessionLocks is the most locks one session (connection) holds:
+	// 2,000 locks take 8 connections, and a lost one takes at most 256.
 	DefaultSessionLocks = 256
 	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS,
 	// start-up) without connect_timeout: a server that never answers fails it.

@@ -42,13 +42,13 @@ const stmtTimeouts = 4
 func (d *Driver) newPool() *pool {
 	return sqlsession.NewPool(&d.mu, &d.closed, &d.bg, sqlsession.Config[*conn, int64, lockInfo]{
 		Locks: d.sessionLocks,
-		Open: func(ctx context.Context, period time.Duration, keys ...int64) (*session, error) {
+		Open: func(ctx context.Context, period time.Duration) (*session, error) {
 			c, reused, err := d.get(ctx)
 			if err != nil {
 				return nil, err
 			}
 			c.session(period, reused)
-			return d.pool.Init(new(session), c, period, keys...), nil
+			return d.pool.Init(new(session), c, period), nil
 		},
 		Period:  func(period time.Duration) time.Duration { return period },
 		Idle:    func() bool { return len(d.idle) > 0 },

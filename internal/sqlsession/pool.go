@@ -33,13 +33,12 @@ type Pool[C Conn, K comparable, X any] struct {
 type Config[C Conn, K comparable, X any] struct {
 	// Locks is how many locks a session holds at most.
 	Locks int
-	// Open returns a fresh session of class with keys reserved (see Init),
-	// on an idle connection of the backend's or a new one.
-	Open func(ctx context.Context, class time.Duration, keys ...K) (*Session[C, K, X], error)
+	// Open returns a fresh session of class (see Init), on an idle
+	// connection of the backend's or a new one.
+	Open func(ctx context.Context, class time.Duration) (*Session[C, K, X], error)
 	// Period returns the keep-alive period of sessions of class.
 	Period func(class time.Duration) time.Duration
-	// Idle, if set, reports (under the mutex) whether the backend has an
-	// idle connection, which opens a session at no cost.
+	// Idle, if set, reports under the mutex whether an idle connection waits.
 	Idle func() bool
 	// Adopted and Ended, if set, run under the mutex as a hold begins and ends.
 	Adopted, Ended func(h *Hold[C, K, X])
@@ -101,7 +100,15 @@ func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys .
 		// The session ended meanwhile: pick again.
 		s.drop(keys)
 	}
-	return p.cfg.Open(ctx, class, keys...)
+	// Not reserved by Open: through a func value, keys would escape (allocate).
+	s, err := p.cfg.Open(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		s.keys[k]++
+	}
+	return s, nil
 }
 
 // Init makes s (the backend may allocate it with its connection) a fresh
