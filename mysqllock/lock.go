@@ -204,7 +204,7 @@ func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) 
 	sc := &struct {
 		s session
 		c sconn
-	}{c: sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}}
+	}{c: sconn{d: d, conn: c, timeout: timeout}}
 	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
 }
 

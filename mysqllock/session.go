@@ -35,7 +35,6 @@ type sconn struct {
 	conn    *sql.Conn
 	id      int64         // the connection's CONNECTION_ID()
 	timeout time.Duration // the session's wait_timeout
-	period  time.Duration // between keep-alive checks
 	raw     net.Conn      // the socket, if known (Options.Sockets): see bound
 	lastOK  time.Time     // when the last statement that succeeded was sent
 	// ctx, if set, bounds statements on an acquisition's own connection.
@@ -90,7 +89,9 @@ func (c *sconn) Watch() *sockwatch.Watch {
 }
 
 // stmtBound bounds one statement on the session.
-func (c *sconn) stmtBound() time.Duration { return stmtTimeouts * max(c.period, time.Second) }
+func (c *sconn) stmtBound() time.Duration {
+	return stmtTimeouts * max(c.d.period(c.timeout), time.Second)
+}
 
 // bound returns the context of a statement on the session, bounded by
 // stmtBound (not a caller's context: see session), and the cancel

@@ -116,16 +116,15 @@ func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys .
 // from Session, and returns it. It joins the pool at its first Adopt.
 func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys ...K) *Session[C, K, X] {
 	*s = Session[C, K, X]{
-		p:      p,
-		C:      c,
-		Class:  class,
-		period: p.cfg.Period(class),
-		stop:   make(chan struct{}),
-		use:    make(chan struct{}, 1),
-		holds:  map[*Hold[C, K, X]]struct{}{},
-		keys:   make(map[K]int, max(len(keys), 1)),
-		n:      1,
-		busy:   1,
+		p:     p,
+		C:     c,
+		Class: class,
+		stop:  make(chan struct{}),
+		use:   make(chan struct{}, 1),
+		holds: map[*Hold[C, K, X]]struct{}{},
+		keys:  make(map[K]int, max(len(keys), 1)),
+		n:     1,
+		busy:  1,
 	}
 	for _, k := range keys {
 		s.keys[k]++

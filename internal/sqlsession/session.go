@@ -47,10 +47,9 @@ type Session[C Conn, K comparable, X any] struct {
 	// C is the backend's connection.
 	C C
 	// Class groups sessions locks may share (a period, a server timeout).
-	Class  time.Duration
-	period time.Duration // between two keep-alive checks
-	w      *sockwatch.Watch
-	stop   chan struct{} // closed when the session ends: stops the keeper
+	Class time.Duration
+	w     *sockwatch.Watch
+	stop  chan struct{} // closed when the session ends: stops the keeper
 	// loss is set once, before its locks' losses are signalled and the close.
 	loss atomic.Pointer[error]
 
@@ -132,7 +131,8 @@ func (s *Session[C, K, X]) noteLoss(cause error) error {
 func (s *Session[C, K, X]) keep() {
 	defer s.p.keepers.Done()
 	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
-	next := time.Now().Add(s.period)
+	period := s.p.cfg.Period(s.Class) // between two keep-alive checks
+	next := time.Now().Add(period)
 	for {
 		ev := sockwatch.EvDeadline
 		if watched {
@@ -149,7 +149,7 @@ func (s *Session[C, K, X]) keep() {
 			return
 		}
 		if ev == sockwatch.EvDeadline {
-			next = time.Now().Add(s.period)
+			next = time.Now().Add(period)
 		}
 		if f := s.p.Hooks.Freeze.Load(); f != nil {
 			select {
