@@ -6,14 +6,13 @@ import (
 	"path/filepath"
 )
 
-// DefaultDir returns the directory that a Driver uses when given none (and
-// that the URL "file://" names), creating it with mode 0700 if it is
-// missing: $XDG_STATE_HOME/dlock, $HOME/.local/state/dlock,
-// os.UserCacheDir()/dlock or os.TempDir()/dlock-<uid>, the first that can
-// be determined (see docs/FILE.md). The directory is per user: processes
-// of different users do not exclude each other through it. DefaultDir
-// fails if the directory is a symbolic link, belongs to another user or is
-// writable by group or others.
+// DefaultDir returns the directory a Driver uses when given none (and the
+// URL "file://" names), created with mode 0700 if missing: the first that
+// can be determined of $XDG_STATE_HOME/dlock, $HOME/.local/state/dlock,
+// os.UserCacheDir()/dlock and os.TempDir()/dlock-<uid> (see docs/FILE.md).
+// It is per user: processes of different users do not exclude each other
+// through it. DefaultDir fails if it is a symbolic link, belongs to
+// another user or is writable by group or others.
 func DefaultDir() (string, error) {
 	dir := defaultDirPath()
 	if err := os.MkdirAll(dir, 0o700); err != nil {

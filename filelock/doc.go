@@ -33,20 +33,18 @@
 // last fencing token granted for its lock; each acquisition writes the
 // later of that token + 1 and the wall clock in microseconds, so tokens
 // strictly increase as long as the clock has not been set back. A flock
-// has no TTL: it is held until released or until its holder's process
-// ends; a renewal checks that the lock file was not removed or replaced,
-// the one way a flock can be lost. A waiting Acquire can be cancelled and
-// leaves nothing queued; waiters are not served in order. util-linux
-// flock(1) on the same file excludes dlock and is excluded by it.
-//
-// The driver implements driver.Moder for the readers-writer lock, with
-// writer preference across processes (files name + RWSuffix, GateSuffix
-// and SeqSuffix); semaphores and elections are unsupported. One host only:
-// network file systems are not supported. On platforms without flock
-// (Windows) NewDriver returns an error matching dlock.ErrUnsupported.
+// has no TTL: it is held until released or its holder's process ends; a
+// renewal checks that the lock file was not removed or replaced, the one
+// way to lose a flock. A waiting Acquire can be cancelled and leaves
+// nothing queued; waiters are not served in order. util-linux flock(1) on
+// the same file excludes dlock and is excluded by it. The driver
+// implements driver.Moder for the readers-writer lock, with writer
+// preference across processes (files name + RWSuffix, GateSuffix and
+// SeqSuffix); semaphores and elections are unsupported. One host only:
+// network file systems are not supported. Without flock (Windows)
+// NewDriver returns an error matching dlock.ErrUnsupported.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/FILE.md for the
-// default directory, file names, acquiring and waiting, the readers-writer
-// lock's gate, lifetime and loss, securing the store, the limits and the
-// measurements.
+// default directory, file names, waiting, the readers-writer lock's gate,
+// lifetime and loss, security, the limits and the measurements.
 package filelock

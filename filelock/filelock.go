@@ -16,15 +16,13 @@ import (
 // Scheme is the URL scheme filelock registers with dlock.
 const Scheme = "file"
 
-// DefaultMode is the permission of the lock files a Driver creates when
-// Options.Mode is zero: read and write for the owner alone.
+// DefaultMode is the lock files' mode when Options.Mode is zero: owner only.
 const DefaultMode fs.FileMode = 0o600
 
 // errUnsupported is NewDriver's error on a platform without flock.
 var errUnsupported = fmt.Errorf("%w: filelock needs flock(2), which %s lacks", driver.ErrUnsupported, runtime.GOOS)
 
-// Options configure a Driver. A nil *Options, or the zero value, gives the
-// defaults.
+// Options configure a Driver; a nil *Options or the zero value means defaults.
 type Options struct {
 	// Mode is the permission of the lock files the driver creates, applied
 	// exactly (the umask does not narrow it): 0660 lets a group share a
@@ -41,8 +39,8 @@ type Options struct {
 
 // A Driver takes locks as flocks on files in one directory, one file per
 // lock name. It implements driver.Driver, driver.Waiter and driver.Moder
-// (the mutex and the readers-writer lock). Create one
-// with NewDriver; it is safe for concurrent use, and must not be copied.
+// (the mutex and the readers-writer lock). Create one with NewDriver; it
+// is safe for concurrent use, and must not be copied.
 //
 // Locks exclude each other across processes and within one: two Drivers,
 // or two acquisitions through one Driver, never hold the same name at once.
@@ -58,8 +56,7 @@ type Driver struct {
 	watching bool          // holds a reference on the process's watcher
 }
 
-// held is a lock the driver holds. Whoever removes it from Driver.held
-// owns the descriptor and closes it.
+// held is a held lock; whoever removes it from Driver.held owns its fd.
 type held struct {
 	name string
 	mode driver.Mode
@@ -68,8 +65,8 @@ type held struct {
 	id   fileID
 }
 
-// NewDriver returns a driver over the lock directory dir, which it
-// creates (mode 0700) if missing. An empty dir means DefaultDir().
+// NewDriver returns a driver over directory dir (default DefaultDir()),
+// which it creates (mode 0700) if missing.
 func NewDriver(dir string, o *Options) (*Driver, error) {
 	if !supported {
 		return nil, errUnsupported
@@ -92,8 +89,7 @@ func NewDriver(dir string, o *Options) (*Driver, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
 	}
-	// One directory must give one path, so that waiters of one process
-	// find each other whichever spelling each Driver was given.
+	// One path however spelt, so that a process's waiters find each other.
 	abs, err := filepath.Abs(dir)
 	if err == nil {
 		abs, err = filepath.EvalSymlinks(abs)
@@ -115,8 +111,7 @@ func NewDriver(dir string, o *Options) (*Driver, error) {
 	}, nil
 }
 
-// New returns a Locker over a new Driver for dir (DefaultDir() when dir is
-// empty), with the Locker options opts.
+// New returns a Locker with the Locker options opts over NewDriver(dir, o).
 func New(dir string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 	d, err := NewDriver(dir, o)
 	if err != nil {
@@ -130,8 +125,7 @@ func (d *Driver) Scheme() string { return Scheme }
 
 var _ driver.Schemer = (*Driver)(nil)
 
-// Dir returns the driver's lock directory: absolute, with symbolic links
-// resolved.
+// Dir returns the driver's lock directory, absolute, links resolved.
 func (d *Driver) Dir() string { return d.dir }
 
 // Path returns the path of the file that holds the lock called name (see
@@ -160,9 +154,8 @@ func (d *Driver) path(name, suffix string) string {
 	return b.String()
 }
 
-// Close implements driver.Driver: it releases every lock the driver still
-// holds and ends its waits (they return driver.ErrClosed). Close is
-// idempotent. The lock files stay.
+// Close implements driver.Driver: it releases the driver's locks and ends
+// its waits (with driver.ErrClosed); the files stay. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -62,3 +62,17 @@ func mustTry(t testing.TB, ctx context.Context, l *dlock.Locker, name string) *d
 	}
 	return lease
 }
+
+// acquireAsync runs acquire in a goroutine, failing t if it fails, and
+// delivers the lease on the channel it returns.
+func acquireAsync(t testing.TB, acquire func() (*dlock.Lease, error)) <-chan *dlock.Lease {
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lease, err := acquire()
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	return got
+}

@@ -20,12 +20,11 @@ import (
 )
 
 // Inspect implements driver.Inspector: it lists the held locks of the
-// driver's directory whose names start with prefix, with the token each
-// lock file holds and, on Linux, the holder's process as Owner ("pid
-// 1234"; the owner value itself for a lock this Driver holds). Expires is
-// zero and Waiters -1 (unknown). Off Linux, a TryLock racing with
-// Inspect's non-blocking test lock can fail as if the lock were held. See
-// docs/CLI.md, dlock status.
+// driver's directory whose names start with prefix, with each file's token
+// and, on Linux, the holder's process as Owner ("pid 1234"; the owner
+// value itself for this Driver's locks). Expires is zero and Waiters -1
+// (unknown). Off Linux, a TryLock racing with Inspect's non-blocking test
+// lock can fail as if held. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if d.isClosed() {
 		return nil, driver.ErrClosed
@@ -89,23 +88,20 @@ func (d *Driver) ownersByName() map[string]string {
 	return m
 }
 
-// flockHolders maps files to the process holding a flock on them, as
-// /proc/locks reports it.
+// flockHolders maps files to their flock holders' pids, from /proc/locks.
 type flockHolders struct {
 	byDevIno map[[3]uint64]int // {major, minor, inode} → pid
 	byIno    map[uint64][]int  // inode → pids, for file systems whose st_dev differs from the kernel's
 	devs     map[[2]uint64]bool
 }
 
-// holder returns the pid holding a flock on the file id (0 when the
-// kernel does not say) and whether one is held.
+// holder reports whether file id is flocked, and by which pid (0: unknown).
 func (h flockHolders) holder(id fileID) (int, bool) {
 	if pid, ok := h.byDevIno[[3]uint64{devMajor(id.dev), devMinor(id.dev), id.ino}]; ok {
 		return pid, true
 	}
-	// Btrfs subvolumes, for one, report an anonymous st_dev that no line
-	// of /proc/locks names; the inode number alone decides then, when it
-	// is unambiguous.
+	// Btrfs subvolumes report a st_dev /proc/locks never names: then an
+	// unambiguous inode number decides.
 	if h.devs[[2]uint64{devMajor(id.dev), devMinor(id.dev)}] {
 		return 0, false
 	}
@@ -115,8 +111,7 @@ func (h flockHolders) holder(id fileID) (int, bool) {
 	return 0, false
 }
 
-// procLocks reads the granted flocks of /proc/locks; ok is false when it
-// cannot (not Linux, or no /proc).
+// procLocks reads /proc/locks' granted flocks; false without /proc or Linux.
 func procLocks() (flockHolders, bool) {
 	if runtime.GOOS != "linux" {
 		return flockHolders{}, false
@@ -163,9 +158,8 @@ func procLocks() (flockHolders, bool) {
 func devMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
 func devMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
 
-// probe tells whether a flock is held on the file at path by trying a
-// non-blocking shared one through a descriptor of its own, and dropping it
-// at once.
+// probe tells whether path's file is flocked by trying a shared flock on
+// a descriptor of its own, dropped at once.
 func probe(path string) (bool, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
 	if err != nil {

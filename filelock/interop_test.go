@@ -38,14 +38,7 @@ func TestFlockCommand(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "shell/job"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while flock(1) holds the file = %v, want ErrNotAcquired", err)
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, "shell/job")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lease
-	}()
+	got := acquireAsync(t, func() (*dlock.Lease, error) { return l.Acquire(ctx, "shell/job") })
 	time.Sleep(50 * time.Millisecond)
 	select {
 	case <-got:

@@ -30,16 +30,14 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return g, nil
 }
 
-// An acquisition is one request, resolved at the driver's entry (TryLock,
-// Lock) into the files it locks and how, from its first attempt to its
-// last. Its files stay open meanwhile, so that its attempts make no close
-// events that would wake the other waiters for nothing.
+// An acquisition is one request, resolved at the driver's entry into the
+// files it locks and how. Its files stay open from its first attempt to
+// its last, making no close events that would wake other waiters.
 type acquisition struct {
 	d *Driver
 	r driver.Request
-	// path is the lock file. A readers-writer lock also has the writers'
-	// gate and the token file (see rw.go); a mutex keeps its token in its
-	// lock file, and gatePath is "".
+	// path is the lock file, which holds a mutex's token; a readers-writer
+	// lock also has the writers' gate and the token file (see rw.go).
 	path, gatePath, seqPath string
 	shared                  bool // a reader: LOCK_SH
 	lock, gate              lockFile
@@ -67,8 +65,7 @@ func (d *Driver) resolve(r driver.Request) (acquisition, error) {
 	return a, nil
 }
 
-// close drops what the acquisition still holds; a writer's gate wakes the
-// readers and writers that wait for it.
+// close drops what a holds, waking the waiters for a writer's gate.
 func (a *acquisition) close() {
 	a.lock.close()
 	if a.gate.fd >= 0 {
@@ -87,10 +84,10 @@ const (
 )
 
 // step makes one attempt. A mutex takes its lock file exclusively. A
-// reader passes the gate (LOCK_SH, which fails while a writer waits) and,
-// still in it, takes the lock shared; a writer takes the gate
-// exclusively, keeps it across attempts, and then takes the lock
-// exclusively. Either then advances the token.
+// reader passes the gate (LOCK_SH, failing while a writer waits) and,
+// still in it, takes the lock shared; a writer takes the gate exclusively,
+// keeps it across attempts, and takes the lock exclusively. Then the
+// token advances.
 func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
 	start := time.Now()
 	if a.gatePath != "" && !a.gated {
@@ -100,8 +97,7 @@ func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
 		}
 		if !ok {
 			if !a.shared && a.gate.fd >= 0 {
-				// Readers passing the gate hold it shared for an instant;
-				// a writer waiting in it holds it exclusively.
+				// Passing readers hold it shared, a waiting writer exclusively.
 				if ok, _ := tryFlock(a.gate.fd, true); ok {
 					funlock(a.gate.fd)
 					return stepPassing, driver.Grant{}, nil
@@ -153,24 +149,19 @@ func (lf *lockFile) close() {
 	}
 }
 
-// maxReopen bounds how often one attempt follows a lock file that keeps
-// being removed or replaced under it.
+// maxReopen bounds one attempt's chase of a lock file replaced under it.
 const maxReopen = 100
 
-// testHookLocked, if set, runs after each successful flock, before the
-// check that the path still names the locked file.
+// testHookLocked, if set, runs after each flock taken, before the path check.
 var testHookLocked func(path string)
 
 // attempt makes one non-blocking attempt to lock the file at path, shared
-// (LOCK_SH) or exclusively, through lf, opening it if lf has none. It
-// returns true when lf holds the flock on the file that path names.
-// Otherwise lf stays open on that file, ready for the next attempt.
-//
-// A flock locks an inode, not a path: after it is granted, the path must
-// still name the locked inode. If the file was removed or replaced
-// meanwhile, the lock is worthless (another process can create and lock
-// the new file) and the attempt starts over on the file the path names
-// now.
+// (LOCK_SH) or exclusively, through lf, opening it if lf has none: true
+// when lf holds the flock on the file path names; else lf stays open on
+// that file for the next attempt. A flock locks an inode, not a path: if
+// the file was removed or replaced by the time the flock is granted, the
+// lock is worthless (another process can lock the new file), and the
+// attempt starts over on the file path names now.
 func (d *Driver) attempt(lf *lockFile, path string, shared bool) (bool, error) {
 	for range maxReopen {
 		if lf.fd < 0 {
@@ -208,8 +199,8 @@ func (d *Driver) attempt(lf *lockFile, path string, shared bool) (bool, error) {
 	return false, fmt.Errorf("filelock: %s was removed or replaced %d times during one attempt", path, maxReopen)
 }
 
-// advance advances the fencing token in the file fd (at path) holds, with
-// one read and one write (and an fsync with Options.Sync).
+// advance advances the token in fd's file (at path): one read and one
+// write (and an fsync with Options.Sync).
 func (d *Driver) advance(fd int, path string) (uint64, error) {
 	var buf [tokenLen]byte
 	n, err := readAt(fd, buf[:])
@@ -224,9 +215,7 @@ func (d *Driver) advance(fd int, path string) (uint64, error) {
 	return tok, nil
 }
 
-// grant records the lock whose flock a.lock holds, with token tok. It
-// takes a.lock's descriptor: on return a.lock is empty, whatever the
-// outcome.
+// grant records a.lock's lock, with token tok, taking its fd in any case.
 func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Grant, error) {
 	fd := a.lock.fd
 	a.lock.fd = -1
@@ -243,12 +232,11 @@ func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Gran
 	return driver.Grant{Token: tok, Expires: start.Add(a.r.TTL)}, nil
 }
 
-// Refresh implements driver.Driver. A flock does not expire, so there is
-// nothing to extend: Refresh checks that the lock is still the caller's
-// and that its path still names the locked file, and returns now + TTL.
-// This is how a Locker's renewal learns that a lock file was removed or
-// replaced (the one way to lose a flock): then Refresh drops the lock and
-// returns an error wrapping driver.ErrNotHeld.
+// Refresh implements driver.Driver. A flock does not expire: Refresh
+// checks that the lock is still the caller's and its path still names the
+// locked file, and returns now + TTL. So a Locker's renewal learns that a
+// lock file was removed or replaced (the one way to lose a flock): then
+// Refresh drops the lock and returns an error wrapping driver.ErrNotHeld.
 func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error) {
 	now := time.Now()
 	d.mu.Lock()
@@ -271,12 +259,11 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 }
 
 // Unlock implements driver.Driver: it drops the flock and closes the file,
-// which stays in the directory. Lock files are never deleted: a process
-// that opened the file just before its deletion could then lock the
-// orphaned inode while another locks a new file under the same path.
-// Unlock returns an error wrapping driver.ErrNotHeld when r does not hold
-// the lock, or when its file was removed or replaced (the lock is dropped
-// then too).
+// which stays: a process that opened a lock file just before its deletion
+// could lock the orphaned inode while another locks a new file under the
+// same path. Unlock returns an error wrapping driver.ErrNotHeld when r
+// does not hold the lock, or its file was removed or replaced (the lock
+// is dropped then too).
 func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	h := d.take(r)
 	if h == nil {
@@ -291,9 +278,9 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	return err
 }
 
-// check returns nil while h's path still names the file it locked; an
-// error wrapping driver.ErrNotHeld, with replaced set, once that file was
-// removed or replaced; else the error of the look at the path.
+// check returns nil while h's path names the file it locked; an error
+// wrapping driver.ErrNotHeld, with replaced, once that file was removed
+// or replaced; else the error of the look.
 func (h *held) check() (replaced bool, err error) {
 	cur, err := pathID(h.path)
 	switch {

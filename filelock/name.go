@@ -11,12 +11,10 @@ import (
 const Suffix = ".lock"
 
 // A lock's file name is its name with every "/" replaced by slashEscape,
-// plus Suffix: "orders/42" is "orders%42.lock". Every lock is a file
-// directly in the driver's directory: no name can reach outside it, since
-// the file name holds no "/" and, with the suffix, is never "." or "..".
-// The mapping is reversible and collision-free because slashEscape is not
-// in the alphabet of lock names; FileName rejects it anyway, so that the
-// mapping stays injective even if that alphabet ever grows.
+// plus Suffix ("orders%42.lock"), directly in the driver's directory: with
+// no "/" and the suffix, it is never "." or "..", nor reaches outside. The
+// mapping is reversible and collision-free as slashEscape is not in the
+// alphabet of lock names; FileName rejects it anyway, should that grow.
 const slashEscape = '%'
 
 // FileName returns the name of the file, in a driver's directory, that

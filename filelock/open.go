@@ -49,8 +49,7 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	return NewDriver(u.Path, &o)
 }
 
-// parseMode parses an octal permission such as 0600, 660 or 0o644 that
-// grants the owner read and write.
+// parseMode parses an octal permission (0600, 660, 0o644) with owner rw.
 func parseMode(v string) (fs.FileMode, error) {
 	m, err := strconv.ParseUint(strings.TrimPrefix(v, "0o"), 8, 32)
 	if err != nil || m&^0o777 != 0 {

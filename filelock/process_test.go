@@ -193,14 +193,7 @@ func TestProcessKilledHolder(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire while another process holds the lock = %v, want ErrNotAcquired", err)
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, "job")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lease
-	}()
+	got := acquireAsync(t, func() (*dlock.Lease, error) { return l.Acquire(ctx, "job") })
 	if !settle(5*time.Second, func() bool { return filelock.Waiters() == 1 }) {
 		t.Fatal("the waiter never registered")
 	}

@@ -109,15 +109,10 @@ func TestFileWriterPreference(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-	wc := make(chan *dlock.Lease, 1)
-	go func() {
-		w, err := b.AcquireWrite(ctx, "rw")
-		if err != nil {
-			t.Error(err)
-		}
-		note("writer")
-		wc <- w
-	}()
+	wc := acquireAsync(t, func() (*dlock.Lease, error) {
+		defer note("writer")
+		return b.AcquireWrite(ctx, "rw")
+	})
 	// Wait until the writer is in the gate: a reader's try fails.
 	if !settle(5*time.Second, func() bool {
 		r, err := c.TryAcquireRead(ctx, "rw")
@@ -128,15 +123,10 @@ func TestFileWriterPreference(t *testing.T) {
 	}) {
 		t.Fatal("readers still get in while a writer waits")
 	}
-	rc := make(chan *dlock.Lease, 1)
-	go func() {
-		r, err := c.AcquireRead(ctx, "rw")
-		if err != nil {
-			t.Error(err)
-		}
-		note("reader2")
-		rc <- r
-	}()
+	rc := acquireAsync(t, func() (*dlock.Lease, error) {
+		defer note("reader2")
+		return c.AcquireRead(ctx, "rw")
+	})
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	if len(order) != 0 {
@@ -202,14 +192,7 @@ func TestFileRWCrash(t *testing.T) {
 	a, da := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
 	must(t)(a.TryAcquireRead(ctx, "rw"))
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		w, err := b.AcquireWrite(ctx, "rw")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- w
-	}()
+	got := acquireAsync(t, func() (*dlock.Lease, error) { return b.AcquireWrite(ctx, "rw") })
 	time.Sleep(50 * time.Millisecond)
 	da.Crash()
 	select {
@@ -314,14 +297,7 @@ func TestProcessWriterPreference(t *testing.T) {
 	if !settle(10*time.Second, readerOut) {
 		t.Fatal("the second writer does not shut out new readers")
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		lease, err := l.AcquireRead(ctx, "rw")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lease
-	}()
+	got := acquireAsync(t, func() (*dlock.Lease, error) { return l.AcquireRead(ctx, "rw") })
 	time.Sleep(50 * time.Millisecond)
 	releaseAll(t, ctx, r)
 	tok := parseUint(t, w2.next(t, "token", 10*time.Second)[1])

@@ -18,9 +18,9 @@ const supported = true
 type fileID struct{ dev, ino uint64 }
 
 // openFile opens the lock file at path for reading and writing, creating
-// it with exactly mode (the umask does not apply) when it is missing. It
-// never follows a symbolic link and accepts only a regular file, so that a
-// lock file planted as a link cannot make the driver write elsewhere.
+// it with exactly mode (no umask) if missing. It follows no symbolic link
+// and accepts only a regular file, so that a planted link cannot make the
+// driver write elsewhere.
 func openFile(path string, mode uint32) (int, fileID, error) {
 	const flags = syscall.O_RDWR | syscall.O_CLOEXEC | syscall.O_NOFOLLOW
 	for {
@@ -61,9 +61,8 @@ func openFile(path string, mode uint32) (int, fileID, error) {
 	}
 }
 
-// pathID returns the identity of the file that path names now, without
-// following a symbolic link. A missing file is an error matching
-// fs.ErrNotExist.
+// pathID identifies the file path names, following no link; a missing
+// file is an error matching fs.ErrNotExist.
 func pathID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	for {
@@ -78,9 +77,8 @@ func pathID(path string) (fileID, error) {
 	}
 }
 
-// tryFlock takes a shared or an exclusive flock on fd without
-// blocking; it converts a flock fd already has. It returns false when
-// another open file description holds a conflicting one.
+// tryFlock takes (or converts to) a shared or exclusive flock on fd without
+// blocking: false when another open file description holds a conflicting one.
 func tryFlock(fd int, shared bool) (bool, error) {
 	how := syscall.LOCK_EX
 	if shared {
@@ -100,10 +98,9 @@ func tryFlock(fd int, shared bool) (bool, error) {
 	}
 }
 
-// unlockClose drops the flock on fd, then closes it. Unlocking first
-// matters: a close alone drops the lock only with the last reference to
-// the open file description, which a child process forked meanwhile may
-// still share until it execs.
+// unlockClose drops the flock on fd, then closes it: a close alone drops
+// it only with the last reference to the open file description, which a
+// child forked meanwhile may share until it execs.
 func unlockClose(fd int) {
 	_ = syscall.Flock(fd, syscall.LOCK_UN)
 	_ = syscall.Close(fd)
@@ -112,8 +109,7 @@ func unlockClose(fd int) {
 // funlock drops the flock on fd, which stays open.
 func funlock(fd int) { _ = syscall.Flock(fd, syscall.LOCK_UN) }
 
-// closeFD closes fd; the kernel drops any flock held through it, as it does
-// when a process dies.
+// closeFD closes fd; the kernel drops its flocks, as when a process dies.
 func closeFD(fd int) { _ = syscall.Close(fd) }
 
 // readAt reads up to len(b) bytes at offset 0.
@@ -148,10 +144,9 @@ func writeAt(fd int, b []byte, sync bool) error {
 	return nil
 }
 
-// checkPrivate makes sure dir is a directory (not a link to one) owned by
-// the current user and writable by nobody else: the default directory may
-// sit under a shared temporary directory, where another user could have
-// created it first.
+// checkPrivate makes sure dir is a directory (not a link) of the current
+// user's, writable by nobody else: the default directory may be in a
+// shared temporary directory, where another user could create it first.
 func checkPrivate(dir string) error {
 	if err := privdir.Check(dir, 0o022); err != nil {
 		return fmt.Errorf("filelock: %w", err)

@@ -2,22 +2,18 @@ package filelock
 
 import "time"
 
-// tokenLen is the size of a lock file's content: the last fencing token
-// granted, as 20 decimal digits (zero-padded: every write is the same size
-// at offset 0, so no stale bytes can follow it), then a newline.
+// tokenLen is the size of a lock file's content: the last token granted
+// as 20 zero-padded decimal digits (every write the same size at offset
+// 0: no stale bytes follow), then a newline.
 const tokenLen = 21
 
-// nextToken returns the token for the next acquisition of a lock whose
-// file holds content b: the later of the stored token + 1 and the wall
-// clock in microseconds since 1970.
-//
-// The stored token makes tokens strictly increase while the file exists,
-// whatever the clock does. The clock makes them increase across the loss
-// of the file's content — the file deleted, or a write lost with the page
-// cache when the machine went down — provided the clock has not gone back
-// meanwhile: every acquisition takes far longer than a microsecond (a few
-// system calls at least), so no token ever runs ahead of the clock, and a
-// token drawn from the clock later is greater than all the earlier ones.
+// nextToken returns the next token of a lock whose file holds b: the
+// later of the stored token + 1 and the Unix clock in microseconds. The
+// stored token makes tokens strictly increase while the file exists; the
+// clock, across the loss of its content (deleted, or a write lost in a
+// crash) unless it went back: an acquisition takes far longer than a
+// microsecond (a few system calls), so no token runs ahead of the clock,
+// and a token drawn from it later exceeds all earlier ones.
 func nextToken(b []byte, now time.Time) uint64 {
 	next := uint64(1)
 	if last, ok := parseToken(b); ok && last < 1<<64-1 {
@@ -29,8 +25,8 @@ func nextToken(b []byte, now time.Time) uint64 {
 	return next
 }
 
-// parseToken reads the decimal token at the start of b, up to a newline.
-// Content that is not one (an empty new file, or garbage) gives ok false.
+// parseToken reads the decimal token in b up to a newline; ok is false for
+// anything else (an empty new file, garbage).
 func parseToken(b []byte) (uint64, bool) {
 	var v uint64
 	n := 0

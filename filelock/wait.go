@@ -7,13 +7,12 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Bounds of the backstop: how long a waiter sleeps between attempts when
-// nothing wakes it. A wake-up (a release in this process, or a close,
-// removal or creation of the lock file seen by the kernel watcher) makes
-// it try at once and resets the delay to minBackstop; the delay then
-// doubles up to maxBackstop, or maxBackstopBlind when the kernel watcher
-// is unavailable (no inotify on this platform, or its limits reached).
-// Variables only so that tests can lengthen them (SetBackstop).
+// Bounds of the backstop, a waiter's sleep between attempts. A wake-up (a
+// release in this process, or the kernel watcher seeing the lock file
+// closed, removed or created) makes it try at once, the delay reset to
+// minBackstop; it then doubles up to maxBackstop, or maxBackstopBlind
+// without the kernel watcher (no inotify, or its limits reached). Tests
+// lengthen them (SetBackstop).
 var (
 	minBackstop      = time.Millisecond
 	maxBackstop      = time.Second
@@ -21,15 +20,13 @@ var (
 )
 
 // Lock implements driver.Waiter. It never blocks in flock(2), which no
-// context can interrupt: the waiter tries flock(LOCK_NB) whenever it may
-// succeed, on a release in this process, on the kernel's report (inotify,
-// on Linux) that the lock file was closed, removed or replaced, and on a
+// context can interrupt: it tries flock(LOCK_NB) whenever it may succeed,
+// on a release in this process, on the kernel's report (inotify, on
+// Linux) that the lock file was closed, removed or replaced, and on a
 // backstop timer (see docs/FILE.md, Waiting). Waiters are not served in
-// order, but within one process a Lock call does not overtake a waiter
-// that has waited more than starveAfter.
-//
-// When ctx ends, Lock returns ctx's error at once and leaves nothing held
-// or queued: the waiter only ever held an open file.
+// order, but within one process a Lock call does not overtake a waiter of
+// more than starveAfter. When ctx ends, Lock returns ctx's error at once,
+// leaving nothing held or queued: the waiter only held an open file.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	a, err := d.resolve(r)
 	if err != nil {
@@ -47,8 +44,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	d.mu.Lock()
 	closed := d.closed
 	if !closed && !d.watching {
-		// The watcher outlives this wait while the driver is open, so that
-		// a run of contended acquisitions does not restart it every time.
+		// The watcher lives while the driver does, not per acquisition.
 		d.watching = watchProcess()
 	}
 	d.mu.Unlock()
@@ -76,9 +72,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 		}
 		why := stepHeld
 		if yield {
-			// Let the starving waiters try first; a wake-up or the backstop
-			// brings this one back.
-			yield = false
+			yield = false // starving waiters first; a wake-up or the backstop brings this one back
 		} else {
 			var g driver.Grant
 			why, g, err = a.step(ctx)
@@ -108,6 +102,5 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 }
 
-// passingRetry is how soon a writer tries the gate again when readers
-// were passing it.
+// passingRetry is how soon a writer tries again a gate readers passed.
 const passingRetry = 100 * time.Microsecond

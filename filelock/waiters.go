@@ -7,11 +7,9 @@ import (
 	"time"
 )
 
-// The waiters of this process, by lock file path, shared by all Drivers:
-// a release wakes the waiters of its file here directly, and the kernel
-// watcher (watch_linux.go) wakes them for events from other processes.
-//
-// Lock order: Driver.mu before reg.mu.
+// The waiters of this process, by lock file path, for all Drivers: a
+// release wakes its file's waiters directly, and the kernel watcher
+// (watch_linux.go) for events of other processes. Driver.mu before reg.mu.
 var reg struct {
 	mu     sync.Mutex
 	n      atomic.Int64 // waiters registered; read without mu by notify
@@ -28,13 +26,11 @@ type waiter struct {
 	events bool          // the kernel watcher watches dir for it
 }
 
-// testNoEvents, set by tests (SetNoEvents), keeps new waiters off the
-// kernel watcher: only releases in this process and the backstop wake them.
+// testNoEvents (SetNoEvents) keeps new waiters off the kernel watcher.
 var testNoEvents bool
 
-// addWaiter registers a waiter for the lock file path in dir. Register
-// before the attempt that may fail: a release after the registration then
-// wakes the waiter, and one before it is seen by the attempt.
+// addWaiter registers a waiter for path in dir, before the attempt that may
+// fail: the attempt sees an earlier release, and a later one wakes it.
 func addWaiter(path, dir string) *waiter {
 	w := &waiter{since: time.Now(), path: path, dir: dir, wake: make(chan struct{}, 1)}
 	reg.mu.Lock()
@@ -73,8 +69,7 @@ func removeWaiter(w *waiter) {
 	}
 }
 
-// notify wakes this process's waiters for the lock file path. It costs an
-// atomic load when nobody waits.
+// notify wakes the process's waiters for path: an atomic load if none.
 func notify(path string) {
 	if reg.n.Load() == 0 {
 		return
@@ -84,15 +79,15 @@ func notify(path string) {
 	reg.mu.Unlock()
 }
 
-// starveAfter is how long a waiter may wait before new acquisitions in its
-// process stop overtaking it (as sync.Mutex's starvation mode does).
+// starveAfter is how long a waiter may wait before new acquisitions of its
+// process stop overtaking it (as in sync.Mutex's starvation mode).
 const starveAfter = time.Millisecond
 
 // starving reports whether a waiter of this process has waited for the
-// lock file path for longer than starveAfter. flock serves nobody in order:
-// a client that releases and at once acquires again always wins the race
-// against the waiters its release woke, and could keep them out for ever.
-// In one process, at least, it can step back.
+// lock file path longer than starveAfter. flock serves nobody in order: a
+// client that releases and at once acquires again wins the race against
+// the waiters its release woke, and could keep them out for ever; in one
+// process, at least, it can step back.
 func starving(path string, now time.Time) bool {
 	if reg.n.Load() == 0 {
 		return false
@@ -117,8 +112,7 @@ func wakeLocked(ws []*waiter) {
 	}
 }
 
-// wakeDirLocked wakes every waiter in dir, or every waiter when dir is
-// empty. reg.mu must be held.
+// wakeDirLocked wakes every waiter in dir (or all, for ""); reg.mu held.
 func wakeDirLocked(dir string) {
 	for _, ws := range reg.byPath {
 		if len(ws) > 0 && (dir == "" || ws[0].dir == dir) {
@@ -127,16 +121,15 @@ func wakeDirLocked(dir string) {
 	}
 }
 
-// watchProcess takes a reference on the process's kernel watcher, which
-// it starts if need be; it reports false when there is none.
+// watchProcess references the kernel watcher, starting it; false if none.
 func watchProcess() bool {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	return watchRefLocked()
 }
 
-// unwatchProcess drops a reference taken by watchProcess; the last one
-// stops the watcher and waits for its goroutine to end.
+// unwatchProcess drops a watchProcess reference; the last stops the
+// watcher and waits for its goroutine.
 func unwatchProcess() {
 	reg.mu.Lock()
 	stop := watchUnrefLocked()

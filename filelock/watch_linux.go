@@ -7,17 +7,14 @@ import (
 	"syscall"
 )
 
-// The kernel watcher: one inotify instance per process (instances are a
-// scarce per-user resource, 128 by default), watching the lock directories
-// that have waiters, and one goroutine reading its events. It lives while
-// a waiter or a Driver that has waited holds a reference. reg.mu guards
-// it.
-//
-// A directory watch reports, by file name, what matters to a waiter: a
+// The kernel watcher: one inotify instance per process (a scarce per-user
+// resource, 128 by default) watching the lock directories that have
+// waiters, and one goroutine reading its events, alive while a waiter or
+// a Driver that has waited holds a reference. reg.mu guards it. A
+// directory watch reports, by file name, what matters to a waiter: a
 // close (a holder releasing, or dying: the kernel closes a dead process's
-// files), a removal or a creation or rename (the lock file replaced). It
-// reports neither flock nor funlock; dlock's holders close the file when
-// they release it, and so does the kernel when a holder dies.
+// files), a removal, a creation or rename (the lock file replaced); not
+// flock or funlock, but holders close the file when they release it.
 var watcher *inotify
 
 const watchMask = syscall.IN_CLOSE_WRITE | syscall.IN_CLOSE_NOWRITE |
@@ -55,9 +52,8 @@ func watchRefLocked() bool {
 	return true
 }
 
-// watchUnrefLocked drops a reference. After the last, it detaches the
-// watcher and returns the function that stops it, to call without reg.mu
-// (the reader may be waiting for it).
+// watchUnrefLocked drops a reference; the last detaches the watcher and
+// returns its stop, to call without reg.mu (the reader may wait for it).
 func watchUnrefLocked() func() {
 	in := watcher
 	if in == nil {
@@ -73,8 +69,7 @@ func watchUnrefLocked() func() {
 	}
 }
 
-// watchAddDirLocked watches dir for one more waiter; it reports false when
-// the watcher cannot (broken, or out of watches).
+// watchAddDirLocked watches dir for one more waiter; false if it cannot.
 func watchAddDirLocked(dir string) bool {
 	in := watcher
 	if in == nil || in.broken {
@@ -91,8 +86,7 @@ func watchAddDirLocked(dir string) bool {
 	w := int32(wd)
 	in.byDir[dir] = w
 	if in.byWD[w] == nil {
-		// Another spelling of a directory already watched (a bind mount)
-		// shares its watch.
+		// Another spelling of a watched directory (a bind mount) shares it.
 		in.byWD[w] = map[string]int{}
 	}
 	in.byWD[w][dir]++
@@ -121,8 +115,7 @@ func watchRemoveDirLocked(dir string) {
 	}
 }
 
-// read is the watcher's goroutine: it wakes the waiters of each file an
-// event names, until the file is closed.
+// read, the watcher's goroutine, wakes the waiters of the files events name.
 func (in *inotify) read() {
 	defer close(in.done)
 	buf := make([]byte, 64<<10)
@@ -152,8 +145,7 @@ func (in *inotify) read() {
 			case mask&syscall.IN_Q_OVERFLOW != 0:
 				wakeDirLocked("") // events were lost: everyone tries again
 			case mask&syscall.IN_IGNORED != 0:
-				// The directory was removed (or the watch dropped): wake
-				// its waiters, whose next attempt reports the error.
+				// The directory is gone: let its waiters find out.
 				for dir := range in.byWD[wd] {
 					wakeDirLocked(dir)
 					delete(in.byDir, dir)

@@ -2,8 +2,7 @@
 
 package filelock
 
-// Without inotify, waiters are woken by releases in their own process and
-// otherwise retry on the backstop timer.
+// Without inotify, waiters wake on releases in their process and backstops.
 
 func watchRefLocked() bool          { return false }
 func watchUnrefLocked() func()      { return nil }

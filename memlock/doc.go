@@ -6,18 +6,16 @@
 //
 // Every kind of lock is there: mutexes, readers-writer locks, semaphores
 // and elections, each kind with names of its own. Each lock is a set of
-// holders and one FIFO queue: a waiter is admitted when it reaches the
-// head of the queue and the lock's rule lets it in, so consecutive
-// readers enter together, a waiting writer holds back the readers behind
-// it, and a semaphore's waiters take freed permits in order of arrival.
-// Fencing tokens come from one counter for the whole store. A holder that
-// stops renewing is dropped at its expiry, by a timer that runs while
-// someone waits for the lock or observes the election, so waiters and
-// observers learn of it without polling. Observe sends each change as the
-// store makes it, on a channel that holds the latest leader.
-//
-// It coordinates goroutines of one process only: it is not a distributed
-// lock.
+// holders and one FIFO queue: a waiter is admitted at the head of the
+// queue when the lock's rule lets it in, so consecutive readers enter
+// together, a waiting writer holds back the readers behind it, and a
+// semaphore's waiters take freed permits in order of arrival. Fencing
+// tokens come from one counter for the whole store. A holder that stops
+// renewing is dropped at its expiry by a timer that runs while someone
+// waits or observes, so waiters and observers learn of it without polling.
+// Observe sends each change as the store makes it, on a channel that holds
+// the latest leader. It coordinates goroutines of one process only: it is
+// not a distributed lock.
 //
 // # URL
 //

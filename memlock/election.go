@@ -9,15 +9,13 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// An observer follows one election for Observe. Its channel holds at most
-// one value: a newer leader replaces one the reader has not taken yet.
+// An observer follows an election for Observe, on a channel of one value.
 type observer struct {
 	d    *Driver
 	name string
 	ch   chan driver.LeaderInfo // buffered 1
 
-	// sent is the last value put on ch; have is the last value the reader
-	// is known to have taken (valid once taken is set). Guarded by s.mu.
+	// sent: last put on ch; have: last taken, if taken. Guarded by s.mu.
 	sent   driver.LeaderInfo
 	have   driver.LeaderInfo
 	taken  bool
@@ -37,33 +35,26 @@ func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, erro
 	return s.leader(name), nil
 }
 
-// refresh brings the entry of election name up to date, dropping a
-// leader past its expiry and arming the expiry timer if someone observes.
-// s.mu must be held.
+// refresh settles the entry of election name; s.mu is held.
 func (s *Store) refresh(name string) {
 	if e := s.locks[key{kindElection, name}]; e != nil {
 		s.settle(e, time.Now())
 	}
 }
 
-// leader returns the leader of election name as the store has it; call
-// refresh first to drop an expired one. s.mu must be held.
+// leader returns the leader of election name (see refresh); s.mu is held.
 func (s *Store) leader(name string) driver.LeaderInfo {
-	e := s.locks[key{kindElection, name}]
-	if e == nil {
-		return driver.LeaderInfo{}
-	}
-	for _, h := range e.holders {
-		return driver.LeaderInfo{Value: h.value, Token: h.token}
+	if e := s.locks[key{kindElection, name}]; e != nil && len(e.holders) > 0 {
+		return driver.LeaderInfo{Value: e.holders[0].value, Token: e.holders[0].token}
 	}
 	return driver.LeaderInfo{}
 }
 
 // Observe implements driver.Elector. The store tells observers of every
-// change as it makes it (see settle), and a holder's expiry is noticed by
-// the entry's timer, so observers learn of a crashed leader without
-// anyone asking. No goroutine runs for an observer: the channel is closed
-// by a context.AfterFunc or by Close.
+// change as it makes it (see settle), and the entry's timer notices a
+// holder's expiry, so observers learn of a crashed leader unasked. No
+// goroutine runs for an observer: a context.AfterFunc or Close closes the
+// channel.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	s := d.s
 	s.mu.Lock()
@@ -86,8 +77,7 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	return o.ch, nil
 }
 
-// notify offers the current leader of election name to its observers.
-// s.mu must be held.
+// notify offers election name's leader to its observers; s.mu is held.
 func (s *Store) notify(name string) {
 	obs := s.observers[name]
 	if len(obs) == 0 {
@@ -99,10 +89,9 @@ func (s *Store) notify(name string) {
 	}
 }
 
-// offer puts info on the channel unless the reader has it or will get
-// it, replacing a value the reader has not taken: the reader always ends
-// up with the latest leader, and never gets the same value twice in a
-// row. s.mu must be held.
+// offer puts info on the channel, replacing a value not taken, unless the
+// reader has it or will: it gets the latest leader, never one twice in a
+// row. s.mu is held.
 func (o *observer) offer(info driver.LeaderInfo) {
 	if info == o.sent {
 		return // on the channel, or already taken
@@ -120,8 +109,7 @@ func (o *observer) offer(info driver.LeaderInfo) {
 	o.sent = info
 }
 
-// dropObserver closes o's channel and forgets it, once. s.mu must be
-// held.
+// dropObserver closes o's channel and forgets it, once; s.mu is held.
 func (s *Store) dropObserver(o *observer) {
 	if o.closed {
 		return

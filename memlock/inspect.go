@@ -11,13 +11,12 @@ import (
 )
 
 // Inspect implements driver.Inspector: it lists the locks of every kind
-// held in the store whose names start with prefix, one entry per holder
-// (so a readers-writer lock held by three readers, or a semaphore with two
-// permits taken, gives several entries of one name), sorted by name, then
-// kind, then token. Each entry has the holder's owner value, fencing token
-// and expiry, and the number of requests queued for that lock. The
-// snapshot is taken under the store's mutex; holders past their expiry
-// are left out, without changing the store.
+// in the store whose names start with prefix, one entry per holder (three
+// readers of a readers-writer lock give three entries of its name), by
+// name, then kind, then token, each with the holder's owner value, token
+// and expiry, and the number of requests queued for the lock. The
+// snapshot is taken under the store's mutex; expired holders are left
+// out, without changing the store.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

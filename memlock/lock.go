@@ -7,8 +7,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// kind is a namespace of lock names: each kind of lock has names of its
-// own, so the mutex "x" and the readers-writer lock "x" are two entries.
+// kind is a namespace of names: the mutex "x" is not the rw lock "x".
 type kind uint8
 
 const (
@@ -35,17 +34,16 @@ type key struct {
 	name string
 }
 
-// An entry is one lock: who holds it and who waits for it. It exists while
-// it has a holder or a waiter.
+// An entry is one lock's holders and waiters, while it has either.
 type entry struct {
 	key     key
 	holders []holder  // few: a linear search is the simplest map
 	queue   []*waiter // FIFO
 
-	// timer fires at wake, the earliest expiry among the holders, to drop
-	// a holder that stopped renewing and tell those who wait or observe.
-	// It runs only while someone does: otherwise an expired holder is
-	// dropped lazily, by the next call that looks at the entry.
+	// timer fires at wake, the holders' earliest expiry, to drop a holder
+	// that stopped renewing and tell those who wait or observe; it runs
+	// only while someone does, else the next call that looks at the entry
+	// drops an expired holder.
 	timer *time.Timer
 	wake  time.Time
 }
@@ -63,8 +61,7 @@ type waiter struct {
 	grant chan driver.Grant // buffered 1; receives the handoff
 }
 
-// holder returns r's owner's holder entry if it holds the lock in r's
-// mode; the pointer is good until e changes.
+// holder returns r's owner's holder in r's mode, until e changes.
 func (e *entry) holder(r driver.Request) *holder {
 	for i := range e.holders {
 		if h := &e.holders[i]; h.owner == r.Owner && h.mode == r.Mode {
@@ -85,8 +82,7 @@ func (e *entry) remove(owner string) bool {
 	return false
 }
 
-// admits reports whether the lock's current holders let r in. Whether
-// someone waits ahead of r is the caller's business: the queue is FIFO.
+// admits reports whether the holders let r in (the caller sees to the queue).
 func (e *entry) admits(r driver.Request) bool {
 	switch r.Mode {
 	case driver.Read:
@@ -102,8 +98,7 @@ func (e *entry) admits(r driver.Request) bool {
 	return len(e.holders) == 0 // Exclusive, Write, Leader
 }
 
-// earliest returns the earliest expiry among the holders; the zero time
-// when there is none.
+// earliest returns the holders' earliest expiry, or the zero time.
 func (e *entry) earliest() time.Time {
 	var t time.Time
 	for _, h := range e.holders {
@@ -114,28 +109,22 @@ func (e *entry) earliest() time.Time {
 	return t
 }
 
-// entry returns the live entry for r's lock, creating an empty one if
-// needed; holders past their expiry are gone from it. The caller ends
-// with settle, which drops the entry again if it stays empty. s.mu must
-// be held.
+// entry returns r's lock's live entry, new if need be; the caller ends
+// with settle, which drops it if empty. s.mu is held.
 func (s *Store) entry(r driver.Request, now time.Time) *entry {
 	k := key{kindOf(r.Mode), r.Name}
-	e := s.locks[k]
-	if e == nil {
-		e = &entry{key: k}
-		s.locks[k] = e
-		return e
+	if e := s.locks[k]; e != nil {
+		s.settle(e, now)
+		if s.locks[k] == e { // else settle dropped it
+			return e
+		}
 	}
-	s.settle(e, now)
-	if s.locks[k] != e { // settle dropped it
-		e = &entry{key: k}
-		s.locks[k] = e
-	}
+	e := &entry{key: k}
+	s.locks[k] = e
 	return e
 }
 
-// grant makes r's owner a holder of e with a new fencing token. s.mu must
-// be held.
+// grant makes r's owner a holder of e with a new token; s.mu is held.
 func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 	s.seq++
 	h := holder{owner: r.Owner, mode: r.Mode, token: s.seq, expires: now.Add(r.TTL), value: r.Value}
@@ -143,12 +132,22 @@ func (s *Store) grant(e *entry, r driver.Request, now time.Time) driver.Grant {
 	return driver.Grant{Token: h.token, Expires: h.expires}
 }
 
+// tryGrant grants r if nobody waits ahead and e admits it; s.mu is held.
+func (s *Store) tryGrant(e *entry, r driver.Request, now time.Time) (driver.Grant, bool) {
+	if len(e.queue) > 0 || !e.admits(r) {
+		return driver.Grant{}, false
+	}
+	g := s.grant(e, r, now)
+	s.settle(e, now)
+	return g, true
+}
+
 // settle brings e up to date after any change: it drops expired holders,
-// admits waiters from the head of the queue for as long as the lock's
-// rules allow (so consecutive readers enter together, and a writer at the
-// head holds back the readers behind it), drops the entry when nobody
-// holds or waits, re-arms the expiry timer, and tells an election's
-// observers. s.mu must be held.
+// admits waiters from the head of the queue while the lock's rules allow
+// (consecutive readers enter together; a writer at the head holds back
+// the readers behind it), drops the entry when nobody holds or waits,
+// re-arms the expiry timer, and tells an election's observers. s.mu must
+// be held.
 func (s *Store) settle(e *entry, now time.Time) {
 	e.holders = slices.DeleteFunc(e.holders, func(h holder) bool { return !now.Before(h.expires) })
 	for len(e.queue) > 0 && e.admits(e.queue[0].r) {
@@ -176,8 +175,7 @@ func (s *Store) settle(e *entry, now time.Time) {
 	}
 }
 
-// arm sets e's timer to the earliest expiry of its holders. s.mu must be
-// held.
+// arm sets e's timer to its holders' earliest expiry; s.mu is held.
 func (s *Store) arm(e *entry) {
 	wake := e.earliest()
 	if wake.Equal(e.wake) {

@@ -37,11 +37,9 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 }
 
 // A Store holds the locks of one in-process namespace. The zero value is
-// not usable; call NewStore. A Store is safe for concurrent use.
-//
-// One mutex guards everything in it: every operation is a short critical
-// section, and the rules of each kind of lock are plain code over a
-// holder set and a FIFO queue (see lock.go).
+// not usable; call NewStore. A Store is safe for concurrent use: one mutex
+// guards it, every operation a short critical section over a holder set
+// and a FIFO queue per lock (see lock.go).
 type Store struct {
 	mu        sync.Mutex
 	locks     map[key]*entry
@@ -62,12 +60,11 @@ func New(s *Store, opts ...dlock.Option) (*dlock.Locker, error) {
 	return dlock.New(s.Driver(), opts...)
 }
 
-// Driver returns a driver over the store. Drivers of one store share its
-// locks, as clients of one server do.
+// Driver returns a driver over the store, sharing its locks with others.
 func (s *Store) Driver() *Driver { return &Driver{s: s, observers: map[*observer]struct{}{}} }
 
 // Driver implements driver.Driver, driver.Waiter, driver.Moder (every
-// mode) and driver.Elector over a Store. It is safe for concurrent use.
+// mode) and driver.Elector over a Store, safe for concurrent use.
 type Driver struct {
 	s *Store
 
@@ -98,9 +95,7 @@ func (d *Driver) TryLock(_ context.Context, r driver.Request) (driver.Grant, err
 	if h := e.holder(r); h != nil {
 		return driver.Grant{Token: h.token, Expires: h.expires}, nil
 	}
-	if len(e.queue) == 0 && e.admits(r) {
-		g := s.grant(e, r, now)
-		s.settle(e, now)
+	if g, ok := s.tryGrant(e, r, now); ok {
 		return g, nil
 	}
 	remaining := e.earliest().Sub(now)
@@ -115,9 +110,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	now := time.Now()
 	s.mu.Lock()
 	e := s.entry(r, now)
-	if len(e.queue) == 0 && e.admits(r) {
-		g := s.grant(e, r, now)
-		s.settle(e, now)
+	if g, ok := s.tryGrant(e, r, now); ok {
 		s.mu.Unlock()
 		return g, nil
 	}
@@ -135,10 +128,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 }
 
-// abandon takes a waiter whose context ended out of the queue, or, if the
-// lock was handed to it meanwhile, gives the lock up. Either way the
-// waiters behind it may now be admitted (readers behind a writer that gave
-// up, say).
+// abandon takes a waiter whose context ended out of the queue, or gives
+// up the lock handed to it meanwhile; either way the waiters behind it may
+// be admitted (readers behind a writer that gave up, say).
 func (d *Driver) abandon(e *entry, w *waiter) {
 	s := d.s
 	now := time.Now()
@@ -177,8 +169,7 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 	return h.expires, nil
 }
 
-// Unlock implements driver.Driver; the waiters the lock's rules now admit
-// get it, in order.
+// Unlock implements driver.Driver; the waiters now admitted get it in order.
 func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	s := d.s
 	now := time.Now()
@@ -195,15 +186,14 @@ func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 }
 
 // Revoke removes the mutex called name whoever holds it, as an operator
-// would on a server; the holder learns of it at its next renewal. The next
-// waiter in line gets the lock.
+// would on a server: the holder learns of it at its next renewal, and the
+// next waiter in line gets the lock.
 func (s *Store) Revoke(name string) {
 	s.revoke(key{kindMutex, name})
 }
 
-// RevokeLeader removes the leader of the election called name, as
-// Revoke does for a mutex: observers see the change, and the next
-// candidate in line is elected.
+// RevokeLeader removes the leader of the election called name, as Revoke
+// does a mutex: observers see it, and the next candidate is elected.
 func (s *Store) RevokeLeader(name string) {
 	s.revoke(key{kindElection, name})
 }
@@ -218,9 +208,8 @@ func (s *Store) revoke(k key) {
 	}
 }
 
-// Close implements driver.Driver: it closes the channels of the driver's
-// observers. The store and its locks stay: other drivers may still use
-// them.
+// Close implements driver.Driver: it closes its observers' channels; the
+// store and its locks stay for other drivers.
 func (d *Driver) Close() error {
 	s := d.s
 	s.mu.Lock()

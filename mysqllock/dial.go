@@ -11,12 +11,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Sockets records the sockets a pool dials, by the connection id the
-// server announces in its handshake, so that a session, which knows its
-// connection's CONNECTION_ID(), can find its socket and watch it (see
-// Options.Sockets). go-sql-driver offers no way from a *sql.Conn to its
-// net.Conn; its dial hook (mysql.Config.DialFunc) is the one place to see
-// the socket. Make one with WatchSockets.
+// Sockets records the sockets a pool dials by the connection id the
+// server announces in its handshake, so that a session, knowing its
+// CONNECTION_ID(), finds its socket to watch (see Options.Sockets):
+// go-sql-driver's dial hook (mysql.Config.DialFunc) is the one place to
+// see a *sql.Conn's socket. Make one with WatchSockets.
 type Sockets struct {
 	opaque bool // TLS or compression: what is read is not plain packets
 
@@ -29,15 +28,13 @@ type Sockets struct {
 // Options.Sockets to a driver on a *sql.DB made from cfg afterwards (with
 // mysql.NewConnector and sql.OpenDB). See docs/MYSQL.md for an example.
 func WatchSockets(cfg *mysql.Config) *Sockets {
-	s := &Sockets{}
 	// The compression flag is unexported: its DSN form tells.
-	s.opaque = cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
+	opaque := cfg.TLS != nil || cfg.TLSConfig != "" && cfg.TLSConfig != "false" ||
 		strings.Contains(cfg.FormatDSN(), "compress=true")
-	s.byID = map[uint32]*sniffConn{}
+	s := &Sockets{opaque: opaque, byID: map[uint32]*sniffConn{}}
 	dial := cfg.DialFunc
 	if dial == nil {
-		var d net.Dialer
-		dial = d.DialContext
+		dial = (&net.Dialer{}).DialContext
 	}
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := dial(ctx, network, addr)
@@ -45,8 +42,7 @@ func WatchSockets(cfg *mysql.Config) *Sockets {
 			return nil, err
 		}
 		if tc, ok := nc.(*net.TCPConn); ok {
-			// go-sql-driver enables keep-alive only on a *net.TCPConn it
-			// dialled itself; this one it sees wrapped.
+			// go-sql-driver sees this one wrapped: no keep-alive from it.
 			_ = tc.SetKeepAlive(true)
 		}
 		return &sniffConn{Conn: nc, s: s}, nil
@@ -67,15 +63,13 @@ func (s *Sockets) socket(id int64) net.Conn {
 	return nil
 }
 
-// A sniffConn is a dialled socket that reads the connection id from the
-// server's first packet (the handshake) as go-sql-driver reads it, and
-// then records itself in s under that id until it is closed.
+// A sniffConn is a socket that sniffs the connection id from the handshake
+// as go-sql-driver reads it, then records itself in s under it until closed.
 type sniffConn struct {
 	net.Conn
 	s *Sockets
-	// head gathers the handshake's first bytes; done is set once the id
-	// is read or the handshake is not understood. Only the goroutine that
-	// dials and authenticates reads before done.
+	// head gathers the handshake until done (the id read, or not
+	// understood), while only the dialling goroutine reads.
 	head []byte
 	done bool
 	id   uint32
@@ -90,9 +84,9 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sniff adds b to the handshake bytes seen and records the connection
-// once its id is known: protocol version 10, a NUL-terminated server
-// version, then 4 bytes of connection id, after a 4-byte packet header.
+// sniff adds b to the handshake bytes and records the connection once its
+// id is known: after a 4-byte packet header, protocol version 10, a
+// NUL-terminated server version, then the 4-byte connection id.
 func (c *sniffConn) sniff(b []byte) {
 	c.head = append(c.head, b...)
 	h := c.head
@@ -132,8 +126,7 @@ func (c *sniffConn) Close() error {
 	return c.Conn.Close()
 }
 
-// SyscallConn gives go-sql-driver's liveness check (and the watch) the
-// socket's raw connection.
+// SyscallConn gives the liveness check and the watch the raw socket.
 func (c *sniffConn) SyscallConn() (syscall.RawConn, error) {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {

@@ -40,11 +40,11 @@
 // compress, connectionAttributes, maxAllowedPacket, serverPubKey,
 // checkConnLiveness, rejectReadOnly, allowCleartextPasswords,
 // allowFallbackToPlaintext, allowNativePasswords, allowOldPasswords.
-// dlock's shared ones, ttl and renew, are accepted too (renew has no
-// effect). Any other parameter is a *dlock.ParamError naming it; for
-// anything else, build a *sql.DB yourself and use New. A driver opened from
-// a URL owns its *sql.DB, keeps up to OpenMaxIdleConns idle connections,
-// and treats the pool as exclusive (see Options.ExclusivePool).
+// dlock's shared ttl and renew are accepted too (renew has no effect). Any
+// other parameter is a *dlock.ParamError naming it; for anything else,
+// build a *sql.DB yourself and use New. A driver opened from a URL owns
+// its *sql.DB, keeps up to OpenMaxIdleConns idle connections, and treats
+// the pool as exclusive (see Options.ExclusivePool).
 //
 // # Guarantees
 //
@@ -56,17 +56,15 @@
 // wait_timeout is its locks' TTL, so a holder that vanishes without closing
 // its connections loses the lock after the TTL, and a cut-off holder learns
 // of the loss before the server can give the lock to anyone else. Fencing
-// tokens strictly increase per name. A lock called name is a server-side
-// lock whose name Driver.LockName tells; waits for one name through one
-// driver cost one server connection, and a cancelled wait leaves nothing
-// queued on the server.
-//
-// User-level locks live in one server's memory: they are not replicated,
-// and a failover ends every lock. Check Err right before each write, and
-// pass the fencing token to the resource.
+// tokens strictly increase per name. Driver.LockName tells a lock's
+// server-side name; waits for one name through one driver cost one server
+// connection, and a cancelled wait leaves nothing queued on the server.
+// User-level locks live in one server's memory, not replicated: a failover
+// ends every lock. Check Err right before each write, and pass the fencing
+// token to the resource.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/MYSQL.md for the
-// statements, the naming of server-side locks, waiting and its
-// cancellation, the token table, loss detection, pool sizing, securing the
-// store, the limits and the measurements.
+// statements, server-side names, waiting and cancellation, the token
+// table, loss detection, pool sizing, security, the limits and the
+// measurements.
 package mysqllock

@@ -19,13 +19,12 @@ import (
 const inspectBatch = 200
 
 // Inspect implements driver.Inspector: it lists the held locks whose names
-// start with prefix, sorted by name, taking the names from the token table
-// and asking IS_USED_LOCK of each. Owner is the holding connection
-// ("connection 42"); Token is the name's counter, which for a moment after
-// a grant is still the previous holder's; Waiters counts the GET_LOCK
-// statements waiting in the process list, one per waiting driver, and is
-// -1 without the PROCESS privilege; Expires is zero. See docs/CLI.md,
-// dlock status.
+// start with prefix, by name, from the token table's names and
+// IS_USED_LOCK. Owner is the holding connection ("connection 42"); Token
+// is the name's counter, for a moment after a grant still the previous
+// holder's; Waiters counts the GET_LOCK statements waiting in the process
+// list, one per waiting driver, or is -1 without the PROCESS privilege;
+// Expires is zero. See docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := d.begin(); err != nil {
 		return nil, err
@@ -56,8 +55,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	return out, nil
 }
 
-// names returns the valid lock names of the token table, quoted as table,
-// that start with prefix, whose bytes are all name bytes.
+// names returns the valid lock names in table that start with prefix.
 func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, error) {
 	q := "SELECT name FROM " + table + " WHERE LEFT(name, " + strconv.Itoa(len(prefix)) + ") = " + literal(prefix)
 	rows, err := d.db.QueryContext(ctx, q)
@@ -85,9 +83,9 @@ func (d *Driver) names(ctx context.Context, table, prefix string) ([]string, err
 }
 
 // inspectSQL asks, for each name of a derived table n(i, name, k) of
-// lock names and their server-side names, who holds the lock, its
-// counter, and (with the PROCESS privilege) how many GET_LOCK calls wait
-// for it; only held locks give a row.
+// lock names and server-side names, who holds the lock, its counter, and
+// (with the PROCESS privilege) how many GET_LOCK calls wait for it; only
+// held locks give a row.
 const inspectSQL = `SELECT n.i, IS_USED_LOCK(n.k), t.token,
 IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE = 'PROCESS'
 	AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')),
@@ -96,8 +94,7 @@ IF(EXISTS (SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE
 FROM (%s) AS n JOIN %s AS t ON t.name = n.name
 WHERE IS_USED_LOCK(n.k) IS NOT NULL`
 
-// inspect returns the held locks among names, whose counters are in the
-// token table quoted as table.
+// inspect returns the held locks among names, with counters from table.
 func (d *Driver) inspect(ctx context.Context, table string, names []string) ([]driver.LockInfo, error) {
 	var b strings.Builder
 	for i, name := range names {

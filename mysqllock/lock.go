@@ -1,13 +1,13 @@
 package mysqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -15,24 +15,22 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// How a cancelled wait is ended: KILL QUERY is given killTimeout to be
-// sent, then the wait statement killGrace to return, before the waiting
-// connection is closed instead.
+// A cancelled wait's KILL QUERY has killTimeout to go, the wait killGrace
+// to return, before the connection is closed instead.
 const (
 	killTimeout = time.Second
 	killGrace   = time.Second
 )
 
-// cleanupTimeout bounds the RELEASE_LOCK of an acquisition that is being
-// abandoned.
+// cleanupTimeout bounds the RELEASE_LOCK of an abandoned acquisition.
 const cleanupTimeout = time.Second
 
 // TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on one of
 // the driver's sessions (one with room, not asked for the lock already:
-// GET_LOCK is re-entrant within a session), then the token, on the same
-// connection. When another connection holds the lock, it returns a
-// *driver.HeldError. ctx bounds the wait for a session and the checkout
-// of a connection, not the statements on a shared session (see session).
+// GET_LOCK is re-entrant within a session), then the token on it. When another
+// connection holds the lock, it returns a *driver.HeldError. ctx bounds
+// the wait for a session and the checkout of a connection, not the
+// statements on a shared session (see session).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
@@ -40,12 +38,11 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 // Lock implements driver.Waiter. It first tries the lock as TryLock does;
 // when another connection holds it, the server queues the wait (GET_LOCK
 // with a timeout) on a connection of its own, which then becomes a
-// session holding the lock, and ctx ends the wait with a KILL QUERY of
-// the waiting statement from another connection, so that nothing stays
-// queued when Lock returns. Of the driver's Lock calls for one name, one
-// at a time tries and waits; the others queue in the process, in order of
-// arrival, with no connection, and a ctx that ends takes its call out of
-// the queue at once.
+// session holding the lock; ctx ends the wait with a KILL QUERY from
+// another connection, so that nothing stays queued when Lock returns. Of
+// the driver's Lock calls for one name, one at a time tries and waits;
+// the others queue in the process, in order of arrival, with no
+// connection, and leave the queue at once when their ctx ends.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -63,9 +60,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	}
 	defer d.wg.Done()
 	if wait {
-		// Of the driver's waiters for a name, one at a time waits on the
-		// server, with a connection; the others queue here, with none, so
-		// that a thousand of them do not pass the server's max_connections.
+		// One waiter per name at the server; the others queue here, with
+		// no connection, not to pass max_connections.
 		g, err := d.gates.Enter(ctx, q.name, d.ctx.Done())
 		if err != nil {
 			return driver.Grant{}, d.cancelled(ctx)
@@ -79,8 +75,8 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	return d.waitOn(ctx, q)
 }
 
-// tryOn runs GET_LOCK(key, 0) on a session, and the token after it, and
-// makes the session the lock's holder when it got the lock.
+// tryOn runs GET_LOCK(key, 0) on a session, then the token, and makes the
+// session the lock's holder when it got the lock.
 func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		s, err := d.pool.Session(ctx, q.timeout, q.key)
@@ -108,8 +104,7 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 		case err == nil:
 			err = errNullLock
 		}
-		// The connection failed, or its state is unknown: end the session,
-		// which frees anything it held.
+		// Failed, or in an unknown state: end the session, freeing its locks.
 		s.EndLost(fmt.Errorf("mysqllock: the connection holding the lock failed: %w", err))
 		switch {
 		case d.isClosed():
@@ -117,23 +112,21 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 		case ctx.Err() != nil:
 			return driver.Grant{}, ctx.Err()
 		case !fresh && !retried:
-			// A shared connection that had died (a server restart, a
-			// kill): try once more on another.
+			// A shared connection that had died (restart, kill): try another.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
 	}
 }
 
-// openSession sets up a fresh session's connection, c, with its first
-// GET_LOCK(key, 0): the session's wait_timeout goes down to the lock's
-// TTL (in whole seconds) before the lock can be granted, so that the
-// server frees the locks of a holder that went silent (a host that died
-// without closing its connections, a partition) after the TTL, not after
-// its default of 8 hours. On the caller's pool the old value is saved, to
-// be restored when the session retires; on an exclusive pool the
-// connection keeps the value the last session set, and its first GET_LOCK
-// runs with the DSN's wait_timeout.
+// openSession sets up a fresh session's connection c with its first
+// GET_LOCK(key, 0): the wait_timeout goes down to the lock's TTL (whole
+// seconds) before the lock can be granted, so that the server frees a
+// silent holder's locks (a host that died without closing its
+// connections, a partition) after the TTL, not its default 8 hours. On
+// the caller's pool the old value is saved, for Retire; on an exclusive
+// pool the connection keeps the last session's value, and its first
+// GET_LOCK runs with the DSN's wait_timeout.
 func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	if !d.exclusive {
 		if err := c.exec(saveTimeout(c.timeout)); err != nil {
@@ -153,9 +146,8 @@ func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	return nil
 }
 
-// letGo releases key on s after the acquisition failed past GET_LOCK, and
-// gives the session back; when the release fails too, the session ends,
-// which frees the lock. The caller has the use of s.
+// letGo releases key on s, in the caller's use, after a failure past
+// GET_LOCK; if that fails too, the session ends, freeing the lock.
 func letGo(s *session, key string) {
 	var rel sql.NullInt64
 	if err := s.C.query("SELECT RELEASE_LOCK("+literal(key)+")", &rel); err != nil {
@@ -165,9 +157,8 @@ func letGo(s *session, key string) {
 	s.Unreserve(key)
 }
 
-// grantOn makes the lock that s just took for q a hold of s; the caller
-// has the use of s, which this gives back. A fresh session joins the
-// driver's sessions, and its keeper starts.
+// grantOn makes the lock s just took for q a hold of s (see
+// sqlsession.Pool.Adopt), giving back the use of s, which the caller has.
 func (d *Driver) grantOn(s *session, q lockReq, token uint64) (driver.Grant, error) {
 	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: q.key}
 	if err := d.pool.Adopt(h, q.key); err != nil {
@@ -185,65 +176,41 @@ func (d *Driver) waitOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 	}
 	s := d.newSession(c, q.timeout, q.key)
 	sc := s.C
-	// On this connection of its own, the statements run under ctx: when
-	// it ends, go-sql-driver closes the connection, which holds nothing
-	// else.
-	if !d.exclusive {
-		if _, err := c.ExecContext(ctx, saveTimeout(q.timeout)); err != nil {
-			discard(c)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
-		}
-	}
+	// Statements run under ctx: when it ends, go-sql-driver closes the
+	// connection, which holds nothing else.
+	sc.ctx = ctx
 	var got sql.NullInt64
-	var id, current int64
-	err = c.QueryRowContext(ctx, "SELECT GET_LOCK("+literal(q.key)+", 0), CONNECTION_ID(), @@SESSION.wait_timeout").
-		Scan(&got, &id, &current)
-	switch {
-	case err != nil:
-		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, err)
-	case !got.Valid:
-		discard(c)
-		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, errNullLock)
-	}
-	sc.identify(id)
-	if time.Duration(current)*time.Second != q.timeout {
-		if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = "+seconds(q.timeout)); err != nil {
-			abandon(c, q.key, got.Int64 == 1)
-			return driver.Grant{}, fmt.Errorf("mysqllock: set wait_timeout for %q: %w", q.name, err)
-		}
+	if err := d.openSession(sc, q.key, &got); err != nil || !got.Valid {
+		abandon(c, q.key, got.Int64 == 1)
+		return driver.Grant{}, fmt.Errorf("mysqllock: GET_LOCK %q: %w", q.name, cmp.Or(err, errNullLock))
 	}
 	if got.Int64 == 0 {
 		if err := d.wait(ctx, sc, q); err != nil {
 			return driver.Grant{}, err
 		}
 	}
-	sent := time.Now()
-	tok, err := d.bump(ctx, c, q.name)
+	tok, err := sc.bump(q.name)
 	if err != nil {
 		abandon(c, q.key, true)
 		return driver.Grant{}, err
 	}
-	sc.lastOK = sent
+	sc.ctx = nil
 	return d.grantOn(s, q, tok)
 }
 
-// newSession returns a fresh session of wait_timeout timeout on c, with
-// keys reserved (see sqlsession.Pool.Init), the session and its
-// connection in one allocation; the connection's id and socket are set
-// once its first statement has read CONNECTION_ID() (identify).
+// newSession returns a fresh session of wait_timeout timeout on c with
+// keys reserved (see sqlsession.Pool.Init), in one allocation.
 func (d *Driver) newSession(c *sql.Conn, timeout time.Duration, keys ...string) *session {
 	sc := &struct {
 		s session
 		c sconn
-	}{c: sconn{d: d, conn: c, timeout: timeout, period: d.period(timeout)}}
+	}{c: sconn{d: d, conn: c, timeout: timeout}}
 	return d.pool.Init(&sc.s, &sc.c, timeout, keys...)
 }
 
-// abandon gives up an acquisition on a connection of its own that did not
-// complete: it releases the lock if held is set, and discards the
-// connection either way (it may have been sent a KILL QUERY, or be in an
-// unknown state).
+// abandon gives up an incomplete acquisition on a connection of its own:
+// it releases the lock if held, and discards the connection either way
+// (it may have been sent a KILL QUERY, or be in an unknown state).
 func abandon(c *sql.Conn, key string, held bool) {
 	if held {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -254,16 +221,15 @@ func abandon(c *sql.Conn, key string, held bool) {
 	discard(c)
 }
 
-// wait waits on the server for q's lock, on the
-// connection s, of a session of its own not yet shared, until it holds it
-// or ctx (or Close) ends the wait.
+// wait waits on the server for q's lock, on s, a session of its own not
+// yet shared, until it holds it or ctx (or Close) ends the wait.
 //
-// go-sql-driver answers a cancelled context by closing the connection; the
-// server notices that only later (MariaDB 10.11 after about a second, while
-// the wait stays queued), so the wait statement runs under a context of
+// go-sql-driver answers a cancelled context by closing the connection,
+// which the server notices only later (MariaDB 10.11: after about a
+// second, the wait queued meanwhile), so the wait runs under a context of
 // its own. When ctx ends, a KILL QUERY from another connection ends the
-// wait at once; closing the connection is the fallback when the KILL
-// cannot be sent in time or does not take. The connection is discarded
+// wait at once; closing the connection is the fallback when the KILL is
+// not sent in time or does not take. The connection is discarded
 // afterwards either way.
 func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	wctx, cancel := context.WithCancel(ctx)
@@ -276,30 +242,22 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	stopKill := context.AfterFunc(wctx, func() {
 		defer close(killed)
 		if d.killQuery(s.id) == nil {
-			t := time.NewTimer(killGrace)
-			defer t.Stop()
 			select {
 			case <-returned:
 				return
-			case <-t.C:
+			case <-time.After(killGrace):
 			}
 		}
 		qcancel()
 	})
-	// finish stops the killer, or waits for it; it reports whether the
-	// wait was ended by ctx or Close.
-	var once sync.Once
-	var ended bool
+	// finish stops or awaits the killer; true if ctx or Close ended the wait.
 	finish := func() bool {
-		once.Do(func() {
-			close(returned)
-			if !stopKill() {
-				<-killed
-				ended = true
-			}
-			ended = ended || wctx.Err() != nil
-		})
-		return ended
+		close(returned)
+		if !stopKill() {
+			<-killed
+			return true
+		}
+		return wctx.Err() != nil
 	}
 
 	stmt := "SELECT GET_LOCK(" + literal(q.key) + ", " + strconv.FormatInt(int64(d.waitStep/time.Second), 10) + ")"
@@ -334,8 +292,7 @@ func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	}
 }
 
-// killQuery ends the statement that connection id runs, from another
-// connection of the pool. KILL QUERY leaves the connection open.
+// killQuery ends connection id's statement from another, leaving it open.
 func (d *Driver) killQuery(id int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
@@ -343,33 +300,25 @@ func (d *Driver) killQuery(id int64) error {
 	return err
 }
 
-// discard closes c's connection instead of returning it to the pool: the
-// server frees the connection's lock, if it has one, when it sees it go.
+// discard closes c's connection, not returning it to the pool: the server
+// frees its lock, if any, when it sees it go.
 func discard(c *sql.Conn) {
 	// database/sql closes a connection whose Raw callback reports it bad.
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 }
 
-// bump advances the token of name on the session, which has just taken
-// its lock; the caller has the use of the session.
+// bump advances the counter of the lock called name on the session,
+// which has just taken the lock, and returns the new token; the caller
+// has the use of the session. A missing table is created, once, on that
+// connection.
 func (c *sconn) bump(name string) (uint64, error) {
 	ctx, cancel := c.bound()
-	sent := time.Now()
-	tok, err := c.d.bump(ctx, c.conn, name)
-	c.unbound(cancel)
-	if err == nil {
-		c.lastOK = sent
-	}
-	return tok, err
-}
-
-// bump advances the counter of the lock called name, on the connection
-// that holds the lock, and returns the new token. A missing table is
-// created, once, on that connection.
-func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, error) {
+	defer c.unbound(cancel)
+	d := c.d
 	q := d.sql.bump + literal(name) + bumpEnd
+	sent := time.Now()
 	for created := false; ; created = true {
-		res, err := c.ExecContext(ctx, q)
+		res, err := c.conn.ExecContext(ctx, q)
 		if err == nil {
 			id, err := res.LastInsertId()
 			if err == nil && id <= 0 {
@@ -378,10 +327,11 @@ func (d *Driver) bump(ctx context.Context, c *sql.Conn, name string) (uint64, er
 			if err != nil {
 				return 0, fmt.Errorf("mysqllock: fencing token of %q: %w", name, err)
 			}
+			c.lastOK = sent
 			return uint64(id), nil
 		}
 		if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable && !created {
-			if _, err := c.ExecContext(ctx, d.sql.create); err != nil {
+			if _, err := c.conn.ExecContext(ctx, d.sql.create); err != nil {
 				return 0, fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
 			}
 			continue

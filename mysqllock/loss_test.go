@@ -1,11 +1,19 @@
 package mysqllock_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/mysqllock"
 )
 
@@ -173,4 +181,255 @@ func TestCrashedProcess(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Done not closed after the holder's connection was cut")
 	}
+}
+
+// openDriver opens a driver from a URL of the test server (its own pool,
+// whose sockets the driver watches), with the query query.
+func openDriver(t *testing.T, query string) *mysqllock.Driver {
+	t.Helper()
+	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l.Driver().(*mysqllock.Driver)
+}
+
+// killNow runs KILL id and returns the instant it returned.
+func (a *admin) killNow(id int64) time.Time {
+	a.kill(id)
+	return time.Now()
+}
+
+// killer is a locktest.DriverKill's Kill: KILL of the connection
+// holding r's lock.
+func (a *admin) killer(d *mysqllock.Driver) func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+	return func(t *testing.T, r driver.Request) (time.Time, func() bool) {
+		id := a.holder(d.LockName(r.Name))
+		return a.killNow(id), func() bool { return !a.alive(id) }
+	}
+}
+
+// TestKillSeenAtOnce: KILL of the holder's connection ends the lock at
+// once, in each of 20 runs, seen by the watch on the socket: with a
+// keep-alive period and a TTL of an hour no check falls due.
+func TestKillSeenAtOnce(t *testing.T) {
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
+	r := driver.Request{Name: "watch/kill", TTL: time.Hour}
+	locktest.DriverKill{Driver: d, Requests: map[string]driver.Request{"mutex": r}, Kill: newAdmin(t).killer(d)}.SeenAtOnce(t, 20)
+}
+
+// TestCheckSeesKillWithoutWatch: a holder whose goroutines have not run
+// since its connection was killed (here: no watch goroutine, and a
+// keep-alive period of an hour) sees the loss at its first Check, from its
+// look at the socket; Check allocates nothing while the lock is held.
+func TestCheckSeesKillWithoutWatch(t *testing.T) {
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")
+	mysqllock.NoWatch(d, true)
+	r := driver.Request{Name: "watch/peek", TTL: time.Hour}
+	locktest.DriverKill{Driver: d, Requests: map[string]driver.Request{"mutex": r}, Kill: newAdmin(t).killer(d)}.CheckSeesKill(t)
+}
+
+// TestWatchSurvivesChecks: the watch pauses for every statement on the
+// held connection (Refresh, keep-alive checks every 10ms) without taking
+// bytes from go-sql-driver, and still sees a later KILL at once; a
+// released lock's connection goes back to the pool in working order.
+func TestWatchSurvivesChecks(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	d := openDriver(t, "table="+testTable(t)+"&keepalive=10ms")
+	adm := newAdmin(t)
+	for round := range 2 {
+		r := driver.Request{Name: "watch/checks", Owner: randomHex(16), TTL: 30 * time.Second}
+		g, err := d.TryLock(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := locktest.LostCh(g)
+		if g.Check == nil {
+			t.Fatal("Grant.Check is nil")
+		}
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if _, err := d.Refresh(ctx, r); err != nil {
+				t.Fatalf("Refresh: %v", err)
+			}
+			if err := g.Check(time.Now()); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+		}
+		if round == 0 {
+			if err := d.Unlock(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		killed := adm.killNow(adm.holder(d.LockName(r.Name)))
+		select {
+		case <-lost:
+			t.Logf("loss signalled %v after the KILL", time.Since(killed))
+		case <-time.After(time.Second):
+			t.Fatal("loss not signalled 1s after the KILL")
+		}
+	}
+}
+
+// TestOpenErrorsNameTheCause: a wrong password is the server refusing the
+// credentials (it answered), a closed port is an unreachable server, and
+// a server that accepts and never answers is a timeout.
+func TestOpenErrorsNameTheCause(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	u := serverURL(t, "")
+	host := u[strings.LastIndex(u, "@")+1 : strings.LastIndex(u, "/")]
+	silent := testenv.SilentServer(t)
+	for _, c := range []struct {
+		what, url string
+		want      []string
+		not       string
+	}{
+		{"wrong password", "mysql://root:wrong-password@" + host + "/test", []string{"refused the credentials", "1045"}, "did not answer"},
+		{"unknown user", "mysql://nobody_" + randomHex(3) + ":x@" + host + "/test", []string{"refused the credentials", "Access denied"}, "did not answer"},
+		{"closed port", "mysql://root@127.0.0.1:1/test?timeout=500ms", []string{"cannot reach the server at 127.0.0.1:1", "refused"}, "refused the credentials"},
+		{"silent server", "mysql://root@" + silent + "/test", []string{"did not complete the connection within 500ms"}, "refused"},
+		{"silent server, short context", "mysql://root@" + silent + "/test", []string{"the context ended first"}, "refused"},
+	} {
+		restore := mysqllock.SetOpenTimeout(500 * time.Millisecond)
+		octx := ctx
+		if strings.HasSuffix(c.what, "short context") {
+			var cancel context.CancelFunc
+			octx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+		}
+		start := time.Now()
+		l, err := dlock.Open(octx, c.url)
+		restore()
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("%s: Open succeeded", c.what)
+			continue
+		}
+		t.Logf("%s (%v): %v", c.what, time.Since(start).Round(time.Millisecond), err)
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: Open error %q does not say %q", c.what, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), c.not) {
+			t.Errorf("%s: Open error %q says %q", c.what, err, c.not)
+		}
+		if strings.Contains(err.Error(), "wrong-password") {
+			t.Errorf("%s: Open error shows the password: %v", c.what, err)
+		}
+	}
+}
+
+// TestStatementsLookFirst: a statement on a held lock's connection (the
+// keep-alive check, Refresh's check, Unlock's RELEASE_LOCK) is only sent
+// after a look at the socket found the server still there. A Check skips
+// the socket while a statement runs on it, so a holder resumed after a
+// pause, whose keep-alive check falls due at once, would otherwise have
+// its Checks say "held" until a check on a connection already closed
+// failed. Here the connection is killed and gone before the statement
+// falls due, with no watch goroutine and no Check looking: the loss must
+// come from the look, with no statement sent ("the server closed
+// connection"), not from a failed statement ("invalid connection").
+func TestStatementsLookFirst(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	adm := newAdmin(t)
+	const byLook = "the server closed connection"
+	for _, path := range []string{"keep-alive", "refresh", "unlock"} {
+		t.Run(path, func(t *testing.T) {
+			keepalive := "1h"
+			if path == "keep-alive" {
+				// A check every 200ms: only the keep-alive loop can find the
+				// loss, and only on its way to a check.
+				keepalive = "200ms"
+			}
+			d := openDriver(t, "table="+testTable(t)+"&keepalive="+keepalive+"&ttl=1h")
+			mysqllock.NoWatch(d, true)
+			r := driver.Request{Name: "lookfirst/" + path, Owner: randomHex(16), TTL: time.Hour}
+			g, err := d.TryLock(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := locktest.LostCh(g)
+			id := adm.holder(d.LockName(r.Name))
+			adm.kill(id)
+			if !eventually(5*time.Second, func() bool { return !adm.alive(id) }) {
+				t.Fatalf("connection %d still alive after KILL", id)
+			}
+			time.Sleep(10 * time.Millisecond) // the close's FIN has surely arrived
+			var got error
+			switch path {
+			case "keep-alive":
+				select {
+				case <-lost:
+				case <-time.After(5 * time.Second):
+					t.Fatal("loss not signalled 5s after the KILL")
+				}
+				got = g.Check(time.Now())
+			case "refresh":
+				_, got = d.Refresh(ctx, r)
+				if !errors.Is(got, driver.ErrNotHeld) {
+					t.Errorf("Refresh = %v, want ErrNotHeld", got)
+				}
+			case "unlock":
+				got = d.Unlock(ctx, r)
+				if !errors.Is(got, driver.ErrNotHeld) {
+					t.Errorf("Unlock = %v, want ErrNotHeld", got)
+				}
+			}
+			if got == nil || !strings.Contains(got.Error(), byLook) {
+				t.Errorf("the loss = %v; want it found by the look before the statement (%q)", got, byLook)
+			}
+		})
+	}
+}
+
+// TestKillEndsLease: a lease, as a user holds it, ends after a KILL of its
+// connection, in each of 20 runs, by the watch on the socket: with a
+// keep-alive interval and a TTL of an hour, only the socket can explain
+// the end within ServerKill's hang bound of 2s.
+func TestKillEndsLease(t *testing.T) {
+	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	d := l.Driver().(*mysqllock.Driver)
+	adm := newAdmin(t)
+	locktest.ServerKill(t, l, "watch/lease", 20, 2*time.Second,
+		func(t *testing.T, lease *dlock.Lease) time.Time {
+			return adm.killNow(adm.holder(d.LockName(lease.Name())))
+		})
+}
+
+// TestKillEndsLeaseOnCallersPool: a driver on the caller's *sql.DB, made
+// from a mysql.Config given to WatchSockets, watches its locks' sockets
+// as a URL driver does: a lease ends after a KILL of its connection, in
+// each of 20 runs, within ServerKill's hang bound of 2s, which with a
+// keep-alive interval and a TTL of an hour only the socket can explain.
+func TestKillEndsLeaseOnCallersPool(t *testing.T) {
+	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	socks := mysqllock.WatchSockets(cfg)
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { _ = db.Close() })
+	o := &mysqllock.Options{Table: testTable(t), KeepAlive: time.Hour, Sockets: socks}
+	l, err := mysqllock.New(db, o, dlock.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	d := l.Driver().(*mysqllock.Driver)
+	adm := newAdmin(t)
+	locktest.ServerKill(t, l, "watch/callers-pool", 20, 2*time.Second,
+		func(t *testing.T, lease *dlock.Lease) time.Time {
+			return adm.killNow(adm.holder(d.LockName(lease.Name())))
+		})
 }

@@ -20,14 +20,11 @@ const (
 	DefaultTable = "dlock_tokens"
 	// DefaultPrefix starts the server-side name of every lock.
 	DefaultPrefix = "dlock:"
-	// DefaultKeepAlive is how often the driver checks each of its
-	// sessions (the connections that hold its locks).
+	// DefaultKeepAlive is how often the driver checks each of its sessions.
 	DefaultKeepAlive = time.Second
-	// DefaultWaitStep is the longest single GET_LOCK wait; a wait that
-	// times out is issued again.
+	// DefaultWaitStep is the longest single GET_LOCK wait, then issued again.
 	DefaultWaitStep = 30 * time.Second
-	// DefaultSessionLocks is how many locks one session (one server
-	// connection) holds at most.
+	// DefaultSessionLocks is how many locks one session holds at most.
 	DefaultSessionLocks = 256
 )
 
@@ -39,8 +36,7 @@ func init() {
 	dlock.Register("mysql", open)
 }
 
-// Options configure a Driver. The zero value, like a nil *Options, means
-// every default.
+// Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the table of fencing-token counters, "table" or
 	// "database.table": letters, digits, '_' and '$'. Lockers that take
@@ -51,8 +47,8 @@ type Options struct {
 
 	// Prefix starts the server-side name of every lock (see LockName).
 	// GET_LOCK names are global to the server, across databases: Lockers
-	// that must exclude each other use the same prefix, and prefixes of
-	// unrelated Lockers must not be prefixes of one another. At most
+	// that must exclude each other use the same prefix, and unrelated
+	// Lockers' prefixes must not be prefixes of one another. At most
 	// MaxPrefixLen bytes of lower-case ASCII letters, digits and
 	// - _ . : @ + = /. Default DefaultPrefix; set NoPrefix for none.
 	Prefix string
@@ -68,33 +64,32 @@ type Options struct {
 	KeepAlive time.Duration
 
 	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: a driver holding n locks of one
-	// TTL uses about n/SessionLocks connections (more while acquisitions
-	// run side by side, and one per TTL in use), and a lost connection
-	// loses every lock on it at once, so this bounds what one loss takes.
-	// 1 gives each lock a connection of its own. Zero means
-	// DefaultSessionLocks.
+	// at most. Held locks share sessions: n locks of one TTL use about
+	// n/SessionLocks connections (more while acquisitions run side by
+	// side, and one per TTL in use), and a lost connection loses every
+	// lock on it, so this bounds what one loss takes. 1 gives each lock a
+	// connection of its own. Zero means DefaultSessionLocks.
 	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
-	// that the driver may leave the session's wait_timeout as it set it when a
-	// connection goes back to the pool, saving two of the five statements of
-	// an acquisition and its release (see docs/MYSQL.md). Give such a pool's
-	// connections a wait_timeout no longer than the TTLs in use, with the DSN
-	// parameter wait_timeout. A driver opened from a URL has a pool of its
-	// own, set up that way.
+	// that it may leave a connection's wait_timeout as it set it when the
+	// connection goes back to the pool, saving two of the five statements
+	// of an acquisition and its release (see docs/MYSQL.md). Give such a
+	// pool's connections a wait_timeout (DSN parameter) no longer than the
+	// TTLs in use. A driver opened from a URL has such a pool of its own.
 	ExclusivePool bool
 
 	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
-	// waited this long without the lock is issued again. Keep it below
-	// the readTimeout of the DSN, if it has one. Whole seconds, at least
-	// one. Default DefaultWaitStep.
+	// waited this long is issued again. Keep it below the DSN's
+	// readTimeout, if any. Whole seconds, at least one. Default
+	// DefaultWaitStep.
 	WaitStep time.Duration
 
 	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
-	// was made from, lets the driver watch the sockets of its sessions, so that a server-side kill ends the lease within about
-	// a round trip instead of at the next keep-alive check. Nil: not
-	// watched. A driver opened from a URL always watches its own pool's.
+	// was made from, lets the driver watch its sessions' sockets, so that
+	// a server-side kill ends the lease within about a round trip, not at
+	// the next keep-alive check. Nil: not watched. A driver opened from a
+	// URL always watches its own pool's.
 	Sockets *Sockets
 }
 
@@ -103,8 +98,7 @@ type Options struct {
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
 // Held locks share the driver's sessions, connections checked out of the
-// *sql.DB for as long as they hold locks; see docs/MYSQL.md.
-// The zero
+// *sql.DB for as long as they hold locks; see docs/MYSQL.md. The zero
 // value is not usable. A Driver is safe for concurrent use by multiple
 // goroutines. It must not be copied.
 type Driver struct {
@@ -122,9 +116,8 @@ type Driver struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // acquisitions in progress
-	// bg counts the driver's other goroutines: the sessions' keepers, a
-	// release or a check that outlived its caller's context, a session's
-	// end after a Check found the server gone. Close waits for them, at most closeWait.
+	// bg counts the sessions' keepers, releases and checks that outlived
+	// their callers, ends after a Check; Close waits, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex
@@ -136,14 +129,13 @@ type Driver struct {
 
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
-// the defaults). The driver does not close db: the caller keeps owning
-// it. Held locks keep db's connections, up to Options.SessionLocks on
+// the defaults). The caller keeps owning db, which the driver does not
+// close. Held locks keep db's connections, up to Options.SessionLocks on
 // each (one per TTL in use at least, more while acquisitions run side by
 // side), and so does each name with Acquire calls waiting on the server
 // (one per name; the others wait in the process); cancelling a wait takes
 // one more for a moment: size db.SetMaxOpenConns and db.SetMaxIdleConns
-// for that. NewDriver panics if db is nil and returns an error for
-// invalid options.
+// for that. NewDriver panics if db is nil; invalid options are an error.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
@@ -233,12 +225,12 @@ func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) 
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
 // sessions of locks still held are closed (so the server frees those
-// locks, and their loss is signalled), and the *sql.DB is closed
-// if the driver opened it (from a URL); a *sql.DB passed to NewDriver is
-// left open. Before that it waits, at most 5 s, for the driver's own
-// goroutines (a release or a check that went on after its context ended),
-// so that none runs once it returns; when they take longer it returns an
-// error. Close is idempotent.
+// locks, and their loss is signalled), and the *sql.DB is closed if the
+// driver opened it (from a URL); a *sql.DB passed to NewDriver stays
+// open. Before that it waits, at most 5 s, for the driver's own goroutines
+// (a release or a check that went on after its context ended), so that
+// none runs once it returns, else it returns an error. Close is
+// idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -260,8 +252,8 @@ func (d *Driver) Close() error {
 	return err
 }
 
-// closeWait bounds Close's wait for the driver's background work, which
-// the closed sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for background work, which closed sessions
+// end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 // begin registers an acquisition in progress; it fails after Close.

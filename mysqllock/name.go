@@ -11,21 +11,17 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// MaxLockNameLen is the longest user-level lock name MySQL accepts (5.7
-// and later); MariaDB accepts somewhat longer ones, and the driver keeps
-// to the shorter limit on both.
+// MaxLockNameLen is the longest user-level lock name MySQL (5.7+) accepts;
+// MariaDB's limit is longer, but the driver keeps to this one on both.
 const MaxLockNameLen = 64
 
-// lockName maps the lock called name to its server-side name.
-//
-// Servers may compare lock names without regard to case (MariaDB's manual
-// says so; MariaDB 10.11 does not), while dlock's names are
-// case-sensitive. So each upper-case letter
-// is written as '^' and its lower-case form: "Orders/42" is
-// "dlock:^orders/42". When prefix and escaped name are longer than
-// MaxLockNameLen, the name is hashed instead: prefix, '#', and the hex
-// SHA-256 of the name, cut to MaxLockNameLen. Lock names never contain '^'
-// or '#', so neither form can equal the other, or another name's.
+// lockName maps the lock called name to its server-side name. Servers
+// may compare lock names ignoring case (MariaDB's manual says so; 10.11
+// does not), while dlock's names are case-sensitive, so each upper-case
+// letter is written as '^' and its lower-case form: "Orders/42" is
+// "dlock:^orders/42". When prefix and escaped name exceed MaxLockNameLen,
+// the name is hashed: prefix, '#', and the name's hex SHA-256, cut to
+// MaxLockNameLen. Names never contain '^' or '#', so no two forms meet.
 func lockName(prefix, name string) string {
 	n := len(prefix) + len(name)
 	for i := 0; i < len(name); i++ {
@@ -51,16 +47,14 @@ func lockName(prefix, name string) string {
 	return prefix + "#" + string(h[:MaxLockNameLen-len(prefix)-1])
 }
 
-// A lockReq is a request resolved once, at the driver's entry: what every
-// step after needs of it.
+// A lockReq is a request resolved once, at the driver's entry.
 type lockReq struct {
 	name, owner string
 	key         string        // the server-side name (lockName)
 	timeout     time.Duration // the wait_timeout of its session (sessionTimeout)
 }
 
-// resolve checks r and resolves it. Names are sent as SQL literals: they
-// must be valid (see literal).
+// resolve checks r (names go as SQL literals: see literal) and resolves it.
 func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	if err := dlock.ValidateName(r.Name); err != nil {
 		return lockReq{}, err
@@ -71,8 +65,7 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 // maxSessionTimeout is the largest wait_timeout MySQL and MariaDB accept.
 const maxSessionTimeout = 31536000 * time.Second
 
-// sessionTimeout is the wait_timeout for a lock with the given TTL: the TTL
-// rounded up to whole seconds, within the server's bounds.
+// sessionTimeout is ttl rounded up to seconds, within wait_timeout's bounds.
 func sessionTimeout(ttl time.Duration) time.Duration {
 	s := (ttl + time.Second - 1).Truncate(time.Second)
 	return min(max(s, time.Second), maxSessionTimeout)
@@ -80,9 +73,8 @@ func sessionTimeout(ttl time.Duration) time.Duration {
 
 func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
 
-// checkPrefix reports whether p can start the server-side lock names: it
-// must keep its meaning on servers that ignore case, and never contain
-// '^' or '#', which mark escapes and hashes.
+// checkPrefix reports whether p can start server-side lock names: lower
+// case (for servers that ignore it), without '^' or '#' (escapes, hashes).
 func checkPrefix(p string) error {
 	if len(p) > MaxPrefixLen {
 		return fmt.Errorf("mysqllock: prefix %q is longer than %d bytes", p, MaxPrefixLen)
@@ -96,9 +88,8 @@ func checkPrefix(p string) error {
 	return nil
 }
 
-// literal quotes s as an SQL string literal. It is only ever given lock
-// names (checked by dlock.ValidateName) and their server-side forms,
-// whose characters need no escaping in any sql_mode: statements are sent
-// as plain text, one round trip each, whatever the DSN's
-// interpolateParams.
+// literal quotes s as an SQL string literal. It is only given lock names
+// (checked by dlock.ValidateName) and their server-side forms, which need
+// no escaping in any sql_mode: statements go as plain text, one round
+// trip each, whatever the DSN's interpolateParams.
 func literal(s string) string { return "'" + s + "'" }

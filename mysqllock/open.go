@@ -22,22 +22,20 @@ import (
 // DefaultAddr is the server a mysql:// URL without a host reaches.
 const DefaultAddr = "127.0.0.1:3306"
 
-// OpenMaxIdleConns is the number of idle connections kept by the pool of a
-// driver opened from a URL (database/sql keeps 2 by default): every
-// acquisition checks a connection out, and a new connection costs a
-// handshake.
+// OpenMaxIdleConns is how many idle connections the pool of a driver
+// opened from a URL keeps (database/sql's default is 2): every acquisition
+// checks one out, and a new one costs a handshake.
 const OpenMaxIdleConns = 32
 
-// openTimeout bounds the ping with which Open checks the server (the
-// dial, the handshake and the ping itself), unless the URL's timeout,
-// which bounds the dial only, is longer. A var: tests shorten it.
+// openTimeout bounds Open's ping (dial, handshake, ping) unless the URL's
+// timeout, of the dial only, is longer. Tests shorten it.
 var openTimeout = 10 * time.Second
 
 // driverParams are the go-sql-driver DSN parameters a mysql:// URL passes
-// through, under the same names. They concern the connection only
-// (transport, authentication, character set); those that change what
-// statements do (multiStatements, interpolateParams, parseTime, loc,
-// clientFoundRows, allowAllFiles...) and server variables are refused.
+// through: those of the connection only (transport, authentication,
+// character set). Those that change what statements do (multiStatements,
+// interpolateParams, parseTime, loc, clientFoundRows, allowAllFiles...)
+// and server variables are refused.
 var driverParams = []string{
 	"allowCleartextPasswords", "allowFallbackToPlaintext", "allowNativePasswords", "allowOldPasswords",
 	"charset", "checkConnLiveness", "collation", "compress", "connectionAttributes",
@@ -72,9 +70,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		return nil, u.Err("wait_step", o.WaitStep.String(), errors.New("below one second"))
 	}
 	socket := u.String("socket", "")
-	// cacert, cert and key name the files of a TLS configuration of the
-	// driver's own (go-sql-driver's tls parameter takes only a name
-	// registered in code); with them, tls may be true or left out.
+	// cacert, cert and key name files of a TLS configuration of our own
+	// (go-sql-driver's tls only names one in code); tls is true or absent.
 	var tlsConf *tls.Config
 	if slices.ContainsFunc(driver.TLSFileParams, u.Has) {
 		if v := u.String("tls", "true"); v != "true" {
@@ -105,8 +102,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if tlsConf != nil {
 		cfg.TLS = tlsConf // go-sql-driver checks the certificate against the host
 	}
-	// The pool is the driver's alone: its connections start with the
-	// wait_timeout of the Locker's TTL (see Options.ExclusivePool).
+	// The pool is ours: its wait_timeout is the TTL's (ExclusivePool).
 	o.ExclusivePool = true
 	ttl, err := u.Duration("ttl", dlock.DefaultTTL)
 	if err != nil {
@@ -127,9 +123,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		// A wait must end, and be issued again, before the read times out.
 		o.WaitStep = max(cfg.ReadTimeout/2, time.Second)
 	}
-	// The pool is the driver's: its sockets are recorded, so that held
-	// locks' connections can be watched.
-	o.Sockets = WatchSockets(cfg)
+	o.Sockets = WatchSockets(cfg) // the pool is the driver's: watch its sockets
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysqllock: open: %w", err)
@@ -138,8 +132,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	db.SetMaxIdleConns(OpenMaxIdleConns)
 	// The pool closes idle connections before the server would.
 	db.SetConnMaxIdleTime(timeout / 2)
-	// One ping shows that the server answers, so that a wrong address or
-	// password fails Open rather than the first Acquire.
+	// A ping: a wrong address or password fails Open, not the first Acquire.
 	wait := max(cfg.Timeout, openTimeout)
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	err = db.PingContext(pctx)
@@ -202,9 +195,9 @@ func config(u driver.URL, socket string, pass url.Values) (*mysql.Config, error)
 }
 
 // openError names what happened to Open's first connection: the server
-// refused it (it answered with an error: a wrong password, an unknown
-// database), could not be reached, or did not complete the handshake in
-// time; the caller's context ending is its own case.
+// refused it (a wrong password, an unknown database), could not be
+// reached, or did not complete the handshake in time, or the caller's
+// context ended.
 func openError(ctx context.Context, addr string, wait time.Duration, err error) error {
 	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
 		what := "refused the connection"

@@ -16,17 +16,13 @@ import (
 )
 
 // Held locks live on the driver's sessions (internal/sqlsession):
-// connections checked out of the *sql.DB, each with up to
-// Options.SessionLocks GET_LOCK locks, whose loss loses them all at once.
-// A session's class is its wait_timeout, the TTL its locks were taken
-// with. GET_LOCK is re-entrant within a session, so a session is never
-// asked for a key that it holds or is being asked for: the pool picks
-// another session, or opens one.
-//
-// The statements on a session are not cancelled with a caller's context:
-// go-sql-driver closes a connection whose statement's context ends, which
-// would end every lock of the session; they are bounded by stmtBound
-// instead.
+// connections checked out of the *sql.DB with up to Options.SessionLocks
+// GET_LOCK locks each, all lost with the connection. A session's class is
+// its wait_timeout, its locks' TTL. GET_LOCK is re-entrant within a
+// session, so the pool never asks a session for a key it holds or is
+// asked for. A session's statements are bounded by stmtBound, not a
+// caller's context: go-sql-driver closes a connection whose statement's
+// context ends, which would end every lock of the session.
 type (
 	pool    = sqlsession.Pool[*sconn, string, struct{}]
 	session = sqlsession.Session[*sconn, string, struct{}]
@@ -39,21 +35,18 @@ type sconn struct {
 	conn    *sql.Conn
 	id      int64         // the connection's CONNECTION_ID()
 	timeout time.Duration // the session's wait_timeout
-	period  time.Duration // between keep-alive checks
-	// raw is the connection's socket, when the driver knows it (see
-	// Options.Sockets): statements are then bounded by its deadline.
-	raw    net.Conn
-	lastOK time.Time // when the last statement that succeeded was sent
+	raw     net.Conn      // the socket, if known (Options.Sockets): see bound
+	lastOK  time.Time     // when the last statement that succeeded was sent
+	// ctx, if set, bounds statements on an acquisition's own connection.
+	ctx context.Context
 }
 
-// stmtTimeouts is how many keep-alive periods (at least a second each) a
-// statement on a session may take before the session counts as lost:
-// long enough for a server under load, short enough that a silent one
-// does not keep the session.
+// stmtTimeouts is how many keep-alive periods (a second at least) a
+// statement may take (for a loaded server, not a silent one) before its
+// session counts lost.
 const stmtTimeouts = 4
 
-// restoreTimeout gives a connection back its own wait_timeout before it
-// returns to the pool. (The server would take a NULL for its minimum, 1s.)
+// restoreTimeout restores a connection's wait_timeout (a NULL would mean 1s).
 const restoreTimeout = "SET SESSION wait_timeout = COALESCE(@dlock_wait_timeout, @@GLOBAL.wait_timeout), @dlock_wait_timeout = NULL"
 
 // seconds is a wait_timeout in whole seconds, as SQL.
@@ -84,8 +77,7 @@ func (d *Driver) period(timeout time.Duration) time.Duration {
 	return max(min(d.keepAlive, timeout/3), time.Millisecond)
 }
 
-// identify records the connection's id, learnt from the session's first
-// statement, and finds its socket.
+// identify records the id the first statement read, and finds the socket.
 func (c *sconn) identify(id int64) {
 	c.id = id
 	c.raw = c.d.socks.socket(id)
@@ -97,14 +89,18 @@ func (c *sconn) Watch() *sockwatch.Watch {
 }
 
 // stmtBound bounds one statement on the session.
-func (c *sconn) stmtBound() time.Duration { return stmtTimeouts * max(c.period, time.Second) }
+func (c *sconn) stmtBound() time.Duration {
+	return stmtTimeouts * max(c.d.period(c.timeout), time.Second)
+}
 
 // bound returns the context of a statement on the session, bounded by
-// stmtBound rather than by any caller's context (see session), and the
-// cancel function that unbound takes once the statement is done. Where
-// the driver knows the socket, the bound is its deadline: no timer, and
-// no goroutine of database/sql's watching a context, per statement.
+// stmtBound (not a caller's context: see session), and the cancel
+// function for unbound. Where the socket is known, the bound is its
+// deadline: no timer, and no database/sql goroutine watching a context.
 func (c *sconn) bound() (context.Context, context.CancelFunc) {
+	if c.ctx != nil {
+		return c.ctx, func() {}
+	}
 	if c.raw != nil {
 		_ = c.raw.SetDeadline(time.Now().Add(c.stmtBound()))
 		return context.Background(), nil
@@ -112,8 +108,7 @@ func (c *sconn) bound() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.stmtBound())
 }
 
-// unbound lifts the bound of a statement: cancel, from bound, or the
-// socket's deadline.
+// unbound lifts bound's bound: cancel, or the socket's deadline.
 func (c *sconn) unbound(cancel context.CancelFunc) {
 	if cancel != nil {
 		cancel()
@@ -122,8 +117,7 @@ func (c *sconn) unbound(cancel context.CancelFunc) {
 	_ = c.raw.SetDeadline(time.Time{})
 }
 
-// query runs q on the session, bounded (see bound), and scans its one
-// row into dest. The caller has the use of the session.
+// query runs q on the session (bounded; the caller has its use) into dest.
 func (c *sconn) query(q string, dest ...any) error {
 	ctx, cancel := c.bound()
 	sent := time.Now()
@@ -135,8 +129,7 @@ func (c *sconn) query(q string, dest ...any) error {
 	return err
 }
 
-// exec runs q on the session, bounded as query is; the caller has the use
-// of the session.
+// exec runs q on the session, as query does.
 func (c *sconn) exec(q string) error {
 	ctx, cancel := c.bound()
 	sent := time.Now()
@@ -150,10 +143,9 @@ func (c *sconn) exec(q string) error {
 
 // Keep runs one keep-alive check: the connection must still be the one
 // that took the locks (a proxy that reconnected it would have a new id),
-// and the server must hear from it before its wait_timeout, or the server
-// would close it and free the locks. The check is sent, and must be
-// answered, before the wait_timeout counted from the sending of the last
-// statement that succeeded, less a tenth of it.
+// and the server must hear from it before its wait_timeout frees them: the
+// check is sent and answered within nine tenths of the wait_timeout from
+// the sending of the last statement that succeeded.
 func (c *sconn) Keep() error {
 	lossAt := c.lastOK.Add(c.timeout - c.timeout/10)
 	if !time.Now().Before(lossAt) {
@@ -184,9 +176,8 @@ func (c *sconn) Gone(errno syscall.Errno) error {
 // Close closes the connection of a lost session.
 func (c *sconn) Close() { discard(c.conn) }
 
-// Retire gives the connection back to the pool, with its own wait_timeout
-// restored unless the pool is the driver's alone; a connection that
-// cannot be restored is closed instead.
+// Retire gives the connection back to the pool, its wait_timeout restored
+// unless the pool is exclusive (closed if that fails).
 func (c *sconn) Retire() {
 	if c.d.exclusive {
 		_ = c.conn.Close()
@@ -199,15 +190,11 @@ func (c *sconn) Retire() {
 	_ = c.conn.Close()
 }
 
-// check verifies, on the lock's session, that the server has the lock on
-// that connection: IS_USED_LOCK of the key is its id.
+// check verifies that IS_USED_LOCK of the key is the session's connection.
 func (d *Driver) check(h *hold) error {
 	s := h.S
-	switch err := s.Take(context.Background()); {
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case err != nil: // Take found the server gone, and ended the session
-		return errNotHeld(h.Name, "the lock was lost", err)
+	if err := takeFor(h, "the lock was lost"); err != nil {
+		return err
 	}
 	var holder sql.NullInt64
 	err := s.C.query("SELECT IS_USED_LOCK("+literal(h.Key)+")", &holder)
@@ -228,15 +215,11 @@ func (d *Driver) check(h *hold) error {
 	return errNotHeld(h.Name, "the lock was lost", err)
 }
 
-// release runs RELEASE_LOCK on the lock's session, once no other
-// statement runs there.
+// release runs RELEASE_LOCK on the lock's session.
 func (d *Driver) release(h *hold) error {
 	s := h.S
-	switch err := s.Take(context.Background()); {
-	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
-	case err != nil: // Take found the server gone: the session, and its locks, ended
-		return errNotHeld(h.Name, "the lock's connection had been closed by the server", err)
+	if err := takeFor(h, "the lock's connection had been closed by the server"); err != nil {
+		return err
 	}
 	var rel sql.NullInt64
 	err := s.C.query("SELECT RELEASE_LOCK("+literal(h.Key)+")", &rel)
@@ -249,10 +232,25 @@ func (d *Driver) release(h *hold) error {
 		h.End(err)
 		return errNotHeld(h.Name, "the lock was lost", err)
 	}
-	// The connection failed, or its state is unknown: closing it frees
-	// the lock (and the session's others) once the server reads the close.
+	// Failed, or in an unknown state: closing it frees the session's locks.
 	s.EndLost(fmt.Errorf("mysqllock: release %q failed, and took its connection with it: %w", h.Name, err))
 	return errNotHeld(h.Name, "the lock's connection failed", err)
+}
+
+// takeFor takes the use of h's session; an error says why h is no longer
+// held, gone saying it for a server Take found gone (ending the session).
+func takeFor(h *hold, gone string) error {
+	switch err := h.S.Take(context.Background()); {
+	case errors.Is(err, sqlsession.ErrEnded):
+		why, what := h.Why(), "the lock was lost"
+		if errors.Is(why, driver.ErrReleased) {
+			what = "released"
+		}
+		return errNotHeld(h.Name, what, why)
+	case err != nil:
+		return errNotHeld(h.Name, gone, err)
+	}
+	return nil
 }
 
 // errNotHeld wraps driver.ErrNotHeld for the lock called name.
@@ -263,15 +261,6 @@ func errNotHeld(name, why string, cause error) error {
 	return fmt.Errorf("%w: %q: %s: %w", driver.ErrNotHeld, name, why, cause)
 }
 
-// endedErr says why h ended.
-func endedErr(h *hold) error {
-	why := h.Why()
-	if errors.Is(why, driver.ErrReleased) {
-		return errNotHeld(h.Name, "released", why)
-	}
-	return errNotHeld(h.Name, "the lock was lost", why)
-}
-
 // lookup returns the held lock of r, or nil.
 func (d *Driver) lookup(r driver.Request) *hold {
 	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name {
@@ -280,12 +269,12 @@ func (d *Driver) lookup(r driver.Request) *hold {
 	return nil
 }
 
-// Refresh implements driver.Driver. A lock needs no renewal: it lives as
-// long as its session, which the driver keeps alive. Refresh checks at
-// once, on the lock's session, that the server still has the lock there
-// (IS_USED_LOCK), and returns the zero time. When ctx ends first it
-// returns ctx's error, and the check goes on: a cancelled statement would
-// close the connection, and free every lock of the session.
+// Refresh implements driver.Driver. A lock lives as long as its session,
+// which the driver keeps alive: Refresh checks at once, on the session,
+// that the server still has the lock there (IS_USED_LOCK), and returns
+// the zero time. When ctx ends first it returns ctx's error, and the check
+// goes on: a cancelled statement would close the connection, and free
+// every lock of the session.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	h := d.lookup(r)
 	if h == nil {
@@ -316,8 +305,8 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return err
 }
 
-// untilDone runs f, and returns its error, or ctx's when ctx ends first
-// (f goes on to its end, in the background, and Close waits for it).
+// untilDone returns f's error, or ctx's if it ends first (f goes on in the
+// background, and Close waits for it).
 func (d *Driver) untilDone(ctx context.Context, f func() error) error {
 	if ctx.Done() == nil { // cannot end: no goroutine needed
 		return f()

@@ -12,13 +12,12 @@ type statements struct {
 	bump   string // the counter upsert, before the quoted name and bumpEnd
 }
 
-// The counter of a name is advanced while its lock is held, in one
-// statement whose OK packet carries the new value (LAST_INSERT_ID(expr)
-// sets the insert id the server reports). A new row starts from the
-// server's clock in microseconds rather than from 1, so that a row
-// deleted (or a table dropped) and created again still continues above
-// every token it issued before, unless the name was taken more than once
-// per microsecond on average since its row was created.
+// A name's counter advances while its lock is held, in one statement
+// whose OK packet carries the new value (LAST_INSERT_ID(expr) sets the
+// reported insert id). A new row starts from the server's clock in
+// microseconds, not 1, so that a row deleted (or a table dropped) and
+// created again continues above every earlier token, unless the name was
+// taken more than once a microsecond on average since its row was made.
 const (
 	createTable = "CREATE TABLE IF NOT EXISTS %s (\n" +
 		"  name VARBINARY(255) NOT NULL PRIMARY KEY,\n" +
@@ -36,8 +35,7 @@ func newStatements(table string) statements {
 	}
 }
 
-// quoteTable checks a table name, "table" or "database.table", and quotes
-// it with backticks.
+// quoteTable checks a name "table" or "database.table" and backquotes it.
 func quoteTable(t string) (string, error) {
 	parts := strings.Split(t, ".")
 	if len(parts) > 2 {

@@ -17,42 +17,34 @@ import (
 	"github.com/dlockgo/dlock/internal/bg"
 )
 
-// cancelGrace bounds how long a cancelled wait waits for the server to
-// confirm the cancellation before the connection is cut instead.
+// cancelGrace bounds the wait for a cancel to take before the cut instead.
 const cancelGrace = 2 * time.Second
 
-// closeTimeout bounds the polite close (a Terminate message) of a
-// connection.
+// closeTimeout bounds a connection's polite close (a Terminate message).
 const closeTimeout = time.Second
 
-// A conn is one of the driver's own connections. At any moment it is idle
-// (in Driver.idle, holding no advisory lock), or in the hands of exactly
-// one acquisition or held lock. It is never shared: session-level advisory
-// locks are re-entrant within a session, so a connection handed to a
-// second user could take a lock that its first user holds.
+// A conn is one of the driver's own connections: idle (in Driver.idle,
+// holding no advisory lock), or in the hands of exactly one acquisition
+// or session. Never shared otherwise: advisory locks are re-entrant
+// within a session, so a second user could take a lock the first holds.
 type conn struct {
-	d  *Driver
-	pg *pgx.Conn
-	w  *watcher
-	// raw is the socket as dialled, under any TLS: what a held lock's
-	// watch (newSockWatch) peeks at.
-	raw net.Conn
-	// As a session's connection (see Driver.newPool): timeout bounds a
-	// ping, a longer one is a lost connection; reused tells whether the
-	// connection was used before the session.
+	d   *Driver
+	pg  *pgx.Conn
+	w   *watcher
+	raw net.Conn // the socket as dialled, under any TLS (newSockWatch)
+	// For a session: timeout bounds a ping; reused: used before.
 	timeout time.Duration
 	reused  bool
 }
 
-// watcher is the connection's context watcher handler: what pgx does when
-// the context of a running query ends. For a lock wait (wait set), it asks
-// the server to cancel the query, so that the waiting request leaves the
-// lock's queue, and cuts the connection only if the server has not
-// answered within cancelGrace. For anything else it interrupts the read at
-// once, which costs the connection. Either way fired records that the
-// query was interrupted: the driver then closes the connection rather than
-// reuse it, so that a cancel request still in flight can never hit a later
-// query, and whatever the interrupted statement took dies with the session.
+// watcher is the connection's context watcher handler, what pgx does when
+// a running query's context ends: for a lock wait (wait set), a cancel
+// request, so that the request leaves the lock's queue, cutting the
+// connection only if the server has not answered within cancelGrace; for
+// anything else, an interrupted read at once, which costs the connection.
+// fired records the interruption: the driver then closes the connection,
+// so that a cancel request in flight never hits a later query, and what
+// the interrupted statement took dies with the session.
 type watcher struct {
 	pc    *pgconn.PgConn
 	bg    *bg.Group // the driver's: Close waits for the cancel request
@@ -60,9 +52,7 @@ type watcher struct {
 	fired atomic.Bool
 }
 
-// HandleCancel runs when a query's context ends: a server-side wait gets a
-// cancel request (so nothing stays queued), anything else is interrupted at
-// once through the socket deadline.
+// HandleCancel runs when a query's context ends (see watcher).
 func (w *watcher) HandleCancel(context.Context) {
 	w.fired.Store(true)
 	nc := w.pc.Conn()
@@ -90,11 +80,10 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 	}
 	c := &conn{d: d}
 	cfg := d.cfg.Copy()
-	// TCP keep-alive on the client's side too, so that a wait on a server
-	// that went silent fails within about four keep-alive intervals (Go's
-	// defaults, which pgx's dialer keeps, take 15s + 9 × 15s).
-	// Once connected, pgx dials only for cancel requests, from goroutines
-	// of its own: those sockets are not the session's.
+	// Client-side TCP keep-alive too, so that a wait on a silent server
+	// fails within about four keep-alive intervals (pgx's dialer keeps
+	// Go's 15s + 9 × 15s). Once connected, pgx dials only for cancel
+	// requests, whose sockets are not the session's.
 	dialFunc := cfg.DialFunc
 	var connected atomic.Bool
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -126,8 +115,7 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		return nil, errors.New("pglock: connect: the context watcher handler was not installed")
 	}
 	if sql, args := d.sessionSetup(pg.PgConn()); sql != "" {
-		// The simple protocol makes it one round trip (no prepare); the
-		// values are the driver's own.
+		// One round trip with the simple protocol; the values are ours.
 		if _, err := pg.Exec(ctx, sql, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...); err != nil {
 			c.close()
 			return nil, fmt.Errorf("pglock: set up the session: %w", err)
@@ -136,9 +124,8 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 	return c, nil
 }
 
-// sessionSetup returns the statement that sets the server-side timeouts
-// of a new session (see Options.NoServerKeepalive), or "" when there is
-// nothing to set. Settings the connection string gives are left alone.
+// sessionSetup returns the statement setting a new session's server-side
+// timeouts (see Options.NoServerKeepalive), or "" for none.
 func (d *Driver) sessionSetup(pc *pgconn.PgConn) (string, []any) {
 	if d.noServerKeepalive {
 		return "", nil
@@ -170,8 +157,7 @@ func (d *Driver) sessionSetup(pc *pgconn.PgConn) (string, []any) {
 	return "SELECT " + strings.Join(sel, ", "), args
 }
 
-// serverMajor returns the major version in a server_version string such
-// as "15.20 (Debian 15.20-0+deb12u1)", or 0.
+// serverMajor returns server_version's major ("15.20 (Debian...)": 15), or 0.
 func serverMajor(v string) int {
 	end := 0
 	for end < len(v) && '0' <= v[end] && v[end] <= '9' {
@@ -181,28 +167,22 @@ func serverMajor(v string) int {
 	return n
 }
 
-// close closes the connection: the server ends the session and releases
-// every lock it held as soon as it reads the close (at once if the backend
-// is idle, after the running statement otherwise).
+// close closes c: the server frees its locks once it reads the close
+// (after the running statement, if any).
 func (c *conn) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	_ = c.pg.Close(ctx)
 }
 
-// begin prepares c for one query: wait says whether the query may block
-// on a lock.
+// begin prepares c for one query, which may block on a lock if wait.
 func (c *conn) begin(wait bool) {
 	c.w.wait.Store(wait)
 	c.w.fired.Store(false)
 }
 
-// cancelSent reports whether the last query was a lock wait whose context
-// ended while it ran, so that a cancel request went to the server.
+// cancelSent reports whether the last query, a wait, sent a cancel request.
 func (c *conn) cancelSent() bool { return c.w.wait.Load() && c.w.fired.Load() }
-
-// pid returns the server process id of c's session.
-func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }
 
 // get returns an idle connection (reused is true), or a new one.
 func (d *Driver) get(ctx context.Context) (c *conn, reused bool, err error) {
@@ -224,8 +204,36 @@ func (d *Driver) get(ctx context.Context) (c *conn, reused bool, err error) {
 	return c, false, err
 }
 
-// put makes c idle again; c must hold no advisory lock. It closes c when
-// the driver is closed or has enough idle connections.
+// withConn runs f on an idle or new connection, once more when a reused
+// one had died (server restart, idle timeout). A connection f fails on is
+// closed; the error is errClosed, ctx's, or f's with a hint, through wrap.
+func (d *Driver) withConn(ctx context.Context, f func(c *conn) error, wrap func(error) error) error {
+	for retried := false; ; retried = true {
+		c, reused, err := d.get(ctx)
+		if err != nil {
+			return err
+		}
+		c.begin(false)
+		if err = f(c); err == nil {
+			d.put(c)
+			return nil
+		}
+		dead := c.pg.IsClosed()
+		c.close()
+		switch {
+		case d.isClosed():
+			return errClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case reused && !retried && dead:
+			continue
+		}
+		return wrap(hint(err, d.st.table))
+	}
+}
+
+// put makes c, holding no lock, idle again, or closes it if the driver is
+// closed or has enough idle connections.
 func (d *Driver) put(c *conn) {
 	if c.pg.IsClosed() {
 		return

@@ -47,14 +47,12 @@
 // implements driver.Moder for every kind (readers-writer locks on shared
 // advisory locks, semaphores of up to MaxPermits slots) and driver.Elector.
 // LockTx and TryLockTx take a transaction-scoped lock inside the caller's
-// pgx.Tx, for PgBouncer in transaction pooling mode.
+// pgx.Tx, for PgBouncer in transaction pooling mode. Advisory locks are not
+// replicated: a failover loses them. A holder cut off from the server may
+// touch the resource before it learns of the loss: pass the fencing token
+// to the resource.
 //
-// Advisory locks are not replicated: after a failover the locks are gone.
-// A holder cut off from the server may touch the resource before it learns
-// of the loss: pass the fencing token to the resource.
-//
-// See https://github.com/dlockgo/dlock/blob/main/docs/POSTGRES.md for the
-// key derivation, connection sharing, waiting and cancellation, the token
-// statement, loss detection, the lock kinds, securing the store, the limits
-// and the measurements.
+// See https://github.com/dlockgo/dlock/blob/main/docs/POSTGRES.md for keys,
+// connection sharing, waiting and cancellation, the token statement, loss
+// detection, the lock kinds, security, the limits and the measurements.
 package pglock

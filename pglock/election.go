@@ -14,10 +14,9 @@ import (
 
 // An election is an advisory lock of its own (ModeKey with driver.Leader)
 // taken with pg_advisory_lock, so candidates are elected in the order they
-// asked. The statement that takes it also writes the leader's value, token
-// and session pid in the election's row of the token table ("leader#" +
-// name), and notifies the election's channel, in one transaction: the
-// notification is delivered with the row. Resigning unlocks and notifies.
+// asked. Taking it writes the leader's value, token and session pid in the
+// election's token row ("leader#" + name) and notifies its channel, in one
+// transaction. Resigning unlocks and notifies.
 
 // Leader implements driver.Elector: it reads the election's row, and
 // returns its value and token if the session the row names still holds
@@ -27,46 +26,29 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 		return driver.LeaderInfo{}, err
 	}
 	k := ModeKey(d.st.table, driver.Leader, name, 0)
-	row := rowName(driver.Leader, name)
-	for retried := false; ; retried = true {
-		c, reused, err := d.get(ctx)
-		if err != nil {
-			return driver.LeaderInfo{}, err
-		}
-		c.begin(false)
+	var info driver.LeaderInfo
+	err := d.withConn(ctx, func(c *conn) error {
 		var tok int64
 		var value string
-		err = c.pg.QueryRow(ctx, d.st.leader, k, row).Scan(&tok, &value)
-		switch {
+		switch err := c.pg.QueryRow(ctx, d.st.leader, k, rowName(driver.Leader, name)).Scan(&tok, &value); {
 		case err == nil:
-			d.put(c)
-			return driver.LeaderInfo{Value: value, Token: uint64(tok)}, nil
-		case errors.Is(err, pgx.ErrNoRows):
-			d.put(c)
-			return driver.LeaderInfo{}, nil
+			info = driver.LeaderInfo{Value: value, Token: uint64(tok)}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
 		}
-		dead := c.pg.IsClosed()
-		c.close()
-		switch {
-		case d.isClosed():
-			return driver.LeaderInfo{}, errClosed
-		case ctx.Err() != nil:
-			return driver.LeaderInfo{}, ctx.Err()
-		case reused && !retried && dead:
-			continue
-		}
-		return driver.LeaderInfo{}, fmt.Errorf("pglock: leader of %q: %w", name, hint(err, d.st.table))
-	}
+		return nil
+	}, func(err error) error { return fmt.Errorf("pglock: leader of %q: %w", name, err) })
+	return info, err
 }
 
 // Observe implements driver.Elector. It LISTENs on the election's channel
-// before it reads the leader, then reads it again after each notification.
+// before it reads the leader, and reads it again after each notification.
 // While someone leads, it also waits on the server, on a connection of its
 // own, for the election's lock to become free, so that a leader whose
-// session dies is seen without polling. The channel is buffered: a reader
-// that falls behind finds the latest leader, never one it has just received
-// again. A read that fails is retried after a back-off (50ms, doubling up
-// to 2s). The channel is closed when ctx ends or the driver closes. See
+// session dies is seen without polling. On the buffered channel a reader
+// that falls behind finds the latest leader, never one it just received.
+// A failed read is retried after a back-off (50ms, doubling up to 2s). The
+// channel is closed when ctx ends or the driver closes. See
 // docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if err := dlock.ValidateName(name); err != nil {
@@ -103,31 +85,20 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 
 	k := ModeKey(d.st.table, driver.Leader, name, 0)
 	var o offer
-	var watch chan error // the death watch's result; nil when none runs
+	var watch chan error // the death watch's result, while one runs
 	defer func() {
 		if watch != nil {
 			cancel()
 			<-watch
 		}
 	}()
-	var retry *time.Timer
 	var retryC <-chan time.Time
 	delay := minRedial
 	// backOff arms the retry for delay from now, and doubles delay.
 	backOff := func() {
-		if retry == nil {
-			retry = time.NewTimer(delay)
-		} else {
-			retry.Reset(delay)
-		}
-		retryC = retry.C
+		retryC = time.After(delay)
 		delay = min(2*delay, maxRedial)
 	}
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
 	for {
 		info, err := d.Leader(ctx, name)
 		switch {
@@ -149,9 +120,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 		case err := <-watch:
 			watch = nil
 			if err != nil && ctx.Err() == nil {
-				// Do not start another at once: wait for a notification
-				// or the back-off.
-				backOff()
+				backOff() // not another at once: wait for a notification or the back-off
 				continue
 			}
 		case <-retryC:
@@ -164,8 +133,7 @@ func (d *Driver) observe(ctx context.Context, name string, s *sub, out chan driv
 	}
 }
 
-// awaitFree waits on the server until the advisory key k is free at the
-// head of its queue, and lets it go again in the same statement.
+// awaitFree waits on the server until key k is free, and lets it go.
 func (d *Driver) awaitFree(ctx context.Context, k int64) error {
 	c, _, err := d.get(ctx)
 	if err != nil {
@@ -184,8 +152,7 @@ func (d *Driver) awaitFree(ctx context.Context, k int64) error {
 	return err
 }
 
-// offer is an observer's record of what it sent, so that the reader
-// never gets the same leader twice in a row.
+// offer records what an observer sent, never to send a leader twice in a row.
 type offer struct {
 	pending   bool // the last value put may still be in the channel
 	last      driver.LeaderInfo
@@ -193,8 +160,7 @@ type offer struct {
 	known     bool              // delivered is set
 }
 
-// send puts info in out (capacity 1) without blocking, replacing a value
-// the reader has not taken yet.
+// send puts info in out (capacity 1), replacing a value not taken yet.
 func (o *offer) send(out chan driver.LeaderInfo, info driver.LeaderInfo) {
 	if o.pending {
 		select {

@@ -96,3 +96,6 @@ func Sessions(d *Driver) int {
 	n, _ := d.pool.Len()
 	return n
 }
+
+// pid returns the server process id of c's session.
+func (c *conn) pid() uint32 { return c.pg.PgConn().PID() }

@@ -10,41 +10,23 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Inspect implements driver.Inspector: it lists the mutexes and the
-// leaders of elections whose names start with prefix, sorted by name,
-// then mode, joining the token table with pg_locks in one query.
-// Readers-writer locks and semaphores are not listed: their token rows
-// record the last grant only. Owner is the holding session ("pid 4242"),
-// Expires is zero, and two names whose keys collide (see Key) would both
-// show as held. See docs/CLI.md, dlock status.
+// Inspect implements driver.Inspector: it lists the mutexes and election
+// leaders whose names start with prefix, by name, then mode, joining the
+// token table with pg_locks in one query. Readers-writer locks and
+// semaphores are not listed: their token rows record the last grant only.
+// Owner is the holding session ("pid 4242"), Expires is zero, and two
+// names whose keys collide (see Key) would both show as held. See
+// docs/CLI.md, dlock status.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	for retried := false; ; retried = true {
-		c, reused, err := d.get(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c.begin(false)
-		out, err := d.inspect(ctx, c.pg, prefix)
-		if err == nil {
-			d.put(c)
-			return out, nil
-		}
-		dead := c.pg.IsClosed()
-		c.close()
-		switch {
-		case d.isClosed():
-			return nil, errClosed
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case reused && !retried && dead:
-			continue
-		}
-		return nil, fmt.Errorf("pglock: inspect: %w", hint(err, d.st.table))
-	}
+	var out []driver.LockInfo
+	err := d.withConn(ctx, func(c *conn) (err error) {
+		out, err = d.inspect(ctx, c.pg, prefix)
+		return err
+	}, func(err error) error { return fmt.Errorf("pglock: inspect: %w", err) })
+	return out, err
 }
 
-// inspectSQL is Inspect's query: $1 is the prefix, $2 the table's name as
-// it is hashed into keys.
+// inspectSQL is Inspect's query: $1 is the prefix, $2 the table hashed in keys.
 const inspectSQL = `WITH l AS (
 	SELECT (classid::bigint << 32) | objid::bigint AS k, pid, granted
 	FROM pg_locks
@@ -65,7 +47,6 @@ SELECT k.name, k.space = 'dlock-leader/', k.token, h.pid,
 FROM k JOIN l AS h ON h.k = k.k AND h.granted AND (k.holder IS NULL OR h.pid = k.holder)
 ORDER BY k.name COLLATE "C", 2`
 
-// inspect runs Inspect's query on c.
 func (d *Driver) inspect(ctx context.Context, c *pgx.Conn, prefix string) ([]driver.LockInfo, error) {
 	rows, err := c.Query(ctx, fmt.Sprintf(inspectSQL, d.st.table), prefix, d.st.table)
 	if err != nil {

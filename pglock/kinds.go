@@ -18,13 +18,7 @@ const MaxPermits = 4096
 
 // Supports reports whether the driver implements lock mode m: it does all
 // of them (mutex, readers-writer lock, semaphore and election).
-func (d *Driver) Supports(m driver.Mode) bool {
-	switch m {
-	case driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader:
-		return true
-	}
-	return false
-}
+func (d *Driver) Supports(m driver.Mode) bool { return m <= driver.Leader }
 
 // Key returns the advisory lock key of the lock called name, for a driver
 // whose token table is table: the first 8 bytes, read as a big-endian
@@ -37,18 +31,15 @@ func Key(table, name string) int64 {
 	return hashKey("dlock/", table, "", name)
 }
 
-// migrateKey is the advisory key under which Migrate serializes the
-// creation of table, so that concurrent first uses do not race in
-// CREATE ... IF NOT EXISTS.
+// migrateKey is the key under which Migrate serializes table's creation.
 func migrateKey(table string) int64 { return Key(table, "#migrate") }
 
 // ModeKey returns the advisory lock key of the lock called name of kind m
-// (Read and Write are the same readers-writer lock), for a driver whose
-// token table is table; slot is the permit's index (0 to limit-1) for a
-// semaphore, and ignored for the other kinds. Exclusive gives Key(table,
-// name); the other kinds hash a string of their own, so that no two kinds
-// share a key. See docs/POSTGRES.md, Readers-writer locks, semaphores,
-// elections, for the hashed strings.
+// (Read and Write are one readers-writer lock) for a driver on token table
+// table; slot is a semaphore's permit index (0 to limit-1), ignored for
+// the other kinds. Exclusive gives Key(table, name); the other kinds hash
+// strings of their own, so that no two kinds share a key. See
+// docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
 func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 	switch m {
 	case driver.Read, driver.Write:
@@ -62,8 +53,7 @@ func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 }
 
 // hashKey is the first 8 bytes of SHA-256(prefix + table + "/" + mid +
-// name), as a bigint. The hashed string is built on the stack when it
-// fits, as it does for every valid table and lock name.
+// name), as a bigint, hashed on the stack for every valid table and name.
 func hashKey(prefix, table, mid, name string) int64 {
 	var buf [len("dlock-leader/") + 2*maxIdent + 1 + len("/") + 8 + 200]byte
 	b := append(buf[:0], prefix...)
@@ -75,10 +65,8 @@ func hashKey(prefix, table, mid, name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// rowName is the token table row of the lock called name of kind m: the
-// name for the mutex, and for the other kinds the name behind a prefix
-// holding "#", which no lock name contains, so that each kind has tokens
-// of its own.
+// rowName is the token row of name's lock of kind m: the name for the
+// mutex, else behind a prefix with "#" (in no name): tokens of its own.
 func rowName(m driver.Mode, name string) string {
 	switch m {
 	case driver.Read, driver.Write:
@@ -92,9 +80,8 @@ func rowName(m driver.Mode, name string) string {
 }
 
 // channelName is the LISTEN/NOTIFY channel of the semaphore or election
-// called name (kind is "permit" or "leader"): "dlock_" and 16 hex digits
-// of a hash, a lower-case identifier well within PostgreSQL's 63 bytes
-// whatever the name's length.
+// called name (kind "permit" or "leader"): "dlock_" and 16 hex digits of
+// a hash, an identifier within 63 bytes whatever the name's length.
 func channelName(table, kind, name string) string {
 	k := hashKey("dlock-chan-"+kind+"/", table, "", name)
 	var b [8]byte
@@ -111,9 +98,7 @@ func permitKeys(table, name string, limit int) []int64 {
 	return ks
 }
 
-// A lockReq is a request resolved once, at the driver's entry: its kind's
-// advisory keys, token row and channel, and its keep-alive period, which
-// every step after uses.
+// A lockReq is a request resolved once, at the driver's entry.
 type lockReq struct {
 	name, owner string
 	mode        driver.Mode
@@ -151,32 +136,21 @@ func (d *Driver) resolve(r driver.Request) (lockReq, error) {
 	return q, nil
 }
 
-// modeWord names a mode in errors and channels: "mutex" for the mutex,
-// and Mode.String's word for the others.
+// modeWord names a mode in errors and channels: Mode.String's, or "mutex".
 func modeWord(m driver.Mode) string {
-	switch m {
-	case driver.Read:
-		return "read"
-	case driver.Write:
-		return "write"
-	case driver.Permit:
-		return "permit"
-	case driver.Leader:
-		return "leader"
+	if m == driver.Exclusive {
+		return "mutex"
 	}
-	return "mutex"
+	return m.String()
 }
 
 // checkMode rejects what dlock never sends but a direct caller could.
 func checkMode(r driver.Request) error {
-	switch r.Mode {
-	case driver.Exclusive, driver.Read, driver.Write, driver.Leader:
-		return nil
-	case driver.Permit:
-		if r.Limit < 1 || r.Limit > MaxPermits {
-			return fmt.Errorf("pglock: semaphore %q: limit %d, want 1 to %d", r.Name, r.Limit, MaxPermits)
-		}
-		return nil
+	switch {
+	case r.Mode > driver.Leader:
+		return fmt.Errorf("pglock: %q: %w: mode %v", r.Name, driver.ErrUnsupported, r.Mode)
+	case r.Mode == driver.Permit && (r.Limit < 1 || r.Limit > MaxPermits):
+		return fmt.Errorf("pglock: semaphore %q: limit %d, want 1 to %d", r.Name, r.Limit, MaxPermits)
 	}
-	return fmt.Errorf("pglock: %q: %w: mode %v", r.Name, driver.ErrUnsupported, r.Mode)
+	return nil
 }

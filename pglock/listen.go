@@ -8,20 +8,17 @@ import (
 	"time"
 )
 
-// The listener is a driver's one connection that LISTENs, on behalf of
-// every semaphore waiter and election observer of the driver, to the
-// channels they follow, and wakes them when a notification comes. It is
-// dialled on first use and lives until the driver closes. When its
-// connection fails it dials again (backing off) and then wakes every
-// subscriber, since notifications may have been lost meanwhile.
+// The listener is a driver's one connection that LISTENs to the channels
+// of its semaphore waiters and election observers, and wakes them on a
+// notification. Dialled on first use, it lives until the driver closes;
+// when its connection fails it dials again (backing off), then wakes
+// every subscriber, since notifications may have been lost.
 type listener struct {
-	mu      sync.Mutex
-	running bool
-	subs    map[string]map[*sub]struct{} // by channel
-	// listening are the channels LISTENed on the current connection.
-	listening map[string]bool
-	// interrupt ends the current WaitForNotification, so that the
-	// goroutine LISTENs to new channels.
+	mu        sync.Mutex
+	running   bool
+	subs      map[string]map[*sub]struct{} // by channel
+	listening map[string]bool              // LISTENed on the current connection
+	// interrupt ends the WaitForNotification, to LISTEN to new channels.
 	interrupt context.CancelFunc
 	kicked    bool
 	done      chan struct{} // closed when the goroutine ends
@@ -30,11 +27,9 @@ type listener struct {
 // A sub is one subscription to a channel.
 type sub struct {
 	channel string
-	// wake gets a value after each notification on the channel (and
-	// after the listener reconnected); buffered, so none is lost.
+	// wake (buffered) gets a value after each notification, and reconnection.
 	wake chan struct{}
-	// ready is closed once the channel is LISTENed: every notification
-	// sent after that reaches wake.
+	// ready is closed once the channel is LISTENed: later notifications reach wake.
 	ready chan struct{}
 }
 
@@ -70,7 +65,10 @@ func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 	if l.listening[channel] {
 		close(s.ready)
 	} else {
-		l.kickLocked()
+		l.kicked = true // interrupt the listener's wait
+		if l.interrupt != nil {
+			l.interrupt()
+		}
 		if !l.running {
 			l.running = true
 			l.done = make(chan struct{})
@@ -90,8 +88,8 @@ func (d *Driver) subscribe(ctx context.Context, channel string) (*sub, error) {
 	}
 }
 
-// unsubscribe ends s. The channel stays LISTENed until the listener next
-// wakes up: a stray notification costs nothing.
+// unsubscribe ends s. Its channel stays LISTENed till the listener wakes:
+// a stray notification costs nothing.
 func (d *Driver) unsubscribe(s *sub) {
 	l := &d.lis
 	l.mu.Lock()
@@ -104,26 +102,14 @@ func (d *Driver) unsubscribe(s *sub) {
 	}
 }
 
-// kickLocked interrupts the listener's wait; l.mu is held.
-func (l *listener) kickLocked() {
-	l.kicked = true
-	if l.interrupt != nil {
-		l.interrupt()
-	}
-}
-
-// wakeLocked wakes the subscribers of channel, or all of them when channel
-// is empty; l.mu is held.
+// wakeLocked wakes channel's subscribers (all for ""); l.mu is held.
 func (l *listener) wakeLocked(channel string) {
 	for ch, set := range l.subs {
 		if channel != "" && ch != channel {
 			continue
 		}
 		for s := range set {
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
+			s.poke()
 		}
 	}
 }
@@ -250,10 +236,8 @@ func (d *Driver) listen() {
 
 // sleep waits for t or the driver's end; false means the driver closed.
 func (d *Driver) sleep(t time.Duration) bool {
-	timer := time.NewTimer(t)
-	defer timer.Stop()
 	select {
-	case <-timer.C:
+	case <-time.After(t):
 		return true
 	case <-d.life.Done():
 		return false

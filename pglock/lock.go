@@ -13,21 +13,20 @@ import (
 
 // TryLock takes the lock with pg_try_advisory_lock on one of the
 // driver's sessions, advancing the name's token in the same statement:
-// one round trip when a session is at hand. When this driver holds the
-// lock already (for another owner), or another session holds it, it
-// returns a *driver.HeldError (Remaining is 0: a session lock has no
-// expiry).
+// one round trip when a session is at hand. When this driver (for another
+// owner) or another session holds the lock, it returns a
+// *driver.HeldError (Remaining 0: a session lock has no expiry).
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, false)
 }
 
 // Lock first tries the lock as TryLock does: one round trip when it is
-// free. When another session holds it, it waits with pg_advisory_lock,
-// which waits on the server, on a connection of its own, which then
-// holds the lock. One Lock per key and driver waits on the server; the
-// driver's other Locks of that key wait in the process behind it. When
-// ctx ends first, the driver asks the server to cancel the wait, so that
-// nothing stays queued, closes that connection and returns ctx's error.
+// free. When another session holds it, it waits on the server with
+// pg_advisory_lock on a connection of its own, which then holds the lock.
+// One Lock per key and driver waits on the server, the driver's others
+// for the key in the process behind it. When ctx ends first, the driver
+// asks the server to cancel the wait, so that nothing stays queued,
+// closes that connection and returns ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -66,18 +65,17 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 	return g, err
 }
 
-// dropKey is dropKeyLocked for a caller without Driver.mu.
+// dropKey is dropKeyLocked, taking Driver.mu.
 func (d *Driver) dropKey(key int64) {
 	d.mu.Lock()
 	d.dropKeyLocked(key)
 	d.mu.Unlock()
 }
 
-// lockKey is Lock for the kinds of one key: it waits in the process
-// until it is the key's one Lock that may wait, and until the driver's
-// own holds of the key let it in, then tries the lock on a session, and
-// waits on the server, on a connection of its own, when another session
-// holds it.
+// lockKey is Lock for the kinds of one key: it waits in the process to be
+// the key's one Lock that may wait and for the driver's own holds of the
+// key to let it in, then tries the lock on a session, and waits on the
+// server, on a connection of its own, when another session holds it.
 func (d *Driver) lockKey(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	key := q.key
 	d.mu.Lock()
@@ -150,22 +148,20 @@ func (d *Driver) lockKey(ctx context.Context, q *lockReq) (driver.Grant, error) 
 
 // A plan is the statement of one acquisition and what its hold needs.
 type plan struct {
-	sql  string
-	args []any
-	// key is the advisory key taken; a semaphore's try learns it from the
-	// statement's second column.
-	key    int64
-	permit bool // the statement returns the key taken
-	free   bool // the statement returns pg_advisory_unlock_shared's bool
-	notify bool // the statement returns a notification's void
-	// unlock releases key; when channel is set it also notifies channel
-	// (with $2) and returns a second column.
+	sql    string
+	args   []any
+	key    int64 // the advisory key taken; a semaphore's try reads it back
+	permit bool  // the statement returns the key taken
+	free   bool  // the statement returns pg_advisory_unlock_shared's bool
+	notify bool  // the statement returns a notification's void
+	// unlock releases key; with channel set it also notifies channel
+	// ($2) and returns a second column.
 	unlock  string
 	channel string
 }
 
-// plan returns the statement that takes q's lock, waiting if wait is set
-// (for a semaphore, only a try: see lockPermit).
+// plan returns the statement taking q's lock, waiting if wait is set (a
+// semaphore's only tries: see lockPermit).
 func (d *Driver) plan(q *lockReq, wait bool) plan {
 	st := &d.st
 	pick := func(waiting, try string) string {
@@ -186,10 +182,10 @@ func (d *Driver) plan(q *lockReq, wait bool) plan {
 	return plan{sql: pick(st.lock, st.tryLock), args: []any{q.key, q.row}, key: q.key, unlock: st.unlock}
 }
 
-// tryOn runs p, a try, on a session that is not asked for keys (the
-// keys p may take), and makes the session the holder when the lock was
-// taken. The statement runs under the session's own bound (conn.bound),
-// not ctx, which bounds only the wait for the session.
+// tryOn runs p, a try, on a session not asked for keys (those p may
+// take), which becomes the holder when the lock was taken. The statement
+// runs under the session's bound (conn.bound); ctx bounds only the wait
+// for the session.
 func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		s, err := d.pool.Session(ctx, q.period, keys...)
@@ -207,9 +203,9 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 			s.Unreserve(keys...)
 			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case pgCode(err) != "" && !s.C.pg.IsClosed():
-			// The server refused the statement and the session lives on;
-			// but a session lock taken before the statement failed
-			// outlives the statement's transaction: let go of the keys.
+			// The server refused the statement and the session lives on,
+			// but a session lock taken before the failure outlives the
+			// statement's transaction: let go of the keys.
 			if d.letGo(s.C, q.mode, keys) {
 				s.Unreserve(keys...)
 				if pgCode(err) == codeLockNotAvailable || pgCode(err) == codeQueryCanceled {
@@ -218,8 +214,7 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 				return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 			}
 		}
-		// The connection's state is unknown: end the session, which frees
-		// anything it took.
+		// Its state is unknown: end the session, freeing what it took.
 		dead := s.C.pg.IsClosed() // pgx closed it: the session had failed
 		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
 		switch {
@@ -228,16 +223,15 @@ func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (d
 		case ctx.Err() != nil:
 			return driver.Grant{}, ctx.Err()
 		case reused && !retried && dead:
-			// A connection that had died (server restart, idle timeout):
-			// try once more on another.
+			// It had died (server restart, idle timeout): try another.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
 	}
 }
 
-// letGo releases keys on c after a statement that asked for them failed;
-// false when that failed too. The caller has the use of c's session.
+// letGo releases keys on c (in the caller's use) after a failed statement
+// asked for them; false if that fails too.
 func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	sql := d.st.letGo
 	if m == driver.Read {
@@ -250,8 +244,7 @@ func (d *Driver) letGo(c *conn, m driver.Mode, keys []int64) bool {
 	return err == nil
 }
 
-// grantOn makes the lock that p just took on s for the keys it was asked
-// for a hold of s; the caller has the use of s, which this gives back.
+// grantOn makes the lock p took on s a hold of s, giving back its use.
 func (d *Driver) grantOn(s *session, q *lockReq, p plan, token int64, keys []int64) (driver.Grant, error) {
 	h := &hold{S: s, Name: q.name, Owner: q.owner, Key: p.key,
 		X: lockInfo{mode: q.mode, unlock: p.unlock, channel: p.channel}}
@@ -261,17 +254,16 @@ func (d *Driver) grantOn(s *session, q *lockReq, p plan, token int64, keys []int
 	return h.Grant(uint64(token)), nil
 }
 
-// adoptedLocked counts a permit's slot among the driver's keys once it is
-// held (other kinds reserved theirs before asking); Driver.mu is held.
+// adoptedLocked counts a held permit's slot among the driver's keys (other
+// kinds reserved theirs before asking).
 func (d *Driver) adoptedLocked(h *hold) {
 	if h.X.mode == driver.Permit {
 		d.keyLocked(h.Key).n++
 	}
 }
 
-// run executes p, a wait, on a connection of its own, and makes that
-// connection a session holding the lock when it was taken. The wait also
-// ends, with errWoken, when wake (if not nil) is closed or receives.
+// run executes p, a wait, on a connection of its own, then a session
+// holding the lock; wake (if not nil) ends the wait with errWoken.
 func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-chan struct{}) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		c, reused, err := d.get(ctx)
@@ -286,9 +278,7 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 			d.put(c)
 			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		}
-		// The connection's state is unknown, or a cancel request may still
-		// be on its way to it: close it, which frees anything its session
-		// took.
+		// Unknown state, or a cancel request on its way: close it.
 		dead := c.pg.IsClosed() // pgx closed it: the session had failed
 		c.close()
 		switch {
@@ -299,12 +289,10 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 		case woken:
 			return driver.Grant{}, errWoken
 		case pgCode(err) == codeLockNotAvailable, wait && pgCode(err) == codeQueryCanceled:
-			// The session's lock_timeout or statement_timeout (or an
-			// operator's pg_cancel_backend) ended the wait.
+			// lock_timeout, statement_timeout or pg_cancel_backend.
 			return driver.Grant{}, &driver.HeldError{Name: q.name}
 		case reused && !retried && dead:
-			// An idle connection that had died (server restart, idle
-			// timeout): try once more on a new one.
+			// It had died idle (server restart, idle timeout): try a new one.
 			continue
 		}
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: %w", q.word, q.name, hint(err, d.st.table))
@@ -314,8 +302,7 @@ func (d *Driver) run(ctx context.Context, q *lockReq, p plan, wait bool, wake <-
 // errWoken ends a wait that a notification interrupted.
 var errWoken = errors.New("pglock: wait interrupted by a notification")
 
-// take runs p's statement on c, which takes the lock and advances its
-// token. pgx.ErrNoRows means that the lock was not taken; woken that wake
+// take runs p's statement on c: pgx.ErrNoRows if not taken, woken if wake
 // interrupted the wait.
 func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-chan struct{}) (token int64, woken bool, err error) {
 	if wait {
@@ -370,36 +357,30 @@ func (d *Driver) take(ctx context.Context, c *conn, p *plan, wait bool, wake <-c
 	return token, false, err
 }
 
-// grant makes c, on which a wait just took the lock, a session holding
-// it: among the sessions later acquisitions may use.
+// grant makes c, where a wait just took the lock, a session holding it.
 func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, error) {
 	c.session(q.period, true)
 	s := d.pool.Init(new(session), c, q.period, p.key)
 	return d.grantOn(s, q, p, token, []int64{p.key})
 }
 
-// A keyState is what the driver knows of one advisory key locally: the
-// locks it holds on it and the acquisitions under way, so that it never
-// asks a session for a key that this driver already holds, answers a try
-// at once when the key is taken here, and lets one Lock at a time wait on
-// the server for it while the others wait in the process.
+// A keyState is the driver's local record of one advisory key, its holds
+// and acquisitions under way: it never asks a session for a key it holds,
+// answers a try at once when the key is taken here, and lets one Lock at
+// a time wait for the key on the server while the others wait here.
 type keyState struct {
 	n      int  // holds and acquisitions under way
 	shared bool // all n are readers
-	// writer is set while a Lock that conflicts with readers waits for
-	// the key: a reader's try then fails here, as on the server behind a
-	// waiting writer.
+	// writer is set while a Lock that conflicts with readers waits: a
+	// reader's try then fails, as on the server behind a waiting writer.
 	writer bool
-	// gate is held by the one Lock of the key that may wait; the others
-	// wait to fill it.
-	gate chan struct{}
-	// changed, when not nil, is closed when n next drops.
-	changed chan struct{}
-	refs    int // Locks using gate
+	// gate is held by the key's one Lock that may wait; the others queue.
+	gate    chan struct{}
+	changed chan struct{} // if not nil, closed when n next drops
+	refs    int           // Locks using gate
 }
 
-// conflicts reports whether a lock of mode m must wait for what the
-// driver holds or asks for on the key.
+// conflicts reports whether mode m must wait for the driver's uses of the key.
 func (k *keyState) conflicts(m driver.Mode) bool {
 	if m == driver.Read {
 		return k.writer || (k.n > 0 && !k.shared)
@@ -407,9 +388,7 @@ func (k *keyState) conflicts(m driver.Mode) bool {
 	return k.n > 0
 }
 
-// reserveKeyLocked counts an acquisition of mode m of key under way, or
-// returns false when it conflicts with what the driver has; Driver.mu is
-// held.
+// reserveKeyLocked counts an acquisition of key in mode m, false on a conflict.
 func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
 	k := d.keyLocked(key)
 	if k.conflicts(m) {
@@ -423,8 +402,8 @@ func (d *Driver) reserveKeyLocked(key int64, m driver.Mode) bool {
 	return true
 }
 
-// dropKeyLocked undoes one reserveKeyLocked (a hold ended, or an
-// acquisition failed), and wakes the Lock waiting for the key.
+// dropKeyLocked undoes one reserveKeyLocked (a hold ended, an acquisition
+// failed) and wakes the Lock waiting for the key.
 func (d *Driver) dropKeyLocked(key int64) {
 	k := d.keys[key]
 	if k == nil {
@@ -451,8 +430,7 @@ func (d *Driver) keyLocked(key int64) *keyState {
 	return k
 }
 
-// tidyKeyLocked forgets k, the state of key, once nothing uses it, and
-// keeps it as the spare (see Driver.spareKey); Driver.mu is held.
+// tidyKeyLocked forgets k, key's unused state, keeping it as spareKey.
 func (d *Driver) tidyKeyLocked(key int64, k *keyState) {
 	if k.n != 0 || k.refs != 0 || k.writer {
 		return

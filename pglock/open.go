@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -20,15 +21,13 @@ func init() {
 	dlock.Register("postgresql", open)
 }
 
-// ownParams are the URL parameters pglock reads, and dlockParams those
-// dlock.Open reads; neither goes to pgx.
+// ownParams (pglock's) and dlockParams (dlock.Open's) do not go to pgx.
 var (
 	ownParams   = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
 	dlockParams = []string{"ttl", "renew"}
 )
 
-// open is the Opener of postgres:// and postgresql:// URLs (see the
-// package documentation).
+// open is the Opener of postgres:// and postgresql:// URLs.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	var o Options
 	o.Table = u.String("table", DefaultTable)
@@ -67,9 +66,8 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	}
 	o.NoServerKeepalive = !serverKeepalive
 
-	// The rest of the URL is pgx's: its connection parameters, and any
-	// other parameter as a run-time setting of the session, which the
-	// server checks when the driver connects.
+	// The rest is pgx's: connection parameters, and any other parameter as
+	// a run-time setting, which the server checks when the driver connects.
 	rest := *u.URL
 	q := rest.Query()
 	for _, k := range slices.Concat(ownParams, dlockParams) {
@@ -87,15 +85,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// parseError names the parameter pgx could not parse: the one that fails
-// when parsed alone. Without a culprit it names the URL.
+// parseError names the parameter that pgx fails to parse alone, or the URL.
 func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		one := *rest
 		one.RawQuery = url.Values{k: q[k]}.Encode()
 		if _, e := pgx.ParseConfig(one.String()); e != nil {
@@ -106,9 +98,8 @@ func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
 }
 
 // settingError turns the server's refusal of a run-time setting the URL
-// gave into a *driver.ParamError naming it: an unknown setting (SQLSTATE
-// 42704) or a bad value (22023), whose message names the setting in
-// double quotes.
+// gave (an unknown setting, SQLSTATE 42704, or a bad value, 22023, the
+// message naming it in double quotes) into a *driver.ParamError naming it.
 func settingError(u driver.URL, q url.Values, err error) error {
 	pe, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok || (pe.Code != codeUndefinedObject && pe.Code != codeInvalidParamValue) {

@@ -21,17 +21,13 @@ const (
 	// DefaultKeepalive is the longest interval between two checks that a
 	// held lock's connection is alive.
 	DefaultKeepalive = 5 * time.Second
-	// DefaultMaxIdle is how many idle connections a driver keeps for the
-	// next acquisitions.
+	// DefaultMaxIdle is how many idle connections a driver keeps.
 	DefaultMaxIdle = 4
-	// DefaultSessionLocks is how many locks one session (one server
-	// connection) holds at most: 2,000 locks take 8 connections, and a
-	// lost connection takes at most 256 locks with it.
+	// DefaultSessionLocks is the most locks one session (connection) holds:
+	// 2,000 locks take 8 connections, and a lost one takes at most 256.
 	DefaultSessionLocks = 256
-	// DefaultConnectTimeout bounds each connection attempt (the TCP
-	// connect, TLS and the start-up exchange) of a configuration that sets
-	// no connect_timeout, so that a server that accepts connections but
-	// never answers fails the attempt rather than hang it.
+	// DefaultConnectTimeout bounds each connection attempt (TCP, TLS,
+	// start-up) without connect_timeout: a server that never answers fails it.
 	DefaultConnectTimeout = 10 * time.Second
 )
 
@@ -43,8 +39,7 @@ const MinKeepalive = 10 * time.Millisecond
 
 var errClosed = driver.ErrClosed
 
-// Options configure a Driver. The zero value, like a nil *Options, means
-// every default.
+// Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the token table: a row per lock name with the last fencing
 	// token handed out, and a sequence named Table+"_seq" from which the
@@ -55,13 +50,12 @@ type Options struct {
 	Table string
 
 	// Keepalive is the longest interval between two checks (an empty
-	// query, with a timeout of the interval but at least a second) that a
-	// held lock's connection is alive. A lock is checked every Keepalive
-	// or every third of its TTL, whichever is shorter, so its holder
-	// learns of a connection that went silent within about two intervals.
-	// A connection the server closes is seen on its socket at once,
-	// whatever the interval (see docs/POSTGRES.md, "Loss"). The server
-	// side of the driver's sessions is set from it too (see
+	// query, timing out after the interval but at least a second) that a
+	// held lock's connection is alive: every Keepalive or third of the
+	// lock's TTL, whichever is shorter, so its holder learns of a silent
+	// connection within about two intervals. A connection the server
+	// closes is seen on its socket at once (see docs/POSTGRES.md, "Loss").
+	// The server side of the sessions is set from it too (see
 	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
 
@@ -71,11 +65,11 @@ type Options struct {
 	MaxIdle int
 
 	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: a driver holding n locks uses
-	// about n/SessionLocks connections (more while acquisitions run side
-	// by side), and a lost connection loses every lock on it at once, so
-	// this bounds what one loss takes. 1 gives each lock a connection of
-	// its own. Zero means DefaultSessionLocks.
+	// at most. Held locks share sessions: n locks use about n/SessionLocks
+	// connections (more while acquisitions run side by side), and a lost
+	// connection loses every lock on it, so this bounds what one loss
+	// takes. 1 gives each lock a connection of its own. Zero means
+	// DefaultSessionLocks.
 	SessionLocks int
 
 	// NoMigrate stops NewDriver from creating the token table (see
@@ -84,28 +78,26 @@ type Options struct {
 	NoMigrate bool
 
 	// NoServerKeepalive leaves the server-side timeouts of the driver's
-	// sessions as the server's configuration has them. By default a new
-	// session sets the server's TCP keepalive, tcp_user_timeout and
-	// client_connection_check_interval from Keepalive, so that the server ends
-	// the session of a vanished client, and frees its locks, within about four
-	// intervals; settings given in the connection string are kept. See
-	// docs/POSTGRES.md for the values.
+	// sessions as the server has them. By default a new session sets the
+	// server's TCP keepalive, tcp_user_timeout and
+	// client_connection_check_interval from Keepalive (but those the
+	// connection string gives), so that the server ends a vanished
+	// client's session, freeing its locks, within about four intervals.
+	// See docs/POSTGRES.md for the values.
 	NoServerKeepalive bool
 }
 
 // Driver is the PostgreSQL driver: a dlock driver.Driver, driver.Waiter,
 // driver.Moder (every mode) and driver.Elector over session-level
-// advisory locks. Create it with NewDriver (or New, or
-// dlock.Open with a postgres:// URL).
+// advisory locks. Create it with NewDriver (or New, or dlock.Open with a
+// postgres:// URL).
 //
 // Held locks share the driver's sessions, up to Options.SessionLocks on
 // each; each Lock waiting on the server has a connection of its own, one
-// per key at most. The driver opens its connections from its
-// configuration and never shares them with other code; a session that
-// holds nothing more goes back to a small idle set.
-//
-// A Driver is safe for concurrent use by multiple goroutines. It must not
-// be copied.
+// per key at most. The driver's connections are its own, never shared
+// with other code; a session that holds nothing more goes back to a small
+// idle set. A Driver is safe for concurrent use by multiple goroutines. It
+// must not be copied.
 type Driver struct {
 	cfg               *pgx.ConnConfig
 	st                statements
@@ -114,16 +106,14 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// life ends when the driver closes (endLife); it bounds the
-	// listener's and the observers' own work.
+	// life, ended by Close, bounds the listener's and observers' work.
 	life    context.Context
 	endLife context.CancelFunc
 	lis     listener
 	// observers counts the goroutines of Observe; Close waits for them.
 	observers sync.WaitGroup
-	// bg counts the driver's other goroutines: the sessions' keepers, a
-	// release or a session's end that outlived its caller, a cancel
-	// request. Close waits for them, at most closeWait.
+	// bg counts the sessions' keepers, releases and ends that outlived
+	// their callers, cancel requests; Close waits, at most closeWait.
 	bg bg.Group
 
 	mu     sync.Mutex
@@ -131,20 +121,18 @@ type Driver struct {
 	idle   []*conn
 	pool   *pool // the sessions, and the locks held on them
 	keys   map[int64]*keyState
-	// spareKey is a keyState no key uses, for the next: most acquisitions
-	// then allocate none.
+	// spareKey is an unused keyState, so that most acquisitions make none.
 	spareKey *keyState
 	waiting  map[*conn]context.CancelFunc
 }
 
-// NewDriver returns a driver whose connections are made from config, which
-// must have been created by pgx.ParseConfig (the driver copies it, and
-// sets its context watcher handler on the copy). A config whose
-// ConnectTimeout is zero (no connect_timeout in the connection string or
-// PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects once to check
-// the server, and creates the token table unless o.NoMigrate is set; that
-// connection becomes the first idle one. Close the driver to close its
-// connections.
+// NewDriver returns a driver whose connections are made from config,
+// which must come from pgx.ParseConfig (the driver sets its context
+// watcher handler on a copy). A zero ConnectTimeout (no connect_timeout in the connection
+// string or PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects
+// once, to check the server and create the token table unless
+// o.NoMigrate is set; that connection becomes the first idle one. Close
+// the driver to close its connections.
 func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver, error) {
 	if config == nil {
 		return nil, errors.New("pglock: nil connection config")
@@ -229,9 +217,8 @@ var _ driver.Schemer = (*Driver)(nil)
 // Table returns the token table's name.
 func (d *Driver) Table() string { return d.st.table }
 
-// Migrate creates the token table if it does not exist, on one of the
-// driver's connections. NewDriver does it already unless Options.NoMigrate
-// is set; see the package function Migrate.
+// Migrate runs the package function Migrate on one of the driver's
+// connections, as NewDriver does unless Options.NoMigrate is set.
 func (d *Driver) Migrate(ctx context.Context) error {
 	c, _, err := d.get(ctx)
 	if err != nil {
@@ -247,12 +234,11 @@ func (d *Driver) Migrate(ctx context.Context) error {
 }
 
 // Close closes the driver's connections. Locks still held end, lost
-// (their sessions end, which frees them on the server), waiting
-// acquisitions are cancelled and fail with ErrClosed, and the channels of
-// Observe are closed. Close then waits, at most 5 s, for the driver's own
-// goroutines (an Unlock that went on after its context ended, the
-// sessions' keepers), so that none runs once it returns; when they take
-// longer it returns an error. Close is idempotent.
+// (their sessions end, freeing them on the server), waiting acquisitions
+// fail with ErrClosed, and Observe's channels are closed. Close then
+// waits, at most 5 s, for the driver's own goroutines (an Unlock that went
+// on after its context ended, the sessions' keepers), so that none runs
+// once it returns, else it returns an error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -284,8 +270,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// closeWait bounds Close's wait for the driver's background work, which
-// the closed sessions end at once or within a statement's bound.
+// closeWait bounds Close's wait for background work, which closed sessions
+// end at once or within a statement's bound.
 const closeWait = 5 * time.Second
 
 func (d *Driver) isClosed() bool {

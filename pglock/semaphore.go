@@ -8,29 +8,26 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// lockPermit waits for a permit of semaphore q.name: the semaphore's
-// limit slots are advisory keys, and a holder holds one.
+// lockPermit waits for a permit of semaphore q.name, whose limit slots
+// are advisory keys; a holder holds one.
 //
-// It first listens on the semaphore's channel (on the driver's shared
-// listening connection), then loops: a try takes the first free slot, in
-// one statement; when all are held, it blocks on the server on the slot
-// with the fewest waiting requests, until either that slot is granted to
-// it (its holder released it or its session ended) or a notification
-// comes on the channel. A release notifies the channel only when the slot
-// it frees is then free, that is when no waiter blocked on that slot took
-// it over; the notified waiters give up their blocked requests and try
-// again.
+// It listens on the semaphore's channel (on the driver's listener), then
+// loops: a try takes the first free slot in one statement; when all are
+// held, it blocks on the server on the slot with the fewest waiters until
+// that slot is granted to it (released, or its holder's session ended) or
+// the channel is notified. A release notifies only when the slot it frees
+// is then free (no waiter blocked on it took it over); notified waiters
+// give up their blocked requests and try again.
 //
-// So a release reaches a waiter without polling, and so does a crash,
-// provided a waiter is blocked on the crashed holder's slot: waiters
-// spread over the slots, and with at least limit waiters every slot has
-// one. A permit freed by a crash on a slot nobody blocks on is taken by
-// the next try: a new acquisition, the waiters woken by the next release,
-// or, at the latest, a waiter's own try again once it has been blocked for
-// the request's TTL (the time within which a crashed holder's lock frees
-// itself on the TTL backends): so a lone waiter whose try came just
-// before the crashed holder's session ended on the server, and which then
-// blocked on another holder's slot, still gets the permit.
+// So a release reaches a waiter without polling, and so does a crash if a
+// waiter is blocked on the crashed holder's slot: waiters spread over the
+// slots, and limit waiters cover them all. A permit a crash frees on a
+// slot nobody blocks on goes to the next try: a new acquisition, the
+// waiters the next release wakes, or at the latest a waiter trying again
+// after blocking for the request's TTL (within which a crashed holder's
+// lock frees itself on the TTL backends). So a lone waiter whose try came
+// just before the crashed holder's session ended, and which then blocked
+// on another slot, still gets the permit.
 func (d *Driver) lockPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	sub, err := d.subscribe(ctx, q.channel)
 	if err != nil {
@@ -56,15 +53,12 @@ func (d *Driver) lockPermit(ctx context.Context, q *lockReq) (driver.Grant, erro
 		g, err = d.run(ctx, q, p, true, sub.wake)
 		again.Stop()
 		if !errors.Is(err, errWoken) {
-			// Taken, or failed (a server-side timeout ends the wait with
-			// ErrNotAcquired).
-			return g, err
+			return g, err // taken, or failed (a server-side timeout: ErrNotAcquired)
 		}
 	}
 }
 
-// tryPermit takes a free permit of semaphore q.name: the first slot,
-// among those this driver does not hold, that no other session holds.
+// tryPermit takes the first free slot of semaphore q.name.
 func (d *Driver) tryPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	d.mu.Lock()
 	if d.closed {

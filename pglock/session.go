@@ -14,12 +14,11 @@ import (
 	"github.com/dlockgo/dlock/internal/sqlsession"
 )
 
-// Held locks live on the driver's sessions (internal/sqlsession): up to
-// Options.SessionLocks of them on one of its connections, whose loss
-// loses them all at once. A session's class is its locks' keep-alive
-// period. Session-level advisory locks are re-entrant within a session,
-// so a session is never asked for a key that it holds or is being asked
-// for: the pool picks another session, or opens one.
+// Held locks live on the driver's sessions (internal/sqlsession), up to
+// Options.SessionLocks on a connection, all lost with it. A session's
+// class is its locks' keep-alive period. Session-level advisory locks are
+// re-entrant within a session, so the pool never asks a session for a key
+// it holds or is asked for.
 type (
 	pool    = sqlsession.Pool[*conn, int64, lockInfo]
 	session = sqlsession.Session[*conn, int64, lockInfo]
@@ -29,15 +28,14 @@ type (
 // lockInfo is what the driver keeps of a held lock besides its key.
 type lockInfo struct {
 	mode driver.Mode
-	// unlock is the statement that releases the key; with channel set,
-	// it takes the channel as $2 and returns a second column.
+	// unlock releases the key; if channel is set, it takes it as $2 and
+	// returns a second column.
 	unlock  string
 	channel string
 }
 
 // stmtTimeouts is how many ping timeouts a statement on a shared session
-// may take before the session counts as lost: long enough for a server
-// under load, short enough that a silent one does not keep the session.
+// may take (for a loaded server, not a silent one) before it counts lost.
 const stmtTimeouts = 4
 
 // newPool returns the driver's pool of sessions.
@@ -59,17 +57,16 @@ func (d *Driver) newPool() *pool {
 	})
 }
 
-// session makes c the connection of a session of keep-alive period;
-// reused tells whether it was used before.
+// session makes c a session's connection; reused: it was used before.
 func (c *conn) session(period time.Duration, reused bool) {
 	c.timeout, c.reused = max(period, time.Second), reused
 }
 
-// bound bounds the statement about to run on the session, through its
-// socket's deadline: not the caller's context, since a statement
-// interrupted half-way leaves the connection unusable and would take every
-// lock of the session with it; and not a context of its own, which would
-// cost allocations on every statement. unbound lifts it.
+// bound bounds the statement about to run on the session by its socket's
+// deadline: not the caller's context, since an interrupted statement
+// leaves the connection unusable and takes every lock of the session with
+// it; nor a context of its own, which allocates on every statement.
+// unbound lifts it.
 func (c *conn) bound() {
 	_ = c.pg.PgConn().Conn().SetDeadline(time.Now().Add(stmtTimeouts * c.timeout))
 }
@@ -107,15 +104,15 @@ func (c *conn) Retire() { c.d.put(c) }
 
 // Unlock releases the lock with pg_advisory_unlock on the session that
 // holds it; a session left holding nothing goes back to the idle
-// connections. It returns an error
-// matching ErrNotHeld when r.Owner does not hold the lock through this
-// driver, or the lock's session has ended. When ctx ends during the
-// release, the unlock runs once the session is free (ctx bounds only the
-// wait for the session, never a statement on it), and Close waits for it.
+// connections. It returns an error matching ErrNotHeld when r.Owner does
+// not hold the lock through this driver, or its session has ended. When
+// ctx ends during the release, the unlock runs once the session is free
+// (ctx bounds only the wait for the session, never a statement on it),
+// and Close waits for it.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
-	h := d.lookup(r)
-	if h == nil {
-		return fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	h, err := d.lookup(r)
+	if err != nil {
+		return err
 	}
 	d.pool.Forget(h)
 	return d.release(ctx, h)
@@ -124,13 +121,13 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 // Refresh checks, on the lock's session, that the session still holds
 // the lock (in pg_locks), and returns the zero time: a session lock needs
 // no renewal. When the session no longer holds it, or the check fails
-// (which leaves the connection unusable, so that the session's locks go
-// with it), the lock is lost and Refresh returns an error matching ErrNotHeld. A ctx
-// that is done before the check starts only returns its error.
+// (leaving the connection unusable, so that the session's locks go with
+// it), the lock is lost and Refresh returns an error matching ErrNotHeld.
+// A ctx done before the check starts only returns its error.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	h := d.lookup(r)
-	if h == nil {
-		return time.Time{}, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
+	h, err := d.lookup(r)
+	if err != nil {
+		return time.Time{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
@@ -138,16 +135,15 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	return time.Time{}, d.check(ctx, h)
 }
 
-// lookup returns the held lock of r, or nil.
-func (d *Driver) lookup(r driver.Request) *hold {
+// lookup returns the held lock of r, or an error matching ErrNotHeld.
+func (d *Driver) lookup(r driver.Request) (*hold, error) {
 	if h := d.pool.Held(r.Owner); h != nil && h.Name == r.Name && h.X.mode == r.Mode {
-		return h
+		return h, nil
 	}
-	return nil
+	return nil, fmt.Errorf("%w: %q is not held by owner %s through this driver", driver.ErrNotHeld, r.Name, r.Owner)
 }
 
-// check verifies, on the lock's session, that the session still holds
-// the lock.
+// check verifies, on the lock's session, that it still holds the lock.
 func (d *Driver) check(ctx context.Context, h *hold) error {
 	s := h.S
 	if err := take(ctx, h); err != nil {
@@ -172,9 +168,8 @@ func (d *Driver) check(ctx context.Context, h *hold) error {
 	return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 }
 
-// release unlocks on the lock's session. When ctx ends before the
-// session is free (a keep-alive check stuck on a silent server), the
-// unlock still runs once it is.
+// release unlocks on the lock's session, once it is free even if ctx
+// ends first (a keep-alive check stuck on a silent server).
 func (d *Driver) release(ctx context.Context, h *hold) error {
 	err := take(ctx, h)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -191,14 +186,13 @@ func (d *Driver) release(ctx context.Context, h *hold) error {
 	return unlockTaken(h)
 }
 
-// take takes the use of h's session for a statement on h; an error is
-// ctx's, or says why h is no longer held.
+// take takes h's session's use; an error is ctx's, or why h is not held.
 func take(ctx context.Context, h *hold) error {
 	switch err := h.S.Take(ctx); {
 	case err == nil:
 		return nil
 	case errors.Is(err, sqlsession.ErrEnded):
-		return endedErr(h)
+		return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, h.Name, h.Why())
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
 	default: // Take found the server gone: the session, and its locks, ended
@@ -206,8 +200,7 @@ func take(ctx context.Context, h *hold) error {
 	}
 }
 
-// unlockTaken runs the unlock statement; the caller has the use of the
-// session, which this gives back.
+// unlockTaken runs the unlock statement, giving back the session's use.
 func unlockTaken(h *hold) error {
 	s := h.S
 	c := s.C
@@ -231,16 +224,10 @@ func unlockTaken(h *hold) error {
 		h.End(err)
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 	case c.pg.IsClosed() && !pgconn.Timeout(err):
-		// The session had ended (terminated, server restarted): its locks
-		// went with it.
+		// The session had ended (terminated, restart), and its locks.
 		s.EndLost(fmt.Errorf("pglock: the connection holding the lock failed: %w", err))
 		return fmt.Errorf("%w: %q: the session holding it has ended: %w", driver.ErrNotHeld, h.Name, err)
 	}
 	s.EndLost(fmt.Errorf("pglock: unlock %q failed, and took its connection with it: %w", h.Name, err))
 	return fmt.Errorf("pglock: unlock %q: %w (the connection was closed instead, which frees the lock once the server reads the close)", h.Name, err)
-}
-
-// endedErr says why h ended.
-func endedErr(h *hold) error {
-	return fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, h.Name, h.Why())
 }

@@ -10,56 +10,50 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// statements are the SQL a driver (or the transaction-scoped functions)
-// runs against one token table. The table name is checked by checkTable,
-// so it can be written into the SQL as it is.
+// statements are the SQL run against one token table, whose name,
+// checked by checkTable, is written in as it is.
 type statements struct {
 	table string
 	// lock, tryLock, xactLock and tryXactLock take the advisory lock on
-	// key $1 and, only when it was taken, advance the token row of name $2
-	// in the same statement, returning the token: no row means not taken.
+	// key $1 and, only if taken, advance the token row of name $2 in the
+	// same statement, returning the token (no row: not taken).
 	lock, tryLock, xactLock, tryXactLock string
 	unlock                               string
-	// letGo and letGoShared release whichever keys of the array $1 the
-	// session holds, after a statement that asked for them failed.
+	// letGo and letGoShared release the keys of array $1 held, after a failure.
 	letGo, letGoShared string
 	// held reports whether this session holds key $1.
 	held string
 
 	// The readers-writer lock's shared side: as lock and tryLock.
 	lockShared, tryLockShared, unlockShared string
-	// tryPermit takes the first free key of the array $1 and advances
-	// row $2, returning the token and the key taken; no row means that
-	// every key is held.
+	// tryPermit takes array $1's first free key, advancing row $2 (no row:
+	// all held), and returns the token and the key.
 	tryPermit string
 	// pickSlot returns the key of the array $1 with the fewest waiting
-	// requests (ties broken at random): the slot a permit waiter blocks on.
+	// requests (ties at random): the slot a permit waiter blocks on.
 	pickSlot string
-	// unlockPermit releases key $1 and notifies channel $2 when the key
-	// is then free, that is when no waiter blocked on it took it over. It
-	// returns pg_advisory_unlock's result and the notification's void.
+	// unlockPermit releases key $1 and notifies channel $2 if the key is
+	// then free (no waiter blocked on it took it over), returning
+	// pg_advisory_unlock's result and the notification's void.
 	unlockPermit string
 	// lockLeader and tryLockLeader are lock and tryLock that also store
-	// the leader's value $3 and session pid in row $2, and notify channel
-	// $4; they return the token and the notification's void.
+	// the leader's value $3 and session pid in row $2 and notify channel
+	// $4, returning the token and the notification's void.
 	lockLeader, tryLockLeader string
-	// unlockLeader releases key $1 and notifies channel $2.
-	unlockLeader string
-	// leader returns the token and value of row $2 if the session whose
-	// pid the row holds still holds key $1.
+	unlockLeader              string // releases key $1, notifies channel $2
+	// leader returns row $2's token and value if its pid still holds $1.
 	leader string
-	// awaitFree waits until key $1 is free (its holder released it or its
-	// session ended) and lets it go at once.
+	// awaitFree waits until key $1 is free, then lets it go.
 	awaitFree string
 }
 
-// The token of an acquisition comes from the table's sequence, and is also
-// at least one more than the token the name's row held: nextval is not
-// undone by a rollback, so a transaction-scoped lock whose transaction
-// rolls back never lets its token be handed out again, and the row keeps
-// tokens increasing even if the sequence were ever reset. The row is
-// written only after the lock function returned true, in the statement's
-// own transaction, so the token advances while the lock is held.
+// An acquisition's token comes from the table's sequence, and is at least
+// one more than the name's row held: nextval survives a rollback, so a
+// rolled-back transaction-scoped lock never has its token handed out
+// again, and the row keeps tokens increasing even if the sequence were
+// reset. The row is written only once the lock function returned true, in
+// the statement's transaction, so the token advances while the lock is
+// held.
 const takeSQL = `WITH l AS (SELECT %[2]s($1) AS ok)
 INSERT INTO %[1]s AS t (name, token, acquired)
 SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp() FROM l WHERE %[3]s
@@ -79,8 +73,6 @@ func newStatements(table string) statements {
 		// A key not held draws a warning, not an error.
 		letGo:       `SELECT pg_advisory_unlock(k) FROM unnest($1::bigint[]) AS u(k)`,
 		letGoShared: `SELECT pg_advisory_unlock_shared(k) FROM unnest($1::bigint[]) AS u(k)`,
-		// A bigint key shows in pg_locks as classid (high 32 bits), objid
-		// (low 32 bits) and objsubid 1.
 		held: `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 AND granted AND ` + keyMatch("$1::bigint") + `)`,
 
@@ -103,16 +95,14 @@ AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND p
 	}
 }
 
-// keyMatch is the condition on a pg_locks row that it is about the bigint
-// advisory key k: pg_locks shows it as classid (high 32 bits), objid (low
-// 32 bits) and objsubid 1.
+// keyMatch is the condition that a pg_locks row is about the bigint
+// advisory key k: classid (high 32 bits), objid (low 32) and objsubid 1.
 func keyMatch(k string) string {
 	return `objsubid = 1 AND classid = ((` + k + ` >> 32) & 4294967295)::oid AND objid = (` + k + ` & 4294967295)::oid`
 }
 
-// tryPermitSQL takes the first free key of the array $1. The LIMIT stops
-// the scan at the first key taken, so one statement never takes two; l
-// is read twice, so it is evaluated once.
+// tryPermitSQL takes the first free key of the array $1: the LIMIT stops
+// the scan at the first key taken, and l, read twice, is evaluated once.
 const tryPermitSQL = `WITH l AS (SELECT u.k FROM unnest($1::bigint[]) AS u(k) WHERE pg_try_advisory_lock(u.k) LIMIT 1),
 t AS (INSERT INTO %[1]s AS t (name, token, acquired)
 SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp() FROM l
@@ -121,8 +111,8 @@ RETURNING t.token)
 SELECT t.token, l.k FROM t, l`
 
 // leaderSQL is takeSQL for an election: the row also gets the leader's
-// value and session pid, and the channel a notification, delivered when
-// the statement commits, with the row.
+// value and session pid, and the channel a notification, delivered with
+// the row when the statement commits.
 const leaderSQL = `WITH l AS (SELECT %[2]s($1) AS ok),
 t AS (INSERT INTO %[1]s AS t (name, token, acquired, value, holder)
 SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp(), $3, pg_backend_pid() FROM l WHERE %[3]s
@@ -131,12 +121,12 @@ value = excluded.value, holder = excluded.holder
 RETURNING t.token)
 SELECT t.token, pg_notify($4, '') FROM t`
 
-// migrateSQL creates the token table and its sequence. It runs as one
-// simple-protocol query, hence in one implicit transaction, whose first
-// statement takes a transaction-scoped advisory lock: concurrent
-// migrations of one table run one after the other, so that CREATE ... IF
-// NOT EXISTS never races with itself. The sequence has CACHE 1: a session
-// caching values would hand out tokens out of order with other sessions.
+// migrateSQL creates the token table and its sequence in one
+// simple-protocol query, one implicit transaction, whose first statement
+// takes a transaction-scoped advisory lock, so that concurrent migrations
+// of a table, and their CREATE ... IF NOT EXISTS, never race. The sequence
+// has CACHE 1: a session caching values would hand out tokens out of order
+// with other sessions.
 func migrateSQL(table string) string {
 	return `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(migrateKey(table), 10) + `);
 CREATE SEQUENCE IF NOT EXISTS ` + table + seqSuffix + ` AS bigint MINVALUE 1 NO CYCLE CACHE 1;
@@ -154,8 +144,7 @@ END IF;
 END $$`
 }
 
-// Execer is what Migrate needs: a *pgx.Conn, a pgx.Tx and a
-// *pgxpool.Pool all have this method.
+// Execer is what Migrate needs: *pgx.Conn, pgx.Tx, *pgxpool.Pool have it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }
@@ -216,8 +205,7 @@ func hint(err error, table string) error {
 	return err
 }
 
-// Limits of a table name: PostgreSQL identifiers have at most 63 bytes,
-// and the sequence's name adds "_seq".
+// Limits of a table name: 63 bytes, less "_seq" for the sequence's name.
 const (
 	maxIdent      = 63
 	seqSuffix     = "_seq"
@@ -226,8 +214,8 @@ const (
 
 // checkTable reports whether t can be a token table's name: an unquoted
 // identifier of lower-case ASCII letters, digits and underscores, not
-// starting with a digit, optionally qualified by a schema of the same
-// form ("locks.dlock_tokens").
+// starting with a digit, optionally behind a schema of the same form
+// ("locks.dlock_tokens").
 func checkTable(t string) error {
 	schema, table, qualified := strings.Cut(t, ".")
 	if !qualified {

@@ -26,18 +26,17 @@ func TxTable(table string) TxOption {
 
 // LockTx takes the lock called name for the rest of the transaction tx,
 // waiting on the server (pg_advisory_xact_lock) as long as ctx allows, and
-// returns its fencing token. The lock is released when tx commits or rolls
-// back; it cannot be released earlier, and it is not renewed or watched. It
-// is the same lock as a Driver's on the same table, and its token is drawn
-// in tx; the token table must exist (see Migrate). See docs/POSTGRES.md,
-// Transaction-scoped locks (PgBouncer).
+// returns its fencing token, drawn in tx. The lock is released when tx
+// commits or rolls back, not earlier, and is not renewed or watched. It is
+// the same lock as a Driver's on the same table; the token table must
+// exist (see Migrate). See docs/POSTGRES.md, Transaction-scoped locks
+// (PgBouncer).
 //
 // When ctx ends during the wait, pgx interrupts the query as tx's
-// connection is configured to (by default it closes the connection, which
-// ends the transaction); the error wraps ctx's. A lock_timeout set on the
-// session ends a wait with a *driver.HeldError, as does TryLockTx when the
-// lock is held; the transaction is then aborted by the former and intact
-// after the latter.
+// connection is configured to (by default closing the connection, which
+// ends the transaction); the error wraps ctx's. A session lock_timeout
+// ends a wait with a *driver.HeldError, aborting the transaction; so does
+// TryLockTx when the lock is held, leaving it intact.
 func LockTx(ctx context.Context, tx pgx.Tx, name string, opts ...TxOption) (token uint64, err error) {
 	return lockTx(ctx, tx, name, opts, true)
 }

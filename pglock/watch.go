@@ -8,11 +8,10 @@ import (
 )
 
 // newSockWatch returns the watch (see sockwatch) of a held lock's socket
-// raw, under the connection pgx uses, top (raw itself, or a *tls.Conn over
-// it): the keeper waits on it, and Check looks through it, so that the
-// hold learns of the session's end (pg_terminate_backend, a restart, an
-// idle timeout) within about a round trip. Under TLS the bytes are opaque
-// (only pgx can judge them); when top is neither, the socket is not
+// raw under pgx's connection top (raw itself, or a *tls.Conn over it), so
+// that the keeper and Check learn of the session's end
+// (pg_terminate_backend, a restart, an idle timeout) within about a round
+// trip. Under TLS the bytes are opaque; when top is neither, nothing is
 // watched.
 func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 	opaque := false
@@ -32,16 +31,15 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 	return w
 }
 
-// sessionEnded judges the first bytes of a frame that came while no query
-// ran: an ErrorResponse ('E') then means that the server is ending the
-// session (FATAL), and closes the connection next. Other frames (a
-// NoticeResponse, a ParameterStatus) pgx reads at the keeper's next ping.
+// sessionEnded judges a frame that came while no query ran: an
+// ErrorResponse ('E') means the server is ending the session (FATAL) and
+// closes the connection next. pgx reads other frames (a notice, a
+// ParameterStatus) at the keeper's next ping.
 func sessionEnded(frame []byte) bool { return frame[0] == 'E' }
 
-// fatalFrame judges the first bytes of the stream while a query runs: an
-// ErrorResponse ('E', its length, then the severity field 'S') of
-// severity FATAL or PANIC ends the session whatever the query was, while
-// an ERROR may be the query's own reply.
+// fatalFrame judges the stream's first bytes while a query runs: an
+// ErrorResponse ('E', length, severity field 'S') of severity FATAL or
+// PANIC ends the session whatever the query; an ERROR may be its reply.
 func fatalFrame(f []byte) bool {
 	return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && (f[6] == 'F' || f[6] == 'P')
 }

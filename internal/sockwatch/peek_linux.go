@@ -11,11 +11,10 @@ import (
 const canPeek = true
 
 // peek is recv(fd, buf, MSG_PEEK|MSG_DONTWAIT): it copies what the socket
-// has to read into buf without taking it off the socket, and never
-// blocks. n == 0 with no error is the end of the stream: the peer closed
-// the connection. It retries on EINTR, and makes the system call directly
-// (syscall.Recvfrom would decode a source address nobody needs) so that
-// it does not allocate.
+// has to read into buf, leaving it there, and never blocks; n == 0 with
+// no error is the end of the stream. It retries on EINTR, and makes the
+// system call itself so as not to allocate (syscall.Recvfrom would decode
+// a source address).
 func peek(fd uintptr, buf []byte) (n int, errno syscall.Errno) {
 	for {
 		r, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)),
@@ -26,16 +25,13 @@ func peek(fd uintptr, buf []byte) (n int, errno syscall.Errno) {
 	}
 }
 
-// tcpEstablished is Linux's TCP_ESTABLISHED, the first byte of struct
-// tcp_info (tcpi_state) while neither side has closed the connection.
+// tcpEstablished is TCP_ESTABLISHED, tcp_info's tcpi_state while both are open.
 const tcpEstablished = 1
 
 // peerClosed reports whether the TCP connection on fd has left the
-// ESTABLISHED state: the peer sent its FIN (CLOSE_WAIT) or reset the
-// connection. It reads the kernel's connection state (getsockopt TCP_INFO,
-// its first byte only), never the stream, so it may run while the driver
-// reads or writes the socket. Sockets that are not TCP (a Unix socket)
-// answer an error: false.
+// ESTABLISHED state: the peer sent its FIN (CLOSE_WAIT) or a reset. It
+// reads the first byte of the kernel's TCP_INFO, never the stream, so it
+// may run while the driver uses the socket. A Unix socket says false.
 func peerClosed(fd uintptr) bool {
 	var state [1]byte
 	n := uint32(len(state))

@@ -4,8 +4,7 @@ package sockwatch
 
 import "syscall"
 
-// canPeek reports whether peek looks at sockets on this system: not here,
-// so held locks' connections are checked by their keep-alive pings only.
+// canPeek is false: keep-alive pings alone check held locks' connections.
 const canPeek = false
 
 // peek is never called where canPeek is false.

@@ -12,24 +12,21 @@ import (
 	"time"
 )
 
-// A Watch watches the socket of a held lock's connection while no
-// statement runs on it (see the package documentation). Its methods are
-// safe for concurrent use in the pattern the backends follow: one
-// goroutine in Wait, statements bracketed by Take (or Pause) and Resume
-// one at a time, and any number of Looks.
+// A Watch watches the socket of a held lock's connection (see the package
+// documentation), safe for concurrent use as the backends use it: one
+// goroutine in Wait, statements one at a time between Take (or Pause) and
+// Resume, and any number of Looks.
 type Watch struct {
 	raw    net.Conn        // the socket, under any TLS
 	rc     syscall.RawConn // nil: the socket cannot be watched
 	opaque bool            // TLS or compression: the bytes are not the protocol's frames
 	ended  func(frame []byte) bool
 
-	// state is one word so that a look and a statement decide against
-	// each other with one atomic operation: stBusy (a statement has the
-	// socket, or the lock has ended: no look starts) and, in the low
-	// nSlots bits, the look slots in use. Several looks may run at once
-	// (each is a recv with MSG_PEEK, which the kernel serves concurrently
-	// on one socket); a statement sets stBusy and then waits until every
-	// look that began before has ended.
+	// state lets a look and a statement decide against each other with
+	// one atomic operation: stBusy (a statement has the socket, or the
+	// lock ended: no look starts) and, in the low nSlots bits, the look
+	// slots in use. Looks (recv with MSG_PEEK) may run at once; a
+	// statement sets stBusy, then waits for the looks begun before.
 	state atomic.Uint32
 	slots [nSlots]lookSlot
 
@@ -39,32 +36,26 @@ type Watch struct {
 	waiting bool      // the waiting goroutine is inside rc.Read
 	stopped bool      // the lock ended: Wait returns at once
 
-	// Wait's look (only its goroutine touches these), and Take's (only
-	// the statement's side, which has the socket, does). Their callbacks
-	// are made once, so that a look does not allocate.
-	wbuf, tbuf   [8]byte
-	wres, tres   Verdict
-	readFn       func(fd uintptr) bool
-	takeFn       func(fd uintptr)
-	wcause, terr syscall.Errno
+	// Wait's and Take's looks; callbacks are made once, not to allocate.
+	wait, take lookSlot // wait's callback is readFn
+	readFn     func(fd uintptr) bool
 
-	// closed is set, for good, once a look at the connection's TCP state
-	// found that the server closed it; closedFn makes that look.
+	// closed is set for good once closedFn found the TCP state closed.
 	closed   atomic.Bool
 	closedFn func(fd uintptr)
 
 	// busyEnded (see JudgeBusy) judges the first bytes while a statement
-	// has the socket; judgeFn is closedFn with that peek too, into bbuf,
-	// which one look at a time owns (bbusy).
+	// has the socket; judgeFn is closedFn plus that peek, into bbuf, owned
+	// by one look at a time (bbusy).
 	busyEnded func(frame []byte) bool
 	judgeFn   func(fd uintptr)
 	bbuf      [8]byte
 	bbusy     atomic.Bool
 }
 
-// A lookSlot is what one Look needs of its own, so that looks that run at
-// once neither share a buffer nor allocate: the looker that set the
-// slot's bit in Watch.state owns it until it clears the bit.
+// A lookSlot is one look's own buffer and callback, so that concurrent
+// looks neither share nor allocate; a Look owns the slot whose bit it set
+// in Watch.state until it clears the bit.
 type lookSlot struct {
 	buf [8]byte
 	res Verdict
@@ -72,11 +63,11 @@ type lookSlot struct {
 	fn  func(fd uintptr) // made at the slot's first use, then kept
 }
 
-// The parts of Watch.state.
+// The parts of Watch.state: the look slots in use, and stBusy.
 const (
-	nSlots   = 16              // looks that may run at once
-	slotBits = 1<<nSlots - 1   // the slots in use
-	stBusy   = uint32(1) << 31 // a statement has the socket, or the watch stopped
+	nSlots   = 16 // looks that may run at once
+	slotBits = 1<<nSlots - 1
+	stBusy   = uint32(1) << 31
 )
 
 // A Verdict is what a look at the socket found.
@@ -101,16 +92,13 @@ const (
 // longAgo is a deadline in the past: it ends a wait at once.
 var longAgo = time.Unix(1, 0)
 
-// New returns a watch of the socket raw (nil: none known), which starts
-// busy: no look runs until Start. opaque says that raw's bytes are not the
-// protocol's frames (TLS, compression). ended, for a connection that is
-// not opaque, judges the first bytes of unsolicited data (one to eight of
-// them, as many as have arrived): true when they are the start of a frame
-// that a server sends unprompted only as it ends the session, such as an
-// error (nil: none does). ended must not allocate, nor keep frame.
-//
-// The watch watches nothing (Watched is false) on systems without a peek,
-// or when raw offers no syscall.RawConn.
+// New returns a watch of the socket raw (nil: none known), busy until
+// Start. opaque says raw's bytes are not the protocol's frames (TLS,
+// compression). ended, unless opaque, judges the first one to eight bytes
+// of unsolicited data: true for the start of a frame a server sends
+// unprompted only as it ends the session, such as an error (nil: none
+// does); it must not allocate, nor keep frame. Without a peek on this
+// system, or a syscall.RawConn from raw, nothing is watched (Watched).
 func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 	w := &Watch{raw: raw, opaque: opaque, ended: ended}
 	w.cond.L = &w.mu
@@ -128,14 +116,14 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 	}
 	w.rc = rc
 	w.readFn = func(fd uintptr) bool {
-		v, errno := w.lookAt(fd, w.wbuf[:])
+		v, errno := w.lookAt(fd, w.wait.buf[:])
 		if v == VQuiet {
 			return false // wait for the socket to become readable
 		}
-		w.wres, w.wcause = v, errno
+		w.wait.res, w.wait.err = v, errno
 		return true
 	}
-	w.takeFn = func(fd uintptr) { w.tres, w.terr = w.lookAt(fd, w.tbuf[:]) }
+	w.take.fn = func(fd uintptr) { w.take.res, w.take.err = w.lookAt(fd, w.take.buf[:]) }
 	w.closedFn = func(fd uintptr) {
 		if peerClosed(fd) {
 			w.closed.Store(true)
@@ -150,24 +138,22 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 	return w
 }
 
-// JudgeBusy sets a test of the first bytes in the socket that holds even
-// while a statement has it: true only for a frame that ends the session
-// whatever statement is running, such as PostgreSQL's ErrorResponse of
-// severity FATAL, which a server sends before it lets the session's locks
-// go and, a moment later, closes the connection. A look made while a
-// statement runs then peeks as well as reading the TCP state, so that a
+// JudgeBusy sets a test of the socket's first bytes that holds even while
+// a statement has it: true only for a frame that ends the session whatever
+// the statement, such as PostgreSQL's FATAL ErrorResponse, sent before the
+// server lets the session's locks go and closes the connection. Looks
+// during a statement then peek as well as read the TCP state, so that a
 // holder resumed with a statement in flight sees such a frame at once. It
-// must not allocate, nor keep frame, and must be set before Start; a
-// connection whose bytes are not the protocol's frames (opaque) ignores
-// it.
+// must not allocate nor keep frame, and is set before Start; an opaque
+// watch ignores it.
 func (w *Watch) JudgeBusy(ended func(frame []byte) bool) {
 	if !w.opaque {
 		w.busyEnded = ended
 	}
 }
 
-// Watched reports whether the socket is watched. When it is not, Look
-// always finds VQuiet, and Wait must not be called.
+// Watched reports whether the socket is watched: if not, Look finds
+// VQuiet, and Wait must not be called.
 func (w *Watch) Watched() bool { return w.rc != nil }
 
 // Start lets looks begin: the lock is held and no statement runs.
@@ -185,21 +171,18 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 		// The server is ending the session, and closes the connection next.
 		return VGone, 0
 	case peerClosed(fd):
-		// Bytes the driver must judge (TLS records, a notice), but the
-		// server has closed its side: the session is over.
+		// Bytes for the driver to judge, but the server closed its side.
 		return VGone, 0
 	}
 	return VData, 0
 }
 
 // Look makes one non-blocking look at the socket, for the lock's Check;
-// with VGone, the errno is the socket's error, if any. It finds VQuiet
-// without looking when the socket is not watched. While a statement has
-// the socket, it looks only at the connection's TCP state (lookState):
-// the bytes are the statement's reply, which a peek would misread. Looks that run at once each look for
-// themselves: a Check never answers from another's look, nor waits for
-// it. It does not allocate, and does not block: only when all nSlots
-// slots are in use (as many Checks of one lock at once) does it yield
+// with VGone, the errno is the socket's error, if any. An unwatched socket
+// is VQuiet. While a statement has the socket, it reads only the TCP state
+// (lookState): a peek would misread the statement's reply. Each look looks
+// for itself, never answering from or waiting for another's. It does not
+// allocate or block: only with all nSlots slots in use does it yield
 // until one of those looks, a single system call, is done.
 func (w *Watch) Look() (Verdict, syscall.Errno) {
 	if w.rc == nil {
@@ -227,10 +210,8 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 	}
 	sl.res, sl.err = VQuiet, 0
 	if err := w.rc.Control(sl.fn); err != nil {
-		// Closed on this side (the driver closed the connection, as pgx
-		// does once a statement read the server's FATAL): the lock is
-		// gone with it, though the goroutine that closed it may not have
-		// said so yet; answering "quiet" would let a Check say "held".
+		// Closed on this side (as pgx does after reading a FATAL): the
+		// lock is gone, if not yet said; "quiet" would let Check say "held".
 		sl.res = VGone
 	}
 	v, errno := sl.res, sl.err
@@ -239,11 +220,10 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 }
 
 // lookState is Look while a statement has the socket: the stream is the
-// statement's, but the connection's TCP state is not. A server that sent
-// its FIN (or a reset) has ended the session, whatever the statement will
-// read first: so a holder resumed after a pause that caught a keep-alive
-// check in flight finds the loss at its first Check, before the check's
-// goroutine runs. One getsockopt; it does not allocate.
+// statement's, the TCP state is not. A server that sent its FIN (or a
+// reset) has ended the session whatever the statement reads first, so a
+// holder resumed with a keep-alive check in flight finds the loss at its
+// first Check, before the check's goroutine runs. One getsockopt.
 func (w *Watch) lookState() (Verdict, syscall.Errno) {
 	if !w.closed.Load() {
 		fn := w.closedFn
@@ -261,22 +241,18 @@ func (w *Watch) lookState() (Verdict, syscall.Errno) {
 	return VQuiet, 0
 }
 
-// Take takes the socket for a statement, as Pause does, and looks at it
-// on the way, so that a statement only starts after a look found that
-// the server had not hung up: a statement has the socket to itself (Look
-// skips it), so without this a holder's Check would answer "held" for as
-// long as a statement sent to a server that had already gone took to
-// fail, as at a resume after a pause that outlasted the keep-alive
-// period. It looks twice. First as one more looker, before the socket is
-// busy: a Check running at the same time looks too, rather than skip a
-// socket busy with a look that may yet find the server gone. Then, the
-// socket taken (busy, the looks in flight done, the waiting goroutine
-// out), once more, so that no statement is sent after a close that came
-// in between. With VGone (and the socket's errno, if any) the caller must
-// not send the statement: it ends the lock as lost (the watch may or may
-// not be paused: Stop handles both). Otherwise (VQuiet, or VData: bytes
-// the statement will read) the socket is the caller's until Resume, as
-// after Pause. The caller runs statements one at a time, as for Pause.
+// Take takes the socket for a statement, as Pause does, looking at it on
+// the way: Look skips a socket a statement has, so without this a Check
+// would say "held" for as long as a statement sent to a server already
+// gone took to fail (as at a resume after a pause longer than the
+// keep-alive period). It looks first as one more looker, before the socket
+// is busy, so that a concurrent Check looks too rather than skip the
+// socket; then, the socket taken (busy, looks done, the waiter out), once
+// more, so that no statement follows a close that came in between. With
+// VGone (and the socket's errno, if any) the caller must not send the
+// statement and ends the lock as lost (paused or not: Stop handles both).
+// Otherwise (VQuiet, or VData the statement will read) the socket is the
+// caller's until Resume, one statement at a time, as after Pause.
 func (w *Watch) Take() (Verdict, syscall.Errno) {
 	if v, errno := w.Look(); v == VGone {
 		return v, errno
@@ -285,21 +261,17 @@ func (w *Watch) Take() (Verdict, syscall.Errno) {
 	if w.rc == nil {
 		return VQuiet, 0
 	}
-	w.tres, w.terr = VQuiet, 0
-	if err := w.rc.Control(w.takeFn); err != nil {
-		// Closed on this side (the driver, or a crash test): the
-		// statement fails, and says so better than a look could.
+	w.take.res, w.take.err = VQuiet, 0
+	if err := w.rc.Control(w.take.fn); err != nil {
+		// Closed on this side: the statement fails, and says so better.
 		return VQuiet, 0
 	}
-	// VData too goes back as found: those bytes are the driver's to read,
-	// and the statement reads them.
-	return w.tres, w.terr
+	return w.take.res, w.take.err // VData too: the statement reads those bytes
 }
 
-// Wait blocks until the socket is readable, deadline (if not zero) passes
-// or the watch stops; it sits out pauses, and watches again after each.
-// With EvGone, the errno is the socket's error, if any. Only one goroutine
-// may wait, and only on a watched socket (see Watched).
+// Wait blocks until the socket is readable, deadline (if set) passes or
+// the watch stops, sitting out pauses; EvGone comes with the socket's
+// errno, if any. One goroutine may wait, on a watched socket.
 func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -329,17 +301,16 @@ func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 			return EvDeadline, 0
 		case err != nil: // the socket was closed under the watch
 			return EvGone, 0
-		case w.wres == VGone:
-			return EvGone, w.wcause
+		case w.wait.res == VGone:
+			return EvGone, w.wait.err
 		}
 		return EvData, 0
 	}
 }
 
 // Pause takes the socket from the watch for a statement: when it returns,
-// no look runs and the waiting goroutine is out of rc.Read, with no read
-// deadline left on the socket. The caller runs statements on the
-// connection one at a time, so that pauses never overlap. Before a
+// no look runs and the waiter is out of rc.Read, with no read deadline
+// left. Pauses never overlap: statements run one at a time. Before a
 // statement on a held lock's connection, use Take, which also looks.
 func (w *Watch) Pause() {
 	w.busy()
@@ -357,7 +328,7 @@ func (w *Watch) Pause() {
 	w.mu.Unlock()
 }
 
-// Resume gives the socket back to the watch after a statement.
+// Resume gives the socket back to the watch.
 func (w *Watch) Resume() {
 	w.mu.Lock()
 	w.paused = false
@@ -369,8 +340,8 @@ func (w *Watch) Resume() {
 	}
 }
 
-// Stop ends the watch for good: Wait returns EvStopped and no look runs.
-// The caller has paused the watch, or is about to close the socket.
+// Stop ends the watch for good (Wait returns EvStopped, no look runs); the
+// caller has paused it, or is about to close the socket.
 func (w *Watch) Stop() {
 	w.busy()
 	w.mu.Lock()
@@ -382,9 +353,7 @@ func (w *Watch) Stop() {
 	w.mu.Unlock()
 }
 
-// busy keeps new looks from starting and waits for those that began
-// before to end: each is one system call, so it yields rather than
-// sleeps.
+// busy keeps new looks off and yields until those begun (a syscall) end.
 func (w *Watch) busy() {
 	w.state.Or(stBusy)
 	for w.state.Load()&slotBits != 0 {

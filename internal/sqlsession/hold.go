@@ -9,8 +9,7 @@ import (
 	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
-// A Hold is a lock a driver holds, on one of its sessions. X is what the
-// backend keeps of the lock besides its key.
+// A Hold is a lock held on a session; X is the backend's data besides Key.
 type Hold[C Conn, K comparable, X any] struct {
 	S     *Session[C, K, X]
 	Name  string
@@ -19,15 +18,15 @@ type Hold[C Conn, K comparable, X any] struct {
 	X     X
 
 	notice driver.LossNotice // Grant.OnLost: signalled when the hold ends
-	// loss is why the lock was lost (or errReleased), set once before the
-	// loss is signalled: what Check returns from then on.
+	// loss (or errReleased), set once before the loss is signalled, is
+	// what Check returns from then on.
 	loss atomic.Pointer[error]
 
 	ended bool // released or lost; guarded by the pool's mutex
 }
 
-// errReleased is what Check says after a release. dlock does not ask
-// then; it is an error so that a released hold never looks held.
+// errReleased is Check's answer after a release, which dlock does not ask
+// for, as an error so that a released hold never looks held.
 var errReleased = fmt.Errorf("%w: %w", driver.ErrNotHeld, driver.ErrReleased)
 
 // Grant returns the driver.Grant of h, with token.
@@ -40,13 +39,12 @@ func (h *Hold[C, K, X]) noteLoss(cause error) {
 	h.loss.CompareAndSwap(nil, &cause)
 }
 
-// Check is the hold's Grant.Check: the loss, once known (the lock's or
-// its session's); otherwise one non-blocking look at the idle
-// connection's socket (none while a statement runs on it: the statement
-// finds out). A look that finds the server gone ends the session as lost,
-// from a goroutine of its own (closing the connection may block), after
-// recording the loss so that this and every later Check report it.
-// Nothing allocates while it returns nil.
+// Check is the hold's Grant.Check: the loss once known (the lock's or its
+// session's), else one non-blocking look at the socket (see
+// sockwatch.Look). A look that finds the server gone records the loss, so
+// that every later Check reports it, and ends the session as lost from a
+// goroutine of its own (closing the connection may block). Nothing
+// allocates while it returns nil.
 func (h *Hold[C, K, X]) Check(time.Time) error {
 	if p := h.loss.Load(); p != nil {
 		return *p
@@ -64,17 +62,14 @@ func (h *Hold[C, K, X]) Check(time.Time) error {
 	return err
 }
 
-// Released ends h, released, on a session that lives on; the caller has
-// the use of the session, which this gives back (or retires the session,
-// when it holds nothing more).
+// Released is End(nil), and makes Check say released.
 func (h *Hold[C, K, X]) Released() {
 	h.loss.CompareAndSwap(nil, &errReleased)
 	h.End(nil)
 }
 
 // End ends h alone, released (cause nil) or lost, on a session that lives
-// on; the caller has the use of the session, which this gives back (or
-// retires the session, when it holds nothing more).
+// on, giving back its use, which the caller has (see putBack).
 func (h *Hold[C, K, X]) End(cause error) {
 	s := h.S
 	p := s.p

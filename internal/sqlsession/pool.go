@@ -11,8 +11,8 @@ import (
 	"github.com/dlockgo/dlock/internal/bg"
 )
 
-// A Pool is a driver's sessions and held locks. Its mutex is the driver's
-// own, so that the driver's state and the pool's change together.
+// A Pool is a driver's sessions and held locks, under the driver's own
+// mutex, so that the driver's state and the pool's change together.
 type Pool[C Conn, K comparable, X any] struct {
 	mu     *sync.Mutex
 	closed *bool // the driver's, guarded by mu
@@ -33,53 +33,44 @@ type Pool[C Conn, K comparable, X any] struct {
 type Config[C Conn, K comparable, X any] struct {
 	// Locks is how many locks a session holds at most.
 	Locks int
-	// Open returns a fresh session of class (see Pool.Init) on a
-	// connection from the backend's idle ones or a new one.
+	// Open returns a fresh session of class (see Init), on an idle
+	// connection of the backend's or a new one.
 	Open func(ctx context.Context, class time.Duration) (*Session[C, K, X], error)
 	// Period returns the keep-alive period of sessions of class.
 	Period func(class time.Duration) time.Duration
-	// Idle, if not nil, reports (under the mutex) whether the backend has
-	// an idle connection, which opens a session at no cost.
+	// Idle, if set, reports under the mutex whether an idle connection waits.
 	Idle func() bool
-	// Adopted and Ended, if not nil, run under the mutex when a lock
-	// becomes a hold and when a hold ends.
+	// Adopted and Ended, if set, run under the mutex as a hold begins and ends.
 	Adopted, Ended func(h *Hold[C, K, X])
 }
 
 // Hooks are switches for tests; the zero value is what production runs.
 type Hooks struct {
-	// NoKeeper grants locks without their keeper goroutine: a holder
-	// whose goroutines have not run.
+	// NoKeeper grants locks without keepers, as if they had not run yet.
 	NoKeeper atomic.Bool
-	// TimerKeeper makes keepers started from now on run their checks on
-	// the timer alone, without waiting on the socket.
+	// TimerKeeper makes new keepers check on the timer alone, not the socket.
 	TimerKeeper atomic.Bool
 	// Freeze, while set, pauses the keep-alive checks until it is closed.
 	Freeze atomic.Pointer[chan struct{}]
-	// Refuse makes the backend's new connections fail, as for a crashed
-	// process.
+	// Refuse fails the backend's new connections, as for a crashed process.
 	Refuse atomic.Bool
 }
 
-// NewPool returns the pool of a driver whose mutex is mu, with closed
-// the driver's closed flag (guarded by mu) and group its background
-// goroutines (Close waits for them).
+// NewPool returns the pool of a driver with mutex mu, closed flag closed
+// (guarded by mu) and background goroutines group (Close waits for them).
 func NewPool[C Conn, K comparable, X any](mu *sync.Mutex, closed *bool, group *bg.Group, cfg Config[C, K, X]) *Pool[C, K, X] {
 	return &Pool[C, K, X]{mu: mu, closed: closed, bg: group, cfg: cfg, held: map[string]*Hold[C, K, X]{}}
 }
 
-// busySessions is how many sessions a pool opens, before it makes
-// acquisitions wait for one another's statements, when every session with
-// room is running a statement: concurrent acquisitions then run side by
-// side on as many connections.
+// busySessions is how many sessions a pool opens while every session
+// with room runs a statement, so that concurrent acquisitions run side by
+// side, before they wait for one another's statements.
 const busySessions = 16
 
-// Session returns a session of class on which to ask for keys, whose use
-// the caller then has, with keys and a place reserved on it: give them
-// back with Session.Unreserve, or make them a hold with Adopt. It is one
-// that holds none of the keys and has room, else a fresh one (see
-// Session.Fresh) on a connection from Config.Open. ctx bounds the wait
-// for a session and the opening of a connection.
+// Session returns a session of class with room and none of keys, else a
+// fresh one from Config.Open, in the caller's use, with keys and a place
+// reserved (Session.Unreserve gives them back, Adopt makes them a hold).
+// ctx bounds the wait for a session and the opening of a connection.
 func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys ...K) (*Session[C, K, X], error) {
 	for {
 		p.mu.Lock()
@@ -109,6 +100,7 @@ func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys .
 		// The session ended meanwhile: pick again.
 		s.drop(keys)
 	}
+	// Not reserved by Open: through a func value, keys would escape (allocate).
 	s, err := p.cfg.Open(ctx, class)
 	if err != nil {
 		return nil, err
@@ -119,22 +111,20 @@ func (p *Pool[C, K, X]) Session(ctx context.Context, class time.Duration, keys .
 	return s, nil
 }
 
-// Init makes s, which the backend may allocate with its connection, a
-// fresh session of class on c, whose use the caller has, with keys and a
-// place reserved on it, as Session does, and returns it. It joins the
-// pool when Adopt makes its first lock a hold.
+// Init makes s (the backend may allocate it with its connection) a fresh
+// session of class on c, reserved for keys and in the caller's use as
+// from Session, and returns it. It joins the pool at its first Adopt.
 func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys ...K) *Session[C, K, X] {
 	*s = Session[C, K, X]{
-		p:      p,
-		C:      c,
-		Class:  class,
-		period: p.cfg.Period(class),
-		stop:   make(chan struct{}),
-		use:    make(chan struct{}, 1),
-		holds:  map[*Hold[C, K, X]]struct{}{},
-		keys:   make(map[K]int, max(len(keys), 1)),
-		n:      1,
-		busy:   1,
+		p:     p,
+		C:     c,
+		Class: class,
+		stop:  make(chan struct{}),
+		use:   make(chan struct{}, 1),
+		holds: map[*Hold[C, K, X]]struct{}{},
+		keys:  make(map[K]int, max(len(keys), 1)),
+		n:     1,
+		busy:  1,
 	}
 	for _, k := range keys {
 		s.keys[k]++
@@ -143,11 +133,11 @@ func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys
 	return s
 }
 
-// pickLocked returns the session to ask for keys, or nil to open one:
-// one nothing is using; else a new one, on an idle connection or when
-// every session is in other acquisitions' hands; else one only a release
-// or a check is using; and once busySessions are open, the one fewest
-// acquisitions are using. The mutex is held.
+// pickLocked returns the session to ask for keys, or nil to open one: one
+// nothing uses; else a new one, on an idle connection or when every
+// session is in other acquisitions' hands; else one only a release or a
+// check uses; and once busySessions are open, the one fewest acquisitions
+// use. The mutex is held.
 func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K, X] {
 	var unused, spare *Session[C, K, X]
 	for _, s := range p.sessions {
@@ -168,20 +158,18 @@ func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K,
 	case len(p.sessions) >= busySessions:
 		return spare
 	case p.cfg.Idle != nil && p.cfg.Idle(), spare == nil, spare.busy > 0:
-		// An idle connection opens a session at no cost; and when every
-		// session is in other acquisitions' hands, one more runs side by
-		// side rather than after them.
+		// An idle connection costs nothing; and when every session is in
+		// other acquisitions' hands, one more runs beside them.
 		return nil
 	}
 	return unused // nothing but a release or a check has it: wait for it
 }
 
-// Adopt makes h, the lock just taken on its session h.S for the keys the
-// session was asked for, a hold of h.S: the keys other than h.Key are
-// given back, and so is the use of the session, which the caller has. A
-// fresh session is watched from now on, joins the sessions acquisitions
-// pick, and its keeper starts. After the driver's Close, Adopt ends the
-// session as lost instead, and returns driver.ErrClosed.
+// Adopt makes h, the lock just taken on h.S for keys, a hold of h.S,
+// giving back the other keys and the session's use, which the caller has.
+// A fresh session is watched from now on, joins the sessions to pick, and
+// its keeper starts. After the driver's Close, Adopt ends the session as
+// lost and returns driver.ErrClosed.
 func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
 	s := h.S
 	fresh := s.w == nil
@@ -258,8 +246,7 @@ func (p *Pool[C, K, X]) endLocked(h *Hold[C, K, X]) {
 	}
 }
 
-// dropLocked takes s out of the sessions acquisitions pick from; the
-// mutex is held.
+// dropLocked takes s out of the sessions to pick; the mutex is held.
 func (p *Pool[C, K, X]) dropLocked(s *Session[C, K, X]) {
 	if s.gone {
 		return
@@ -270,9 +257,8 @@ func (p *Pool[C, K, X]) dropLocked(s *Session[C, K, X]) {
 	}
 }
 
-// LoseAll ends every session as lost with cause, and waits for their
-// keepers, for the driver's Close (after it set its closed flag: no
-// session joins from then on).
+// LoseAll ends every session as lost with cause and waits for their
+// keepers, for the driver's Close, once its closed flag keeps new ones out.
 func (p *Pool[C, K, X]) LoseAll(cause error) {
 	p.mu.Lock()
 	sessions := slices.Clone(p.sessions)
@@ -283,23 +269,20 @@ func (p *Pool[C, K, X]) LoseAll(cause error) {
 	p.keepers.Wait()
 }
 
-// ConnsLocked returns the connections of the pool's sessions and of its held
-// locks' sessions; the mutex is held (for tests).
+// ConnsLocked returns the sessions' and holds' connections (for tests).
 func (p *Pool[C, K, X]) ConnsLocked() []C {
 	var cs []C
 	for _, s := range p.sessions {
 		cs = append(cs, s.C)
 	}
-	// A hold's session may have left the sessions (dropped from picking,
-	// on its way to retiring) while it still holds its lock.
+	// A retiring session may still hold a lock.
 	for _, h := range p.held {
 		cs = append(cs, h.S.C)
 	}
 	return cs
 }
 
-// Len returns the number of sessions acquisitions may pick, and of held
-// locks.
+// Len returns how many sessions acquisitions may pick, and held locks.
 func (p *Pool[C, K, X]) Len() (sessions, held int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

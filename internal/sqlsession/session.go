@@ -1,21 +1,19 @@
 // Package sqlsession is the session machine the SQL backends (pglock,
-// mysqllock) share. Their locks live with a server session: a held lock is
-// kept on one of the driver's connections, a session, with up to
-// Pool.Locks others, and is lost when that connection is.
+// mysqllock) share: a held lock lives on one of the driver's connections,
+// a session, with up to Config.Locks others, and is lost with it.
 //
-// A Session has a use slot (one statement at a time on its connection,
-// waited for at most until the caller's context ends), a watch of its
-// socket (internal/sockwatch) and one keeper goroutine that waits on the
-// watch and runs the backend's keep-alive check every period: when the
-// connection is lost, every lock on it is lost at once, in one order —
-// the loss recorded (for Check), the session taken out of the pool, each
-// lock's loss signalled, and only then the connection closed, whatever
-// the close costs. A session left holding nothing retires: its connection
-// goes back to the backend.
+// A Session has a use slot (one statement at a time, waited for at most
+// until the caller's context ends), a watch of its socket
+// (internal/sockwatch) and a keeper goroutine that waits on the watch and
+// runs the backend's keep-alive check every period. A lost connection
+// loses every lock on it at once, in one order: the loss recorded (for
+// Check), the session taken out of the pool, each lock's loss signalled,
+// and only then the connection closed, whatever the close costs. A
+// session left holding nothing retires, giving its connection back.
 //
-// A backend supplies what its store needs behind Conn (the keep-alive
-// check, what a closed socket means, closing and giving back a
-// connection) and runs its own statements while it has a session's use.
+// A backend supplies Conn (the keep-alive check, what a closed socket
+// means, closing and giving back a connection) and runs its own
+// statements while it has a session's use.
 package sqlsession
 
 import (
@@ -30,42 +28,34 @@ import (
 
 // Conn is a session's connection, as its backend drives it.
 type Conn interface {
-	// Keep runs one keep-alive check on the session's idle connection,
-	// whose use the caller has; an error is the session's loss.
+	// Keep runs a keep-alive check, in the caller's use; an error is a loss.
 	Keep() error
-	// Gone describes the socket a look found closed by the server
-	// (errno 0) or failing.
+	// Gone describes a socket found closed (errno 0) or failing.
 	Gone(errno syscall.Errno) error
-	// Watch returns the watch of the connection's socket, once its first
-	// lock is taken (see Pool.Adopt).
+	// Watch returns the watch of the socket (once the first lock is taken).
 	Watch() *sockwatch.Watch
-	// Close closes the connection of a lost session: the server frees
-	// whatever it still holds when it reads the close.
+	// Close closes a lost session's connection, which frees what it holds.
 	Close()
 	// Retire gives back the connection of a session that holds nothing.
 	Retire()
 }
 
-// A Session is one of a driver's connections while it holds locks, or is
-// asked for one. Its exported fields are set when it is made.
+// A Session is a connection while it holds or is asked for locks. Its
+// exported fields are set when it is made.
 type Session[C Conn, K comparable, X any] struct {
 	p *Pool[C, K, X]
 	// C is the backend's connection.
 	C C
-	// Class groups sessions that locks may share: the backend asks for a
-	// session of a class (a keep-alive period, a server-side timeout).
-	Class  time.Duration
-	period time.Duration // between two keep-alive checks
-	w      *sockwatch.Watch
-	stop   chan struct{} // closed when the session ends: stops the keeper
-	// loss is why the session was lost, set once, before its locks' loss
-	// is signalled and before the connection is closed.
+	// Class groups sessions locks may share (a period, a server timeout).
+	Class time.Duration
+	w     *sockwatch.Watch
+	stop  chan struct{} // closed when the session ends: stops the keeper
+	// loss is set once, before its locks' losses are signalled and the close.
 	loss atomic.Pointer[error]
 
-	// use is a one-slot semaphore: whoever fills it may use C and ended.
-	// Unlike a mutex, waiting for it can end with a context, so that a
-	// release never waits past its context for a keep-alive check stuck
-	// on a silent server.
+	// use is a one-slot semaphore guarding C and ended: unlike a mutex,
+	// its wait can end with a context, so that a release never waits past
+	// its context for a keep-alive check stuck on a silent server.
 	use   chan struct{}
 	ended bool // retired or lost
 
@@ -77,12 +67,8 @@ type Session[C Conn, K comparable, X any] struct {
 	gone  bool      // no longer among the sessions acquisitions pick
 }
 
-// ErrEnded tells the caller of Take that the session ended while it
-// waited.
+// ErrEnded is Take's error when the session ended while it waited.
 var ErrEnded = errors.New("session ended")
-
-// Period returns the time between two keep-alive checks of s.
-func (s *Session[C, K, X]) Period() time.Duration { return s.period }
 
 // Loss returns why s was lost, or nil.
 func (s *Session[C, K, X]) Loss() error {
@@ -92,18 +78,16 @@ func (s *Session[C, K, X]) Loss() error {
 	return nil
 }
 
-// Fresh reports whether s has not taken its first lock yet (see
-// Pool.Adopt); the caller has its use.
+// Fresh reports whether s has yet to take its first lock (see Pool.Adopt);
+// the caller has its use.
 func (s *Session[C, K, X]) Fresh() bool { return s.w == nil }
 
-// Take takes the use slot, waiting for it at most until ctx ends
-// (context.Background: no bound), and then the socket from the watch
-// with a look on the way (sockwatch.Take): no statement starts on a
-// connection whose server has already hung up, or a Check would say
-// "held" until that statement failed. The error is ctx's, ErrEnded when
-// the session had ended, or the loss when the look found the server
-// gone, in which case Take ended the session as lost without a statement.
-// With a nil error the caller has the use of s until Release.
+// Take takes the use slot, waiting at most until ctx ends, then the
+// socket from the watch with a look (sockwatch.Take): no statement starts
+// on a connection whose server hung up, or a Check would say "held" until
+// it failed. The error is ctx's, ErrEnded, or the loss when the look found
+// the server gone (Take then ended the session as lost). With a nil error
+// the caller has the use of s until Release.
 func (s *Session[C, K, X]) Take(ctx context.Context) error {
 	select {
 	case s.use <- struct{}{}:
@@ -126,31 +110,29 @@ func (s *Session[C, K, X]) Release() {
 	<-s.use
 }
 
-// Occupy takes the use of s without a look, as a keep-alive check stuck
-// on a silent server would, until free is called (for tests).
+// Occupy takes s's use until free, as a stuck check would (for tests).
 func (s *Session[C, K, X]) Occupy() (free func()) {
 	s.use <- struct{}{}
 	s.w.Pause()
 	return s.Release
 }
 
-// noteLoss records cause as the loss, unless one is already recorded,
-// and returns the recorded one.
+// noteLoss records cause as the loss if none is, and returns the loss.
 func (s *Session[C, K, X]) noteLoss(cause error) error {
 	s.loss.CompareAndSwap(nil, &cause)
 	return *s.loss.Load()
 }
 
 // keep is the keeper goroutine. While no statement runs, it waits for the
-// socket to speak (ending the session as lost when the server hung up)
-// or for the next period, and then runs the keep-alive check, which also
-// reads whatever the server sent unprompted (a notice, or an error that
-// fails the check). Where the socket is not watched, the checks run on
-// the timer alone.
+// socket to speak (ending the session as lost when the server hung up) or
+// for the next period, then runs the keep-alive check, which also reads
+// whatever the server sent unprompted (a notice, or an error that fails
+// it). An unwatched socket is checked on the timer alone.
 func (s *Session[C, K, X]) keep() {
 	defer s.p.keepers.Done()
 	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
-	next := time.Now().Add(s.period)
+	period := s.p.cfg.Period(s.Class) // between two keep-alive checks
+	next := time.Now().Add(period)
 	for {
 		ev := sockwatch.EvDeadline
 		if watched {
@@ -167,7 +149,7 @@ func (s *Session[C, K, X]) keep() {
 			return
 		}
 		if ev == sockwatch.EvDeadline {
-			next = time.Now().Add(s.period)
+			next = time.Now().Add(period)
 		}
 		if f := s.p.Hooks.Freeze.Load(); f != nil {
 			select {
@@ -180,8 +162,7 @@ func (s *Session[C, K, X]) keep() {
 			return
 		}
 		if ev == sockwatch.EvData && s.stillData() {
-			// Bytes the check did not take: watching would wake at once
-			// again; wait for the next period instead.
+			// Bytes the check left would wake the watch at once: sleep instead.
 			if !s.sleepUntil(next) {
 				return
 			}
@@ -189,8 +170,7 @@ func (s *Session[C, K, X]) keep() {
 	}
 }
 
-// stillData reports whether the socket shows bytes again right after a
-// check that should have read them.
+// stillData reports whether bytes a check should have read are still there.
 func (s *Session[C, K, X]) stillData() bool {
 	v, _ := s.w.Look()
 	return v == sockwatch.VData
@@ -198,18 +178,15 @@ func (s *Session[C, K, X]) stillData() bool {
 
 // sleepUntil waits until t; false when the session ended first.
 func (s *Session[C, K, X]) sleepUntil(t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
 	select {
 	case <-s.stop:
 		return false
-	case <-timer.C:
+	case <-time.After(time.Until(t)):
 		return true
 	}
 }
 
-// keepOrLose runs a keep-alive check, and ends the session as lost when
-// it fails; false when the session has ended.
+// keepOrLose runs a check, losing the session if it fails; false if ended.
 func (s *Session[C, K, X]) keepOrLose() bool {
 	if err := s.Take(context.Background()); err != nil {
 		return false // ended, or Take found the server gone and ended it
@@ -233,19 +210,14 @@ func (s *Session[C, K, X]) Lose(cause error) {
 	s.EndLost(cause)
 }
 
-// EndLost is Lose for a caller that has the use of s, which has not
-// ended; it gives the use back, and returns the recorded loss. Each
-// lock's loss is recorded (for Check) and signalled before the
-// connection is closed, because the holders must stop at once, whatever
-// the close costs; closing it makes the server free the locks, if it
-// still has them.
+// EndLost is Lose for a caller that has the use of s, not yet ended; it
+// gives the use back and returns the recorded loss. Each lock's loss is
+// recorded (for Check) and signalled before the connection is closed,
+// since holders must stop at once whatever the close costs; the close
+// makes the server free the locks, if it still has them.
 func (s *Session[C, K, X]) EndLost(cause error) error {
 	cause = s.noteLoss(cause)
-	s.ended = true
-	if s.w != nil {
-		s.w.Stop()
-	}
-	close(s.stop)
+	s.end()
 	p := s.p
 	p.mu.Lock()
 	p.dropLocked(s)
@@ -265,8 +237,7 @@ func (s *Session[C, K, X]) EndLost(cause error) error {
 	return cause
 }
 
-// Unreserve gives back a reservation of keys on s that took no lock; the
-// caller has the use of s, and gives it back here.
+// Unreserve gives back keys reserved on s that took no lock, and its use.
 func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.p.mu.Lock()
 	s.busy--
@@ -274,14 +245,11 @@ func (s *Session[C, K, X]) Unreserve(keys ...K) {
 	s.putBack(keys, 1)
 }
 
-// putBack gives back the use of s, and with it places places and a count
-// of each of keys. A session left with nothing retires instead.
+// putBack gives back s's use, places places and keys; retires s if left empty.
 func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	p := s.p
 	p.mu.Lock()
-	for _, k := range keys {
-		s.unkeyLocked(k)
-	}
+	s.unkeyLocked(keys...)
 	s.n -= places
 	retire := s.n == 0
 	if retire {
@@ -295,33 +263,38 @@ func (s *Session[C, K, X]) putBack(keys []K, places int) {
 	s.Release()
 }
 
-// unkeyLocked drops one count of key k; the pool's mutex is held.
-func (s *Session[C, K, X]) unkeyLocked(k K) {
-	if s.keys[k]--; s.keys[k] <= 0 {
-		delete(s.keys, k)
+// unkeyLocked drops one count of each of keys; the pool's mutex is held.
+func (s *Session[C, K, X]) unkeyLocked(keys ...K) {
+	for _, k := range keys {
+		if s.keys[k]--; s.keys[k] <= 0 {
+			delete(s.keys, k)
+		}
 	}
 }
 
-// retire ends a session that holds nothing, whose use the caller has,
-// and gives its connection back.
+// retire ends s, holding nothing and in the caller's use, and Retires C.
 func (s *Session[C, K, X]) retire() {
-	s.ended = true
-	if s.w != nil {
-		s.w.Stop() // paused by Take: the watch never looks again
-	}
-	close(s.stop)
+	s.end()
 	<-s.use
 	s.C.Retire()
 }
 
-// drop gives back a reservation of keys on s whose use the caller did
-// not get. A session it leaves with nothing retires once its use is free.
+// end marks s, in the caller's use, ended, and stops its keeper and watch
+// (paused by Take: it never looks again).
+func (s *Session[C, K, X]) end() {
+	s.ended = true
+	if s.w != nil {
+		s.w.Stop()
+	}
+	close(s.stop)
+}
+
+// drop gives back keys reserved on s whose use the caller did not get;
+// one left with nothing retires once its use is free.
 func (s *Session[C, K, X]) drop(keys []K) {
 	p := s.p
 	p.mu.Lock()
-	for _, k := range keys {
-		s.unkeyLocked(k)
-	}
+	s.unkeyLocked(keys...)
 	s.n--
 	s.busy--
 	empty := s.n == 0
@@ -338,8 +311,7 @@ func (s *Session[C, K, X]) retireIfEmpty() {
 	}
 }
 
-// holdsAny reports whether s holds or is asked for one of keys; the
-// pool's mutex is held.
+// holdsAny reports whether s holds or is asked for one of keys (mutex held).
 func (s *Session[C, K, X]) holdsAny(keys []K) bool {
 	for _, k := range keys {
 		if s.keys[k] > 0 {
