@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/dlockgo/dlock/driver"
 )
@@ -29,11 +30,17 @@ var (
 	// ErrClosed means the Locker was closed.
 	ErrClosed = driver.ErrClosed
 	// ErrMaxHold is a lease's Err, with ErrLost, once it was held for the
-	// time WithMaxHold allows.
-	ErrMaxHold = errors.New("dlock: the lease reached its maximum hold time (WithMaxHold)")
+	// time WithMaxHold allows; Resume returns it past a handle's deadline.
+	ErrMaxHold = errors.New("dlock: the lease reached its maximum hold time")
 	// ErrNoQuorum means too few nodes of a multi-node backend (Redlock)
 	// answered in time to decide.
 	ErrNoQuorum = driver.ErrNoQuorum
+	// ErrDetached is a lease's Err, with ErrReleased, once Detach handed
+	// it on.
+	ErrDetached = fmt.Errorf("%w: handed on by Detach", ErrReleased)
+	// ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle),
+	// or names another backend than the Locker's (Resume).
+	ErrBadHandle = errors.New("dlock: not a lock handle")
 )
 
 // HeldError reports that a lock is held by another owner, and for how long

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -53,10 +52,6 @@ func (h Handle) String() string {
 		strconv.FormatInt(deadline, 10), strconv.FormatUint(h.Token, 10), strconv.Itoa(h.Limit), h.Owner,
 		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
 }
-
-// ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle), or
-// names another backend than the Locker's (Resume).
-var ErrBadHandle = errors.New("dlock: not a lock handle")
 
 // ParseHandle decodes a Handle encoded by Handle.String, now or before:
 // older handles had a tenth field, the socket of the dlock CLI's detached
@@ -132,11 +127,9 @@ func parseMode(s string) (driver.Mode, bool) {
 	return 0, false
 }
 
-// Handle returns the handle of the lease's acquisition, for another
-// process (or a later one) to Resume; the lease stays held and supervised
-// here. Hand it on with Detach, so that this process stops renewing and
-// releasing it.
-func (s *Lease) Handle() Handle {
+// handle returns the handle of the lease's acquisition. Only Detach hands
+// it out, so that one lease is never renewed from two processes.
+func (s *Lease) handle() Handle {
 	h := Handle{Scheme: s.l.backend, Name: s.req.Name, Mode: s.req.Mode, Limit: s.req.Limit, Owner: s.req.Owner,
 		Token: s.token, TTL: s.req.TTL}
 	if s.maxHold > 0 {
@@ -144,10 +137,6 @@ func (s *Lease) Handle() Handle {
 	}
 	return h
 }
-
-// ErrDetached is a lease's Err once Detach handed it on; like any lease
-// that ended, it also matches ErrNotHeld for Refresh and Release.
-var ErrDetached = errors.New("dlock: lease detached: handed on by its handle")
 
 // Detach hands the lease on: it stops renewing it here, leaves the lock on
 // the store as it is (to expire with its TTL unless someone resumes it),
@@ -163,7 +152,7 @@ func (s *Lease) Detach() (Handle, error) {
 		return Handle{}, s.heldErr()
 	}
 	defer s.opMu.Unlock()
-	h := s.Handle()
+	h := s.handle()
 	if !s.end(ErrDetached, "") {
 		return Handle{}, s.heldErr()
 	}
@@ -224,12 +213,12 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 // handleDriver checks that h's lock can be taken over on this Locker (a
 // Resumer backend, the same scheme) and returns the driver.
 func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
+	if h.Scheme != l.backend {
+		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
+	}
 	r, ok := l.drv.(driver.Resumer)
 	if !ok {
 		return nil, l.notResumable()
-	}
-	if h.Scheme != l.backend {
-		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
 	}
 	return r, nil
 }

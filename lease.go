@@ -12,8 +12,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// A Lease is a held lock: the handle Acquire and TryAcquire return. Release
-// it when done, typically with defer.
+// A Lease is one acquisition of a lock, as Acquire and TryAcquire return
+// it. Release it when done, typically with defer.
 //
 // A lease ends exactly once: released by its holder, or lost (renewal could
 // not succeed before the lock's validity ended, the session expired, or the

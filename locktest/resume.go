@@ -26,7 +26,11 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 		if err := lease.Err(); err != nil {
 			t.Errorf("the lease after a refused Detach: %v, want it still held", err)
 		}
-		if _, err := b.Resume(ctx, lease.Handle()); !errors.Is(err, dlock.ErrUnsupported) {
+		h := dlock.Handle{Name: name, Owner: lease.Owner(), Token: lease.Token(), TTL: lease.TTL()}
+		if s, ok := b.Driver().(driver.Schemer); ok {
+			h.Scheme = s.Scheme()
+		}
+		if _, err := b.Resume(ctx, h); !errors.Is(err, dlock.ErrUnsupported) {
 			t.Errorf("Resume on a backend without it = %v, want ErrUnsupported", err)
 		}
 		release(t, ctx, lease)

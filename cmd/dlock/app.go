@@ -213,10 +213,18 @@ func (f *flags) printHelp(w io.Writer) {
 	f.SetOutput(&b)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
-	fmt.Fprintf(w, "%s\nFlags:\n%s", f.help, b.String())
+	// Flags as the docs write them: --flag (the flag package takes both).
+	defaults := strings.ReplaceAll("\n"+b.String(), "\n  -", "\n  --")[1:]
+	fmt.Fprintf(w, "%s\nFlags:\n%s", f.help, defaults)
 	if f.examples != "" {
 		fmt.Fprintf(w, "\nExamples:\n%s", f.examples)
 	}
+}
+
+// backendNamed reports whether the user named a backend (--backend or
+// $DLOCK_BACKEND), rather than leaving the default.
+func (f *flags) backendNamed() bool {
+	return len(f.backends) > 0 || os.Getenv(envBackend) != ""
 }
 
 // backend returns the one backend URL the command uses.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -213,6 +214,8 @@ func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func
 		defer locker.Close()
 	} else if _, err := f.logger(sio.err); err != nil {
 		return usageErr(sio, f.cmd, "%v", err)
+	} else if u, err := url.Parse(f.backend()); err == nil && f.backendNamed() && backendOf(u.Scheme) != h.Scheme {
+		return failf(sio, exitUsage, f.cmd, "%v: a handle of the %s backend, not %s", dlock.ErrBadHandle, h.Scheme, backendOf(u.Scheme))
 	}
 	err = do(locker, h)
 	switch {
@@ -224,4 +227,17 @@ func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func
 		return failf(sio, exitLost, f.cmd, "lock %q is no longer held by this handle: %s", h.Name, oneLine(err))
 	}
 	return failf(sio, exitUnavailable, f.cmd, "%s", oneLine(err))
+}
+
+// backendOf is the backend a URL scheme opens, as a handle names it.
+func backendOf(scheme string) string {
+	switch {
+	case scheme == "etcds":
+		return "etcd"
+	case scheme == "postgresql":
+		return "postgres"
+	case strings.HasPrefix(scheme, "redis"):
+		return "redis"
+	}
+	return scheme
 }

@@ -19,7 +19,8 @@ import (
 // (75); extend keeps the lock past its first TTL; release frees it, and
 // the next dlock run gets it. A handle used after its TTL ran out, when
 // another owner holds the lock, is refused (76) and the owner's lock is
-// untouched; a garbled handle is a usage error (64).
+// untouched; a garbled handle, or one given with another backend's URL,
+// is a usage error (64).
 func TestHandlePipeline(t *testing.T) {
 	c := newCLI(t)
 	backends := map[string]string{
@@ -54,6 +55,15 @@ func TestHandlePipeline(t *testing.T) {
 			}
 			if r := c.runRetrying("extend", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
 				t.Fatalf("dlock extend: exit %d: %s", r.code, r.stderr)
+			}
+			foreign := backends["redis"]
+			if label == "redis" {
+				foreign = backends["file"]
+			}
+			for _, verb := range []string{"extend", "release"} {
+				if r := c.run(verb, "--backend", foreign, h); r.code != exitUsage {
+					t.Errorf("dlock %s with another backend's URL: exit %d, want %d: %s", verb, r.code, exitUsage, r.stderr)
+				}
 			}
 			if r := c.run("status", "--backend", backend, name); r.code == 0 && !strings.Contains(r.stdout, name) {
 				t.Errorf("dlock status does not show the acquired lock: %s", r.stdout)

@@ -18,6 +18,7 @@ import (
 	"github.com/dlockgo/dlock/internal/privdir"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 )
 
 // The detached holder: on a backend whose locks live as long as the
@@ -178,7 +179,16 @@ func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 		return exit(exitUnavailable, "the lock's holder cannot listen on %s: %v", sock, err)
 	}
 	defer func() { _ = ln.Close(); _ = os.Remove(sock) }()
-	say("%s %s", holdOK, cliHandle{Handle: lease.Handle(), holder: sock})
+	// The library hands a handle out only by Detach, which would end the
+	// lease: this process keeps it, so the CLI writes the handle itself.
+	h := dlock.Handle{Name: lease.Name(), Mode: lease.Mode(), Owner: lease.Owner(), Token: lease.Token(), TTL: lease.TTL()}
+	if s, ok := locker.Driver().(driver.Schemer); ok {
+		h.Scheme = s.Scheme()
+	}
+	if o.maxHold > 0 {
+		h.Deadline = time.Now().Add(o.maxHold) // at most a moment after the lease's own
+	}
+	say("%s %s", holdOK, cliHandle{Handle: h, holder: sock})
 	hold(ctx, ln, lease, o.ttl, sigs)
 	return exitOK
 }

@@ -307,8 +307,11 @@ func superviseChild(sio *stdio, cmdName string, log *slog.Logger, cmd *exec.Cmd,
 			}
 			lost = true
 			log.Error("dlock: lock lost; terminating the command", "error", lease.Err(), "grace", o.grace)
-			fmt.Fprintf(sio.err, "%s: lock %q lost while the command ran: %s; sending SIGTERM, SIGKILL in %v\n", cmdName, o.name,
-				oneLine(lease.Err()), o.grace)
+			why := oneLine(lease.Err())
+			if errors.Is(lease.Err(), dlock.ErrMaxHold) {
+				why = fmt.Sprintf("--max-hold %v ran out", o.maxHold)
+			}
+			fmt.Fprintf(sio.err, "%s: lock %q lost while the command ran: %s; sending SIGTERM, SIGKILL in %v\n", cmdName, o.name, why, o.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			t := time.NewTimer(o.grace)
 			defer t.Stop()

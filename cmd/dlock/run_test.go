@@ -327,8 +327,8 @@ func TestRunMaxHold(t *testing.T) {
 	if took < time.Second || took > 30*time.Second {
 		t.Errorf("dlock run took %v with --max-hold 1s", took)
 	}
-	if !strings.Contains(r.stderr, "maximum hold") {
-		t.Errorf("stderr does not name the max hold: %q", r.stderr)
+	if !strings.Contains(r.stderr, "--max-hold 1s ran out") || strings.Contains(r.stderr, "WithMaxHold") {
+		t.Errorf("stderr does not name --max-hold in the CLI's words: %q", r.stderr)
 	}
 	if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != 0 {
 		t.Errorf("the next run after the max hold: exit %d: %s", r.code, r.stderr)
