@@ -10,6 +10,10 @@
 //	import _ "github.com/dlockgo/dlock/etcdlock"
 //
 //	locker, err := dlock.Open(ctx, "etcd://host1:2379,host2:2379,host3:2379/jobs?ttl=10s")
+//	locker, err := etcdlock.New(client, &etcdlock.Options{Prefix: "jobs"}, dlock.WithTTL(10*time.Second))
+//
+// Close never closes a client passed to New, and closes the one it opened
+// from a URL.
 //
 // # URL
 //
@@ -20,11 +24,14 @@
 // default; 127.0.0.1:2379 when empty). The path, without its slashes, is
 // the key prefix (Options.Prefix), "dlock" when empty; with
 // layout=concurrency, the path without its first slash, which may be
-// empty. etcds:// (or tls=true) speaks TLS to every endpoint; user
-// information is the etcd user and password (RBAC). Parameters:
+// empty (etcd://host) or / (etcd://host//). etcds:// (or tls=true) speaks
+// TLS to every endpoint; user information is the etcd user and password
+// (RBAC). Parameters:
 //
 //	dial_timeout=5s     how long Open waits for a member to answer
-//	                    (DefaultDialTimeout); above zero
+//	                    (DefaultDialTimeout); above zero; a shorter deadline of
+//	                    Open's context ends the wait first, and the error
+//	                    names whichever did
 //	request_timeout=1s  how long each request may take before the driver
 //	                    tries again (Options.RequestTimeout,
 //	                    DefaultRequestTimeout); above zero
@@ -33,14 +40,16 @@
 //	                    package and etcdctl lock/elect
 //	tls=false           TLS on an etcd:// URL (etcds:// always uses it)
 //	cacert=             PEM file of the authorities to trust; default the system's
-//	cert=, key=         PEM files of the client's certificate and key
+//	cert=, key=         PEM files of the client's certificate and key, for
+//	                    members with --client-cert-auth
 //	server_name=        the name the members' certificates must carry; default
 //	                    the host dialled
 //	insecure_skip_verify=false   accept any certificate: for tests only
 //
-// and dlock's shared ones, ttl and renew (renew has no effect here). An
-// unknown parameter, a bad value, or a missing or unreadable certificate
-// file is a *dlock.ParamError naming its parameter.
+// and dlock's shared ones, ttl (30s by default) and renew (no effect
+// here). An unknown parameter, a bad value (a layout other than dlock or
+// concurrency, a password without a user), or a missing or unreadable
+// certificate file is a *dlock.ParamError naming its parameter.
 //
 // # Guarantees
 //
@@ -64,9 +73,26 @@
 // Every client of a name must use the same layout: the two do not exclude
 // each other.
 //
+// # Securing the store
+//
+// Give dlock an etcd user whose role may read and write its prefix's key
+// range only; for the default prefix
+//
+//	etcdctl role grant-permission locks --prefix=true readwrite dlock
+//
+// covers the key dlock that Open reads and every dlock/... lock key.
+// Leases and watches need no other permission. Over a network use
+// etcds://, with cert and key when the members require client
+// certificates. Open names the cause of each failure: a wrong password
+// ("authentication failed"), a role that does not cover the prefix
+// ("permission denied", with the user), a CA that did not sign the
+// members' certificates or a missing client certificate (which the etcd
+// client reports only as a timeout: Open adds the TLS error it gets
+// itself), a plain URL that reached a TLS member. No password appears in
+// any message.
+//
 // See https://github.com/dlockgo/dlock/blob/main/docs/ETCD.md for the key
 // format, waiting and its handoff, the other lock kinds, the layouts and
 // how a URL's path maps to etcd's concurrency prefix, sessions and loss,
-// failover, securing the store with RBAC and TLS, compatibility and the
-// measurements.
+// failover, the test of RBAC and TLS, compatibility and the measurements.
 package etcdlock

@@ -9,7 +9,9 @@
 //
 //	locker, err := dlock.Open(ctx, "file:///var/lock/myapp")
 //
-// In code: New(dir, &Options{...}, ...).
+// In code:
+//
+//	locker, err := filelock.New("/var/lock/myapp", &filelock.Options{Mode: 0o660})
 //
 // # URL
 //
@@ -17,14 +19,21 @@
 //	file:///var/lock/myapp        the directory /var/lock/myapp, created (0700) if missing
 //	file:///var/lock/myapp?mode=0660&sync=true
 //
-// Parameters, besides dlock's shared ttl and renew:
+// The path is the lock directory, absolute; the host is empty or
+// localhost. DefaultDir is the first of $XDG_STATE_HOME/dlock (if that is
+// absolute), $HOME/.local/state/dlock, os.UserCacheDir()/dlock and
+// os.TempDir()/dlock-<uid>; it is per user, so different users do not
+// exclude each other through it: give them a shared directory and
+// mode=0660. Parameters, besides dlock's shared ttl (30s by default; see
+// Lifetime and loss in docs/FILE.md) and renew:
 //
 //	mode=0600   permission of the lock files the driver creates (Options.Mode);
 //	            octal, must include 0600; applied exactly, whatever the umask
 //	sync=false  fsync each lock file after writing its new token (Options.Sync)
 //
-// An unknown parameter, a host other than localhost, or a relative path is
-// a *dlock.ParamError naming it.
+// An unknown parameter, a host other than localhost (file://var/lock, with
+// two slashes, is the usual slip), a relative path (file:dir), a user, or
+// file:/// is a *dlock.ParamError naming it.
 //
 // # Guarantees
 //
@@ -44,7 +53,18 @@
 // network file systems are not supported. Without flock (Windows)
 // NewDriver returns an error matching dlock.ErrUnsupported.
 //
-// See https://github.com/dlockgo/dlock/blob/main/docs/FILE.md for the
-// default directory, file names, waiting, the readers-writer lock's gate,
-// lifetime and loss, security, the limits and the measurements.
+// # Securing the store
+//
+// The store is the directory, and its guard the file system's permissions:
+// whoever may write the lock files (or the directory) can take or break
+// the locks. The driver creates a missing directory 0700 and its lock
+// files with Options.Mode, so only the user's own processes share its
+// locks; for several users, give them a group and a directory of that
+// group, with mode=0660 for the files. DefaultDir is refused if it is a
+// symbolic link, belongs to another user, or is writable by group or
+// others.
+//
+// See https://github.com/dlockgo/dlock/blob/main/docs/FILE.md for file
+// names, acquiring and waiting, the readers-writer lock's gate, lifetime
+// and loss, the limits and the measurements.
 package filelock

@@ -1,5 +1,6 @@
-// Package redislock is the dlock backend for a single Redis server, a
-// Sentinel-managed primary or a Redis Cluster, over a go-redis v9 client.
+// Package redislock is the dlock backend for Redis over a go-redis v9
+// client: a redis:// URL opens one server, redis+sentinel:// a
+// Sentinel-managed primary and redis+cluster:// a Redis Cluster.
 //
 // # Use
 //
@@ -9,38 +10,69 @@
 //
 //	locker, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0?prefix=myapp:")
 //
-// or with a client of your own (any redis.UniversalClient; the Locker does
-// not close it) with ContextTimeoutEnabled, so that a context's deadline
-// bounds a call's socket I/O:
+// or with a client of your own (the Locker does not close it):
 //
 //	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, err := redislock.New(client, nil)
 //
+// Any redis.UniversalClient will do: a *redis.ClusterClient for a Redis
+// Cluster, a failover client for Sentinel, or go-redis's auto-pipelining
+// *redis.AutoPipeliner. Set ContextTimeoutEnabled on it: without it
+// go-redis does not bound a call's socket I/O by the context's deadline,
+// and a call to a server that stopped answering lasts until the client's
+// ReadTimeout. Clients opened from a URL have it set.
+//
 // # URL
 //
 //	redis://[user:password@]host[:port][/db][?param=value&...]
-//	rediss://...   the same over TLS
-//	redis+sentinel://[user:password@]sentinel[:port][,sentinel...][/db]?master_name=name
-//	redis+cluster://[user:password@]node[:port][,node...]
+//	rediss://...   the same over TLS (server name checked against host)
+//	redis+sentinel://[user:password@]sentinel[:port][,sentinel...][/db]?master_name=name[&addr=sentinel...]
+//	redis+cluster://[user:password@]node[:port][,node...][?addr=node...]
 //	rediss+sentinel://..., rediss+cluster://...   the same over TLS
 //
-// The port defaults to 6379 (26379 for sentinels) and the database to 0.
-// Opening pings the server, so that a wrong address fails Open.
-// Parameters, besides dlock's own ttl and renew:
+// For example:
 //
-//	layout=dlock        how locks lie in Redis: dlock, or redsync (Options.Layout)
+//	redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/0?master_name=locks
+//	redis+cluster://10.0.1.1:6379,10.0.1.2:6379,10.0.1.3:6379?prefix=billing:
+//
+// The port defaults to 6379 and the database to 0. redis+sentinel:// names
+// the sentinels of a primary (go-redis's FailoverClient, which asks them
+// for the primary and follows a failover): the hosts and every addr are
+// sentinels (port 26379 by default), master_name is the name they monitor
+// the primary by, the user information is the primary's credentials.
+// redis+cluster:// names seed nodes (go-redis's ClusterClient, which finds
+// the others and follows slot moves and failovers); its database is 0
+// only. Credentials reach every node the client finds, not only those
+// named. Several hosts with redis:// are refused, so that a topology is
+// never mistaken for one server.
+//
+// Opening pings the server (the primary, through the sentinels; a cluster
+// node), so that a wrong address fails Open: a refused connection (of
+// the server, of every sentinel or seed listed, or of the primary the
+// sentinels name) after one dial, a TLS URL to a server that does not
+// speak TLS within dial_timeout, with an error that says so, and a server that accepts and never answers after at most
+// dial_timeout plus read_timeout (8s by default), or at the context's
+// deadline if that comes first. Messages show a URL with its passwords
+// hidden. Parameters, besides dlock's own ttl and renew, the same for
+// every form but where they say:
+//
+//	layout=dlock        how locks lie in Redis: dlock, or redsync, the plain key of
+//	                    redsync and bsm/redislock, shared with their clients (Options.Layout)
 //	prefix=dlock:       start of every key and channel name (Options.Prefix);
 //	                    with layout=redsync, of the lock keys only, and empty by default
 //	queue_ttl=3s        lifetime of a waiter's queue entry (Options.QueueTTL); layout=dlock only
-//	poll_interval=100ms mean interval of a waiter's attempts (Options.PollInterval); layout=redsync only
+//	poll_interval=100ms mean interval of a waiter's attempts while the lock is held
+//	                    (Options.PollInterval); layout=redsync only
 //	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
-//	wait_replicas=0     replicas that must acknowledge a grant or renewal (Options.WaitReplicas)
+//	wait_replicas=0     replicas that must acknowledge a grant or renewal (WAIT)
+//	                    before it returns (Options.WaitReplicas); not on a Cluster
 //	wait_timeout=1s     bound of that wait (Options.WaitTimeout)
-//	dial_timeout=5s     connection timeout, a TLS handshake included
-//	read_timeout=3s     reply timeout
-//	write_timeout=3s    send timeout
+//	dial_timeout=5s     connection timeout, a TLS handshake included (go-redis DialTimeout)
+//	read_timeout=3s     reply timeout (go-redis ReadTimeout)
+//	write_timeout=3s    send timeout (go-redis WriteTimeout)
 //	pool_size=0         connection pool size; 0 keeps go-redis's default (10 per CPU)
-//	max_retries=3       command retries on network errors; -1 turns them off
+//	max_retries=3       command retries on network errors, a failed dial included
+//	                    (each retry dials once); -1 turns them off
 //	client_name=        CLIENT SETNAME for every connection
 //	master_name=        redis+sentinel:// only, required: the primary's name at the sentinels
 //	addr=               redis+sentinel:// and redis+cluster:// only: one more sentinel or seed node
@@ -48,13 +80,15 @@
 //	sentinel_password=  redis+sentinel:// only: the sentinels' password
 //	tls=false           TLS on a redis:// form (the rediss forms always use it)
 //	cacert=             PEM file of the authorities to trust; default the system's
-//	cert=, key=         PEM files of the client's certificate and key
-//	server_name=        the name the server's certificate must carry; default the host dialled
+//	cert=, key=         PEM files of the client's certificate and key, for a server
+//	                    with tls-auth-clients
+//	server_name=        the name the server's certificate must carry; default the
+//	                    host dialled (each node's, on a topology)
 //	insecure_skip_verify=false   accept any server certificate: for tests only
 //
-// A missing host, a bad port or database, a bad value, an unknown
-// parameter, or a missing or unreadable file is a *dlock.ParamError naming
-// it.
+// The certificate files are read when the URL is opened. A missing host,
+// a bad port or database, a bad value, an unknown parameter, or a missing
+// or unreadable file is a *dlock.ParamError naming it.
 //
 // # Guarantees
 //
@@ -75,7 +109,32 @@
 // logs a warning when it finds one. Use package redlock or a consensus
 // store where that matters. Route go-redis's own logs with SlogLogger.
 //
+// # Securing the store
+//
+// Give dlock an ACL user of its own, limited to its prefix's keys and
+// channels and to the commands it and its scripts run; with the default
+// prefix:
+//
+//	ACL SETUSER locks on >password ~dlock:* &dlock:* +ping +evalsha +eval
+//	    +subscribe +unsubscribe +ssubscribe +sunsubscribe +time +exists
+//	    +get +set +del +incr +pexpire +pttl +hget +hset +hdel +hmget +hgetall
+//	    +rpush +lpop +lindex +lrem +llen +zadd +zrem +zscore +zcard +zrange
+//	    +zrangebyscore +zremrangebyscore +publish +spublish +scan
+//
+// plus +wait for wait_replicas, +command|info on a Redis Cluster, and
+// +config|get for the eviction check (without it the check is skipped).
+// In layout=redsync, with ~orders/* standing for the shared names'
+// pattern (~<prefix>* with a prefix), and the same additions:
+//
+//	ACL SETUSER locks on >password ~orders/* ~dlock:fence:* &dlock:released:*
+//	    +ping +evalsha +eval +subscribe +unsubscribe +ssubscribe +sunsubscribe
+//	    +time +get +set +del +incr +pexpire +pttl +publish +spublish +scan
+//
+// Put the password in the URL (rediss://locks:password@host). Over a
+// network use TLS, with cert and key when the server requires client
+// certificates (tls-auth-clients yes).
+//
 // See https://github.com/dlockgo/dlock/blob/main/docs/REDIS.md for the
-// details: URL examples, keys, requests, waiting, layouts, measured
-// limits, eviction, securing the store, Sentinel and Cluster.
+// design and its reasons: keys, requests, waiting, layouts, measured
+// limits, eviction, the tests of the ACLs above, Sentinel and Cluster.
 package redislock
