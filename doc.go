@@ -63,7 +63,7 @@
 // # Holding across processes
 //
 // A lock can outlive the process that took it, on a backend whose locks
-// are keys with a TTL (redis, redlock, nats): Lease.Detach stops renewing it
+// are keys with a TTL (redis, redlock, nats; mem within one process): Lease.Detach stops renewing it
 // here and returns its Handle, whose text (Handle.String) another process
 // decodes with ParseHandle and takes over with Locker.Resume, getting a
 // supervised lease with the same token, or releases with
@@ -73,6 +73,30 @@
 // a stuck holder cannot keep a lock for ever by renewing it. The CLI's
 // dlock acquire, extend and release are built on these, and on the other
 // backends keep the lock in a holder process of their own (docs/CLI.md).
+//
+// # Errors
+//
+// Every error matches one of these with errors.Is; dlock wraps them with
+// the lock's name and the backend's cause.
+//
+//	ErrNotAcquired   TryAcquire (and the other Try forms): another owner holds
+//	                 the lock; often a *HeldError saying for how long
+//	ErrLost          Lease.Err after the lock was lost: expired unrenewed, its
+//	                 session or connection ended, or the store took it away
+//	ErrMaxHold       Lease.Err, with ErrLost, once WithMaxHold ran out; Resume
+//	                 past a handle's deadline
+//	ErrReleased      Lease.Err after Release (or Close of the Locker)
+//	ErrDetached      Lease.Err, with ErrReleased, after Detach
+//	ErrNotHeld       Refresh, Release, Resume, ReleaseHandle: this owner does
+//	                 not hold the lock (it also matches how the lease ended)
+//	ErrInvalidName   a name that breaks ValidateName
+//	ErrUnsupported   a kind of lock, or Detach and Resume, the backend lacks
+//	ErrClosed        a call on a closed Locker
+//	ErrNoQuorum      Redlock: too few nodes answered in time to decide
+//	ErrBadHandle     ParseHandle of text that is not a handle; Resume of
+//	                 another backend's handle
+//
+// A bad URL parameter is a *ParamError naming it.
 //
 // # Backends
 //
