@@ -325,3 +325,30 @@ func (c BackgroundRelease) releaseWaiting(before map[int64]string) bool {
 	}
 	return false
 }
+
+// HoldMany takes n locks named prefix0, prefix1, ... through d with
+// TryLock, each with a fresh owner and a TTL of a minute, for tests of how
+// a backend spreads many held locks over its sessions; release them with
+// UnlockAll.
+func HoldMany(t testing.TB, ctx context.Context, d driver.Driver, prefix string, n int) []driver.Request {
+	t.Helper()
+	rs := make([]driver.Request, 0, n)
+	for i := range n {
+		r := driver.Request{Name: fmt.Sprintf("%s%d", prefix, i), Owner: RandomHex(16), TTL: time.Minute}
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// UnlockAll unlocks every request of rs through d.
+func UnlockAll(t testing.TB, ctx context.Context, d driver.Driver, rs []driver.Request) {
+	t.Helper()
+	for _, r := range rs {
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

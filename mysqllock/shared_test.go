@@ -23,15 +23,7 @@ func TestManyLocksFewConnections(t *testing.T) {
 	const n = 2000
 	adm := newAdmin(t)
 	_, d := newLocker(t, mysqllock.Options{})
-	base := "shared/many/" + randomHex(4) + "/"
-	var rs []driver.Request
-	for i := range n {
-		r := driver.Request{Name: fmt.Sprintf("%s%d", base, i), Owner: randomHex(16), TTL: time.Minute}
-		if _, err := d.TryLock(ctx, r); err != nil {
-			t.Fatalf("lock %d: %v", i, err)
-		}
-		rs = append(rs, r)
-	}
+	rs := locktest.HoldMany(t, ctx, d, "shared/many/"+randomHex(4)+"/", n)
 	sessions := (n + mysqllock.DefaultSessionLocks - 1) / mysqllock.DefaultSessionLocks
 	if got := mysqllock.Sessions(d); got != sessions {
 		t.Errorf("%d locks on %d sessions, want %d", n, got, sessions)
@@ -51,11 +43,7 @@ func TestManyLocksFewConnections(t *testing.T) {
 	if len(holders) != sessions {
 		t.Errorf("the server has the locks on %d connections, want %d", len(holders), sessions)
 	}
-	for _, r := range rs {
-		if err := d.Unlock(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	locktest.UnlockAll(t, ctx, d, rs)
 	if got := mysqllock.Sessions(d); got != 0 {
 		t.Errorf("%d sessions left after every release, want 0", got)
 	}

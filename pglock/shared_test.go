@@ -55,15 +55,7 @@ func TestManyLocksFewConnections(t *testing.T) {
 	const n = 2000
 	adm := newAdmin(t)
 	d, app := appDriver(t, pglock.Options{})
-	base := "shared/many/" + randomHex(4) + "/"
-	var rs []driver.Request
-	for i := range n {
-		r := driver.Request{Name: fmt.Sprintf("%s%d", base, i), Owner: randomHex(16), TTL: time.Minute}
-		if _, err := d.TryLock(ctx, r); err != nil {
-			t.Fatalf("lock %d: %v", i, err)
-		}
-		rs = append(rs, r)
-	}
+	rs := locktest.HoldMany(t, ctx, d, "shared/many/"+randomHex(4)+"/", n)
 	sessions := (n + pglock.DefaultSessionLocks - 1) / pglock.DefaultSessionLocks
 	if got := pglock.Sessions(d); got != sessions {
 		t.Errorf("%d locks on %d sessions, want %d", n, got, sessions)
@@ -84,11 +76,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).S
 	if held != n {
 		t.Errorf("the server shows %d advisory locks held by the driver's sessions, want %d", held, n)
 	}
-	for _, r := range rs {
-		if err := d.Unlock(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	locktest.UnlockAll(t, ctx, d, rs)
 	if got := pglock.Sessions(d); got != 0 {
 		t.Errorf("%d sessions left after every release, want 0", got)
 	}
