@@ -84,17 +84,13 @@ func handOver(w *kvWatch, slots []slot, init bool, ttl time.Duration) *handover 
 	return &handover{w: w, slots: slots, init: init}
 }
 
-// Lock takes the lock, waiting as long as ctx allows. It first makes
-// TryLock's attempt; if the lock is held it watches the lock's keys with a
-// KV watch and tries again when a key reports a marker, so that of all the
-// waiters woken only one gets each free key. Of one driver's waiters for a
-// lock only the first waits so, the others queueing behind it in order of
-// arrival; across drivers there is no queue. A timer at each holder's
-// expiry covers a missed marker, and errors are retried with a pause of up
-// to retryPause, all within ctx (see docs/NATS.md, Waiting). When ctx ends
-// first, Lock returns its error joined with the last error met, and, if a
-// write's outcome was unknown, removes in the background a key that write
-// may have taken.
+// Lock takes the lock, waiting as long as ctx allows: TryLock's attempt,
+// then a KV watch of the lock's keys, trying again when a key reports a
+// marker or a holder's expiry passes; one waiter per lock and driver waits
+// so, the others queued behind it (see docs/NATS.md, Waiting). When ctx
+// ends first, Lock returns its error joined with the last error met, and,
+// if a write's outcome was unknown, removes in the background a key that
+// write may have taken.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {

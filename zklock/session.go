@@ -200,7 +200,6 @@ func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 	s.estOnce.Do(func() { close(s.established) })
 }
 
-// heardAt records that a server answered a request sent at sent.
 func (s *session) heardAt(sent time.Duration) { storeMax(&s.heard, int64(sent)) }
 
 // monitor is the session's one goroutine. From the first handshake on, it
@@ -252,10 +251,8 @@ func (s *session) end(cause error) {
 	})
 }
 
-// ended reports whether the session ended.
 func (s *session) ended() bool { return s.over.Load() }
 
-// isEstablished reports whether the session had its first handshake.
 func (s *session) isEstablished() bool {
 	select {
 	case <-s.established:
