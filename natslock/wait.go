@@ -37,11 +37,10 @@ type slot struct {
 }
 
 // gates let one waiting Lock per lock of a driver wait on the server at a
-// time (see internal/gate); otherwise every waiter holds a KV watch, a
-// consumer on the server, and answers every release with a write, so that
-// a handoff costs more the more waiters there are (docs/SCALING.md). A
-// waiter that gets the lock leaves its watch to the next, which so needs
-// no consumer of its own; the last to leave stops it.
+// time (see internal/gate and docs/NATS.md, Waiting): otherwise each
+// waiter holds a KV watch, a consumer on the server, and answers every
+// release with a write, so a handoff costs more the more waiters there
+// are (docs/SCALING.md).
 type gates = gate.Set[*handover]
 
 // waitGate is one lock's queue of waiters.
