@@ -45,13 +45,11 @@ func init() {
 // every default.
 type Options struct {
 	// Prefix starts every key, so that several applications can share one
-	// etcd cluster. Lockers that must exclude each other use the same prefix
-	// and layout; prefixes of unrelated Lockers must not nest ("a" and
-	// "a/b"), or names could meet. In LayoutDlock trailing slashes are
-	// dropped, and the empty prefix means DefaultPrefix. In LayoutConcurrency
-	// the prefix is taken as it is, the empty one included, and joined to the
-	// name with a slash unless it is empty or ends with one (see docs/ETCD.md,
-	// "Layouts").
+	// etcd cluster. Lockers that must exclude each other use the same
+	// prefix and layout; unrelated Lockers' prefixes must not nest ("a"
+	// and "a/b"), or names could meet. In LayoutDlock trailing slashes are
+	// dropped and "" means DefaultPrefix; in LayoutConcurrency the prefix
+	// is taken as it is (see docs/ETCD.md, "Layouts").
 	Prefix string
 
 	// Layout is the format of the keys: LayoutDlock (the default, also

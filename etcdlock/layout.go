@@ -146,12 +146,10 @@ func (f format) queue(m driver.Mode, name string) string {
 }
 
 // lockPrefix is, in LayoutConcurrency, the prefix given to etcd's
-// concurrency.NewMutex or NewElection, the NAME of `etcdctl lock NAME`:
+// concurrency.NewMutex or NewElection (the NAME of `etcdctl lock NAME`):
 // the driver's prefix and the name joined by a slash, unless the prefix
-// is empty or ends with one. With the prefix "" the lock "jobs/x" is
-// `etcdctl lock jobs/x`; with "/" NewMutex(s, "/jobs/x"); with "app" or
-// "app/" NewMutex(s, "app/jobs/x"). The keys are lockPrefix + "/" + the
-// lease in hex.
+// is empty or ends with one (docs/ETCD.md, "Layouts", has examples). The
+// keys are lockPrefix + "/" + the lease in hex.
 func (f format) lockPrefix(name string) string {
 	if f.prefix == "" || strings.HasSuffix(f.prefix, "/") {
 		return f.prefix + name

@@ -4,20 +4,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Readers-writer locks. Readers and writers of a name queue under one
-// prefix, <Prefix>/#rw/<name>/#, readers' keys starting with "r" and
-// writers' with "w" (so the write keys are a range of their own), in the
-// order of their create revisions:
-//
-//   - a writer holds when its key is the oldest of all; it waits for the
-//     deletion of the key just ahead of it, of either side, exactly as a
-//     mutex's waiter does (attempt and wait treat it as one);
-//   - a reader holds when no write key is older than its own; it waits
-//     for the deletion of the newest write key older than its own.
-//
-// FIFO order and writer preference follow: a reader arriving after a
-// waiting writer has its key ahead, and the readers between two writers
-// wait for the first and are admitted together when it goes. TryLock for
+// Readers-writer locks (docs/ETCD.md): keys queue under <Prefix>/#rw/<name>/#
+// by create revision, readers' starting with "r" and writers' with "w" (so
+// the write keys are a range of their own). A writer holds when its key is
+// the oldest and waits as a mutex's waiter does; a reader holds when no
+// write key is older and waits for the newest older one. TryLock for
 // reading fails while any write key exists. Tokens: see admit.
 
 // readerOps are the ranges a reader's check reads: its own key, and the

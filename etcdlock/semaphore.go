@@ -2,27 +2,13 @@ package etcdlock
 
 import "go.etcd.io/etcd/api/v3/mvccpb"
 
-// Semaphores. The holders and waiters of a semaphore's permits queue under
-// <Prefix>/#sem/<name>/#, in the order of their create revisions; a key
-// holds a permit when fewer than Limit keys are older than it. A crashed
-// holder's key goes with its session's lease, and its permit with it.
-//
-// Permits are given back in any order, so no single key ahead of a waiter
-// tells it when it may go: the waiter Limit places ahead can still be
-// waiting when a holder closer to the front leaves. Instead:
-//
-//   - the first waiter (exactly Limit keys ahead of it, all holders)
-//     watches the whole prefix for deletions: any holder's release
-//     admits it;
-//   - every later waiter watches only the key just ahead of it, for its
-//     deletion or a put: a waiter that is admitted puts its key again
-//     (which also makes its token, see admit), and the put tells the next
-//     waiter that it is now first.
-//
-// So a release wakes one waiter, the first, whose admission wakes the
-// second to take its place: two wake-ups per handoff, whatever the
-// number of waiters, and no waiter misses a release. The first waiter
-// also wakes, needlessly, when a waiter behind it gives up.
+// Semaphores (docs/ETCD.md has the reasoning): keys queue under
+// <Prefix>/#sem/<name>/# by create revision, and a key holds a permit when
+// fewer than Limit keys are older. Permits come back in any order, so the
+// first waiter (exactly Limit keys ahead) watches the whole prefix for
+// deletions, and every later waiter the key just ahead of it, for its
+// deletion or a put: an admitted waiter puts its key again (see admit),
+// which tells the next that it is now first.
 
 // permitCheck interprets what a semaphore waiter's check read: kvs, the
 // newest keys of the queue up to the waiter's, its own first.

@@ -41,13 +41,12 @@ type session struct {
 	validUntil time.Time // the lease certainly lives until then
 	lastSent   time.Time // when the last successful keep-alive was sent
 
-	// lossAt is when the session is to be declared lost, validUntil less
-	// lossMargin, in nanoseconds of the monotonic clock since d.base; or
-	// expired once a Check found it passed. Grant.Check reads it at every
-	// Lease.Err, so it is one atomic word, not a time.Time under a mutex.
-	// keepAlive moves it only by compare-and-swap, so that a keep-alive
-	// answered just after a Check saw the deadline pass leaves the session
-	// lost, as that Check said, rather than "held" again.
+	// lossAt is when the session is to be declared lost (validUntil less
+	// lossMargin, in nanoseconds since d.base on the monotonic clock), or
+	// expired. It is one atomic word because Grant.Check reads it at every
+	// Lease.Err; keepAlive moves it only by compare-and-swap, so that a
+	// keep-alive answered just after a Check saw the deadline pass leaves
+	// the session lost, as that Check said, rather than "held" again.
 	lossAt atomic.Int64
 	// endErr is cause, published for Check, which must not take d.mu.
 	endErr atomic.Pointer[error]

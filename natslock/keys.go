@@ -8,21 +8,12 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// NATS KV keys allow the bytes [-/_=.a-zA-Z0-9], and '.' separates the
-// tokens of the subject a key becomes. dlock names also allow ':', '@'
-// and '+', and a '.' must not split a name (a watch on "sem.<name>.*"
-// would match another name's slots). So each of '.', ':', '@', '+' and
-// '=' is written as '=' and its two upper-case hex digits, as
-// quoted-printable does:
-//
-//	orders/42       orders/42
-//	job:nightly     job=3Anightly
-//	a.b@c+d=e       a=2Eb=40c=2Bd=3De
-//
-// Every other name byte stands for itself. The encoding is injective (an
-// '=' always starts a three-byte escape), keeps letters, digits, '-', '_'
-// and '/' readable, maps a prefix of a name to a prefix of its key, which
-// Inspect relies on, and makes one subject token: it holds no '.'.
+// A name becomes one KV key token with each of '.', ':', '@', '+' and '='
+// written as '=' and two upper-case hex digits, as quoted-printable does
+// (docs/NATS.md, "Names", has examples): keys allow [-/_=.a-zA-Z0-9] and
+// '.' splits subjects, so "sem.<name>.*" must not match another name's
+// slots. The encoding is injective ('=' always starts an escape) and maps
+// a prefix of a name to a prefix of its key, which Inspect relies on.
 
 // escapeByte starts an escape in an encoded name.
 const escapeByte = '='

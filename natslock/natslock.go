@@ -33,11 +33,10 @@ const (
 // Options configure a Driver. The zero value, like a nil *Options, means
 // every default. NewDriver copies them: later changes have no effect.
 type Options struct {
-	// Bucket is the JetStream KV bucket that holds the locks; every
-	// client that must exclude another uses the same one. NewDriver
-	// creates it when it does not exist (with Replicas, Storage and
-	// MarkerTTL), and refuses one without per-key TTLs. Default
-	// DefaultBucket.
+	// Bucket is the JetStream KV bucket that holds the locks, the same
+	// for every client that must exclude another; NewDriver creates it
+	// (with Replicas, Storage and MarkerTTL) if it does not exist.
+	// Default DefaultBucket.
 	Bucket string
 
 	// Replicas is the number of servers that store a bucket the driver
@@ -61,10 +60,9 @@ type Options struct {
 	// second; zero means DefaultMarkerTTL.
 	MarkerTTL time.Duration
 
-	// RequestTimeout bounds each request to the server (within the
-	// caller's context), so that a publish to a stream whose leader just
-	// died, which gets no answer, is retried or reported without waiting
-	// for nats.go's default timeout. Zero or negative means
+	// RequestTimeout bounds each request (within the caller's context),
+	// so that a publish to a stream whose leader just died, which gets no
+	// answer, is retried or reported in time. Zero or negative means
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 }

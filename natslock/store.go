@@ -14,10 +14,8 @@ import (
 
 // The requests the driver makes, each one round trip. Writes are
 // publishes to the key's subject with the headers the server checks, not
-// the KV API's Create, Update and Purge: Update cannot renew a key's TTL,
-// Create spends two more round trips whenever the key holds a marker (it
-// tries, reads, and tries again), and Purge does not return the marker's
-// revision, which the next acquisition needs to succeed in one.
+// the KV API's Create, Update and Purge (docs/NATS.md, "Why not the KV
+// API", says why).
 
 // KV headers, as nats.go's KV writes them, so that KV clients (the nats
 // CLI, a watcher of the bucket) read the driver's markers as deletions.

@@ -37,11 +37,10 @@ type slot struct {
 }
 
 // gates let one waiting Lock per lock of a driver wait on the server at a
-// time (see internal/gate); otherwise every waiter holds a KV watch, a
-// consumer on the server, and answers every release with a write, so that
-// a handoff costs more the more waiters there are (docs/SCALING.md). A
-// waiter that gets the lock leaves its watch to the next, which so needs
-// no consumer of its own; the last to leave stops it.
+// time (see internal/gate and docs/NATS.md, Waiting): otherwise each
+// waiter holds a KV watch, a consumer on the server, and answers every
+// release with a write, so a handoff costs more the more waiters there
+// are (docs/SCALING.md).
 type gates = gate.Set[*handover]
 
 // waitGate is one lock's queue of waiters.
@@ -84,17 +83,13 @@ func handOver(w *kvWatch, slots []slot, init bool, ttl time.Duration) *handover 
 	return &handover{w: w, slots: slots, init: init}
 }
 
-// Lock takes the lock, waiting as long as ctx allows. It first makes
-// TryLock's attempt; if the lock is held it watches the lock's keys with a
-// KV watch and tries again when a key reports a marker, so that of all the
-// waiters woken only one gets each free key. Of one driver's waiters for a
-// lock only the first waits so, the others queueing behind it in order of
-// arrival; across drivers there is no queue. A timer at each holder's
-// expiry covers a missed marker, and errors are retried with a pause of up
-// to retryPause, all within ctx (see docs/NATS.md, Waiting). When ctx ends
-// first, Lock returns its error joined with the last error met, and, if a
-// write's outcome was unknown, removes in the background a key that write
-// may have taken.
+// Lock takes the lock, waiting as long as ctx allows: TryLock's attempt,
+// then a KV watch of the lock's keys, trying again when a key reports a
+// marker or a holder's expiry passes; one waiter per lock and driver waits
+// so, the others queued behind it (see docs/NATS.md, Waiting). When ctx
+// ends first, Lock returns its error joined with the last error met, and,
+// if a write's outcome was unknown, removes in the background a key that
+// write may have taken.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r)
 	if err != nil {

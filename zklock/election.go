@@ -11,13 +11,10 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// An election is a mutex of its own under <prefix>/#elect/<name>: each
-// candidate queues an ephemeral sequential node whose data is its value,
-// the lowest node leads (its czxid is the token), and every other
-// candidate watches the node just before its own, as mutex waiters do.
-// Anyone can read who leads: the lowest node and its data, which is set at
-// its creation and changes only in the transaction that deletes it, so a
-// reader never sees it half-way.
+// An election is a mutex under <prefix>/#elect/<name> whose nodes carry
+// the candidate's value as data; the lowest node leads. That data is set
+// at creation and changes only in the transaction that deletes the node,
+// so a reader never sees it half-way.
 
 // Leader implements driver.Elector: it reads the lowest candidate node of
 // the election and its data, after a sync (see sync), so that what it

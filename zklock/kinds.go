@@ -2,11 +2,9 @@ package zklock
 
 import "github.com/dlockgo/dlock/driver"
 
-// Each kind of lock keeps its names under a znode of its own, below the
-// prefix: the mutex "x" is <prefix>/x, the readers-writer lock "x"
-// <prefix>/#rw/x, the semaphore "x" <prefix>/#sem/x and the election "x"
-// <prefix>/#elect/x. No lock name can contain a '#', so these never meet
-// a mutex's znode.
+// Each kind of lock but the mutex (<prefix>/x) keeps its names under a
+// znode of its own below the prefix (<prefix>/#rw/x, ...); no lock name
+// can contain a '#', so these never meet a mutex's znode.
 const (
 	rwDir    = "/#rw/"
 	semDir   = "/#sem/"

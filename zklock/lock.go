@@ -69,8 +69,6 @@ func (d *Driver) acquire(ctx context.Context, r driver.Request, wait bool) (driv
 		return driver.Grant{}, err
 	}
 	if wait {
-		// A new session (the last one expired behind a partition, say)
-		// may find no server at first: a waiter waits for one.
 		if err := s.handshake(ctx); err != nil {
 			return driver.Grant{}, err
 		}
@@ -152,17 +150,15 @@ func (d *Driver) createCtx(ctx context.Context, n *node) (alone bool, err error)
 	}
 }
 
-// create makes n's ephemeral sequential node and reads its token, in one
-// round trip: a multi-op creates the node and sets the (empty) data of its
-// parent, whose new stat carries the transaction's zxid (the node's
-// czxid) and the parent's child count. alone reports that the node holds
-// the lock from its creation: it is the parent's only child (of a
-// semaphore's, one of at most limit). The count includes the containers
-// of longer names, so it can only err on the side of looking further.
-//
-// A missing parent is created (as a container, with its own missing
-// parents). When the reply is lost with the connection, the node is looked
-// for by its guid before another is created.
+// create makes n's ephemeral sequential node and reads its token in one
+// round trip: a multi-op that also sets the parent's (empty) data, whose
+// new stat carries the transaction's zxid (the node's czxid) and the
+// parent's child count. alone reports that the node holds the lock from
+// its creation: it is the parent's only child (of a semaphore's, one of at
+// most limit); the count includes longer names' containers, so it errs
+// only towards looking further. A missing parent is created (a container,
+// with its missing parents); after a reply lost with the connection, the
+// node is looked for by its guid before another is created.
 func (d *Driver) create(n *node) (alone bool, err error) {
 	s := n.s
 	ops := []any{

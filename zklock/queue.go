@@ -246,23 +246,21 @@ func (d *Driver) grant(n *node) driver.Grant {
 	if n.s.ended() {
 		d.forget(n) // the session's end may have missed it
 	} else {
-		// Most locks held briefly are released before the watch would be
-		// set: set it only if the lock is still held after guardDelay.
 		n.guardTimer = time.AfterFunc(guardDelay, func() {
 			done := d.bg.Add()
 			defer done()
 			d.guard(n)
 		})
 	}
-	// Every kind of lock is granted here, with its session's Check: a lock
-	// lives exactly as long as its session may (see confirmedAt).
+	// Every kind of lock lives exactly as long as its session may (see
+	// confirmedAt).
 	return driver.Grant{Token: n.token, OnLost: n.notice.Set, Check: n.s.checkFn}
 }
 
-// guardDelay is how long after a grant without a watch on its node (an
-// uncontended one) the driver sets that watch: until then, a deletion of
-// the node behind the holder's back is noticed that much later (the end
-// of the session at once regardless).
+// guardDelay is how long after a grant the driver sets the watch on its
+// node, as most briefly held locks are released before: until then, a
+// deletion of the node behind the holder's back is noticed that much later
+// (the end of the session at once regardless).
 const guardDelay = 25 * time.Millisecond
 
 // loseSession ends the locks of a session that ended.

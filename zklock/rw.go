@@ -2,26 +2,14 @@ package zklock
 
 import "slices"
 
-// The readers-writer lock is the classic ZooKeeper recipe. Readers and
-// writers queue ephemeral sequential nodes, named _c_<guid>-read#<seq> and
-// _c_<guid>-write#<seq>, under the name's znode <prefix>/#rw/<name>, and
-// the sequence order is the order of service:
-//
-//   - a writer holds the lock when its node is the lowest; it waits for the
-//     node just before its own, of either kind;
-//   - a reader holds it when no write node is lower than its own; it waits
-//     for the nearest lower write node.
-//
-// So a waiting writer stops the readers that come after it (no writer
-// starvation), consecutive readers hold together, and each waiter watches
-// one node: a release wakes only the waiters it lets in (the readers
-// behind a writer all wake when it releases, and all hold), or the one
-// waiter that must now wait for another node.
-//
-// A holder's release sets its node's data in the transaction that deletes
-// it (see remove), so a change of a write node's data means that the
-// writer held the lock, as the lowest node: the waiter just behind it,
-// writer or reader, holds the lock now without listing the children.
+// The readers-writer lock is the classic recipe (docs/ZOOKEEPER.md §3):
+// nodes _c_<guid>-read#<seq> and _c_<guid>-write#<seq> under
+// <prefix>/#rw/<name>, served in sequence order. A writer holds when its
+// node is the lowest and watches the node just before its own; a reader
+// holds when no write node is lower and watches the nearest lower write
+// node. A release sets the node's data as it deletes it (see remove), so a
+// data change on a write node means that writer held the lock, and the
+// waiter just behind it holds now without listing the children.
 
 // writePlan is the plan of a writer at index i of locks, and of a mutex's
 // or an election's node, all of whose nodes are of one kind: a change of

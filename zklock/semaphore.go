@@ -8,31 +8,15 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// A semaphore of limit permits queues ephemeral sequential nodes, named
-// _c_<guid>-permit#<seq>, under the name's znode <prefix>/#sem/<name>. A
-// node holds a permit when fewer than limit nodes are lower than it. Since
-// sequence numbers only grow, a node's place in the queue only moves
-// forward: once it holds a permit it keeps it, and at any instant the
-// nodes holding permits are the first limit at most.
-//
-// A waiter must hear of the departure of any permit holder ahead of it,
-// and they leave in any order: watching the node limit places ahead would
-// miss a holder that leaves from between. So:
-//
-//   - the first waiter (index limit) sets a child watch on the name's znode
-//     and looks again at every change (a departure, or an arrival behind
-//     it, which costs it one listing);
-//   - every later waiter watches the node just before its own, with a data
-//     watch;
-//   - a waiter that gets its permit marks its node (sets its data) before
-//     it is granted: that wakes the one waiter watching it, which has just
-//     become the first waiter, and which then sets the child watch.
-//
-// Each change wakes at most one waiter besides the ones it lets in: a
-// release wakes the first waiter, which takes the permit and wakes the
-// next. A node that got its permit at its creation (the parent had at most
-// limit children then) needs no mark: nobody can have seen it waiting. A
-// waiter that sets its watch on a node already marked looks again at once.
+// A semaphore queues nodes _c_<guid>-permit#<seq> under
+// <prefix>/#sem/<name>; a node holds a permit when fewer than limit nodes
+// are lower (docs/ZOOKEEPER.md §3 has the reasoning and the costs).
+// Holders leave in any order, so the first waiter (index limit) sets a
+// child watch on the name's znode, every later waiter a data watch on the
+// node just before its own, and a waiter that gets its permit after a
+// listing marks its node (sets its data) to wake the one waiter behind it,
+// now first. A node that held from its creation needs no mark (nobody saw
+// it wait); a watch set on a node already marked looks again at once.
 
 // permitPlan is the plan of a node at index i of locks in a semaphore of
 // limit permits.

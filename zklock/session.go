@@ -200,7 +200,6 @@ func (s *session) greeted(id int64, timeout time.Duration, sent time.Duration) {
 	s.estOnce.Do(func() { close(s.established) })
 }
 
-// heardAt records that a server answered a request sent at sent.
 func (s *session) heardAt(sent time.Duration) { storeMax(&s.heard, int64(sent)) }
 
 // monitor is the session's one goroutine. From the first handshake on, it
@@ -252,10 +251,8 @@ func (s *session) end(cause error) {
 	})
 }
 
-// ended reports whether the session ended.
 func (s *session) ended() bool { return s.over.Load() }
 
-// isEstablished reports whether the session had its first handshake.
 func (s *session) isEstablished() bool {
 	select {
 	case <-s.established:
@@ -397,34 +394,16 @@ func (d *Driver) call(ctx context.Context, fn func() error) error {
 // session's validity, how long the driver may say its locks are held,
 // moves to t + granted − granted/10.
 //
-// Why that is sound. The leader alone expires sessions, no earlier than
-// the session timeout after it last touched one (its expiry queue rounds
-// up to the next tick). It touches a session when the client is connected
-// to it, and otherwise only when a follower's reply to its ping lists the
-// session among those the follower's clients touched since its previous
-// reply; requests a follower forwards do not touch it, and a follower cut
-// off from the leader goes on answering pings on its own. The leader pings
-// each follower every tick/2, and tick ≤ timeout/2 (the server grants no
-// less than two ticks unless minSessionTimeout is set lower). So, on one
-// connection to one server (trackedConn):
-//
-//  1. a successful reply to a request sent at s_i and read at r_i means
-//     the server touched the session in its own table in between;
-//  2. a request m the leader must answer (sync, a write), sent at least
-//     the report gap (3/10 of the timeout, more than tick/2) after r_i,
-//     is answered after the leader sent a ping, later than r_i, that the
-//     server handled before m's answer (the leader's stream to the server
-//     is in order): the server's reply to that ping, listing the session,
-//     went out before m's answer reached the client;
-//  3. a request j the leader must answer, sent after m's answer arrived,
-//     reaches the leader behind that ping reply (the server's stream to
-//     the leader is in order too); so j's answer proves that the leader
-//     touched the session after s_i.
-//
-// The handshake proves it directly (see greeted). A client on the leader,
-// or on a standalone server, is touched by every request: the rule holds,
-// conservatively. The margin covers the clocks' rates and the time the
-// leader's own scheduling can add to its ping period.
+// Why that is sound (docs/ZOOKEEPER.md, "Validity", has the proof): the
+// leader alone expires sessions, no earlier than the timeout after it last
+// touched one, and hears of one behind a follower only from the
+// follower's replies to its pings (every tick/2 ≤ timeout/4). On one
+// connection (trackedConn), a reply to a request sent at s_i, then a
+// request the leader must answer sent a report gap later, then another
+// sent after that one's answer, prove the leader touched the session after
+// s_i. The handshake proves it directly (see greeted). The margin covers
+// the clocks' rates and the time the leader's own scheduling can add to
+// its ping period.
 func (s *session) confirmedAt(t time.Duration) {
 	g := time.Duration(s.granted.Load())
 	storeMax(&s.valid, int64(t+g-g/10))

@@ -45,12 +45,10 @@ type Options struct {
 	// /zookeeper. Default DefaultPrefix.
 	Prefix string
 
-	// SessionTimeout is the session timeout the driver asks for. A lock
-	// lives as long as its session: a client that crashes or is cut off
-	// loses its locks that long after the ensemble last heard from it,
-	// and keeps them through a shorter connection loss. The server clamps
-	// the value to its minSessionTimeout and maxSessionTimeout (2 and 20
-	// ticks unless configured), and the driver uses the granted value.
+	// SessionTimeout is the session timeout the driver asks for: a lock
+	// outlives a connection loss shorter than that, and no longer one.
+	// The server clamps it to its minSessionTimeout..maxSessionTimeout (2
+	// to 20 ticks unless configured); the driver uses the granted value.
 	// Default DefaultSessionTimeout.
 	SessionTimeout time.Duration
 
@@ -73,13 +71,10 @@ type Options struct {
 	// zk.WorldACL(zk.PermAll).
 	ACL []zk.ACL
 
-	// Layout is the format of the lock nodes: dlock's own (LayoutDlock),
-	// or a peer library's, so that dlock's locks and that library's
-	// exclude each other on the same names: LayoutCurator (Apache
-	// Curator's InterProcessMutex, InterProcessReadWriteLock and
-	// LeaderLatch) or LayoutKazoo (kazoo's Lock, ReadLock, WriteLock and
-	// Election). A peer's layout has no semaphore (see docs/INTEROP.md).
-	// Default LayoutDlock.
+	// Layout is the format of the lock nodes: LayoutDlock (the default),
+	// or LayoutCurator or LayoutKazoo, to exclude that library's recipes
+	// on the same names; a peer's layout has no semaphore (see
+	// docs/INTEROP.md).
 	Layout Layout
 
 	// Logger receives session events (connection lost, session ended) and,
@@ -90,13 +85,9 @@ type Options struct {
 // Driver is the ZooKeeper driver: a dlock driver.Driver, driver.Waiter,
 // driver.Moder (every mode) and driver.Elector over one ZooKeeper
 // ensemble. Create it with NewDriver (or New, or dlock.Open with a zk://
-// URL).
-//
-// A Driver owns one ZooKeeper session at a time, shared by all its locks.
-// When the session ends (it expired, the ensemble was out of reach for
-// longer than the session timeout, or the driver was closed), its locks
-// are lost and the next call opens a new session.
-//
+// URL). It owns one session at a time, shared by all its locks: when the
+// session ends (expired, out of reach past the session timeout, or the
+// driver closed), its locks are lost and the next call opens a new one.
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
 type Driver struct {
@@ -224,13 +215,12 @@ var _ driver.Schemer = (*Driver)(nil)
 // Prefix returns the znode under which the driver keeps its locks.
 func (d *Driver) Prefix() string { return d.opt.Prefix }
 
-// Close ends the driver's session, which removes every lock node it still
-// has at once (when the ensemble can be reached; else when the session
-// times out): locks still held are lost. It then waits, at most 5 s, for
-// the driver's own goroutines (a release that went on after its context
-// ended, the close of an earlier session), so that none runs once it
-// returns, and returns an error when they take longer. Close is
-// idempotent.
+// Close ends the driver's session, which removes its lock nodes at once
+// (or, with the ensemble out of reach, when the session times out): locks
+// still held are lost. It then waits at most 5 s for the driver's own
+// goroutines (a release that outlived its context, the close of an
+// earlier session), so that none runs once it returns, and returns an
+// error if they take longer. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -473,8 +463,7 @@ func parseACL(v string) ([]zk.ACL, error) {
 	return acl, nil
 }
 
-// namedACL are the acl parameter's entries without an id: creator (the
-// creating session's identities, ZooKeeper's auth scheme) and world.
+// namedACL are the acl parameter's entries without an id (see parseACL).
 var namedACL = map[string]zk.ACL{"creator": {Scheme: "auth"}, "world": {Scheme: "world", ID: "anyone"}}
 
 // isPerms reports whether s is a non-empty set of rights letters.
