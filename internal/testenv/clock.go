@@ -19,36 +19,32 @@ import (
 //go:embed clockshim/clockshim.c
 var clockShimSource []byte
 
-var (
-	shimOnce sync.Once
-	shimPath string
-	shimErr  error
-)
-
 // clockShim builds the clock shim (clockshim/clockshim.c) once per test
 // binary and returns the shared library's path.
 func clockShim(t testing.TB) string {
 	t.Helper()
-	shimOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "dlock-clockshim-")
-		if err != nil {
-			shimErr = err
-			return
-		}
-		src := filepath.Join(dir, "clockshim.c")
-		if shimErr = os.WriteFile(src, clockShimSource, 0o644); shimErr != nil {
-			return
-		}
-		shimPath = filepath.Join(dir, "clockshim.so")
-		if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-o", shimPath, src).CombinedOutput(); err != nil {
-			shimErr = fmt.Errorf("gcc: %v: %s", err, out)
-		}
-	})
-	if shimErr != nil {
-		t.Fatalf("build the clock shim (needs gcc; %s installs it): %v", ServicesScript, shimErr)
+	path, err := buildClockShim()
+	if err != nil {
+		t.Fatalf("build the clock shim (needs gcc; %s installs it): %v", ServicesScript, err)
 	}
-	return shimPath
+	return path
 }
+
+var buildClockShim = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "dlock-clockshim-")
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(dir, "clockshim.c")
+	if err := os.WriteFile(src, clockShimSource, 0o644); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "clockshim.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-o", path, src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("gcc: %v: %s", err, out)
+	}
+	return path, nil
+})
 
 // FakeClock is the wall clock of the processes started with its Env: a
 // process's CLOCK_REALTIME, gettimeofday and time, shifted by a rule the

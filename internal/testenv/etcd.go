@@ -130,18 +130,13 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 		t.Fatalf("StartEtcd: %d hosts for %d members", len(o.Hosts), o.Members)
 	}
 	for i := range o.Members {
-		ip := "127.0.0.1"
-		if len(o.Hosts) != 0 {
-			ip = o.Hosts[i].IP
-		}
+		h := hostAt(o.Hosts, i)
 		m := &EtcdMember{
 			c:        c,
 			Name:     fmt.Sprintf("m%d", i),
-			Endpoint: ip + ":" + strconv.Itoa(freePort(t)),
-			peerURL:  "http://" + ip + ":" + strconv.Itoa(freePort(t)),
-		}
-		if len(o.Hosts) != 0 {
-			m.Host = o.Hosts[i]
+			Endpoint: h.ip() + ":" + strconv.Itoa(freePort(t)),
+			peerURL:  "http://" + h.ip() + ":" + strconv.Itoa(freePort(t)),
+			Host:     h,
 		}
 		m.dataDir = c.dir + "/" + m.Name
 		m.t, m.what, m.logPath, m.timeout = t, m.String(), m.dataDir+".log", 30*time.Second

@@ -30,18 +30,17 @@ const NATSMinVersion = natsbin.MinVersion
 // ServicesScript, when there is none or it is too old.
 func NATSBinary(t testing.TB) string {
 	t.Helper()
-	natsBin.once.Do(func() { natsBin.path, _, natsBin.err = natsbin.Find() })
-	if natsBin.err != nil {
-		t.Fatal(natsBin.err)
+	bin, err := findNATS()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return natsBin.path
+	return bin
 }
 
-var natsBin struct {
-	once sync.Once
-	path string
-	err  error
-}
+var findNATS = sync.OnceValues(func() (string, error) {
+	bin, _, err := natsbin.Find()
+	return bin, err
+})
 
 // NATSCluster is a set of nats-server processes with JetStream a test
 // started on free loopback ports, each with a store directory of its own

@@ -187,6 +187,23 @@ func (h *Host) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", h.Name, name}, args...)...)
 }
 
+// ip is the address a server on h listens on: h's, or loopback when h is
+// nil.
+func (h *Host) ip() string {
+	if h == nil {
+		return "127.0.0.1"
+	}
+	return h.IP
+}
+
+// hostAt returns hosts[i], or nil when hosts is empty.
+func hostAt(hosts []*Host, i int) *Host {
+	if len(hosts) == 0 {
+		return nil
+	}
+	return hosts[i]
+}
+
 // Addr returns host:port of the host's address.
 func (h *Host) Addr(port int) string { return net.JoinHostPort(h.IP, strconv.Itoa(port)) }
 

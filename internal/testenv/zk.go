@@ -207,7 +207,8 @@ func ZKClasspath() (string, error) {
 	// slf4j-simple for the logs; the Netty jars that the secure client
 	// port needs and zookeeper.jar's manifest leaves out.
 	for _, extra := range []string{"slf4j-simple", "netty-codec", "netty-resolver", "netty-transport-native-unix-common"} {
-		if p := "/usr/share/java/" + extra + ".jar"; fileExists(p) {
+		p := "/usr/share/java/" + extra + ".jar"
+		if _, err := os.Stat(p); err == nil {
 			cp += ":" + p
 		}
 	}
@@ -235,19 +236,14 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	if o.TLS != nil {
 		extra = n
 	}
-	ports, err := zkFreePorts(n*per + extra)
+	ports, err := freePorts(n*per + extra)
 	if err != nil {
 		return nil, err
 	}
 	if len(o.Hosts) != 0 && len(o.Hosts) != n {
 		return nil, fmt.Errorf("%d hosts for %d servers", len(o.Hosts), n)
 	}
-	ip := func(id int) string {
-		if len(o.Hosts) == 0 {
-			return "127.0.0.1"
-		}
-		return o.Hosts[id-1].IP
-	}
+	ip := func(id int) string { return hostAt(o.Hosts, id-1).ip() }
 	c := &ZKCluster{dir: dir}
 	// servers returns the server.N lines of server self's configuration.
 	servers := func(self int) (string, error) {
@@ -270,11 +266,9 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	}
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
-		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
+		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i)),
+			Host: hostAt(o.Hosts, i-1)}
 		s.logPath = filepath.Join(s.dir, "server.log")
-		if len(o.Hosts) != 0 {
-			s.Host = o.Hosts[i-1]
-		}
 		if o.Env != nil {
 			s.env = o.Env(i)
 		}
@@ -525,24 +519,4 @@ func ZKFourLetter(addr, word string) (string, error) {
 		return "", err
 	}
 	return string(b), nil
-}
-
-// zkFreePorts returns n distinct free loopback ports.
-func zkFreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close() // held until all are chosen, so that they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// fileExists reports whether p exists.
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
