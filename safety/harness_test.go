@@ -25,6 +25,7 @@ import (
 
 	"github.com/dlockgo/dlock/fence"
 	"github.com/dlockgo/dlock/internal/testenv"
+	_ "github.com/dlockgo/dlock/safety/internal/backends" // the in-process clients' URL schemes
 )
 
 var (

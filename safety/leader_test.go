@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
-	_ "github.com/dlockgo/dlock/natslock" // the nats:// scheme
 )
 
 // TestLeaderStop kills the leader of a 3-member etcd cluster or ZooKeeper

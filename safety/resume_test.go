@@ -20,14 +20,9 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
-	_ "github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/filelock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/mysqllock"
-	_ "github.com/dlockgo/dlock/pglock"
-	_ "github.com/dlockgo/dlock/redislock"
-	_ "github.com/dlockgo/dlock/redlock"
-	_ "github.com/dlockgo/dlock/zklock"
 )
 
 // resumeCase is one backend of TestResumedHolder.
