@@ -75,11 +75,7 @@ type EtcdMember struct {
 // PATH. It fails t, naming EtcdScript, when there is none.
 func EtcdBinary(t testing.TB) string {
 	t.Helper()
-	name := "etcd"
-	if bin := os.Getenv("DLOCK_ETCD_BIN"); bin != "" {
-		name = bin
-	}
-	bin, err := exec.LookPath(name)
+	bin, err := exec.LookPath(Getenv("DLOCK_ETCD_BIN", "etcd"))
 	if err != nil {
 		t.Fatalf("the etcd server binary is not installed (%v); install it with %s install (or set DLOCK_ETCD_BIN)", err, EtcdScript)
 	}
@@ -146,13 +142,7 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 		c.Members = append(c.Members, m)
 	}
 	c.initial = strings.Join(initial, ",")
-	t.Cleanup(c.killAll)
-	for _, m := range c.Members {
-		m.launch()
-	}
-	for _, m := range c.Members {
-		m.wait()
-	}
+	startAll(t, c.Members, func(m *EtcdMember) *process { return &m.process })
 	return c
 }
 
@@ -289,12 +279,6 @@ func (c *EtcdCluster) WaitLeader(timeout time.Duration) *EtcdMember {
 		c.t.Fatalf("etcd cluster: %v", err)
 	}
 	return m
-}
-
-func (c *EtcdCluster) killAll() {
-	for _, m := range c.Members {
-		m.Kill()
-	}
 }
 
 func (m *EtcdMember) args() []string {

@@ -144,17 +144,7 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 		}
 		c.Servers = append(c.Servers, s)
 	}
-	t.Cleanup(func() {
-		for _, s := range c.Servers {
-			s.Kill()
-		}
-	})
-	for _, s := range c.Servers {
-		s.launch()
-	}
-	for _, s := range c.Servers {
-		s.wait()
-	}
+	startAll(t, c.Servers, func(s *NATSServer) *process { return &s.process })
 	if n > 1 {
 		c.waitPlacement(30 * time.Second)
 	}

@@ -112,6 +112,23 @@ func (p *process) exitedCh() <-chan struct{} {
 	return p.exited
 }
 
+// startAll starts the processes of servers together, kills them when t
+// ends, and waits until each is ready.
+func startAll[S any](t testing.TB, servers []S, proc func(S) *process) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, s := range servers {
+			proc(s).Kill()
+		}
+	})
+	for _, s := range servers {
+		proc(s).launch()
+	}
+	for _, s := range servers {
+		proc(s).wait()
+	}
+}
+
 // wait waits until the process is ready; it fails t, with the end of the
 // log, when the process exits first or its timeout passes.
 func (p *process) wait() {

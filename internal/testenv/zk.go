@@ -33,11 +33,11 @@ const (
 // tests use sessions of a second or two.
 const ZKTickTime = 200 * time.Millisecond
 
-var zkShared struct {
+// zkShared are the shared servers this test binary started, by size.
+var zkShared = struct {
 	sync.Mutex
-	standalone *ZKCluster
-	ensemble   *ZKCluster
-}
+	clusters map[int]*ZKCluster
+}{clusters: map[int]*ZKCluster{}}
 
 // ZKAddr returns the address of the shared standalone ZooKeeper server:
 // DLOCK_ZK_ADDR if set (it must answer), else DefaultZKAddr if a server
@@ -78,25 +78,22 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 	}
 	zkShared.Lock()
 	defer zkShared.Unlock()
-	slot := &zkShared.standalone
-	if n > 1 {
-		slot = &zkShared.ensemble
-	}
-	if *slot == nil {
+	c := zkShared.clusters[n]
+	if c == nil {
 		dir, err := os.MkdirTemp("", "dlock-zk-")
 		if err != nil {
 			t.Fatalf("ZooKeeper: %v", err)
 		}
-		c, err := launchZK(dir, n, ZKOptions{})
+		c, err = launchZK(dir, n, ZKOptions{})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			t.Fatalf("no ZooKeeper at %s (%s unset) and starting one failed: %v; install and start it with %s", def, env, err, ZooKeeperScript)
 		}
 		c.ownDir = true
-		*slot = c
+		zkShared.clusters[n] = c
 		t.Logf("no ZooKeeper at %s: started %d server(s) of this test binary at %s", def, n, strings.Join(c.Addrs(), ","))
 	}
-	return (*slot).Addrs()
+	return c.Addrs()
 }
 
 // StopSharedZK stops the shared servers this test binary started, if any.
@@ -105,12 +102,10 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 func StopSharedZK() {
 	zkShared.Lock()
 	defer zkShared.Unlock()
-	for _, c := range []*ZKCluster{zkShared.standalone, zkShared.ensemble} {
-		if c != nil {
-			c.Stop()
-		}
+	for _, c := range zkShared.clusters {
+		c.Stop()
 	}
-	zkShared.standalone, zkShared.ensemble = nil, nil
+	clear(zkShared.clusters)
 }
 
 // ZKCluster is a set of ZooKeeper server processes a test started on free
