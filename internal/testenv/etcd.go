@@ -48,8 +48,6 @@ type EtcdOptions struct {
 // the data removed when the test ends.
 type EtcdCluster struct {
 	t       testing.TB
-	bin     string
-	dir     string
 	token   string
 	initial string // --initial-cluster
 	o       EtcdOptions
@@ -120,7 +118,8 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 			o.Heartbeat, o.Election = 50*time.Millisecond, 500*time.Millisecond
 		}
 	}
-	c := &EtcdCluster{t: t, bin: bin, o: o, dir: dataRoot(t), token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	dir := dataRoot(t)
+	c := &EtcdCluster{t: t, o: o, token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	var initial []string
 	if len(o.Hosts) != 0 && len(o.Hosts) != o.Members {
 		t.Fatalf("StartEtcd: %d hosts for %d members", len(o.Hosts), o.Members)
@@ -134,9 +133,9 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 			peerURL:  "http://" + h.ip() + ":" + strconv.Itoa(freePort(t)),
 			Host:     h,
 		}
-		m.dataDir = c.dir + "/" + m.Name
+		m.dataDir = dir + "/" + m.Name
 		m.t, m.what, m.logPath, m.timeout = t, m.String(), m.dataDir+".log", 30*time.Second
-		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, c.bin, m.args()...) }
+		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, bin, m.args()...) }
 		m.ready = func() error { return c.healthy(m.Endpoint, time.Second) } // /health: a leader is known
 		initial = append(initial, m.Name+"="+m.peerURL)
 		c.Members = append(c.Members, m)

@@ -178,7 +178,6 @@ type SentinelServer struct {
 	Addr string
 	// Host is the test host the sentinel runs on, or nil.
 	Host     *Host
-	conf     string
 	password string
 	process
 }
@@ -247,9 +246,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		p := freePort(t)
 		s.Addr = s.Host.ip() + ":" + strconv.Itoa(p)
 		dir := t.TempDir()
-		s.conf = filepath.Join(dir, "sentinel.conf")
+		confPath := filepath.Join(dir, "sentinel.conf")
 		s.t, s.what, s.logPath, s.timeout = t, "redis-sentinel "+s.Addr, filepath.Join(dir, "sentinel.log"), 10*time.Second
-		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", s.conf, "--loglevel", "warning") }
+		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", confPath, "--loglevel", "warning") }
 		s.ready = func() error { return pingRedisWith(&redis.Options{Addr: s.Addr, Password: s.password}) }
 		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
@@ -259,7 +258,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		if o.Password != "" {
 			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
 		}
-		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Kill)

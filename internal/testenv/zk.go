@@ -127,7 +127,6 @@ type ZKServer struct {
 	// Host is the test host the server runs on (ZKOptions.Hosts), or nil.
 	Host *Host
 	env  []string
-	dir  string
 	cfg  string
 	process
 }
@@ -261,29 +260,29 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	}
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
-		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i)),
-			Host: hostAt(o.Hosts, i-1)}
-		s.logPath = filepath.Join(s.dir, "server.log")
+		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), Host: hostAt(o.Hosts, i-1)}
+		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i))
+		s.logPath = filepath.Join(sdir, "server.log")
 		if o.Env != nil {
 			s.env = o.Env(i)
 		}
-		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(sdir, "data"), 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(s.dir, "data", "myid"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(sdir, "data", "myid"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
 			return nil, err
 		}
-		s.cfg = filepath.Join(s.dir, "zoo.cfg")
+		s.cfg = filepath.Join(sdir, "zoo.cfg")
 		s.what, s.newCmd = fmt.Sprintf("ZooKeeper server %d", i), func() *exec.Cmd { return s.jvm(cp) }
 		lines, err := servers(i)
 		if err != nil {
 			return nil, err
 		}
-		cfg := zkConfig(filepath.Join(s.dir, "data"), ip(i), port, o) + lines
+		cfg := zkConfig(filepath.Join(sdir, "data"), ip(i), port, o) + lines
 		if p := o.TLS; p != nil {
 			secure := ports[n*per+i-1]
 			s.SecureAddr = ip(i) + ":" + strconv.Itoa(secure)
-			keyStore, err := zkKeyStore(s.dir, p)
+			keyStore, err := zkKeyStore(sdir, p)
 			if err != nil {
 				return nil, err
 			}
