@@ -302,6 +302,22 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 	return r, w
 }
 
+// wantZero fails t, saying "n what", unless n is zero.
+func wantZero(t *testing.T, n int, what string) {
+	t.Helper()
+	if n != 0 {
+		t.Errorf("%d %s", n, what)
+	}
+}
+
+// withParam adds the query parameter kv (name=value) to rawURL.
+func withParam(rawURL, kv string) string {
+	if strings.Contains(rawURL, "?") {
+		return rawURL + "&" + kv
+	}
+	return rawURL + "?" + kv
+}
+
 func first(s []string) string {
 	if len(s) == 0 {
 		return "none"
