@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,15 +207,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	if _, err := exec.LookPath("redis-sentinel"); err != nil {
 		t.Fatalf("redis-sentinel not found (%v); install it with %s", err, ServicesScript)
 	}
-	if o.Replicas == 0 {
-		o.Replicas = 2
-	}
-	if o.Sentinels == 0 {
-		o.Sentinels = 3
-	}
-	if o.DownAfter == 0 {
-		o.DownAfter = time.Second
-	}
+	o.Replicas = cmp.Or(o.Replicas, 2)
+	o.Sentinels = cmp.Or(o.Sentinels, 3)
+	o.DownAfter = cmp.Or(o.DownAfter, time.Second)
 	auth := []string{"--repl-diskless-sync-delay", "0"}
 	if o.Password != "" {
 		auth = append(auth, "--requirepass", o.Password, "--masterauth", o.Password)
@@ -359,15 +354,9 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli not found (%v); install it with %s", err, ServicesScript)
 	}
-	if o.Primaries == 0 {
-		o.Primaries = 3
-	}
-	if o.Replicas == 0 {
-		o.Replicas = 1
-	}
-	if o.NodeTimeout == 0 {
-		o.NodeTimeout = time.Second
-	}
+	o.Primaries = cmp.Or(o.Primaries, 3)
+	o.Replicas = cmp.Or(o.Replicas, 1)
+	o.NodeTimeout = cmp.Or(o.NodeTimeout, time.Second)
 	cs := &ClusterSetup{NodeTimeout: o.NodeTimeout}
 	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),

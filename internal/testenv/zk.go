@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -334,13 +335,7 @@ func zkKeyStore(dir string, p *PKI) (string, error) {
 // default), admin server off, every four-letter word allowed, sessions of
 // up to 60s.
 func zkConfig(dataDir, ip string, clientPort int, o ZKOptions) string {
-	tick, syncLimit := o.Tick, o.SyncLimit
-	if tick == 0 {
-		tick = ZKTickTime
-	}
-	if syncLimit == 0 {
-		syncLimit = 5
-	}
+	tick, syncLimit := cmp.Or(o.Tick, ZKTickTime), cmp.Or(o.SyncLimit, 5)
 	return fmt.Sprintf(`tickTime=%d
 initLimit=10
 syncLimit=%d
