@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -327,10 +328,9 @@ func etcdHealthy(base string, tlsConf *tls.Config, timeout time.Duration) error 
 		return err
 	}
 	defer resp.Body.Close()
-	var b [256]byte
-	n, _ := resp.Body.Read(b[:])
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b[:n]), `"true"`) {
-		return fmt.Errorf("health: %s %s", resp.Status, b[:n])
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"true"`) {
+		return fmt.Errorf("health: %s %s", resp.Status, b)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
@@ -482,9 +481,8 @@ func ZKMode(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+	for line := range strings.Lines(out) {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(m), nil
 		}
 	}
