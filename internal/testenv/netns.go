@@ -45,7 +45,6 @@ type Net struct {
 
 // Host is one network namespace of a Net, with one address.
 type Host struct {
-	n *Net
 	// Name is the namespace's name (for ip netns exec).
 	Name string
 	// IP is the host's address on the bridge.
@@ -102,7 +101,7 @@ func StartNet(t testing.TB, n int) *Net {
 		t.Fatalf("make a test network: %v", err)
 	}
 	for i := range n {
-		h := &Host{n: nt, Name: fmt.Sprintf("dlk%dh%d", nt.id, i), IP: nt.addr(10 + i)}
+		h := &Host{Name: fmt.Sprintf("dlk%dh%d", nt.id, i), IP: nt.addr(10 + i)}
 		veth := fmt.Sprintf("dlk%dv%d", nt.id, i)
 		if err := errors.Join(
 			ipCmd("netns", "add", h.Name),
