@@ -193,28 +193,23 @@ func (c *EtcdCluster) EnableAuth(rootPassword string, users ...EtcdUser) *client
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := c.Client()
-	steps := []func() error{
-		func() error { _, err := cli.UserAdd(ctx, "root", rootPassword); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
-	}
-	for _, u := range users {
-		steps = append(steps,
-			func() error { _, err := cli.RoleAdd(ctx, u.Name); return err },
-			func() error {
-				_, err := cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
-					clientv3.PermissionType(clientv3.PermReadWrite))
-				return err
-			},
-			func() error { _, err := cli.UserAdd(ctx, u.Name, u.Password); return err },
-			func() error { _, err := cli.UserGrantRole(ctx, u.Name, u.Name); return err },
-		)
-	}
-	steps = append(steps, func() error { _, err := cli.AuthEnable(ctx); return err })
-	for _, step := range steps {
-		if err := step(); err != nil {
+	// must takes a call's answer and error, failing the test on an error.
+	must := func(_ any, err error) {
+		c.t.Helper()
+		if err != nil {
 			c.t.Fatalf("etcd auth set-up: %v", err)
 		}
 	}
+	must(cli.UserAdd(ctx, "root", rootPassword))
+	must(cli.UserGrantRole(ctx, "root", "root"))
+	for _, u := range users {
+		must(cli.RoleAdd(ctx, u.Name))
+		must(cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
+			clientv3.PermissionType(clientv3.PermReadWrite)))
+		must(cli.UserAdd(ctx, u.Name, u.Password))
+		must(cli.UserGrantRole(ctx, u.Name, u.Name))
+	}
+	must(cli.AuthEnable(ctx))
 	return c.ClientAs("root", rootPassword)
 }
 
