@@ -71,9 +71,7 @@ func NewFakeClock(t testing.TB) *FakeClock {
 	t.Helper()
 	clockShim(t) // fail now, not at the first start
 	path := filepath.Join(t.TempDir(), "clock")
-	if err := os.WriteFile(path, make([]byte, unsafe.Sizeof(rule{})), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, make([]byte, unsafe.Sizeof(rule{})), 0o644))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)

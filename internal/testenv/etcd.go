@@ -193,23 +193,23 @@ func (c *EtcdCluster) EnableAuth(rootPassword string, users ...EtcdUser) *client
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := c.Client()
-	// must takes a call's answer and error, failing the test on an error.
-	must := func(_ any, err error) {
+	// step takes a call's answer and error, failing the test on an error.
+	step := func(_ any, err error) {
 		c.t.Helper()
 		if err != nil {
 			c.t.Fatalf("etcd auth set-up: %v", err)
 		}
 	}
-	must(cli.UserAdd(ctx, "root", rootPassword))
-	must(cli.UserGrantRole(ctx, "root", "root"))
+	step(cli.UserAdd(ctx, "root", rootPassword))
+	step(cli.UserGrantRole(ctx, "root", "root"))
 	for _, u := range users {
-		must(cli.RoleAdd(ctx, u.Name))
-		must(cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
+		step(cli.RoleAdd(ctx, u.Name))
+		step(cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
 			clientv3.PermissionType(clientv3.PermReadWrite)))
-		must(cli.UserAdd(ctx, u.Name, u.Password))
-		must(cli.UserGrantRole(ctx, u.Name, u.Name))
+		step(cli.UserAdd(ctx, u.Name, u.Password))
+		step(cli.UserGrantRole(ctx, u.Name, u.Name))
 	}
-	must(cli.AuthEnable(ctx))
+	step(cli.AuthEnable(ctx))
 	return c.ClientAs("root", rootPassword)
 }
 

@@ -102,9 +102,7 @@ func sign(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.Private
 func writePEM(t testing.TB, dir, file, kind string, der []byte) string {
 	t.Helper()
 	path := filepath.Join(dir, file)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
 	return path
 }
 

@@ -200,6 +200,14 @@ func loopback(host string) bool {
 	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
+// must fails t with err unless err is nil.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // freePort returns a loopback port free now.
 func freePort(t testing.TB) int {
 	t.Helper()

@@ -253,9 +253,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		if o.Password != "" {
 			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
 		}
-		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(confPath, []byte(conf), 0o600))
 		t.Cleanup(s.Kill)
 		s.Start()
 		ps.Sentinels = append(ps.Sentinels, s)
