@@ -15,19 +15,13 @@ import (
 func pauser(hold, pause, gap time.Duration) func(context.Context, *workers) {
 	return func(ctx context.Context, w *workers) {
 		for {
-			select {
-			case <-ctx.Done():
+			e, ok := nextFresh(ctx, w, hold)
+			if !ok {
 				return
-			case e := <-w.enters:
-				if !fresh(e, hold) {
-					continue
-				}
-				w.pause(e.client, pause)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(gap):
-				}
+			}
+			w.pause(e.client, pause)
+			if !sleepCtx(ctx, gap) {
+				return
 			}
 		}
 	}
