@@ -59,12 +59,9 @@ type FakeClock struct {
 	mu   sync.Mutex
 }
 
-// rule is the shim's struct rule: seq, base, offset (int64 ns), rate.
-type rule struct {
-	seq          uint64
-	base, offset int64
-	rate         float64
-}
+// rule is the shim's struct rule, each field a 64-bit word the atomics
+// read and write: seq, base and offset (int64 ns), rate (a double's bits).
+type rule struct{ seq, base, offset, rate atomic.Uint64 }
 
 // NewFakeClock makes a fake clock, at first the real one.
 func NewFakeClock(t testing.TB) *FakeClock {
@@ -92,31 +89,25 @@ func (c *FakeClock) Env() []string {
 	return []string{"LD_PRELOAD=" + clockShim(c.t), "DLOCK_CLOCK_FILE=" + c.path}
 }
 
-// words returns the rule's fields in the mapped file, each as the 64-bit
-// word the atomics read and write, at its offset in struct rule.
-func (c *FakeClock) words() (seq, base, offset, rate *uint64) {
-	var r rule
-	p := unsafe.Pointer(&c.mem[0])
-	word := func(off uintptr) *uint64 { return (*uint64)(unsafe.Add(p, off)) }
-	return word(unsafe.Offsetof(r.seq)), word(unsafe.Offsetof(r.base)), word(unsafe.Offsetof(r.offset)), word(unsafe.Offsetof(r.rate))
-}
+// rule returns the rule in the mapped file.
+func (c *FakeClock) rule() *rule { return (*rule)(unsafe.Pointer(&c.mem[0])) }
 
 // set writes a rule under the seqlock. The caller holds c.mu or is
 // NewFakeClock.
 func (c *FakeClock) set(base, offset int64, rate float64) {
-	seq, b, o, r := c.words()
-	atomic.AddUint64(seq, 1) // odd: a write in progress
-	atomic.StoreUint64(b, uint64(base))
-	atomic.StoreUint64(o, uint64(offset))
-	atomic.StoreUint64(r, math.Float64bits(rate))
-	atomic.AddUint64(seq, 1)
+	r := c.rule()
+	r.seq.Add(1) // odd: a write in progress
+	r.base.Store(uint64(base))
+	r.offset.Store(uint64(offset))
+	r.rate.Store(math.Float64bits(rate))
+	r.seq.Add(1)
 }
 
 // now returns the rule in force and the fake time at real time now.
 func (c *FakeClock) now(now int64) (fake int64, rate float64) {
-	_, b, o, r := c.words()
-	base, offset := int64(atomic.LoadUint64(b)), int64(atomic.LoadUint64(o))
-	rate = math.Float64frombits(atomic.LoadUint64(r))
+	r := c.rule()
+	base, offset := int64(r.base.Load()), int64(r.offset.Load())
+	rate = math.Float64frombits(r.rate.Load())
 	return now + offset + int64(float64(now-base)*(rate-1)), rate
 }
 
