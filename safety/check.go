@@ -2,6 +2,7 @@ package safety
 
 import (
 	"cmp"
+	"reflect"
 	"slices"
 	"strconv"
 )
@@ -125,25 +126,14 @@ type Result struct {
 	NotLinearizable, LinearUnknown int
 }
 
-// Add returns the sum of two results, for totals over several runs.
+// Add returns the sum of two results, field by field, for totals over
+// several runs.
 func (r Result) Add(o Result) Result {
-	return Result{
-		Acquisitions: r.Acquisitions + o.Acquisitions,
-		Writes:       r.Writes + o.Writes,
-		Rejected:     r.Rejected + o.Rejected,
-		Overlaps:     r.Overlaps + o.Overlaps,
-		Unnoticed:    r.Unnoticed + o.Unnoticed,
-		StillHeld:    r.StillHeld + o.StillHeld,
-		Excess:       r.Excess + o.Excess,
-
-		BadObservations: r.BadObservations + o.BadObservations,
-		StaleAccepted:   r.StaleAccepted + o.StaleAccepted,
-		SharedAccepted:  r.SharedAccepted + o.SharedAccepted,
-		Regressions:     r.Regressions + o.Regressions,
-
-		NotLinearizable: r.NotLinearizable + o.NotLinearizable,
-		LinearUnknown:   r.LinearUnknown + o.LinearUnknown,
+	sum, other := reflect.ValueOf(&r).Elem(), reflect.ValueOf(o)
+	for i := range sum.NumField() {
+		sum.Field(i).SetInt(sum.Field(i).Int() + other.Field(i).Int())
 	}
+	return r
 }
 
 // Check counts the violations in one run's history: the acquisitions of

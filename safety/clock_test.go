@@ -73,9 +73,7 @@ func TestRedlockClock(t *testing.T) {
 			if times.cuts == 0 {
 				t.Fatal("no fault was injected")
 			}
-			if r.Regressions != 0 {
-				t.Errorf("%d token regressions", r.Regressions)
-			}
+			wantZero(t, r.Regressions, "token regressions")
 			t.Logf("%d of 5 clocks wrong: %d grants while an earlier lease still said held (the guard refused %d writes)", f.fast+f.jump, r.StillHeld, r.Rejected)
 		})
 	}

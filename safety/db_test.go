@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,13 +43,9 @@ func killer(t *testing.T, hold, gap time.Duration, kill func(context.Context) (b
 // connection's failure.
 func TestKilledConnection(t *testing.T) {
 	const ttl, hold = 500 * time.Millisecond, 500 * time.Millisecond
+	base := workload{clients: 3, dur: scale(4*time.Second, 15*time.Second), ttl: ttl, hold: hold, guard: true}
 	t.Run("postgres", func(t *testing.T) {
 		app := fmt.Sprintf("dlock-safety-%d", time.Now().UnixNano())
-		base := testenv.PGURL(t)
-		sep := "?"
-		if strings.Contains(base, "?") {
-			sep = "&"
-		}
 		admin := testenv.PGConn(t)
 		inject, killed := killer(t, hold, time.Second, func(ctx context.Context) (bool, error) {
 			var n int
@@ -59,14 +54,8 @@ func TestKilledConnection(t *testing.T) {
 				WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).Scan(&n)
 			return n > 0, err
 		})
-		wl := workload{
-			url:     base + sep + "application_name=" + app,
-			clients: 3,
-			dur:     scale(4*time.Second, 15*time.Second),
-			ttl:     ttl,
-			hold:    hold,
-			guard:   true,
-		}
+		wl := base
+		wl.url = withParam(testenv.PGURL(t), "application_name="+app)
 		r, _ := run(t, wl, inject)
 		report(t, "postgres", "pg_terminate_backend on the holder's connection", true, 1, r)
 		checkKilled(t, r, *killed)
@@ -85,15 +74,8 @@ func TestKilledConnection(t *testing.T) {
 			_, err := db.ExecContext(ctx, fmt.Sprintf("KILL %d", id.Int64))
 			return err == nil, err
 		})
-		wl := workload{
-			url:     testenv.MySQLURL(t),
-			clients: 3,
-			dur:     scale(4*time.Second, 15*time.Second),
-			ttl:     ttl,
-			hold:    hold,
-			guard:   true,
-			name:    name,
-		}
+		wl := base
+		wl.url, wl.name = testenv.MySQLURL(t), name
 		r, _ := run(t, wl, inject)
 		report(t, "mysql (MariaDB)", "KILL on the holder's connection", true, 1, r)
 		checkKilled(t, r, *killed)
@@ -105,7 +87,5 @@ func checkKilled(t *testing.T, r Result, killed int) {
 	if killed == 0 {
 		t.Error("no holder's connection was killed: the fault never hit")
 	}
-	if r.Regressions != 0 {
-		t.Errorf("%d token regressions", r.Regressions)
-	}
+	wantZero(t, r.Regressions, "token regressions")
 }

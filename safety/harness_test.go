@@ -25,6 +25,7 @@ import (
 
 	"github.com/dlockgo/dlock/fence"
 	"github.com/dlockgo/dlock/internal/testenv"
+	_ "github.com/dlockgo/dlock/safety/internal/backends" // the in-process clients' URL schemes
 )
 
 var (
@@ -299,6 +300,22 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		t.Logf("%d acquire errors, first: %s", len(w.errs), w.errs[0])
 	}
 	return r, w
+}
+
+// wantZero fails t, saying "n what", unless n is zero.
+func wantZero(t *testing.T, n int, what string) {
+	t.Helper()
+	if n != 0 {
+		t.Errorf("%d %s", n, what)
+	}
+}
+
+// withParam adds the query parameter kv (name=value) to rawURL.
+func withParam(rawURL, kv string) string {
+	if strings.Contains(rawURL, "?") {
+		return rawURL + "&" + kv
+	}
+	return rawURL + "?" + kv
 }
 
 func first(s []string) string {

@@ -154,15 +154,11 @@ func TestInProcessPause(t *testing.T) {
 	if frozen.Load() == 0 {
 		t.Fatal("client 0 never froze: no fault was injected")
 	}
-	if r.Unnoticed != 0 {
-		t.Errorf("%d overlaps of which neither holder had been told", r.Unnoticed)
-	}
+	wantZero(t, r.Unnoticed, "overlaps of which neither holder had been told")
 	if r.StillHeld != 0 || r.NotLinearizable != 0 {
 		t.Errorf("%d grants while an earlier holder's lease was still seen held; not linearizable: %v", r.StillHeld, r.NotLinearizable != 0)
 	}
-	if r.Regressions != 0 {
-		t.Errorf("%d token regressions", r.Regressions)
-	}
+	wantZero(t, r.Regressions, "token regressions")
 	if r.Overlaps > 0 && r.Rejected == 0 {
 		t.Errorf("frozen holders overlapped their successors %d times but the guard refused none of their writes", r.Overlaps)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
-	_ "github.com/dlockgo/dlock/natslock" // the nats:// scheme
 )
 
 // TestLeaderStop kills the leader of a 3-member etcd cluster or ZooKeeper
@@ -20,18 +19,15 @@ import (
 // lease or session must survive the election: no overlap, no regression.
 func TestLeaderStop(t *testing.T) {
 	const hold = 100 * time.Millisecond
+	// wlOf is the workload of every backend: 3 clients on url with ttl.
+	wlOf := func(url string, ttl time.Duration) workload {
+		return workload{url: url, clients: 3, dur: scale(4*time.Second, 20*time.Second), ttl: ttl, hold: hold, guard: true}
+	}
 	t.Run("etcd", func(t *testing.T) {
 		c := testenv.StartEtcd(t, testenv.EtcdOptions{Members: 3})
 		c.WaitLeader(30 * time.Second)
 		stops := 0
-		wl := workload{
-			url:     "etcd://" + strings.Join(c.Endpoints(), ",") + "/dlock-safety",
-			clients: 3,
-			dur:     scale(4*time.Second, 20*time.Second),
-			ttl:     2 * time.Second,
-			hold:    hold,
-			guard:   true,
-		}
+		wl := wlOf("etcd://"+strings.Join(c.Endpoints(), ",")+"/dlock-safety", 2*time.Second)
 		r, _ := run(t, wl, func(ctx context.Context, w *workers) {
 			stops = killLeaders(ctx, w, hold, func(ctx context.Context) killable {
 				if l := c.Leader(ctx); l != nil {
@@ -49,14 +45,7 @@ func TestLeaderStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		stops := 0
-		wl := workload{
-			url:     "zk://" + strings.Join(c.Addrs(), ",") + "/dlock-safety?session_timeout=4s",
-			clients: 3,
-			dur:     scale(4*time.Second, 20*time.Second),
-			ttl:     4 * time.Second,
-			hold:    hold,
-			guard:   true,
-		}
+		wl := wlOf("zk://"+strings.Join(c.Addrs(), ",")+"/dlock-safety?session_timeout=4s", 4*time.Second)
 		r, _ := run(t, wl, func(ctx context.Context, w *workers) {
 			for {
 				if _, ok := nextFresh(ctx, w, hold); !ok {
@@ -88,14 +77,7 @@ func TestLeaderStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		stops := 0
-		wl := workload{
-			url:     "nats://" + c.URL() + "/dlock-safety?replicas=3",
-			clients: 3,
-			dur:     scale(4*time.Second, 20*time.Second),
-			ttl:     2 * time.Second,
-			hold:    hold,
-			guard:   true,
-		}
+		wl := wlOf("nats://"+c.URL()+"/dlock-safety?replicas=3", 2*time.Second)
 		// One Locker first, so that the bucket exists (replicated on
 		// the three servers) before the workers open it together.
 		pre, err := dlock.Open(context.Background(), wl.url)
@@ -158,10 +140,6 @@ func checkLeader(t *testing.T, r Result, stops int) {
 	if stops == 0 {
 		t.Error("no leader was stopped")
 	}
-	if r.Regressions != 0 {
-		t.Errorf("%d token regressions", r.Regressions)
-	}
-	if r.Unnoticed != 0 {
-		t.Errorf("%d overlaps neither holder was told of", r.Unnoticed)
-	}
+	wantZero(t, r.Regressions, "token regressions")
+	wantZero(t, r.Unnoticed, "overlaps neither holder was told of")
 }

@@ -18,6 +18,8 @@ func TestCheckLinear(t *testing.T) {
 	w := func(c int, tok uint64, ok bool, at int64) Write {
 		return Write{Client: c, Token: tok, Accepted: ok, At: at}
 	}
+	// Client 1 told at 50 that its lock was lost; 2 granted at 60.
+	noticed := []Acquisition{a(1, 10, 1, 5, 71, 80, 50), a(2, 11, 40, 60, 66, 90, 0)}
 	tests := []struct {
 		name   string
 		acqs   []Acquisition
@@ -43,13 +45,9 @@ func TestCheckLinear(t *testing.T) {
 			porcupine.Ok,
 		},
 		{
-			// Client 1 told at 50 that its lock was lost; 2 granted at 60;
 			// 1's late write (at 70) refused after 2's accepted one (65).
 			"noticed overlap, stale write refused",
-			[]Acquisition{
-				a(1, 10, 1, 5, 71, 80, 50),
-				a(2, 11, 40, 60, 66, 90, 0),
-			},
+			noticed,
 			[]Write{w(2, 11, true, 65), w(1, 10, false, 70)},
 			porcupine.Ok,
 		},
@@ -77,10 +75,7 @@ func TestCheckLinear(t *testing.T) {
 			// The positive control's failure: a write with a lower token
 			// accepted after a higher one.
 			"stale write accepted",
-			[]Acquisition{
-				a(1, 10, 1, 5, 71, 80, 50),
-				a(2, 11, 40, 60, 66, 90, 0),
-			},
+			noticed,
 			[]Write{w(2, 11, true, 65), w(1, 10, true, 70)},
 			porcupine.Illegal,
 		},

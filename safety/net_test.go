@@ -70,16 +70,12 @@ func TestNetworkFaults(t *testing.T) {
 			if faults == 0 {
 				t.Error("client 0 never held the lock: no fault was injected")
 			}
-			if r.Regressions != 0 {
-				t.Errorf("%d token regressions", r.Regressions)
-			}
+			wantZero(t, r.Regressions, "token regressions")
 			// The holder cut off must learn of its loss before another
 			// client is granted the lock: its renewal hangs on the silent
 			// connection, and neither that nor go-redis's 3 s read
 			// timeout may hold up the loss signal.
-			if r.Unnoticed != 0 {
-				t.Errorf("%d overlaps of which neither holder had been told", r.Unnoticed)
-			}
+			wantZero(t, r.Unnoticed, "overlaps of which neither holder had been told")
 		})
 	}
 }

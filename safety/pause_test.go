@@ -15,19 +15,13 @@ import (
 func pauser(hold, pause, gap time.Duration) func(context.Context, *workers) {
 	return func(ctx context.Context, w *workers) {
 		for {
-			select {
-			case <-ctx.Done():
+			e, ok := nextFresh(ctx, w, hold)
+			if !ok {
 				return
-			case e := <-w.enters:
-				if !fresh(e, hold) {
-					continue
-				}
-				w.pause(e.client, pause)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(gap):
-				}
+			}
+			w.pause(e.client, pause)
+			if !sleepCtx(ctx, gap) {
+				return
 			}
 		}
 	}
@@ -77,54 +71,33 @@ func TestPausedHolder(t *testing.T) {
 		report(t, "redis", "holder paused past its TTL (SIGSTOP)", true, 1, r)
 		checkPaused(t, r)
 	})
+	// ttl is the lock's TTL, or the session timeout, on etcd, NATS and
+	// ZooKeeper; paused runs small (the run's length at small size) on url,
+	// pausing holders for pause.
+	const ttl, hold = time.Second, 100 * time.Millisecond
+	paused := func(t *testing.T, backend, fault, url string, small, pause time.Duration) {
+		wl := workload{url: url, clients: scale(3, 5), dur: scale(small, 20*time.Second), ttl: ttl, hold: hold, guard: true}
+		r, _ := run(t, wl, pauser(hold, pause, 300*time.Millisecond))
+		report(t, backend, fault, true, 1, r)
+		checkPaused(t, r)
+	}
 	t.Run("etcd", func(t *testing.T) {
 		// etcd leases count whole seconds, and a short one is stretched
 		// to the server's minimum: pause for long enough anyway.
-		const ttl, hold = time.Second, 100 * time.Millisecond
-		wl := workload{
-			url:     "etcd://" + strings.Join(testenv.EtcdEndpoints(t), ","),
-			clients: scale(3, 5),
-			dur:     scale(6*time.Second, 20*time.Second),
-			ttl:     ttl,
-			hold:    hold,
-			guard:   true,
-		}
-		r, _ := run(t, wl, pauser(hold, 5*time.Second, 300*time.Millisecond))
-		report(t, "etcd", "holder paused past its TTL (SIGSTOP)", true, 1, r)
-		checkPaused(t, r)
+		paused(t, "etcd", "holder paused past its TTL (SIGSTOP)",
+			"etcd://"+strings.Join(testenv.EtcdEndpoints(t), ","), 6*time.Second, 5*time.Second)
 	})
 	t.Run("nats", func(t *testing.T) {
 		// A paused holder stops renewing: its key's per-key TTL runs
 		// out on the server and another client's Create succeeds.
-		const ttl, hold = time.Second, 100 * time.Millisecond
 		c := testenv.StartNATS(t, 1)
-		wl := workload{
-			url:     "nats://" + c.URL() + "/dlock-safety",
-			clients: scale(3, 5),
-			dur:     scale(5*time.Second, 20*time.Second),
-			ttl:     ttl,
-			hold:    hold,
-			guard:   true,
-		}
-		r, _ := run(t, wl, pauser(hold, 3*ttl, 300*time.Millisecond))
-		report(t, "nats", "holder paused past its TTL (SIGSTOP)", true, 1, r)
-		checkPaused(t, r)
+		paused(t, "nats", "holder paused past its TTL (SIGSTOP)", "nats://"+c.URL()+"/dlock-safety", 5*time.Second, 3*ttl)
 	})
 	t.Run("zookeeper", func(t *testing.T) {
 		// A paused client stops its heartbeats: the server expires its
 		// session (and the lock's ephemeral node) after the timeout.
-		const session, hold = time.Second, 100 * time.Millisecond
-		wl := workload{
-			url:     "zk://" + testenv.ZKAddr(t) + "/dlock-safety?session_timeout=" + session.String(),
-			clients: scale(3, 5),
-			dur:     scale(5*time.Second, 20*time.Second),
-			ttl:     session,
-			hold:    hold,
-			guard:   true,
-		}
-		r, _ := run(t, wl, pauser(hold, 3*session, 300*time.Millisecond))
-		report(t, "zookeeper", "holder paused past its session timeout (SIGSTOP): session expiry", true, 1, r)
-		checkPaused(t, r)
+		paused(t, "zookeeper", "holder paused past its session timeout (SIGSTOP): session expiry",
+			"zk://"+testenv.ZKAddr(t)+"/dlock-safety?session_timeout="+ttl.String(), 5*time.Second, 3*ttl)
 	})
 }
 
@@ -135,16 +108,10 @@ func checkPaused(t *testing.T, r Result) {
 	if r.Rejected == 0 {
 		t.Errorf("the guard refused no write: no pause hit a holder whose lock then went to another client: %+v", r)
 	}
-	if r.Regressions != 0 {
-		t.Errorf("%d token regressions", r.Regressions)
-	}
+	wantZero(t, r.Regressions, "token regressions")
 	// A stopped holder makes no looks: none may find its lease held once
 	// another client has the lock, and the history, guard included, must
 	// be one of a fenced lock.
-	if r.StillHeld != 0 {
-		t.Errorf("%d grants while an earlier holder's lease was still seen held", r.StillHeld)
-	}
-	if r.NotLinearizable != 0 {
-		t.Errorf("%d runs not linearizable against the fenced lock", r.NotLinearizable)
-	}
+	wantZero(t, r.StillHeld, "grants while an earlier holder's lease was still seen held")
+	wantZero(t, r.NotLinearizable, "runs not linearizable against the fenced lock")
 }

@@ -55,9 +55,7 @@ func TestRedisRestart(t *testing.T) {
 			}
 			r, _ := run(t, wl, restarter([]*testenv.RedisServer{srv}, 100*time.Millisecond, time.Second))
 			report(t, "redis", fault, true, 1, r)
-			if r.Regressions != 0 {
-				t.Errorf("%d token regressions after restarts", r.Regressions)
-			}
+			wantZero(t, r.Regressions, "token regressions after restarts")
 		})
 	}
 }

@@ -20,14 +20,9 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
-	_ "github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/filelock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/mysqllock"
-	_ "github.com/dlockgo/dlock/pglock"
-	_ "github.com/dlockgo/dlock/redislock"
-	_ "github.com/dlockgo/dlock/redlock"
-	_ "github.com/dlockgo/dlock/zklock"
 )
 
 // resumeCase is one backend of TestResumedHolder.
@@ -150,13 +145,9 @@ func TestResumedHolder(t *testing.T) {
 		"postgres": func(t *testing.T) resumeCase {
 			app := fmt.Sprintf("dlock-resume-%d", time.Now().UnixNano())
 			base := testenv.PGURL(t)
-			sep := "?"
-			if strings.Contains(base, "?") {
-				sep = "&"
-			}
 			admin := testenv.PGConn(t)
 			return resumeCase{
-				url: base + sep + "application_name=" + app, otherURL: base + sep + "application_name=" + app + "-other",
+				url: withParam(base, "application_name="+app), otherURL: withParam(base, "application_name="+app+"-other"),
 				ttl: ttl, pauses: connPauses, fault: "paused 100ms or 2×TTL, pg_terminate_backend of its backend",
 				free: func(ctx context.Context, _ *dlock.Locker, _ string) error {
 					// Only the holder's connection that holds an advisory
@@ -280,9 +271,7 @@ func resumeBackend(t *testing.T, bin, backend string, c resumeCase) {
 		}
 		row := resumeSummary(backend, c.fault, l.look, rs, len(unsafe))
 		t.Log(row.String())
-		resumeTableMu.Lock()
-		resumeTable = append(resumeTable, row)
-		resumeTableMu.Unlock()
+		resumeTable.add(row)
 		for k, u := range unsafe {
 			if k == 5 {
 				t.Errorf("... and %d more", len(unsafe)-k)
@@ -361,23 +350,19 @@ func (r resumeRow) String() string {
 		r.lastMinusOther.dur(), r.contToErr.dur(), r.contToDone.dur(), r.heldAfter.count(), r.stopToOther.dur(), r.firstErr)
 }
 
-var (
-	resumeTableMu sync.Mutex
-	resumeTable   []resumeRow
-)
+var resumeTable rows[resumeRow]
 
 // writeResumeTable adds TestResumedHolder's table to the SAFETY table's
 // text, when the test ran.
 func writeResumeTable(b *strings.Builder) {
-	resumeTableMu.Lock()
-	defer resumeTableMu.Unlock()
-	if len(resumeTable) == 0 {
+	rs := resumeTable.all()
+	if len(rs) == 0 {
 		return
 	}
 	b.WriteString("\nResumed holder (TestResumedHolder): min / p50 / max over the runs; unsafe: the holder's first look after the resume found the lease held after the other client's acquisition started.\n\n")
 	b.WriteString("| backend | fault | look | runs | unsafe | last held look − other's acquisition start | SIGCONT → first look that said lost | SIGCONT → Done closed | stopped → other acquired |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range resumeTable {
+	for _, r := range rs {
 		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s |\n",
 			r.backend, r.fault, r.look, r.runs, r.unsafe, r.lastMinusOther.dur(), r.contToErr.dur(), r.contToDone.dur(), r.stopToOther.dur())
 	}

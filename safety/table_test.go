@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,10 +19,26 @@ type row struct {
 	Result
 }
 
-var (
-	tableMu sync.Mutex
-	table   []row
-)
+var table rows[row]
+
+// rows are a table's rows, which tests running at once add to.
+type rows[R any] struct {
+	mu   sync.Mutex
+	rows []R
+}
+
+func (t *rows[R]) add(r R) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rows = append(t.rows, r)
+}
+
+// all returns the rows added so far.
+func (t *rows[R]) all() []R {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.rows)
+}
 
 // report logs a run's result and adds it to the table. With the guard on,
 // a stale write accepted is always an error.
@@ -32,9 +49,7 @@ func report(t *testing.T, backend, fault string, guard bool, runs int, r Result)
 	if guard && r.StaleAccepted != 0 {
 		t.Errorf("%d stale writes got through the guard", r.StaleAccepted)
 	}
-	tableMu.Lock()
-	table = append(table, row{backend: backend, fault: fault, guard: guard, runs: runs, Result: r})
-	tableMu.Unlock()
+	table.add(row{backend: backend, fault: fault, guard: guard, runs: runs, Result: r})
 }
 
 // writeTable writes the table as markdown, at full size or when
@@ -47,8 +62,6 @@ func writeTable() error {
 		}
 		path = filepath.Join(os.TempDir(), "dlock-safety-table.md")
 	}
-	tableMu.Lock()
-	defer tableMu.Unlock()
 	var b strings.Builder
 	size := "small"
 	if full() {
@@ -57,7 +70,7 @@ func writeTable() error {
 	fmt.Fprintf(&b, "Measured %s, size %s.\n\n", time.Now().UTC().Format("2006-01-02"), size)
 	b.WriteString("| backend | fault | runs / acquisitions | (a) overlaps (unnoticed / seen held after the other's grant) | (b) stale writes accepted | (c) token regressions | writes refused by the guard | writes accepted with another client's token | (d) grants beyond the kind's bound | runs not linearizable |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range table {
+	for _, r := range table.all() {
 		b64 := fmt.Sprint(r.StaleAccepted)
 		if !r.guard {
 			b64 += " (guard off)"

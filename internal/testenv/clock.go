@@ -19,36 +19,32 @@ import (
 //go:embed clockshim/clockshim.c
 var clockShimSource []byte
 
-var (
-	shimOnce sync.Once
-	shimPath string
-	shimErr  error
-)
-
 // clockShim builds the clock shim (clockshim/clockshim.c) once per test
 // binary and returns the shared library's path.
 func clockShim(t testing.TB) string {
 	t.Helper()
-	shimOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "dlock-clockshim-")
-		if err != nil {
-			shimErr = err
-			return
-		}
-		src := filepath.Join(dir, "clockshim.c")
-		if shimErr = os.WriteFile(src, clockShimSource, 0o644); shimErr != nil {
-			return
-		}
-		shimPath = filepath.Join(dir, "clockshim.so")
-		if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-o", shimPath, src).CombinedOutput(); err != nil {
-			shimErr = fmt.Errorf("gcc: %v: %s", err, out)
-		}
-	})
-	if shimErr != nil {
-		t.Fatalf("build the clock shim (needs gcc; %s installs it): %v", ServicesScript, shimErr)
+	path, err := buildClockShim()
+	if err != nil {
+		t.Fatalf("build the clock shim (needs gcc; %s installs it): %v", ServicesScript, err)
 	}
-	return shimPath
+	return path
 }
+
+var buildClockShim = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "dlock-clockshim-")
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(dir, "clockshim.c")
+	if err := os.WriteFile(src, clockShimSource, 0o644); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "clockshim.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-o", path, src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("gcc: %v: %s", err, out)
+	}
+	return path, nil
+})
 
 // FakeClock is the wall clock of the processes started with its Env: a
 // process's CLOCK_REALTIME, gettimeofday and time, shifted by a rule the
@@ -63,21 +59,16 @@ type FakeClock struct {
 	mu   sync.Mutex
 }
 
-// rule is the shim's struct rule: seq, base, offset (int64 ns), rate.
-type rule struct {
-	seq          uint64
-	base, offset int64
-	rate         float64
-}
+// rule is the shim's struct rule, each field a 64-bit word the atomics
+// read and write: seq, base and offset (int64 ns), rate (a double's bits).
+type rule struct{ seq, base, offset, rate atomic.Uint64 }
 
 // NewFakeClock makes a fake clock, at first the real one.
 func NewFakeClock(t testing.TB) *FakeClock {
 	t.Helper()
 	clockShim(t) // fail now, not at the first start
 	path := filepath.Join(t.TempDir(), "clock")
-	if err := os.WriteFile(path, make([]byte, unsafe.Sizeof(rule{})), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, make([]byte, unsafe.Sizeof(rule{})), 0o644))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -98,31 +89,25 @@ func (c *FakeClock) Env() []string {
 	return []string{"LD_PRELOAD=" + clockShim(c.t), "DLOCK_CLOCK_FILE=" + c.path}
 }
 
-// words returns the rule's fields in the mapped file, each as the 64-bit
-// word the atomics read and write, at its offset in struct rule.
-func (c *FakeClock) words() (seq, base, offset, rate *uint64) {
-	var r rule
-	p := unsafe.Pointer(&c.mem[0])
-	word := func(off uintptr) *uint64 { return (*uint64)(unsafe.Add(p, off)) }
-	return word(unsafe.Offsetof(r.seq)), word(unsafe.Offsetof(r.base)), word(unsafe.Offsetof(r.offset)), word(unsafe.Offsetof(r.rate))
-}
+// rule returns the rule in the mapped file.
+func (c *FakeClock) rule() *rule { return (*rule)(unsafe.Pointer(&c.mem[0])) }
 
 // set writes a rule under the seqlock. The caller holds c.mu or is
 // NewFakeClock.
 func (c *FakeClock) set(base, offset int64, rate float64) {
-	seq, b, o, r := c.words()
-	atomic.AddUint64(seq, 1) // odd: a write in progress
-	atomic.StoreUint64(b, uint64(base))
-	atomic.StoreUint64(o, uint64(offset))
-	atomic.StoreUint64(r, math.Float64bits(rate))
-	atomic.AddUint64(seq, 1)
+	r := c.rule()
+	r.seq.Add(1) // odd: a write in progress
+	r.base.Store(uint64(base))
+	r.offset.Store(uint64(offset))
+	r.rate.Store(math.Float64bits(rate))
+	r.seq.Add(1)
 }
 
 // now returns the rule in force and the fake time at real time now.
 func (c *FakeClock) now(now int64) (fake int64, rate float64) {
-	_, b, o, r := c.words()
-	base, offset := int64(atomic.LoadUint64(b)), int64(atomic.LoadUint64(o))
-	rate = math.Float64frombits(atomic.LoadUint64(r))
+	r := c.rule()
+	base, offset := int64(r.base.Load()), int64(r.offset.Load())
+	rate = math.Float64frombits(r.rate.Load())
 	return now + offset + int64(float64(now-base)*(rate-1)), rate
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -48,8 +49,6 @@ type EtcdOptions struct {
 // the data removed when the test ends.
 type EtcdCluster struct {
 	t       testing.TB
-	bin     string
-	dir     string
 	token   string
 	initial string // --initial-cluster
 	o       EtcdOptions
@@ -75,11 +74,7 @@ type EtcdMember struct {
 // PATH. It fails t, naming EtcdScript, when there is none.
 func EtcdBinary(t testing.TB) string {
 	t.Helper()
-	name := "etcd"
-	if bin := os.Getenv("DLOCK_ETCD_BIN"); bin != "" {
-		name = bin
-	}
-	bin, err := exec.LookPath(name)
+	bin, err := exec.LookPath(Getenv("DLOCK_ETCD_BIN", "etcd"))
 	if err != nil {
 		t.Fatalf("the etcd server binary is not installed (%v); install it with %s install (or set DLOCK_ETCD_BIN)", err, EtcdScript)
 	}
@@ -124,40 +119,30 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 			o.Heartbeat, o.Election = 50*time.Millisecond, 500*time.Millisecond
 		}
 	}
-	c := &EtcdCluster{t: t, bin: bin, o: o, dir: dataRoot(t), token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	dir := dataRoot(t)
+	c := &EtcdCluster{t: t, o: o, token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	var initial []string
 	if len(o.Hosts) != 0 && len(o.Hosts) != o.Members {
 		t.Fatalf("StartEtcd: %d hosts for %d members", len(o.Hosts), o.Members)
 	}
 	for i := range o.Members {
-		ip := "127.0.0.1"
-		if len(o.Hosts) != 0 {
-			ip = o.Hosts[i].IP
-		}
+		h := hostAt(o.Hosts, i)
 		m := &EtcdMember{
 			c:        c,
 			Name:     fmt.Sprintf("m%d", i),
-			Endpoint: ip + ":" + strconv.Itoa(freePort(t)),
-			peerURL:  "http://" + ip + ":" + strconv.Itoa(freePort(t)),
+			Endpoint: h.ip() + ":" + strconv.Itoa(freePort(t)),
+			peerURL:  "http://" + h.ip() + ":" + strconv.Itoa(freePort(t)),
+			Host:     h,
 		}
-		if len(o.Hosts) != 0 {
-			m.Host = o.Hosts[i]
-		}
-		m.dataDir = c.dir + "/" + m.Name
+		m.dataDir = dir + "/" + m.Name
 		m.t, m.what, m.logPath, m.timeout = t, m.String(), m.dataDir+".log", 30*time.Second
-		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, c.bin, m.args()...) }
+		m.newCmd = func() *exec.Cmd { return command(m.Host, nil, bin, m.args()...) }
 		m.ready = func() error { return c.healthy(m.Endpoint, time.Second) } // /health: a leader is known
 		initial = append(initial, m.Name+"="+m.peerURL)
 		c.Members = append(c.Members, m)
 	}
 	c.initial = strings.Join(initial, ",")
-	t.Cleanup(c.killAll)
-	for _, m := range c.Members {
-		m.launch()
-	}
-	for _, m := range c.Members {
-		m.wait()
-	}
+	startAll(t, c.Members, func(m *EtcdMember) *process { return &m.process })
 	return c
 }
 
@@ -208,28 +193,23 @@ func (c *EtcdCluster) EnableAuth(rootPassword string, users ...EtcdUser) *client
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := c.Client()
-	steps := []func() error{
-		func() error { _, err := cli.UserAdd(ctx, "root", rootPassword); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
-	}
-	for _, u := range users {
-		steps = append(steps,
-			func() error { _, err := cli.RoleAdd(ctx, u.Name); return err },
-			func() error {
-				_, err := cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
-					clientv3.PermissionType(clientv3.PermReadWrite))
-				return err
-			},
-			func() error { _, err := cli.UserAdd(ctx, u.Name, u.Password); return err },
-			func() error { _, err := cli.UserGrantRole(ctx, u.Name, u.Name); return err },
-		)
-	}
-	steps = append(steps, func() error { _, err := cli.AuthEnable(ctx); return err })
-	for _, step := range steps {
-		if err := step(); err != nil {
+	// step takes a call's answer and error, failing the test on an error.
+	step := func(_ any, err error) {
+		c.t.Helper()
+		if err != nil {
 			c.t.Fatalf("etcd auth set-up: %v", err)
 		}
 	}
+	step(cli.UserAdd(ctx, "root", rootPassword))
+	step(cli.UserGrantRole(ctx, "root", "root"))
+	for _, u := range users {
+		step(cli.RoleAdd(ctx, u.Name))
+		step(cli.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix),
+			clientv3.PermissionType(clientv3.PermReadWrite)))
+		step(cli.UserAdd(ctx, u.Name, u.Password))
+		step(cli.UserGrantRole(ctx, u.Name, u.Name))
+	}
+	step(cli.AuthEnable(ctx))
 	return c.ClientAs("root", rootPassword)
 }
 
@@ -296,12 +276,6 @@ func (c *EtcdCluster) WaitLeader(timeout time.Duration) *EtcdMember {
 	return m
 }
 
-func (c *EtcdCluster) killAll() {
-	for _, m := range c.Members {
-		m.Kill()
-	}
-}
-
 func (m *EtcdMember) args() []string {
 	args := []string{
 		"--name", m.Name,
@@ -349,10 +323,9 @@ func etcdHealthy(base string, tlsConf *tls.Config, timeout time.Duration) error 
 		return err
 	}
 	defer resp.Body.Close()
-	var b [256]byte
-	n, _ := resp.Body.Read(b[:])
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b[:n]), `"true"`) {
-		return fmt.Errorf("health: %s %s", resp.Status, b[:n])
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"true"`) {
+		return fmt.Errorf("health: %s %s", resp.Status, b)
 	}
 	return nil
 }

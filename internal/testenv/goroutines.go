@@ -2,7 +2,7 @@ package testenv
 
 import (
 	"bytes"
-	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,17 +15,10 @@ import (
 // absent from an earlier call's result are goroutines started since: see
 // NewGoroutines.
 func Goroutines(pkgs ...string) map[int64]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2) // every stack, as runtime.Stack(buf, true)
 	out := map[int64]string{}
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range bytes.Split(buf.Bytes(), []byte("\n\n")) {
 		s := string(g)
 		if strings.Contains(s, "_test.go") || !slices.ContainsFunc(pkgs, func(pkg string) bool {
 			// A frame of the package's own code, not only of a

@@ -62,9 +62,7 @@ func NewInspectScene(t testing.TB, ctx context.Context, l *dlock.Locker) *Inspec
 	s := &InspectScene{waiting: make(chan error, 1), writer: make(chan *dlock.Lease, 1)}
 	s.A = take(l.Acquire(ctx, "jobs/a"))
 	s.AB = take(l.Acquire(ctx, "jobs/a/b"))
-	if err := take(l.Acquire(ctx, "jobs/b")).Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	must(t, take(l.Acquire(ctx, "jobs/b")).Release(ctx))
 	take(l.Acquire(ctx, "elsewhere"))
 	s.R1 = take(l.AcquireRead(ctx, "jobs/rw"))
 	s.R2 = take(l.AcquireRead(ctx, "jobs/rw"))
@@ -91,9 +89,7 @@ func (s *InspectScene) Finish(t testing.TB, ctx context.Context, names, other dr
 		{Prefix: "nothing"},
 	})
 	for _, r := range []*dlock.Lease{s.R1, s.R2} {
-		if err := r.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, r.Release(ctx))
 	}
 	w := <-s.writer
 	if w == nil {

@@ -18,30 +18,26 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
-// NATSMinVersion is the oldest nats-server the tests accept: per-key TTLs
-// and their markers came in 2.11. Debian's nats-server (2.9) is older;
-// ServicesScript installs a current release in /usr/local/bin.
+// NATSMinVersion is the oldest nats-server the tests accept (see
+// natsbin.MinVersion).
 const NATSMinVersion = natsbin.MinVersion
 
-// NATSBinary returns the nats-server binary: DLOCK_NATS_BIN, else
-// /usr/local/bin/nats-server (where ServicesScript installs it), else
-// nats-server on PATH, checking that it is NATSMinVersion or later
-// (natsbin.Find, looked up once per test binary). It fails t, naming
-// ServicesScript, when there is none or it is too old.
+// NATSBinary returns the nats-server binary natsbin.Find chooses, looked
+// up once per test binary. It fails t, naming ServicesScript, when there
+// is none or it is too old.
 func NATSBinary(t testing.TB) string {
 	t.Helper()
-	natsBin.once.Do(func() { natsBin.path, _, natsBin.err = natsbin.Find() })
-	if natsBin.err != nil {
-		t.Fatal(natsBin.err)
+	bin, err := findNATS()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return natsBin.path
+	return bin
 }
 
-var natsBin struct {
-	once sync.Once
-	path string
-	err  error
-}
+var findNATS = sync.OnceValues(func() (string, error) {
+	bin, _, err := natsbin.Find()
+	return bin, err
+})
 
 // NATSCluster is a set of nats-server processes with JetStream a test
 // started on free loopback ports, each with a store directory of its own
@@ -50,8 +46,6 @@ var natsBin struct {
 // ends.
 type NATSCluster struct {
 	t       testing.TB
-	bin     string
-	dir     string
 	o       NATSOptions
 	Servers []*NATSServer
 }
@@ -81,14 +75,11 @@ type NATSOptions struct {
 
 // NATSServer is one process of a NATSCluster.
 type NATSServer struct {
-	c *NATSCluster
 	// Name is the server's server_name: n0, n1, ...; stream and consumer
 	// leaders are reported by it.
 	Name string
 	// Addr is the server's client address, host:port.
 	Addr string
-	conf string
-
 	process
 }
 
@@ -107,7 +98,8 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 	if n <= 0 {
 		n = 1
 	}
-	c := &NATSCluster{t: t, bin: bin, dir: t.TempDir(), o: o}
+	dir := t.TempDir()
+	c := &NATSCluster{t: t, o: o}
 	routes := make([]string, n)
 	clusterPorts := make([]int, n)
 	for i := range n {
@@ -115,17 +107,17 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i])
 	}
 	for i := range n {
-		s := &NATSServer{c: c, Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-		s.conf = filepath.Join(c.dir, s.Name+".conf")
-		s.t, s.what, s.logPath, s.timeout = t, s.String(), filepath.Join(c.dir, s.Name+".log"), 30*time.Second
-		s.newCmd = func() *exec.Cmd { return exec.Command(c.bin, "-c", s.conf) }
+		s := &NATSServer{Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
+		conf := filepath.Join(dir, s.Name+".conf")
+		s.t, s.what, s.logPath, s.timeout = t, s.String(), filepath.Join(dir, s.Name+".log"), 30*time.Second
+		s.newCmd = func() *exec.Cmd { return exec.Command(bin, "-c", conf) }
 		// A client of this server alone gets JetStream's account
 		// information (in a cluster, once a meta leader is elected).
 		s.ready = func() error { return natsbin.Ready("nats://"+s.Addr, c.clientOptions(t)...) }
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", s.Name, s.Addr)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n",
-			filepath.Join(c.dir, s.Name))
+			filepath.Join(dir, s.Name))
 		if p := o.TLS; p != nil {
 			fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n}\n",
 				p.ServerCert, p.ServerKey, p.CA)
@@ -140,22 +132,12 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 			fmt.Fprintf(&b, "cluster {\n  name: dlock-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
 				clusterPorts[i], strings.Join(routes, ", "))
 		}
-		if err := os.WriteFile(s.conf, []byte(b.String()), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
 			t.Fatalf("nats-server %s: config: %v", s.Name, err)
 		}
 		c.Servers = append(c.Servers, s)
 	}
-	t.Cleanup(func() {
-		for _, s := range c.Servers {
-			s.Kill()
-		}
-	})
-	for _, s := range c.Servers {
-		s.launch()
-	}
-	for _, s := range c.Servers {
-		s.wait()
-	}
+	startAll(t, c.Servers, func(s *NATSServer) *process { return &s.process })
 	if n > 1 {
 		c.waitPlacement(30 * time.Second)
 	}

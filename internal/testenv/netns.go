@@ -45,7 +45,6 @@ type Net struct {
 
 // Host is one network namespace of a Net, with one address.
 type Host struct {
-	n *Net
 	// Name is the namespace's name (for ip netns exec).
 	Name string
 	// IP is the host's address on the bridge.
@@ -102,7 +101,7 @@ func StartNet(t testing.TB, n int) *Net {
 		t.Fatalf("make a test network: %v", err)
 	}
 	for i := range n {
-		h := &Host{n: nt, Name: fmt.Sprintf("dlk%dh%d", nt.id, i), IP: nt.addr(10 + i)}
+		h := &Host{Name: fmt.Sprintf("dlk%dh%d", nt.id, i), IP: nt.addr(10 + i)}
 		veth := fmt.Sprintf("dlk%dv%d", nt.id, i)
 		if err := errors.Join(
 			ipCmd("netns", "add", h.Name),
@@ -185,6 +184,23 @@ func ipCmd(args ...string) error {
 // cmd.Process reach it.
 func (h *Host) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", h.Name, name}, args...)...)
+}
+
+// ip is the address a server on h listens on: h's, or loopback when h is
+// nil.
+func (h *Host) ip() string {
+	if h == nil {
+		return "127.0.0.1"
+	}
+	return h.IP
+}
+
+// hostAt returns hosts[i], or nil when hosts is empty.
+func hostAt(hosts []*Host, i int) *Host {
+	if len(hosts) == 0 {
+		return nil
+	}
+	return hosts[i]
 }
 
 // Addr returns host:port of the host's address.

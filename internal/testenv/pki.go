@@ -102,9 +102,7 @@ func sign(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.Private
 func writePEM(t testing.TB, dir, file, kind string, der []byte) string {
 	t.Helper()
 	path := filepath.Join(dir, file)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
 	return path
 }
 
@@ -123,26 +121,4 @@ func (p *PKI) ClientTLS(t testing.TB) *tls.Config {
 		t.Fatal(err)
 	}
 	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-}
-
-// RedisLockACL is the least a Redis ACL user needs for redislock on the
-// key and channel prefix prefix, as the redislock documentation gives it
-// (Securing the store): the scripts (EVALSHA, EVAL) and every command they
-// call, the pub/sub of grants and elections, and what Inspect reads.
-func RedisLockACL(prefix string) []string {
-	return []string{"~" + prefix + "*", "&" + prefix + "*", "+ping", "+evalsha", "+eval", "+subscribe", "+ssubscribe",
-		"+unsubscribe", "+sunsubscribe", "+scan", "+time", "+exists", "+get", "+set", "+del", "+incr",
-		"+pexpire", "+pttl", "+hget", "+hset", "+hdel", "+hmget", "+rpush", "+lpop", "+lindex", "+lrem",
-		"+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore", "+zremrangebyscore",
-		"+publish", "+spublish", "+llen", "+hgetall"}
-}
-
-// StartSecuredRedis starts a Redis that speaks TLS only with pki's
-// server certificate and requires client certificates its CA signed; its
-// default user has adminPassword, and user (with password) has
-// RedisLockACL(prefix) only.
-func StartSecuredRedis(t testing.TB, pki *PKI, adminPassword, user, password, prefix string) *RedisServer {
-	t.Helper()
-	args := append([]string{"--requirepass", adminPassword, "--user", user, "on", ">" + password}, RedisLockACL(prefix)...)
-	return StartRedis(t, RedisOptions{TLS: pki, Password: adminPassword, Args: args})
 }

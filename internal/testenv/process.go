@@ -112,6 +112,23 @@ func (p *process) exitedCh() <-chan struct{} {
 	return p.exited
 }
 
+// startAll starts the processes of servers together, kills them when t
+// ends, and waits until each is ready.
+func startAll[S any](t testing.TB, servers []S, proc func(S) *process) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, s := range servers {
+			proc(s).Kill()
+		}
+	})
+	for _, s := range servers {
+		proc(s).launch()
+	}
+	for _, s := range servers {
+		proc(s).wait()
+	}
+}
+
 // wait waits until the process is ready; it fails t, with the end of the
 // log, when the process exits first or its timeout passes.
 func (p *process) wait() {
@@ -183,13 +200,34 @@ func loopback(host string) bool {
 	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
+// must fails t with err unless err is nil.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // freePort returns a loopback port free now.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freePorts(1)
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
+}
+
+// freePorts returns n distinct loopback ports free now.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close() // held until all are chosen, so that they differ
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

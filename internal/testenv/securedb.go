@@ -42,12 +42,8 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 		Database: "locks"}
 	dir := serverDir(t, &s.process, "pg", s.PKI)
 	pwfile := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := chownTree(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(pwfile, []byte(s.AdminPassword+"\n"), 0o600))
+	must(t, chownTree(dir, uid, gid))
 	data := filepath.Join(dir, "data")
 	run := func(name string, args ...string) {
 		t.Helper()
@@ -58,12 +54,8 @@ func StartSecuredPG(t testing.TB) *SecuredPG {
 	}
 	run("initdb", "-D", data, "-U", "postgres", "--pwfile", pwfile, "-A", "scram-sha-256", "--no-sync")
 	hba := "hostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-ca\n"
-	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := chownTree(data, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600))
+	must(t, chownTree(data, uid, gid))
 	port := freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	admin := s.URL("postgres", s.AdminPassword, "postgres")
@@ -125,9 +117,7 @@ func serverDir(t testing.TB, p *process, name string, pki *PKI) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f.to), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(filepath.Join(dir, f.to), b, 0o600))
 	}
 	return dir
 }
@@ -210,12 +200,8 @@ func StartSecuredMySQL(t testing.TB) *SecuredMySQL {
 		Password: "my-lock-pw-e71b", Database: "locks"}
 	dir := serverDir(t, &s.process, "mysql", s.PKI)
 	data := filepath.Join(dir, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := chownTree(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Mkdir(data, 0o700))
+	must(t, chownTree(dir, uid, gid))
 	if out, err := exec.Command("mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir="+data,
 		"--skip-test-db", "--auth-root-authentication-method=socket").CombinedOutput(); err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)

@@ -7,15 +7,16 @@ package testenv
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,11 +28,9 @@ const ServicesScript = "scripts/services.sh"
 // answers; it fails t otherwise.
 func RedisAddr(t testing.TB) string {
 	t.Helper()
-	addr := Getenv("DLOCK_REDIS_ADDR", "127.0.0.1:6379")
-	if err := pingRedis(addr); err != nil {
-		t.Fatalf("Redis at %s (DLOCK_REDIS_ADDR) does not answer: %v; start it with %s", addr, err, ServicesScript)
-	}
-	return addr
+	return shared(t, "Redis", "DLOCK_REDIS_ADDR", "127.0.0.1:6379", func(addr string) error {
+		return pingRedisWith(&redis.Options{Addr: addr})
+	})
 }
 
 // RedisClient returns a client of the shared Redis server, closed when t ends.
@@ -50,7 +49,17 @@ func Getenv(key, def string) string {
 	return def
 }
 
-func pingRedis(addr string) error { return pingRedisWith(&redis.Options{Addr: addr}) }
+// shared returns the address of a shared server, the environment
+// variable env or def, after checking with ping that it answers; it fails
+// t otherwise, naming the script that starts the server.
+func shared(t testing.TB, what, env, def string, ping func(string) error) string {
+	t.Helper()
+	v := Getenv(env, def)
+	if err := ping(v); err != nil {
+		t.Fatalf("%s at %s (%s) does not answer: %v; start it with %s", what, v, env, err, ServicesScript)
+	}
+	return v
+}
 
 // pingRedisWith pings the server o names, with o's credentials and TLS.
 func pingRedisWith(o *redis.Options) error {
@@ -62,129 +71,128 @@ func pingRedisWith(o *redis.Options) error {
 	return c.Ping(ctx).Err()
 }
 
-// RedisServer is a redis-server process a test started on a free loopback
-// port. It is stopped when the test ends.
-type RedisServer struct {
-	Addr     string
-	port     int
-	dir      string
-	persist  bool
-	args     []string
-	password string
-	tls      *PKI
-	env      []string
-	// Host is the test host the server runs on (RedisOptions.Host), or nil.
-	Host *Host
-	process
-}
+// DefaultPGURL is the PostgreSQL server the tests use unless DLOCK_PG_URL
+// names another.
+const DefaultPGURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-// ip is the address the server listens on.
-func (s *RedisServer) ip() string {
-	if s.Host != nil {
-		return s.Host.IP
-	}
-	return "127.0.0.1"
-}
-
-// RedisOptions configure StartRedis.
-type RedisOptions struct {
-	// Persist turns on the append-only file, so that a restart keeps data.
-	// By default the server keeps nothing on disk, like the machine's Redis.
-	Persist bool
-	// Args are more redis-server arguments, given on every start (as
-	// "--replicaof", "127.0.0.1", "6380").
-	Args []string
-	// Password is what the server requires (when Args set requirepass),
-	// for the readiness check and Client.
-	Password string
-	// TLS, when set, makes the server listen on TLS only, with the PKI's
-	// server certificate, and require a client certificate its CA signed
-	// (tls-auth-clients yes); the readiness check and Client use the
-	// PKI's client certificate.
-	TLS *PKI
-	// Host, when set, runs the server on a test network's host (StartNet),
-	// listening on the host's address.
-	Host *Host
-	// Env is added to the server's environment (as "LD_PRELOAD=…").
-	Env []string
-}
-
-// StartRedis starts a redis-server of the test's own on a free loopback
-// port. It fails t when the redis-server binary is missing.
-func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
+// PGURL returns the URL of the shared PostgreSQL server (DLOCK_PG_URL,
+// default DefaultPGURL) after checking that it answers; it fails t
+// otherwise.
+func PGURL(t testing.TB) string {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
-	}
-	s := &RedisServer{port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
-	s.Addr = s.ip() + ":" + strconv.Itoa(s.port)
-	s.t, s.what, s.logPath, s.newCmd, s.timeout = t, s.String(), filepath.Join(s.dir, "redis.log"), s.command, 10*time.Second
-	s.ready = func() error { return pingRedisWith(s.options()) }
-	t.Cleanup(s.Kill)
-	s.Start()
-	return s
+	return shared(t, "PostgreSQL", "DLOCK_PG_URL", DefaultPGURL, pingPG)
 }
 
-// command is the server's redis-server command.
-func (s *RedisServer) command() *exec.Cmd {
-	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.ip(), "--dir", s.dir,
-		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
-	if s.Host != nil {
-		// Clients come from other hosts' addresses, which protected mode
-		// refuses without a password.
-		args = append(args, "--protected-mode", "no")
+// PGConn returns a connection to the shared PostgreSQL server, closed when
+// t ends.
+func PGConn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	u := PGURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL at %s: %v", u, err)
 	}
-	if p := s.tls; p != nil {
-		args[1] = "0"
-		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", p.ServerCert,
-			"--tls-key-file", p.ServerKey, "--tls-ca-cert-file", p.CA, "--tls-auth-clients", "yes")
-	}
-	if s.persist {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
-	}
-	return command(s.Host, s.env, "redis-server", append(args, s.args...)...)
-}
-
-// options are the client options of the server's admin: its password, and
-// the PKI's client certificate over TLS.
-func (s *RedisServer) options() *redis.Options {
-	o := &redis.Options{Addr: s.Addr, Password: s.password}
-	if s.tls != nil {
-		o.TLSConfig = s.tls.ClientTLS(s.t)
-	}
-	return o
-}
-
-// Restart kills the server and starts it again on the same port.
-func (s *RedisServer) Restart() {
-	s.Kill()
-	s.Start()
-}
-
-// Client returns a client of this server, closed when the test ends.
-func (s *RedisServer) Client() *redis.Client {
-	c := redis.NewClient(s.options())
-	s.t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
-// StartRedisN starts n servers; see StartRedis.
-func StartRedisN(t testing.TB, n int, o RedisOptions) []*RedisServer {
-	t.Helper()
-	s := make([]*RedisServer, n)
-	for i := range s {
-		s[i] = StartRedis(t, o)
+func pingPG(u string) error {
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return err
 	}
-	return s
+	cfg.ConnectTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.Ping(ctx)
 }
 
-// Addrs returns the servers' addresses joined by commas, as redlock URLs
-// take them.
-func Addrs(servers []*RedisServer) string {
-	return strings.Join(mapAddrs(servers, func(s *RedisServer) string { return s.Addr }), ",")
+// DefaultMySQLDSN is the go-sql-driver DSN of the shared MariaDB/MySQL
+// server when DLOCK_MYSQL_DSN is unset: root without a password, database
+// test, on loopback.
+const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test"
+
+// MySQLDSN returns the go-sql-driver DSN of the shared MariaDB/MySQL
+// server (DLOCK_MYSQL_DSN, default DefaultMySQLDSN) after checking that it
+// answers and that its address is a loopback one; it fails t otherwise,
+// naming the script that starts the server. It is never skipped.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn := Getenv("DLOCK_MYSQL_DSN", DefaultMySQLDSN)
+	cfg, err := MySQLConfig(dsn)
+	if err != nil {
+		t.Fatalf("DLOCK_MYSQL_DSN=%q: %v", dsn, err)
+	}
+	if err := pingMySQL(cfg); err != nil {
+		t.Fatalf("MySQL/MariaDB at %s (DLOCK_MYSQL_DSN) does not answer: %v; start it with %s", cfg.Addr, err, ServicesScript)
+	}
+	return dsn
 }
 
-// String describes the server for test logs.
-func (s *RedisServer) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }
+// MySQLConfig parses dsn and checks that it names a loopback TCP address or
+// a Unix socket: the tests KILL connections and create tables, which they
+// must never do to a server elsewhere.
+func MySQLConfig(dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Net == "unix" {
+		return cfg, nil
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: %w", cfg.Addr, err)
+	}
+	if !loopback(strings.Trim(host, "[]")) {
+		return nil, fmt.Errorf("address %q is not a loopback address", cfg.Addr)
+	}
+	return cfg, nil
+}
+
+// MySQLDB returns a *sql.DB on the shared server (see MySQLDSN), closed when
+// t ends.
+func MySQLDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func pingMySQL(cfg *mysql.Config) error {
+	cfg = cfg.Clone()
+	cfg.Timeout = 2 * time.Second
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(c)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// MySQLURL returns the shared server's DSN (MySQLDSN) as a mysql:// URL.
+func MySQLURL(t testing.TB) string {
+	t.Helper()
+	cfg, err := MySQLConfig(MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "mysql://" + cfg.User
+	if cfg.Passwd != "" {
+		u += ":" + cfg.Passwd
+	}
+	return u + "@" + cfg.Addr + "/" + cfg.DBName
+}

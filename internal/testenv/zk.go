@@ -1,7 +1,7 @@
 package testenv
 
 import (
-	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -33,11 +33,11 @@ const (
 // tests use sessions of a second or two.
 const ZKTickTime = 200 * time.Millisecond
 
-var zkShared struct {
+// zkShared are the shared servers this test binary started, by size.
+var zkShared = struct {
 	sync.Mutex
-	standalone *ZKCluster
-	ensemble   *ZKCluster
-}
+	clusters map[int]*ZKCluster
+}{clusters: map[int]*ZKCluster{}}
 
 // ZKAddr returns the address of the shared standalone ZooKeeper server:
 // DLOCK_ZK_ADDR if set (it must answer), else DefaultZKAddr if a server
@@ -78,25 +78,22 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 	}
 	zkShared.Lock()
 	defer zkShared.Unlock()
-	slot := &zkShared.standalone
-	if n > 1 {
-		slot = &zkShared.ensemble
-	}
-	if *slot == nil {
+	c := zkShared.clusters[n]
+	if c == nil {
 		dir, err := os.MkdirTemp("", "dlock-zk-")
 		if err != nil {
 			t.Fatalf("ZooKeeper: %v", err)
 		}
-		c, err := launchZK(dir, n, ZKOptions{})
+		c, err = launchZK(dir, n, ZKOptions{})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			t.Fatalf("no ZooKeeper at %s (%s unset) and starting one failed: %v; install and start it with %s", def, env, err, ZooKeeperScript)
 		}
 		c.ownDir = true
-		*slot = c
+		zkShared.clusters[n] = c
 		t.Logf("no ZooKeeper at %s: started %d server(s) of this test binary at %s", def, n, strings.Join(c.Addrs(), ","))
 	}
-	return (*slot).Addrs()
+	return c.Addrs()
 }
 
 // StopSharedZK stops the shared servers this test binary started, if any.
@@ -105,12 +102,10 @@ func sharedZK(t testing.TB, env, def string, n int) []string {
 func StopSharedZK() {
 	zkShared.Lock()
 	defer zkShared.Unlock()
-	for _, c := range []*ZKCluster{zkShared.standalone, zkShared.ensemble} {
-		if c != nil {
-			c.Stop()
-		}
+	for _, c := range zkShared.clusters {
+		c.Stop()
 	}
-	zkShared.standalone, zkShared.ensemble = nil, nil
+	clear(zkShared.clusters)
 }
 
 // ZKCluster is a set of ZooKeeper server processes a test started on free
@@ -132,7 +127,6 @@ type ZKServer struct {
 	// Host is the test host the server runs on (ZKOptions.Hosts), or nil.
 	Host *Host
 	env  []string
-	dir  string
 	cfg  string
 	process
 }
@@ -207,7 +201,8 @@ func ZKClasspath() (string, error) {
 	// slf4j-simple for the logs; the Netty jars that the secure client
 	// port needs and zookeeper.jar's manifest leaves out.
 	for _, extra := range []string{"slf4j-simple", "netty-codec", "netty-resolver", "netty-transport-native-unix-common"} {
-		if p := "/usr/share/java/" + extra + ".jar"; fileExists(p) {
+		p := "/usr/share/java/" + extra + ".jar"
+		if _, err := os.Stat(p); err == nil {
 			cp += ":" + p
 		}
 	}
@@ -235,19 +230,14 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	if o.TLS != nil {
 		extra = n
 	}
-	ports, err := zkFreePorts(n*per + extra)
+	ports, err := freePorts(n*per + extra)
 	if err != nil {
 		return nil, err
 	}
 	if len(o.Hosts) != 0 && len(o.Hosts) != n {
 		return nil, fmt.Errorf("%d hosts for %d servers", len(o.Hosts), n)
 	}
-	ip := func(id int) string {
-		if len(o.Hosts) == 0 {
-			return "127.0.0.1"
-		}
-		return o.Hosts[id-1].IP
-	}
+	ip := func(id int) string { return hostAt(o.Hosts, id-1).ip() }
 	c := &ZKCluster{dir: dir}
 	// servers returns the server.N lines of server self's configuration.
 	servers := func(self int) (string, error) {
@@ -270,31 +260,29 @@ func launchZK(dir string, n int, o ZKOptions) (*ZKCluster, error) {
 	}
 	for i := 1; i <= n; i++ {
 		port := ports[i-1]
-		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), dir: filepath.Join(dir, fmt.Sprintf("zk%d", i))}
-		s.logPath = filepath.Join(s.dir, "server.log")
-		if len(o.Hosts) != 0 {
-			s.Host = o.Hosts[i-1]
-		}
+		s := &ZKServer{ID: i, Addr: ip(i) + ":" + strconv.Itoa(port), Host: hostAt(o.Hosts, i-1)}
+		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i))
+		s.logPath = filepath.Join(sdir, "server.log")
 		if o.Env != nil {
 			s.env = o.Env(i)
 		}
-		if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(sdir, "data"), 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(s.dir, "data", "myid"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(sdir, "data", "myid"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
 			return nil, err
 		}
-		s.cfg = filepath.Join(s.dir, "zoo.cfg")
+		s.cfg = filepath.Join(sdir, "zoo.cfg")
 		s.what, s.newCmd = fmt.Sprintf("ZooKeeper server %d", i), func() *exec.Cmd { return s.jvm(cp) }
 		lines, err := servers(i)
 		if err != nil {
 			return nil, err
 		}
-		cfg := zkConfig(filepath.Join(s.dir, "data"), ip(i), port, o) + lines
+		cfg := zkConfig(filepath.Join(sdir, "data"), ip(i), port, o) + lines
 		if p := o.TLS; p != nil {
 			secure := ports[n*per+i-1]
 			s.SecureAddr = ip(i) + ":" + strconv.Itoa(secure)
-			keyStore, err := zkKeyStore(s.dir, p)
+			keyStore, err := zkKeyStore(sdir, p)
 			if err != nil {
 				return nil, err
 			}
@@ -346,13 +334,7 @@ func zkKeyStore(dir string, p *PKI) (string, error) {
 // default), admin server off, every four-letter word allowed, sessions of
 // up to 60s.
 func zkConfig(dataDir, ip string, clientPort int, o ZKOptions) string {
-	tick, syncLimit := o.Tick, o.SyncLimit
-	if tick == 0 {
-		tick = ZKTickTime
-	}
-	if syncLimit == 0 {
-		syncLimit = 5
-	}
+	tick, syncLimit := cmp.Or(o.Tick, ZKTickTime), cmp.Or(o.SyncLimit, 5)
 	return fmt.Sprintf(`tickTime=%d
 initLimit=10
 syncLimit=%d
@@ -499,9 +481,8 @@ func ZKMode(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+	for line := range strings.Lines(out) {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(m), nil
 		}
 	}
@@ -525,24 +506,4 @@ func ZKFourLetter(addr, word string) (string, error) {
 		return "", err
 	}
 	return string(b), nil
-}
-
-// zkFreePorts returns n distinct free loopback ports.
-func zkFreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close() // held until all are chosen, so that they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// fileExists reports whether p exists.
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

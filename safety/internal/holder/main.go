@@ -36,14 +36,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
-	_ "github.com/dlockgo/dlock/etcdlock"
-	_ "github.com/dlockgo/dlock/filelock"
-	_ "github.com/dlockgo/dlock/mysqllock"
-	_ "github.com/dlockgo/dlock/natslock"
-	_ "github.com/dlockgo/dlock/pglock"
-	_ "github.com/dlockgo/dlock/redislock"
-	_ "github.com/dlockgo/dlock/redlock"
-	_ "github.com/dlockgo/dlock/zklock"
+	_ "github.com/dlockgo/dlock/safety/internal/backends"
 )
 
 // event is one line of output.

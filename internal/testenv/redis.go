@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,147 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// RedisServer is a redis-server process a test started on a free loopback
+// port. It is stopped when the test ends.
+type RedisServer struct {
+	Addr     string
+	port     int
+	dir      string
+	persist  bool
+	args     []string
+	password string
+	tls      *PKI
+	env      []string
+	// Host is the test host the server runs on (RedisOptions.Host), or nil.
+	Host *Host
+	process
+}
+
+// RedisOptions configure StartRedis.
+type RedisOptions struct {
+	// Persist turns on the append-only file, so that a restart keeps data.
+	// By default the server keeps nothing on disk, like the machine's Redis.
+	Persist bool
+	// Args are more redis-server arguments, given on every start (as
+	// "--replicaof", "127.0.0.1", "6380").
+	Args []string
+	// Password is what the server requires (when Args set requirepass),
+	// for the readiness check and Client.
+	Password string
+	// TLS, when set, makes the server listen on TLS only, with the PKI's
+	// server certificate, and require a client certificate its CA signed
+	// (tls-auth-clients yes); the readiness check and Client use the
+	// PKI's client certificate.
+	TLS *PKI
+	// Host, when set, runs the server on a test network's host (StartNet),
+	// listening on the host's address.
+	Host *Host
+	// Env is added to the server's environment (as "LD_PRELOAD=…").
+	Env []string
+}
+
+// StartRedis starts a redis-server of the test's own on a free loopback
+// port. It fails t when the redis-server binary is missing.
+func StartRedis(t testing.TB, o RedisOptions) *RedisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found (%v); install it with %s", err, ServicesScript)
+	}
+	s := &RedisServer{port: freePort(t), dir: t.TempDir(), persist: o.Persist, args: o.Args, password: o.Password, tls: o.TLS, Host: o.Host, env: o.Env}
+	s.Addr = s.Host.ip() + ":" + strconv.Itoa(s.port)
+	s.t, s.what, s.logPath, s.newCmd, s.timeout = t, s.String(), filepath.Join(s.dir, "redis.log"), s.command, 10*time.Second
+	s.ready = func() error { return pingRedisWith(s.options()) }
+	t.Cleanup(s.Kill)
+	s.Start()
+	return s
+}
+
+// command is the server's redis-server command.
+func (s *RedisServer) command() *exec.Cmd {
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", s.Host.ip(), "--dir", s.dir,
+		"--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if s.Host != nil {
+		// Clients come from other hosts' addresses, which protected mode
+		// refuses without a password.
+		args = append(args, "--protected-mode", "no")
+	}
+	if p := s.tls; p != nil {
+		args[1] = "0"
+		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", p.ServerCert,
+			"--tls-key-file", p.ServerKey, "--tls-ca-cert-file", p.CA, "--tls-auth-clients", "yes")
+	}
+	if s.persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	return command(s.Host, s.env, "redis-server", append(args, s.args...)...)
+}
+
+// options are the client options of the server's admin: its password, and
+// the PKI's client certificate over TLS.
+func (s *RedisServer) options() *redis.Options {
+	o := &redis.Options{Addr: s.Addr, Password: s.password}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.ClientTLS(s.t)
+	}
+	return o
+}
+
+// Restart kills the server and starts it again on the same port.
+func (s *RedisServer) Restart() {
+	s.Kill()
+	s.Start()
+}
+
+// Client returns a client of this server, closed when the test ends.
+func (s *RedisServer) Client() *redis.Client {
+	c := redis.NewClient(s.options())
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// StartRedisN starts n servers; see StartRedis.
+func StartRedisN(t testing.TB, n int, o RedisOptions) []*RedisServer {
+	t.Helper()
+	s := make([]*RedisServer, n)
+	for i := range s {
+		s[i] = StartRedis(t, o)
+	}
+	return s
+}
+
+// Addrs returns the servers' addresses joined by commas, as redlock URLs
+// take them.
+func Addrs(servers []*RedisServer) string {
+	return strings.Join(mapAddrs(servers, func(s *RedisServer) string { return s.Addr }), ",")
+}
+
+// String describes the server for test logs.
+func (s *RedisServer) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }
+
+// RedisLockACL is the least a Redis ACL user needs for redislock on the
+// key and channel prefix prefix, as the redislock documentation gives it
+// (Securing the store): the scripts (EVALSHA, EVAL) and every command they
+// call, the pub/sub of grants and elections, and what Inspect reads.
+func RedisLockACL(prefix string) []string {
+	return []string{"~" + prefix + "*", "&" + prefix + "*", "+ping", "+evalsha", "+eval", "+subscribe", "+ssubscribe",
+		"+unsubscribe", "+sunsubscribe", "+scan", "+time", "+exists", "+get", "+set", "+del", "+incr",
+		"+pexpire", "+pttl", "+hget", "+hset", "+hdel", "+hmget", "+rpush", "+lpop", "+lindex", "+lrem",
+		"+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zrangebyscore", "+zremrangebyscore",
+		"+publish", "+spublish", "+llen", "+hgetall"}
+}
+
+// StartSecuredRedis starts a Redis that speaks TLS only with pki's
+// server certificate and requires client certificates its CA signed; its
+// default user has adminPassword, and user (with password) has
+// RedisLockACL(prefix) only.
+func StartSecuredRedis(t testing.TB, pki *PKI, adminPassword, user, password, prefix string) *RedisServer {
+	t.Helper()
+	args := append([]string{"--requirepass", adminPassword, "--user", user, "on", ">" + password}, RedisLockACL(prefix)...)
+	return StartRedis(t, RedisOptions{TLS: pki, Password: adminPassword, Args: args})
+}
 
 // SentinelMaster is the master name the sentinels of StartSentinel monitor.
 const SentinelMaster = "dlock"
@@ -37,7 +179,6 @@ type SentinelServer struct {
 	Addr string
 	// Host is the test host the sentinel runs on, or nil.
 	Host     *Host
-	conf     string
 	password string
 	process
 }
@@ -66,15 +207,9 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	if _, err := exec.LookPath("redis-sentinel"); err != nil {
 		t.Fatalf("redis-sentinel not found (%v); install it with %s", err, ServicesScript)
 	}
-	if o.Replicas == 0 {
-		o.Replicas = 2
-	}
-	if o.Sentinels == 0 {
-		o.Sentinels = 3
-	}
-	if o.DownAfter == 0 {
-		o.DownAfter = time.Second
-	}
+	o.Replicas = cmp.Or(o.Replicas, 2)
+	o.Sentinels = cmp.Or(o.Sentinels, 3)
+	o.DownAfter = cmp.Or(o.DownAfter, time.Second)
 	auth := []string{"--repl-diskless-sync-delay", "0"}
 	if o.Password != "" {
 		auth = append(auth, "--requirepass", o.Password, "--masterauth", o.Password)
@@ -104,27 +239,21 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	for j := range o.Sentinels {
 		s := &SentinelServer{password: o.Password, Host: host(1 + o.Replicas + j)}
 		p := freePort(t)
-		ip := "127.0.0.1"
-		if s.Host != nil {
-			ip = s.Host.IP
-		}
-		s.Addr = ip + ":" + strconv.Itoa(p)
+		s.Addr = s.Host.ip() + ":" + strconv.Itoa(p)
 		dir := t.TempDir()
-		s.conf = filepath.Join(dir, "sentinel.conf")
+		confPath := filepath.Join(dir, "sentinel.conf")
 		s.t, s.what, s.logPath, s.timeout = t, "redis-sentinel "+s.Addr, filepath.Join(dir, "sentinel.log"), 10*time.Second
-		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", s.conf, "--loglevel", "warning") }
+		s.newCmd = func() *exec.Cmd { return command(s.Host, nil, "redis-sentinel", confPath, "--loglevel", "warning") }
 		s.ready = func() error { return pingRedisWith(&redis.Options{Addr: s.Addr, Password: s.password}) }
 		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
-			p, ip, dir, SentinelMaster, phost, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
+			p, s.Host.ip(), dir, SentinelMaster, phost, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
 			SentinelMaster, max(3*o.DownAfter.Milliseconds(), 3000), SentinelMaster)
 		if o.Password != "" {
 			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
 		}
-		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(confPath, []byte(conf), 0o600))
 		t.Cleanup(s.Kill)
 		s.Start()
 		ps.Sentinels = append(ps.Sentinels, s)
@@ -223,15 +352,9 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli not found (%v); install it with %s", err, ServicesScript)
 	}
-	if o.Primaries == 0 {
-		o.Primaries = 3
-	}
-	if o.Replicas == 0 {
-		o.Replicas = 1
-	}
-	if o.NodeTimeout == 0 {
-		o.NodeTimeout = time.Second
-	}
+	o.Primaries = cmp.Or(o.Primaries, 3)
+	o.Replicas = cmp.Or(o.Replicas, 1)
+	o.NodeTimeout = cmp.Or(o.NodeTimeout, time.Second)
 	cs := &ClusterSetup{NodeTimeout: o.NodeTimeout}
 	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
