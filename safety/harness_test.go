@@ -24,8 +24,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlockgo/dlock/fence"
+	_ "github.com/dlockgo/dlock/internal/backends" // the in-process clients' URL schemes
 	"github.com/dlockgo/dlock/internal/testenv"
-	_ "github.com/dlockgo/dlock/safety/internal/backends" // the in-process clients' URL schemes
 )
 
 var (

@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock"
-	_ "github.com/dlockgo/dlock/safety/internal/backends"
+	_ "github.com/dlockgo/dlock/internal/backends"
 )
 
 // event is one line of output.
