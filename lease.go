@@ -118,13 +118,12 @@ func (s *Lease) Done() <-chan struct{} { return s.done }
 // Err returns nil while the lease is held; afterwards an error matching
 // ErrReleased or ErrLost (wrapping the backend's cause, if any).
 //
-// Err decides at the call: it returns nil only if the lock's conservative
-// validity had not ended at that instant and the backend did not already
-// know the lock gone; when it finds the validity over, the lease ends as
-// lost right there. It costs a clock read and does not allocate while the
-// lease is held. What Err cannot see is a store that takes the lock away
-// on its own before the holder next asks it: pass Lease.Token to the
-// resource to cover it. See docs/GUARANTEES.md, The loss signal.
+// Err decides at the call, as the package doc's Guarantees say; when it
+// finds the validity over, the lease ends as lost right there. It costs a
+// clock read and does not allocate while the lease is held. What Err
+// cannot see is a store that takes the lock away on its own before the
+// holder next asks it: pass Lease.Token to the resource to cover it. See
+// docs/GUARANTEES.md, The loss signal.
 func (s *Lease) Err() error {
 	if err := s.fin.Load(); err != nil {
 		return *err
@@ -162,12 +161,11 @@ func (s *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	return newHeldContext(parent, s.done, s.Err)
 }
 
-// Refresh extends the lock to its TTL from now. Callers who turned
-// automatic renewal off call it before the lease's Expires; with renewal
-// on it is rarely needed. When the lock turns out to be gone, the lease
-// ends as lost and Refresh returns an error matching ErrNotHeld and
-// ErrLost. Other errors are transient: the lease stays held until its
-// validity ends.
+// Refresh extends the lock to its TTL from now, for callers who turned
+// automatic renewal off, before the lease's Expires. When the lock turns
+// out to be gone, the lease ends as lost and Refresh returns an error
+// matching ErrNotHeld and ErrLost. Other errors are transient: the lease
+// stays held until its validity ends.
 func (s *Lease) Refresh(ctx context.Context) error {
 	// An ended lease answers without waiting for opMu, which its unlock
 	// after a loss may hold for as long as the store takes to answer.
@@ -187,11 +185,10 @@ func (s *Lease) Refresh(ctx context.Context) error {
 }
 
 // Release releases the lock, only if this lease still holds it on the
-// store, and ends the lease with ErrReleased. Renewal stops before the
-// lock is released: no renewal runs after Release starts. Releasing a
-// lease that already ended returns an error matching ErrNotHeld and the
-// lease's Err (ErrReleased or ErrLost); it never touches the lock of
-// another owner. If the store cannot be reached, the lease still ends and
+// store, and ends the lease with ErrReleased; no renewal runs after
+// Release starts. Releasing a lease that already ended returns an error
+// matching ErrNotHeld and the lease's Err, and never touches another
+// owner's lock. If the store cannot be reached, the lease still ends and
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
 	if !s.stopSupervision() {

@@ -60,35 +60,31 @@ type Grant struct {
 	// before for the same name on the same store.
 	Token uint64
 	// Expires is the latest instant, on the local clock, at which the lock
-	// is certainly still held. A driver computes it conservatively: from
-	// the instant it sent the request that took the lock (not when the reply
-	// came), less any clock-drift allowance. The zero time means the lock
-	// does not expire on its own (it is held as long as the session or
-	// process lives) and needs no renewal.
+	// is certainly still held: counted from when the request that took it
+	// was sent (not when the reply came), less any clock-drift allowance.
+	// The zero time means the lock does not expire on its own (it lives
+	// with the session or process) and needs no renewal.
 	Expires time.Time
 	// OnLost, if not nil, is how the driver tells dlock that the lock is
 	// gone (session expired, connection closed, key deleted behind the
 	// holder's back): dlock calls it once, right after the grant, with a
 	// function for the driver to call (once, from any goroutine, holding
-	// none of the driver's locks) when it learns of the loss. A driver that
-	// has already learnt of the loss when OnLost is called calls the
-	// function at once (on another goroutine). Calls after Unlock are
-	// allowed and ignored. A LossNotice implements both sides. A driver
-	// that learns of losses from a session tells every lock of the session
-	// from the session's own goroutine: a held lock costs no goroutine.
+	// none of the driver's locks) on learning of the loss — at once, on
+	// another goroutine, if it already knows. Calls after Unlock are
+	// ignored. A LossNotice implements both sides. A session-based driver
+	// tells every lock of the session from the session's own goroutine: a
+	// held lock costs no goroutine.
 	OnLost func(lost func())
 	// Check, if not nil, tells at once whether the lock may still be held
-	// at now: nil while it may, otherwise an error saying why it is not
-	// (the session's conservative validity ended before now, the server
-	// closed the lock's connection). Once it returns an error it must go
-	// on doing so. dlock calls it on every Lease.Err, so that a holder's
-	// first look after a loss says "lost" even before the driver's own
-	// goroutines have run: it must not block, and must not allocate while
-	// it returns nil. A clock comparison, atomic loads and at most one
-	// non-blocking look at a socket fit; a round trip does not. A driver
-	// whose Check can fail must also call the OnLost function (or let
-	// Expires pass) when the same condition arises, so that Done closes
-	// without a caller.
+	// at now: nil while it may, else why not (the session's conservative
+	// validity ended, the server closed the lock's connection), and so on
+	// ever after. dlock calls it on every Lease.Err, so that a holder's
+	// first look after a loss says "lost" before the driver's goroutines
+	// have run: it must not block, nor allocate while it returns nil
+	// (clock comparisons, atomic loads, at most one non-blocking look at a
+	// socket; no round trip). A driver whose Check can fail must also call
+	// the OnLost function (or let Expires pass) on the same condition, so
+	// that Done closes without a caller.
 	Check func(now time.Time) error
 }
 
@@ -154,9 +150,8 @@ func (m Mode) String() string {
 }
 
 // Moder is implemented by drivers that support modes besides Exclusive.
-// A driver that does not implement it supports Exclusive only, and dlock
-// answers requests for other modes with ErrUnsupported without calling
-// it.
+// Without it a driver has Exclusive only: dlock answers requests for
+// other modes with ErrUnsupported without calling it.
 //
 // For every mode it supports, a driver's TryLock, Lock (if it is a
 // Waiter), Refresh and Unlock follow the contract of the Exclusive mode,

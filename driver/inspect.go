@@ -26,9 +26,8 @@ type LockInfo struct {
 }
 
 // Inspector is implemented by drivers that can list the locks held on
-// their store, for tools such as `dlock status`. It is optional: a driver
-// without it cannot answer such queries, and callers report that as
-// ErrUnsupported.
+// their store, for tools such as `dlock status`; callers report its
+// absence as ErrUnsupported.
 type Inspector interface {
 	// Inspect returns the locks held now whose names start with prefix
 	// (all of them for an empty prefix), sorted by name. It is a snapshot:
