@@ -253,16 +253,14 @@ func (f *flags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		l = slog.New(slog.NewTextHandler(w, o))
 	}
-	// go-redis logs through a process-wide logger of its own, past
-	// dlock.WithLogger, a line per failed dial for as long as a server is down
-	// (docs/REDLOCK.md counts them); dlock reports each failure that matters
-	// once, so go-redis's lines are detail: Debug, shown only with --log-level
-	// debug, not flooding a --log-level warn run during an outage.
+	// go-redis logs past dlock.WithLogger, through a process-wide logger,
+	// a line per failed dial while a server is down (docs/REDLOCK.md);
+	// dlock reports each failure that matters once, so those lines are
+	// Debug, not flooding a --log-level warn run during an outage.
 	redis.SetLogger(redislock.SlogLogger(l, slog.LevelDebug))
-	// The backends' own messages that are not about a lease (the Redis
-	// drivers' eviction warning at open) go to slog.Default, which
-	// dlock.Open cannot hand WithLogger's logger to: make it this one, so
-	// that --log-level decides for them too.
+	// The backends' messages that are not about a lease (the Redis
+	// drivers' eviction warning at open) go to slog.Default, out of
+	// WithLogger's reach: make it l, so that --log-level decides them too.
 	slog.SetDefault(l)
 	return l, nil
 }

@@ -48,9 +48,8 @@ type Target struct {
 	// none on this machine.
 	Servers []string
 	// Entries, when set, counts what the store holds (keys, znodes,
-	// rows, stream messages): read before the held sweep, at each level,
-	// and after every lock was released, the figures are the growth
-	// since before.
+	// rows, stream messages), read before the held sweep, at each level
+	// and after the release, to report the growth.
 	Entries func(ctx context.Context) (int, error)
 }
 
@@ -65,9 +64,8 @@ type Config struct {
 	// Fill bounds the time to reach each level of the held sweep (and to
 	// release them all at the end).
 	Fill time.Duration
-	// Fleet is how many Lockers a sweep spreads its goroutines over, as
-	// that many processes of a fleet would be (fewer when there are fewer
-	// goroutines).
+	// Fleet is how many Lockers (processes of a fleet) a sweep spreads
+	// its goroutines over, at most one per goroutine.
 	Fleet int
 	// Fillers is how many goroutines take the names of the held sweep.
 	Fillers int

@@ -42,10 +42,9 @@ type Env struct {
 	// Nodes are the addresses of the private redis-servers (5) the
 	// benchmark started; they may be flushed between implementations.
 	Nodes []string
-	// NATS is the URL (nats://127.0.0.1:port) of the nats-server with
-	// JetStream the benchmark started (StartNATS); the NATS
-	// implementations make their buckets there (Bucket), and it is killed,
-	// buckets and all, at the end.
+	// NATS is the URL (nats://127.0.0.1:port) of the benchmark's
+	// nats-server (StartNATS), where the NATS implementations make their
+	// buckets (Bucket); it is killed, buckets and all, at the end.
 	NATS string
 	// Run is unique to this run; every key starts with "dlockbench/"+Run.
 	Run string
@@ -96,9 +95,8 @@ const (
 	// only when named).
 	DlockRedisClient = "dlock-redis-client"
 	// DlockRedisAutoPipe is dlock's redis backend over go-redis's
-	// auto-pipelining client (Client.AutoPipeline() of a default client),
-	// the documented way to coalesce calls (a diagnostic, run only when
-	// named).
+	// Client.AutoPipeline(), the documented way to coalesce calls (a
+	// diagnostic, run only when named).
 	DlockRedisAutoPipe = "dlock-redis-autopipe"
 	// RawHop is the raw loop with each call made from a new goroutine
 	// while the caller waits for its result on a channel, as redsync
@@ -181,8 +179,7 @@ func FlushNodes(ctx context.Context, e *Env) error {
 }
 
 // Cleanup deletes this run's keys from the shared server, found by SCAN
-// over the run id (the key schemes of the implementations differ, but every
-// key contains the run id).
+// over the run id, which every implementation's keys contain.
 func Cleanup(ctx context.Context, e *Env) (int, error) {
 	c := NewClient(e.Shared)
 	defer c.Close()

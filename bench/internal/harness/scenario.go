@@ -55,10 +55,9 @@ type Result struct {
 	MaxWait    time.Duration // longest single acquire, including waits cut off at the end
 	HandoffP50 time.Duration // release returned -> a different goroutine's acquire returned
 	HandoffP99 time.Duration
-	// The same, counted from the moment Release was called: the reply to
-	// the releaser can arrive after the next holder's grant, so the
-	// measure above is often 0 for a backend that hands over on the
-	// server; this one shows the whole handover.
+	// The same, from when Release was called: the releaser's reply can
+	// arrive after the next holder's grant, so the measure above is often
+	// 0 for a backend that hands over on the server.
 	HandoffCallP50      time.Duration
 	HandoffCallP99      time.Duration
 	Handoffs            int     // consecutive holder pairs
@@ -144,9 +143,9 @@ func (f *firstErr) set(err error) { f.once.Do(func() { f.msg = err.Error() }) }
 // have.
 //
 // A contended run ends (finish) when the time is up or the N-th operation
-// completed: acquires still waiting then are cut off (their contexts are
-// cancelled; under CtxBackground they cannot be, and the acquisitions they
-// make after the end are not counted), and their wait so far counts.
+// completed: waiting acquires are cut off (their contexts cancelled, save
+// under CtxBackground, whose late acquisitions go uncounted), and their
+// wait so far counts.
 type tickets struct {
 	byCount   bool
 	untilDone bool
