@@ -131,11 +131,10 @@ func TakeTurn(t testing.TB, ctx context.Context, lockers []*dlock.Locker, i int,
 	return lease
 }
 
-// NoLeak checks that the goroutines a test started have ended: that the
-// count of goroutines comes back to before (runtime.NumGoroutine, read
-// before the test started any) within 5 s, a hang bound for goroutines
-// that end a moment after the Close that ends them. If not, it reports
-// every goroutine's stack.
+// NoLeak checks that the goroutines a test started have ended: that
+// runtime.NumGoroutine comes back to before (read before the test started
+// any) within 5 s, a hang bound for goroutines that end a moment after the
+// Close that ends them; else it reports every goroutine's stack.
 func NoLeak(t testing.TB, before int) {
 	t.Helper()
 	deadline := time.Now().Add(prompt)

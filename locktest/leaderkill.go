@@ -36,9 +36,8 @@ type LeaderKill struct {
 	// and StallBound the longest the contended lock may go without a
 	// grant around the kill.
 	Bound, StallBound time.Duration
-	// Warmup runs the contenders before the kill; Rejoin waits between
-	// the new leader and the restart, and After after the restart. Each
-	// is 1.5s when zero.
+	// Warmup runs the contenders before the kill, Rejoin between the new
+	// leader and the restart, After after it; each 1.5s when zero.
 	Warmup, Rejoin, After time.Duration
 }
 

@@ -11,9 +11,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Readers-writer lock properties. Each starts by checking Supports: a
-// backend without the kind must answer with ErrUnsupported, and the rest
-// of the property does not apply.
+// Readers-writer lock properties; noRW checks a backend without the kind.
 
 func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
 	if l.Supports(driver.Read) != l.Supports(driver.Write) {
