@@ -11,8 +11,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Readers-writer lock properties; noRW checks a backend without the kind.
-
+// noRW, which every readers-writer property calls first, reports whether
+// l lacks the kind, after checking that it then answers ErrUnsupported.
 func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
 	if l.Supports(driver.Read) != l.Supports(driver.Write) {
 		t.Errorf("Supports(Read) = %v but Supports(Write) = %v: the two sides of a readers-writer lock go together",
