@@ -221,8 +221,7 @@ func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	return r, nil
 }
 
-// notResumable is the error of Resume and Detach on a backend without
-// driver.Resumer.
+// notResumable is the error of Resume and Detach without driver.Resumer.
 func (l *Locker) notResumable() error {
 	return fmt.Errorf("dlock: the %s backend's locks live as long as the session, connection or file that took them, so no other process can resume one: %w", l.backend, ErrUnsupported)
 }

@@ -90,8 +90,7 @@ func (s *Lease) Name() string { return s.req.Name }
 // fence).
 func (s *Lease) Token() uint64 { return s.token }
 
-// Owner returns the random value that identifies this acquisition on the
-// store.
+// Owner returns the random value identifying this acquisition on the store.
 func (s *Lease) Owner() string { return s.req.Owner }
 
 // TTL returns the lock's time to live on the store.
@@ -214,8 +213,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 }
 
-// heldErr returns nil while held, else ErrNotHeld joined with why the lease
-// ended.
+// heldErr returns nil while held, else ErrNotHeld joined with the lease's end.
 func (s *Lease) heldErr() error {
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)

@@ -170,8 +170,7 @@ func (m *MultiLease) Names() []string { return slices.Clone(m.names) }
 // Leases returns the set's leases, in the order of Names.
 func (m *MultiLease) Leases() []*Lease { return slices.Clone(m.parts) }
 
-// Lease returns the lease of the lock called name; nil if name is not in
-// the set.
+// Lease returns the lease of the lock called name, nil if not in the set.
 func (m *MultiLease) Lease(name string) *Lease {
 	if i, ok := slices.BinarySearch(m.names, name); ok {
 		return m.parts[i]

@@ -172,8 +172,7 @@ type Moder interface {
 // reason to the ErrUnsupported error of a request for a mode the driver
 // lacks.
 type Unsupporter interface {
-	// UnsupportedReason returns why the driver lacks mode m, "" when it
-	// has it.
+	// UnsupportedReason returns why the driver lacks mode m, "" if it has it.
 	UnsupportedReason(m Mode) string
 }
 
@@ -197,8 +196,7 @@ type LeaderInfo struct {
 // taking leadership with Lock (campaign), Refresh and Unlock (resign),
 // they let anyone read and follow who leads.
 type Elector interface {
-	// Leader returns the current leader of election name; the zero
-	// LeaderInfo when nobody leads.
+	// Leader returns the current leader of election name; zero if nobody.
 	Leader(ctx context.Context, name string) (LeaderInfo, error)
 
 	// Observe sends the leader of election name on the returned channel:

@@ -20,8 +20,7 @@ type LockInfo struct {
 	// the zero time when it does not expire on its own (it is held while a
 	// session or process lives) or the backend cannot tell.
 	Expires time.Time
-	// Waiters is how many clients wait for the lock; -1 when the backend
-	// cannot tell.
+	// Waiters is how many clients wait for the lock; -1 when unknown.
 	Waiters int
 }
 

@@ -31,8 +31,7 @@ const (
 	ParamServerName = "server_name"
 )
 
-// TLSFileParams are the parameters that shape a TLS connection, besides
-// ParamTLS which turns it on.
+// TLSFileParams shape a TLS connection, besides ParamTLS which turns it on.
 var TLSFileParams = []string{ParamCACert, ParamCert, ParamKey, ParamInsecureSkipVerify, ParamServerName}
 
 // TLS returns the client TLS configuration (TLS 1.2 at least) the URL asks

@@ -49,8 +49,7 @@ func Request(name string, ttl time.Duration) driver.Request {
 	return driver.Request{Name: name, Owner: RandomHex(16), TTL: ttl}
 }
 
-// New returns a Locker over d with opts, closed when t ends; an error
-// fails t.
+// New returns a Locker over d with opts, closed when t ends; an error fails t.
 func New(t testing.TB, d driver.Driver, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	return Opened(t)(dlock.New(d, opts...))

@@ -282,8 +282,7 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	}
 }
 
-// lostWhenTakenAway: when the store loses the lock, the holder learns of
-// it (mustSeeLoss).
+// lostWhenTakenAway: a holder learns that the store lost its lock (mustSeeLoss).
 func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string) {
 	lease := acquire(t, ctx, s.locker(t), name)
 	work, cancel := lease.Context(ctx)

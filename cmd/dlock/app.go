@@ -88,8 +88,7 @@ Examples:
 Run 'dlock <command> --help' for a command's flags and examples.
 `
 
-// dlockMain runs dlock with args (without the program name) and returns
-// the exit code.
+// dlockMain runs dlock with args (no program name); it returns the exit code.
 func dlockMain(args []string, stdout, stderr io.Writer) int {
 	sio := &stdio{out: stdout, err: stderr}
 	if len(args) == 0 {

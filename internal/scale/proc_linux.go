@@ -173,8 +173,7 @@ func listeningInodes(addrs []string) map[string]bool {
 	return inodes
 }
 
-// pidsOf returns the processes holding any of the socket inodes, each
-// once.
+// pidsOf returns the processes holding any of the socket inodes, each once.
 func pidsOf(inodes map[string]bool) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")

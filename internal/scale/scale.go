@@ -23,8 +23,7 @@ import (
 	"time"
 )
 
-// A Locker is one client of the fleet under test: its own connection(s)
-// to the store.
+// A Locker is one client of the fleet under test, with its own connections.
 type Locker interface {
 	// Acquire waits until the lock on name is held or ctx ends.
 	Acquire(ctx context.Context, name string) (Held, error)
@@ -58,8 +57,7 @@ type Config struct {
 	Waiters []int // waiters on one name
 	Held    []int // names held at once
 	Clients []int // clients, each on a name of its own
-	// Step is how long each point of the waiters and clients sweeps
-	// runs.
+	// Step is how long each point of the waiters and clients sweeps runs.
 	Step time.Duration
 	// Fill bounds the time to reach each level of the held sweep (and to
 	// release them all at the end).
