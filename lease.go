@@ -18,11 +18,9 @@ import (
 // A lease ends exactly once: released by its holder, or lost (renewal could
 // not succeed before the lock's validity ended, the session expired, or the
 // store took the lock away). Err and Done tell which, in the manner of
-// context.Context: Err looks at the clock and at the backend's own state
-// when it is called, so check it right before each write to the protected
-// resource; Done is for waking. A lock must not be assumed held after Done
-// is closed; for work that must stop the moment the lock is lost, run it
-// under Lease.Context.
+// context.Context: Err decides when called, so check it right before each
+// write to the protected resource; Done is for waking. Run work that must
+// stop the moment the lock is lost under Lease.Context.
 //
 // A Lease is safe for concurrent use. It must not be copied.
 type Lease struct {
@@ -106,12 +104,10 @@ func (s *Lease) Expires() time.Time {
 	return s.base.Add(time.Duration(s.exp.Load()))
 }
 
-// Done returns a channel that is closed when the lease ends: released by
-// its holder or lost. After Done is closed, Err says which.
-//
-// Done closes when the lease's own supervision notices the end, which
-// needs the process to be scheduled: a holder resumed after a pause may
-// find Done still open for a moment. Use Done to wake up, and Err to check.
+// Done returns a channel that is closed when the lease ends (released or
+// lost: Err says which), once the lease's supervision notices, which needs
+// the process to be scheduled: a holder resumed after a pause may find
+// Done still open for a moment. Use Done to wake up, and Err to check.
 func (s *Lease) Done() <-chan struct{} { return s.done }
 
 // Err returns nil while the lease is held; afterwards an error matching
@@ -148,14 +144,11 @@ func (s *Lease) Err() error {
 }
 
 // Context returns a copy of parent that is cancelled when the lease ends,
-// with the lease's Err as the cause (context.Cause), or when parent ends.
-// Run work that must stop the moment the lock is lost under this context.
-// Call cancel to release the context's resources when the work is done.
-//
-// The context's Err (and context.Cause) answer like the lease's Err, at
-// the call: after a loss, the first of them reports it even if the lease's
-// supervision has not run yet. Contexts derived from it learn of the loss
-// when it is cancelled.
+// with the lease's Err as the cause (context.Cause), or when parent ends:
+// run work that must stop the moment the lock is lost under it, and call
+// cancel when the work is done. Its Err and context.Cause answer like the
+// lease's Err, at the call, even before the lease's supervision has run;
+// contexts derived from it learn of the loss when it is cancelled.
 func (s *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	return newHeldContext(parent, s.done, s.Err)
 }

@@ -122,10 +122,9 @@ const (
 	// Exclusive is the mutex: one holder at a time.
 	Exclusive Mode = iota
 	// Read is the shared side of a readers-writer lock: any number of
-	// readers hold it together while no writer does. A writer that is
-	// waiting blocks readers that come after it (no writer starvation):
-	// waiters are served in order of arrival, consecutive readers
-	// together.
+	// readers hold it together while no writer does. Waiters are served in
+	// order of arrival, consecutive readers together, so a waiting writer
+	// blocks later readers (no writer starvation).
 	Read
 	// Write is the exclusive side of a readers-writer lock: one writer and
 	// no reader.
