@@ -19,9 +19,8 @@ import (
 	"github.com/dlockgo/dlock/internal/scale"
 )
 
-// TTL is the lock TTL every implementation uses: 10 s for the scenarios;
-// cmd/scale sets it longer, so that the peers, which do not renew, hold
-// their locks through a sweep.
+// TTL is the lock TTL every implementation uses; cmd/scale sets it longer,
+// so that the peers, which do not renew, hold their locks through a sweep.
 var TTL = 10 * time.Second
 
 // Impl is one locking implementation under test: Acquire takes the lock
@@ -157,9 +156,8 @@ func Select(list string) ([]Spec, error) {
 }
 
 // NewClient returns a go-redis client with default options, as a new user
-// builds one: the peers' clients, and the harness's own (flush, cleanup,
-// INFO). dlock's backends are opened from their URLs instead (dlock.go),
-// which build the clients they document.
+// builds one, for the peers and the harness's own calls (flush, cleanup,
+// INFO); dlock's backends build the clients their URLs document (dlock.go).
 func NewClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr})
 }

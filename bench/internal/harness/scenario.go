@@ -135,12 +135,11 @@ type firstErr struct {
 
 func (f *firstErr) set(err error) { f.once.Do(func() { f.msg = err.Error() }) }
 
-// tickets decide when a scenario's workers stop. By duration: when the
-// time is up. By count, for independent workers: each operation takes one
-// of N tickets. By count, for contending workers (untilDone): they go on
-// until N operations completed in all; otherwise the last tickets would be
-// served by waiters polling an idle lock, a tail that timed runs do not
-// have.
+// tickets decide when a scenario's workers stop: when the time is up, or
+// by count, each operation taking one of N tickets; contending workers
+// (untilDone) go on until N operations completed in all, else waiters
+// polling an idle lock would serve the last tickets, a tail that timed
+// runs do not have.
 //
 // A contended run ends (finish) when the time is up or the N-th operation
 // completed: waiting acquires are cut off (their contexts cancelled, save
