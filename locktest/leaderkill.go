@@ -27,8 +27,7 @@ type LeaderKill struct {
 	Contenders int
 	// Kill kills the leader (SIGKILL) and describes it, for the log.
 	Kill func(t *testing.T) string
-	// NewLeader waits until a leader is known again, up to Bound, and
-	// describes it.
+	// NewLeader waits, up to Bound, for a new leader and describes it.
 	NewLeader func(t *testing.T) string
 	// Restart starts the killed leader again; it rejoins as a follower.
 	Restart func(t *testing.T)

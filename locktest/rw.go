@@ -37,8 +37,7 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 	}
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[1].TryAcquireRead(ctx, name) },
 		"TryAcquireRead while another reader holds (readers must share)")
-	// Not waiting: an acquisition queued behind r1 and r2 would wait for
-	// ever; the deadline only bounds that.
+	// Not waiting; the deadline bounds a wait behind r1 and r2, for ever.
 	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
 	r3, err := lockers[2].AcquireRead(wctx, name)
 	cancel()
