@@ -89,8 +89,8 @@ func (s *Lease) expire() {
 	s.endAndUnlock(s.lostError("validity ended without a successful renewal", last), lostExpired)
 }
 
-// endMaxHold ends the lease as lost at its WithMaxHold and, as expire
-// does, unlocks it so that the next holder need not wait for the TTL.
+// endMaxHold ends the lease as lost at its WithMaxHold and unlocks it, as
+// expire does.
 func (s *Lease) endMaxHold() {
 	s.endAndUnlock(s.lostError(fmt.Sprintf("held for %v", s.maxHold), ErrMaxHold), lostMaxHold)
 }

@@ -76,8 +76,7 @@ func startHolder(sio *stdio, f *flags, backend string, o runOpts) int {
 	}
 	args = append(args, o.name, sock)
 	cmd := exec.Command(self, args...)
-	// The backend's URL goes by the environment, not the command line,
-	// which every user of the machine can read.
+	// The backend's URL goes by the environment: every local user can read argv.
 	cmd.Env = append(os.Environ(), envBackend+"="+backend)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
