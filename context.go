@@ -6,10 +6,9 @@ import (
 )
 
 // heldContext is the context of Lease.Context and MultiLease.Context: a
-// cancelable copy of its parent that is cancelled when the lease ends,
-// and whose Err and Value (through which context.Cause reads the cause)
-// first ask the lease, so that a loss shows at the first look even before
-// the lease's own supervision has run.
+// copy of its parent, cancelled when the lease ends, whose Err and Value
+// (through which context.Cause reads the cause) first ask the lease, so
+// that a loss shows at the first look, even before supervision has run.
 type heldContext struct {
 	context.Context // from context.WithCancelCause(parent)
 	cancel          context.CancelCauseFunc

@@ -35,8 +35,7 @@ var (
 	// ErrNoQuorum means too few nodes of a multi-node backend (Redlock)
 	// answered in time to decide.
 	ErrNoQuorum = driver.ErrNoQuorum
-	// ErrDetached is a lease's Err, with ErrReleased, once Detach handed
-	// it on.
+	// ErrDetached is a lease's Err, with ErrReleased, once Detach handed it on.
 	ErrDetached = fmt.Errorf("%w: handed on by Detach", ErrReleased)
 	// ErrBadHandle means a text is not a Handle dlock wrote (ParseHandle),
 	// or names another backend than the Locker's (Resume).
@@ -47,6 +46,5 @@ var (
 // the holder's lock has left. errors.Is(err, ErrNotAcquired) is true for it.
 type HeldError = driver.HeldError
 
-// ParamError reports a bad URL parameter given to Open; it names the
-// parameter.
+// ParamError reports a bad URL parameter given to Open, naming it.
 type ParamError = driver.ParamError

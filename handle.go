@@ -55,11 +55,10 @@ func (h Handle) String() string {
 
 // ParseHandle decodes a Handle encoded by Handle.String, now or before:
 // older handles had a tenth field, the socket of the dlock CLI's detached
-// holder, which the library left empty and must be; one that names a
-// holder process is the CLI's (which still adds the field to the handles
-// it prints), for its extend and release. Text that is not a handle
-// (garbled, truncated, of another version) is an error matching
-// ErrBadHandle that says what is wrong.
+// holder, which must be empty here; one that names a holder process is
+// the CLI's (which still prints the field), for its extend and release.
+// Text that is not a handle (garbled, truncated, of another version) is
+// an error matching ErrBadHandle that says what is wrong.
 func ParseHandle(s string) (Handle, error) {
 	bad := func(what string) (Handle, error) {
 		return Handle{}, fmt.Errorf("%w: %s", ErrBadHandle, what)
@@ -170,10 +169,9 @@ func (s *Lease) Detach() (Handle, error) {
 // When h's lock has expired or another owner holds it, Resume returns an
 // error matching ErrNotHeld and nothing on the store changes; past h's
 // deadline, one matching ErrMaxHold. A handle of another backend matches
-// ErrBadHandle. On a backend whose locks live only as long as the session,
-// connection or file descriptor that took them, Resume returns an error
-// matching ErrUnsupported (see the package documentation, Holding across
-// processes, for the backends that have it).
+// ErrBadHandle. A backend whose locks live only with the session,
+// connection or file descriptor that took them gives ErrUnsupported (see
+// the package documentation, Holding across processes).
 func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
 	r, err := l.handleDriver(h)
 	if err != nil {
@@ -223,8 +221,7 @@ func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
 	return r, nil
 }
 
-// notResumable is the error of Resume and Detach on a backend without
-// driver.Resumer.
+// notResumable is the error of Resume and Detach without driver.Resumer.
 func (l *Locker) notResumable() error {
 	return fmt.Errorf("dlock: the %s backend's locks live as long as the session, connection or file that took them, so no other process can resume one: %w", l.backend, ErrUnsupported)
 }
@@ -233,9 +230,8 @@ func (l *Locker) notResumable() error {
 // holds it, in one owner-checked call on the store, without resuming a
 // lease: the last step of a hold handed from process to process. A lock
 // that expired or passed to another owner is left as it is, and the error
-// matches ErrNotHeld. A deadline of h that has passed does not stop the
-// release. Like Resume, it needs a backend whose locks outlive their
-// process.
+// matches ErrNotHeld; h's past deadline does not stop the release. Like
+// Resume, it needs a backend whose locks outlive their process.
 func (l *Locker) ReleaseHandle(ctx context.Context, h Handle) error {
 	if _, err := l.handleDriver(h); err != nil {
 		return err

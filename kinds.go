@@ -7,12 +7,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// The lock kinds besides the mutex: readers-writer locks, semaphores and
-// elections. Each kind has names of its own (the mutex "x" and the
-// readers-writer lock "x" are unrelated), and a backend supports the kinds
-// its store can do well: Supports tells, and the methods of a kind the
-// backend lacks return an error matching ErrUnsupported. Leases of every
-// kind are renewed, fenced and lost exactly as a mutex's.
+// The lock kinds besides the mutex: see the package doc, Kinds of lock.
 
 // LeaderInfo describes the leader of an election: the value it campaigned
 // with and its fencing token. The zero LeaderInfo means nobody leads.
@@ -81,10 +76,9 @@ func (l *Locker) Campaign(ctx context.Context, name, value string, opts ...Optio
 }
 
 // TryCampaign makes one attempt to become leader of the election called
-// name, with value as the candidate's identity for observers. It fails
-// with ErrNotAcquired while another candidate leads (and, where the
-// backend queues candidates, while others wait ahead of it); it never
-// joins the queue. On success the lease is the leadership, as Campaign's.
+// name, as Campaign, without ever joining the queue. It fails with
+// ErrNotAcquired while another candidate leads (and, where the backend
+// queues candidates, while others wait ahead of it).
 func (l *Locker) TryCampaign(ctx context.Context, name, value string, opts ...Option) (*Lease, error) {
 	return l.acquire(ctx, driver.Request{Name: name, Mode: driver.Leader, Value: value}, opts, false)
 }

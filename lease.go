@@ -18,11 +18,9 @@ import (
 // A lease ends exactly once: released by its holder, or lost (renewal could
 // not succeed before the lock's validity ended, the session expired, or the
 // store took the lock away). Err and Done tell which, in the manner of
-// context.Context: Err looks at the clock and at the backend's own state
-// when it is called, so check it right before each write to the protected
-// resource; Done is for waking. A lock must not be assumed held after Done
-// is closed; for work that must stop the moment the lock is lost, run it
-// under Lease.Context.
+// context.Context: Err decides when called, so check it right before each
+// write to the protected resource; Done is for waking. Run work that must
+// stop the moment the lock is lost under Lease.Context.
 //
 // A Lease is safe for concurrent use. It must not be copied.
 type Lease struct {
@@ -90,8 +88,7 @@ func (s *Lease) Name() string { return s.req.Name }
 // fence).
 func (s *Lease) Token() uint64 { return s.token }
 
-// Owner returns the random value that identifies this acquisition on the
-// store.
+// Owner returns the random value identifying this acquisition on the store.
 func (s *Lease) Owner() string { return s.req.Owner }
 
 // TTL returns the lock's time to live on the store.
@@ -107,24 +104,21 @@ func (s *Lease) Expires() time.Time {
 	return s.base.Add(time.Duration(s.exp.Load()))
 }
 
-// Done returns a channel that is closed when the lease ends: released by
-// its holder or lost. After Done is closed, Err says which.
-//
-// Done closes when the lease's own supervision notices the end, which
-// needs the process to be scheduled: a holder resumed after a pause may
-// find Done still open for a moment. Use Done to wake up, and Err to check.
+// Done returns a channel that is closed when the lease ends (released or
+// lost: Err says which), once the lease's supervision notices, which needs
+// the process to be scheduled: a holder resumed after a pause may find
+// Done still open for a moment. Use Done to wake up, and Err to check.
 func (s *Lease) Done() <-chan struct{} { return s.done }
 
 // Err returns nil while the lease is held; afterwards an error matching
 // ErrReleased or ErrLost (wrapping the backend's cause, if any).
 //
-// Err decides at the call: it returns nil only if the lock's conservative
-// validity had not ended at that instant and the backend did not already
-// know the lock gone; when it finds the validity over, the lease ends as
-// lost right there. It costs a clock read and does not allocate while the
-// lease is held. What Err cannot see is a store that takes the lock away
-// on its own before the holder next asks it: pass Lease.Token to the
-// resource to cover it. See docs/GUARANTEES.md, The loss signal.
+// Err decides at the call, as the package doc's Guarantees say; when it
+// finds the validity over, the lease ends as lost right there. It costs a
+// clock read and does not allocate while the lease is held. What Err
+// cannot see is a store that takes the lock away on its own before the
+// holder next asks it: pass Lease.Token to the resource to cover it. See
+// docs/GUARANTEES.md, The loss signal.
 func (s *Lease) Err() error {
 	if err := s.fin.Load(); err != nil {
 		return *err
@@ -150,24 +144,20 @@ func (s *Lease) Err() error {
 }
 
 // Context returns a copy of parent that is cancelled when the lease ends,
-// with the lease's Err as the cause (context.Cause), or when parent ends.
-// Run work that must stop the moment the lock is lost under this context.
-// Call cancel to release the context's resources when the work is done.
-//
-// The context's Err (and context.Cause) answer like the lease's Err, at
-// the call: after a loss, the first of them reports it even if the lease's
-// supervision has not run yet. Contexts derived from it learn of the loss
-// when it is cancelled.
+// with the lease's Err as the cause (context.Cause), or when parent ends:
+// run work that must stop the moment the lock is lost under it, and call
+// cancel when the work is done. Its Err and context.Cause answer like the
+// lease's Err, at the call, even before the lease's supervision has run;
+// contexts derived from it learn of the loss when it is cancelled.
 func (s *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	return newHeldContext(parent, s.done, s.Err)
 }
 
-// Refresh extends the lock to its TTL from now. Callers who turned
-// automatic renewal off call it before the lease's Expires; with renewal
-// on it is rarely needed. When the lock turns out to be gone, the lease
-// ends as lost and Refresh returns an error matching ErrNotHeld and
-// ErrLost. Other errors are transient: the lease stays held until its
-// validity ends.
+// Refresh extends the lock to its TTL from now, for callers who turned
+// automatic renewal off, before the lease's Expires. When the lock turns
+// out to be gone, the lease ends as lost and Refresh returns an error
+// matching ErrNotHeld and ErrLost. Other errors are transient: the lease
+// stays held until its validity ends.
 func (s *Lease) Refresh(ctx context.Context) error {
 	// An ended lease answers without waiting for opMu, which its unlock
 	// after a loss may hold for as long as the store takes to answer.
@@ -187,11 +177,10 @@ func (s *Lease) Refresh(ctx context.Context) error {
 }
 
 // Release releases the lock, only if this lease still holds it on the
-// store, and ends the lease with ErrReleased. Renewal stops before the
-// lock is released: no renewal runs after Release starts. Releasing a
-// lease that already ended returns an error matching ErrNotHeld and the
-// lease's Err (ErrReleased or ErrLost); it never touches the lock of
-// another owner. If the store cannot be reached, the lease still ends and
+// store, and ends the lease with ErrReleased; no renewal runs after
+// Release starts. Releasing a lease that already ended returns an error
+// matching ErrNotHeld and the lease's Err, and never touches another
+// owner's lock. If the store cannot be reached, the lease still ends and
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
 	if !s.stopSupervision() {
@@ -217,8 +206,7 @@ func (s *Lease) Release(ctx context.Context) error {
 	}
 }
 
-// heldErr returns nil while held, else ErrNotHeld joined with why the lease
-// ended.
+// heldErr returns nil while held, else ErrNotHeld joined with the lease's end.
 func (s *Lease) heldErr() error {
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)

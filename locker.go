@@ -85,9 +85,8 @@ func (l *Locker) Supports(m driver.Mode) bool { return l.support(m).ok }
 
 // modeSupport is whether a Locker's driver implements a mode and, if not,
 // the end of the ErrUnsupported error of a request in that mode: the
-// driver's reason in parentheses, for a driver whose modes depend on how
-// it was configured (a driver.Unsupporter, as redislock's in its redsync
-// layout), or nothing.
+// reason of a driver.Unsupporter (as redislock's in its redsync layout)
+// in parentheses, or nothing.
 type modeSupport struct {
 	ok  bool
 	why string
@@ -120,9 +119,8 @@ func (l *Locker) support(m driver.Mode) modeSupport {
 }
 
 // check is the entry check of a request for the lock name in mode m, made
-// once, before the driver sees the request: the name must be valid (an
-// error wrapping ErrInvalidName) and the driver must have the mode (an
-// error wrapping ErrUnsupported, with the driver's reason).
+// once, before the driver sees it: the name must be valid (else
+// ErrInvalidName) and the driver must have the mode (else ErrUnsupported).
 func (l *Locker) check(name string, m driver.Mode) error {
 	mode := l.support(m)
 	if err := ValidateName(name); err != nil {
@@ -179,9 +177,8 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, ErrClosed
 	}
 	req.TTL = cfg.ttl
-	// One loop for every try: a driver that can wait (a driver.Waiter) is
-	// asked to; another is tried again after a pause while the lock is
-	// busy (see pause).
+	// A driver.Waiter is asked to wait; another is tried again after a
+	// pause while the lock is busy (see pause).
 	start := time.Now()
 	var g driver.Grant
 	var err error
@@ -197,11 +194,10 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		}
 		end = time.Now()
 		if err == nil && spent(g, req.TTL, end) {
-			// The grant arrived with its validity already over (the request
-			// outlasted the TTL, as while a store fails over): the lock may be
-			// another's by now, so it is not the caller's. Release it, so that
-			// it passes on, and try again when waiting, as a new acquisition:
-			// a new owner, the backoff from its start.
+			// The grant arrived spent (the request outlasted the TTL, as
+			// while a store fails over): the lock may be another's by now.
+			// Release it, so that it passes on, and when waiting try again
+			// as a new acquisition: a new owner, the backoff from its start.
 			l.unlockBounded(ctx, req, "dlock: releasing a grant that arrived after its TTL")
 			if !wait {
 				err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
@@ -272,16 +268,15 @@ func (l *Locker) unlockBounded(ctx context.Context, req driver.Request, what str
 	}
 }
 
-// Close releases every lease the Locker still holds (each with a bounded
-// wait), waits for the unlocks that leases started themselves when they
-// ended (at their WithMaxHold, or lost when their validity ran out), then
-// closes the driver. So a lock whose lease ended at its max hold is free on
-// the store by the time Close returns, unless the store could not be
-// reached within the bound (5 s per release, 5 s for those unlocks).
-// Leases end with ErrReleased, or ErrLost if they were lost. Close returns
-// the releases' errors and the driver's, joined; an unlock after a lease's
-// end that fails is logged (at warn), as it is best-effort. Close is
-// idempotent; later calls return nil.
+// Close releases every lease the Locker still holds, waits for the unlocks
+// that leases started themselves when they ended (at their WithMaxHold, or
+// lost when their validity ran out), then closes the driver: a lock whose
+// lease ended at its max hold is free on the store when Close returns,
+// unless the store was unreachable within the bound (5 s per release, 5 s
+// for those unlocks). Leases end with ErrReleased, or ErrLost if lost.
+// Close returns the releases' errors and the driver's, joined; a failed
+// best-effort unlock after a lease's end is logged at warn. Later calls
+// return nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {

@@ -17,11 +17,10 @@ const (
 	resultError       = "error"
 )
 
-// Histogram bucket boundaries, in seconds. OpenTelemetry's default ones
-// (0, 5, 10, 25 ... 10000) suit milliseconds, not seconds: every
-// acquisition would fall in the first bucket. A TryAcquire takes from tens
-// of microseconds (a local file) to milliseconds (a quorum); a wait, up to
-// minutes. Leases are held from milliseconds to hours.
+// Histogram bucket boundaries, in seconds: OpenTelemetry's defaults (0, 5,
+// 10, 25 ... 10000) would put every acquisition in the first bucket. A
+// TryAcquire takes from tens of microseconds (a local file) to
+// milliseconds (a quorum); a wait, up to minutes; a hold, up to hours.
 var (
 	waitBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 		0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}

@@ -76,11 +76,9 @@ func canonical(names []string) ([]string, error) {
 // single lease is. The set is held while every part is: Done closes when
 // any part ends, released or lost, and Release releases them all.
 //
-// Once Done or Context is called, and until the set ends, a MultiLease
-// has one goroutine that waits for its parts to end; releasing the set,
-// losing a part, or closing the Locker (which releases every lease) ends
-// that goroutine. A set whose Done and Context are never called costs no
-// goroutine.
+// From the first call of Done or Context until the set ends (released,
+// a part lost, or the Locker closed), a MultiLease has one goroutine that
+// waits for its parts to end; otherwise it costs none.
 //
 // A MultiLease is safe for concurrent use. It must not be copied.
 type MultiLease struct {
@@ -172,8 +170,7 @@ func (m *MultiLease) Names() []string { return slices.Clone(m.names) }
 // Leases returns the set's leases, in the order of Names.
 func (m *MultiLease) Leases() []*Lease { return slices.Clone(m.parts) }
 
-// Lease returns the lease of the lock called name; nil if name is not in
-// the set.
+// Lease returns the lease of the lock called name, nil if not in the set.
 func (m *MultiLease) Lease(name string) *Lease {
 	if i, ok := slices.BinarySearch(m.names, name); ok {
 		return m.parts[i]
@@ -209,10 +206,8 @@ func (m *MultiLease) Err() error {
 }
 
 // Context returns a copy of parent that is cancelled when the set ends,
-// with its Err as the cause (context.Cause), or when parent ends. Call
-// cancel to release the context's resources when the work is done. As
-// with Lease.Context, the context's Err and context.Cause answer like the
-// set's Err, at the call.
+// with its Err as the cause, or when parent ends, as Lease.Context does
+// for a lease.
 func (m *MultiLease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	return newHeldContext(parent, m.Done(), m.Err)
 }

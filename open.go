@@ -38,10 +38,9 @@ func Register(scheme string, opener driver.Opener) {
 }
 
 // parseURL parses rawURL as url.Parse does, and also a URL whose authority
-// lists several hosts, separated by commas, such as
-// redlock://[::1]:7001,[::1]:7002 or redlock://h1:6379,h2 (which url.Parse
-// rejects: it takes what follows the last colon for the port). Such a URL
-// comes back with Host set to the whole list, for the backend to split.
+// lists several hosts, such as redlock://[::1]:7001,[::1]:7002 or
+// redlock://h1:6379,h2 (which url.Parse rejects, taking what follows the
+// last colon for the port), with Host set to the list, for the backend.
 func parseURL(rawURL string) (*url.URL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {

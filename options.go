@@ -58,16 +58,14 @@ func WithTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithMaxHold caps how long a lease may be held: d after its grant,
-// renewal stops, the lease ends as lost with an error matching both
-// ErrLost and ErrMaxHold, and dlock releases the lock on the store (owner-
-// checked, as after any loss), so that a stuck holder cannot keep a lock
-// for ever by renewing it. Metrics count such an end under the reason
-// "max_hold", and the Locker's logger logs it. That release runs on a
-// goroutine of its own; Locker.Close waits for it (bounded, as Close's
-// releases are), so a program that closes its Locker before it exits
-// leaves the lock free on the store. Zero, the default, means no cap; a
-// negative d is an error.
+// WithMaxHold caps how long a lease may be held, so that a stuck holder
+// cannot keep a lock for ever by renewing it: d after its grant, renewal
+// stops, the lease ends as lost with an error matching both ErrLost and
+// ErrMaxHold (metrics reason "max_hold", and logged), and dlock releases
+// the lock on the store, owner-checked, on a goroutine that Locker.Close
+// waits for (bounded): a program that closes its Locker before it exits
+// leaves the lock free. Zero, the default, means no cap; a negative d is
+// an error.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -78,11 +76,10 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
-// WithAutoRenew turns automatic renewal (the watchdog) on or off. It is on
-// by default: dlock refreshes the lock about every TTL/3 while the lease is
-// held, and reports the lease lost if no refresh can succeed before the
-// lock's validity ends. Turned off, the caller refreshes with Lease.Refresh
-// and the lease is reported lost when its validity ends without one.
+// WithAutoRenew turns automatic renewal (the watchdog) on or off. On, the
+// default, dlock refreshes the lock about every TTL/3 while the lease is
+// held. Off, the caller refreshes with Lease.Refresh. Either way the lease
+// is reported lost when its validity ends without a successful refresh.
 func WithAutoRenew(on bool) Option {
 	return func(c *config) { c.autoRenew = on }
 }

@@ -77,13 +77,11 @@ func (s *Lease) end(cause error, lost string) bool {
 }
 
 // expire ends the lease as lost because its validity ran out without a
-// successful renewal, then makes a best-effort, owner-checked unlock in
-// case a late renewal did reach the store, so that others need not wait
-// for the TTL. Drivers may rely on this unlock: a lock whose store does
-// not expire it on its own (filelock's flock) is freed here when the
-// lease's validity ends. The unlock runs on a goroutine of its own, so
-// that Err, which may call expire, never waits for the store; Locker.Close
-// waits for it.
+// successful renewal, then unlocks it (endAndUnlock) in case a late
+// renewal did reach the store, so that others need not wait for the TTL.
+// Drivers may rely on this unlock: a lock whose store does not expire it
+// (filelock's flock) is freed here. The unlock runs on a goroutine of its
+// own, so that Err, which may call expire, never waits for the store.
 func (s *Lease) expire() {
 	s.mu.Lock()
 	last := s.lastErr
@@ -91,18 +89,16 @@ func (s *Lease) expire() {
 	s.endAndUnlock(s.lostError("validity ended without a successful renewal", last), lostExpired)
 }
 
-// endMaxHold ends the lease as lost at its WithMaxHold and, as expire
-// does, unlocks it so that the next holder need not wait for the TTL.
+// endMaxHold ends the lease as lost at its WithMaxHold and unlocks it, as
+// expire does.
 func (s *Lease) endMaxHold() {
 	s.endAndUnlock(s.lostError(fmt.Sprintf("held for %v", s.maxHold), ErrMaxHold), lostMaxHold)
 }
 
-// endAndUnlock ends the lease as lost and, if this call ended it, makes
-// the owner-checked unlock of expire and endMaxHold, after a renewal in
-// flight returns. The unlock is counted among what Close waits for before
-// the lease ends: Close, woken by the end, cannot miss it. It is bounded
-// as Close's releases are, so that Close returns once the store has
-// answered or the bound has passed.
+// endAndUnlock ends the lease as lost and, if this call ended it, makes a
+// best-effort, owner-checked unlock after a renewal in flight returns,
+// bounded as Close's releases are. The unlock is counted among what Close
+// waits for before the lease ends: Close, woken by the end, cannot miss it.
 func (s *Lease) endAndUnlock(cause error, lost string) {
 	done := s.l.bg.Add()
 	if !s.end(cause, lost) {
@@ -126,9 +122,8 @@ func (s *Lease) lostError(why string, cause error) error {
 	return fmt.Errorf("%w: %q: %s: %w", ErrLost, s.req.Name, why, cause)
 }
 
-// lostSignalled ends the lease as lost, the driver having signalled the
-// loss (Grant.OnLost), unless the lease ended or its release
-// started first.
+// lostSignalled ends the lease as lost on the driver's Grant.OnLost,
+// unless the lease ended or its release started first.
 func (s *Lease) lostSignalled() {
 	if s.fin.Load() != nil || s.releasing.Load() {
 		return

@@ -60,35 +60,31 @@ type Grant struct {
 	// before for the same name on the same store.
 	Token uint64
 	// Expires is the latest instant, on the local clock, at which the lock
-	// is certainly still held. A driver computes it conservatively: from
-	// the instant it sent the request that took the lock (not when the reply
-	// came), less any clock-drift allowance. The zero time means the lock
-	// does not expire on its own (it is held as long as the session or
-	// process lives) and needs no renewal.
+	// is certainly still held: counted from when the request that took it
+	// was sent (not when the reply came), less any clock-drift allowance.
+	// The zero time means the lock does not expire on its own (it lives
+	// with the session or process) and needs no renewal.
 	Expires time.Time
 	// OnLost, if not nil, is how the driver tells dlock that the lock is
 	// gone (session expired, connection closed, key deleted behind the
 	// holder's back): dlock calls it once, right after the grant, with a
 	// function for the driver to call (once, from any goroutine, holding
-	// none of the driver's locks) when it learns of the loss. A driver that
-	// has already learnt of the loss when OnLost is called calls the
-	// function at once (on another goroutine). Calls after Unlock are
-	// allowed and ignored. A LossNotice implements both sides. A driver
-	// that learns of losses from a session tells every lock of the session
-	// from the session's own goroutine: a held lock costs no goroutine.
+	// none of the driver's locks) on learning of the loss — at once, on
+	// another goroutine, if it already knows. Calls after Unlock are
+	// ignored. A LossNotice implements both sides. A session-based driver
+	// tells every lock of the session from the session's own goroutine: a
+	// held lock costs no goroutine.
 	OnLost func(lost func())
 	// Check, if not nil, tells at once whether the lock may still be held
-	// at now: nil while it may, otherwise an error saying why it is not
-	// (the session's conservative validity ended before now, the server
-	// closed the lock's connection). Once it returns an error it must go
-	// on doing so. dlock calls it on every Lease.Err, so that a holder's
-	// first look after a loss says "lost" even before the driver's own
-	// goroutines have run: it must not block, and must not allocate while
-	// it returns nil. A clock comparison, atomic loads and at most one
-	// non-blocking look at a socket fit; a round trip does not. A driver
-	// whose Check can fail must also call the OnLost function (or let
-	// Expires pass) when the same condition arises, so that Done closes
-	// without a caller.
+	// at now: nil while it may, else why not (the session's conservative
+	// validity ended, the server closed the lock's connection), and so on
+	// ever after. dlock calls it on every Lease.Err, so that a holder's
+	// first look after a loss says "lost" before the driver's goroutines
+	// have run: it must not block, nor allocate while it returns nil
+	// (clock comparisons, atomic loads, at most one non-blocking look at a
+	// socket; no round trip). A driver whose Check can fail must also call
+	// the OnLost function (or let Expires pass) on the same condition, so
+	// that Done closes without a caller.
 	Check func(now time.Time) error
 }
 
@@ -126,10 +122,9 @@ const (
 	// Exclusive is the mutex: one holder at a time.
 	Exclusive Mode = iota
 	// Read is the shared side of a readers-writer lock: any number of
-	// readers hold it together while no writer does. A writer that is
-	// waiting blocks readers that come after it (no writer starvation):
-	// waiters are served in order of arrival, consecutive readers
-	// together.
+	// readers hold it together while no writer does. Waiters are served in
+	// order of arrival, consecutive readers together, so a waiting writer
+	// blocks later readers (no writer starvation).
 	Read
 	// Write is the exclusive side of a readers-writer lock: one writer and
 	// no reader.
@@ -154,9 +149,8 @@ func (m Mode) String() string {
 }
 
 // Moder is implemented by drivers that support modes besides Exclusive.
-// A driver that does not implement it supports Exclusive only, and dlock
-// answers requests for other modes with ErrUnsupported without calling
-// it.
+// Without it a driver has Exclusive only: dlock answers requests for
+// other modes with ErrUnsupported without calling it.
 //
 // For every mode it supports, a driver's TryLock, Lock (if it is a
 // Waiter), Refresh and Unlock follow the contract of the Exclusive mode,
@@ -177,8 +171,7 @@ type Moder interface {
 // reason to the ErrUnsupported error of a request for a mode the driver
 // lacks.
 type Unsupporter interface {
-	// UnsupportedReason returns why the driver lacks mode m, "" when it
-	// has it.
+	// UnsupportedReason returns why the driver lacks mode m, "" if it has it.
 	UnsupportedReason(m Mode) string
 }
 
@@ -202,8 +195,7 @@ type LeaderInfo struct {
 // taking leadership with Lock (campaign), Refresh and Unlock (resign),
 // they let anyone read and follow who leads.
 type Elector interface {
-	// Leader returns the current leader of election name; the zero
-	// LeaderInfo when nobody leads.
+	// Leader returns the current leader of election name; zero if nobody.
 	Leader(ctx context.Context, name string) (LeaderInfo, error)
 
 	// Observe sends the leader of election name on the returned channel:

@@ -20,15 +20,13 @@ type LockInfo struct {
 	// the zero time when it does not expire on its own (it is held while a
 	// session or process lives) or the backend cannot tell.
 	Expires time.Time
-	// Waiters is how many clients wait for the lock; -1 when the backend
-	// cannot tell.
+	// Waiters is how many clients wait for the lock; -1 when unknown.
 	Waiters int
 }
 
 // Inspector is implemented by drivers that can list the locks held on
-// their store, for tools such as `dlock status`. It is optional: a driver
-// without it cannot answer such queries, and callers report that as
-// ErrUnsupported.
+// their store, for tools such as `dlock status`; callers report its
+// absence as ErrUnsupported.
 type Inspector interface {
 	// Inspect returns the locks held now whose names start with prefix
 	// (all of them for an empty prefix), sorted by name. It is a snapshot:

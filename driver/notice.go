@@ -29,8 +29,7 @@ func (n *LossNotice) Set(f func()) {
 
 // Signal tells of the loss: it calls the function Set recorded, if any,
 // on the caller's goroutine (which must hold none of the driver's locks),
-// and makes a later Set call its own at once. Calls after the first do
-// nothing.
+// and makes a later Set call its own at once. Later calls do nothing.
 func (n *LossNotice) Signal() {
 	n.mu.Lock()
 	f := n.f

@@ -31,19 +31,16 @@ const (
 	ParamServerName = "server_name"
 )
 
-// TLSFileParams are the parameters that shape a TLS connection, besides
-// ParamTLS which turns it on.
+// TLSFileParams shape a TLS connection, besides ParamTLS which turns it on.
 var TLSFileParams = []string{ParamCACert, ParamCert, ParamKey, ParamInsecureSkipVerify, ParamServerName}
 
-// TLS returns the client TLS configuration the URL asks for, or nil for a
-// plain connection. TLS is on when on is true (the scheme says so, as
-// rediss:// or etcds:// do) or the parameter tls is true; the parameters
-// cacert, cert, key, insecure_skip_verify and server_name then shape it
-// (see ParamCACert and the others). The files are read here: a missing or
+// TLS returns the client TLS configuration (TLS 1.2 at least) the URL asks
+// for, or nil for a plain connection. TLS is on when on is true (the
+// scheme says so, as rediss:// or etcds:// do) or the parameter tls is
+// true; TLSFileParams then shape it. The files are read here: a missing or
 // unreadable file, a file without a certificate or key, cert without key
 // (or the reverse), and any of these parameters on a plain connection are
-// each a *ParamError naming the parameter. The configuration asks for
-// TLS 1.2 at least.
+// each a *ParamError naming the parameter.
 func (u URL) TLS(on bool) (*tls.Config, error) {
 	explicit := u.Has(ParamTLS)
 	enabled, err := u.Bool(ParamTLS, on)

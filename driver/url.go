@@ -114,9 +114,8 @@ func (u URL) Err(param, value string, err error) error {
 }
 
 // Redacted returns the URL with its secrets hidden, for messages: the
-// password of the user information and the value of every query
-// parameter whose name holds "password", "secret" or "token" become
-// "xxxxx".
+// user information's password and the value of every query parameter
+// whose name holds "password", "secret" or "token" become "xxxxx".
 func (u URL) Redacted() string { return Redact(u.URL) }
 
 // Redact returns u as text with its secrets hidden, as URL.Redacted does.

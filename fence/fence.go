@@ -35,11 +35,9 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // admitted for that resource before, and records it as the new highest;
 // otherwise it returns a *StaleError and records nothing. The check and
 // the record are one atomic step: of two concurrent calls with different
-// tokens, the lower is admitted only if it came first. Token 0 is never
-// granted by dlock and is rejected as invalid.
-//
-// Equal tokens are admitted: one holder may perform several operations
-// under one lease.
+// tokens, the lower is admitted only if it came first. Equal tokens are
+// admitted (one holder may write several times under one lease); token 0,
+// which dlock never grants, is rejected as invalid.
 type Guard interface {
 	Admit(ctx context.Context, resource string, token uint64) error
 }

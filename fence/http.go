@@ -147,12 +147,11 @@ type middleware struct {
 // when that is empty. Rejected requests never reach the next handler;
 // they get DefaultReject's answer unless OnReject says otherwise.
 //
-// The guard's check happens before the handler runs, not atomically with
-// the handler's write: a request admitted with token 5 may still be
-// running its write when one with token 6 is admitted. Where two holders'
-// writes must not interleave, the handler should make its write through a
-// guard that checks in the same atomic step (a pgfence transaction, a
-// redisfence.Set), with the token RequestToken reads.
+// The check is not atomic with the handler's write: a request admitted
+// with token 5 may still be writing when one with token 6 is admitted.
+// Where two holders' writes must not interleave, the handler should write
+// through a guard that checks in the same atomic step (a pgfence
+// transaction, a redisfence.Set), with the token RequestToken reads.
 func Middleware(g Guard, resource func(*http.Request) string, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	m := &middleware{g: g, resource: resource, reject: DefaultReject}
 	for _, o := range opts {
@@ -197,9 +196,10 @@ func (m *middleware) admit(r *http.Request) (int, error) {
 
 // DefaultReject answers a rejected request with status and err's message
 // as a plain-text body; for a 500 it writes only the status text, so that
-// the guard's internals (a database error, say) do not reach clients. A 409 Conflict for a *StaleError also carries the
-// resource, the rejected token and the highest one in ResourceHeader,
-// TokenHeader and HighestHeader, which ResponseError reads back.
+// the guard's internals (a database error, say) do not reach clients. A
+// 409 for a *StaleError also carries the resource, the rejected token and
+// the highest one in ResourceHeader, TokenHeader and HighestHeader, which
+// ResponseError reads back.
 func DefaultReject(w http.ResponseWriter, _ *http.Request, status int, err error) {
 	h := w.Header()
 	if se, ok := errors.AsType[*StaleError](err); ok && status == http.StatusConflict {

@@ -7,12 +7,9 @@ import (
 )
 
 // Memory is a Guard for resources that live in the memory of one process:
-// it keeps the highest token admitted for each resource name. The zero
-// value is ready to use. A Memory is safe for concurrent use and must not
-// be copied.
-//
-// It keeps one small entry per resource name, for as long as it lives;
-// Forget drops one.
+// it keeps the highest token admitted for each resource name, an entry per
+// name for as long as it lives (Forget drops one). The zero value is
+// ready to use. A Memory is safe for concurrent use and must not be copied.
 type Memory struct {
 	mu sync.Mutex
 	m  map[string]*entry

@@ -26,9 +26,8 @@ const campaignRetry = time.Second
 // leads, and gocron runs jobs only there. It campaigns in the background
 // from NewElector until Close: with the backend's elections where it has
 // them (dlock's Campaign), else with a mutex of the same name. When the
-// leader's lease is lost or it closes, another instance takes over.
-//
-// An Elector is safe for concurrent use.
+// leader's lease is lost or it closes, another instance takes over. It is
+// safe for concurrent use.
 type Elector struct {
 	l     *dlock.Locker
 	name  string

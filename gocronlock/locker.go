@@ -43,9 +43,8 @@ type Option func(*Locker)
 func WithPrefix(p string) Option { return func(x *Locker) { x.prefix = p } }
 
 // WithMinHold sets how long a job's lock is kept at least, from the start
-// of the run, even if the job ends sooner: longer than the spread of the
-// instances' timers, shorter than the job's interval. Zero releases the
-// lock as soon as the job ends. The default is DefaultMinHold.
+// of the run (see the package doc, Once per run). Zero releases the lock
+// as soon as the job ends. The default is DefaultMinHold.
 func WithMinHold(d time.Duration) Option { return func(x *Locker) { x.minHold = max(d, 0) } }
 
 // WithLockOptions sets dlock options for every job lock, such as

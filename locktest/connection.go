@@ -19,15 +19,14 @@ import (
 // ServerKill is the check, for a backend whose locks live with a
 // connection (PostgreSQL, MySQL), that a lease learns of a server-side
 // kill of that connection by the connection itself, not by a later
-// renewal or keep-alive: runs times, it acquires the mutex name with l,
-// with a TTL of an hour (renewals 20 minutes apart), calls kill (which
-// ends the holder's session on the server and returns the instant its
-// statement returned), and waits for the lease's Done; Err must then
-// match dlock.ErrLost. l's keep-alives must be as rare (an hour): then
-// only the watch of the connection can close Done within the wait, which
-// is ten times bound and 5 s at least — a hang bound. bound is how soon
-// Done is expected to close; it logs p50, p99 and max against it, figures
-// that a loaded machine may stretch.
+// renewal or keep-alive: runs times, it acquires the mutex name with l
+// with a TTL of an hour, calls kill (which ends the holder's session on
+// the server and returns the instant its statement returned), and waits
+// for Done; Err must then match dlock.ErrLost. l's keep-alives must be an
+// hour apart too, so that only the watch of the connection can close Done
+// within the hang bound (ten times bound, 5 s at least). bound is how
+// soon Done is expected to close: p50, p99 and max are logged against it,
+// figures a loaded machine may stretch.
 func ServerKill(t *testing.T, l *dlock.Locker, name string, runs int, bound time.Duration,
 	kill func(t *testing.T, lease *dlock.Lease) time.Time) {
 	t.Helper()
@@ -81,8 +80,8 @@ type DriverKill struct {
 
 // SeenAtOnce takes each request runs times with Lock and kills its
 // connection: the loss must be signalled through OnLost within 2 s (over
-// 100× what it takes on loopback; the figures are logged), Check must
-// report it, and Unlock must fail with ErrNotHeld.
+// 100× the logged loopback figures), Check must report it, and Unlock
+// must fail with ErrNotHeld.
 func (k DriverKill) SeenAtOnce(t *testing.T, runs int) {
 	for kind, r := range k.Requests {
 		t.Run(kind, func(t *testing.T) {

@@ -50,8 +50,7 @@ func (s *suite) electionOneLeader(t *testing.T, ctx context.Context, name string
 	// says they are one queue.
 	mutex := acquire(t, ctx, reader, name)
 	// Where the two are one queue, the campaign must wait until its
-	// deadline; elsewhere it must lead, and the deadline only bounds a
-	// hang.
+	// deadline; elsewhere it must lead, the deadline only a hang bound.
 	campaign := func(ctx context.Context) (*dlock.Lease, error) {
 		return reader.Campaign(ctx, name, "while-the-mutex-is-held")
 	}

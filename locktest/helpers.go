@@ -49,8 +49,7 @@ func Request(name string, ttl time.Duration) driver.Request {
 	return driver.Request{Name: name, Owner: RandomHex(16), TTL: ttl}
 }
 
-// New returns a Locker over d with opts, closed when t ends; an error
-// fails t.
+// New returns a Locker over d with opts, closed when t ends; an error fails t.
 func New(t testing.TB, d driver.Driver, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	return Opened(t)(dlock.New(d, opts...))
@@ -131,11 +130,10 @@ func TakeTurn(t testing.TB, ctx context.Context, lockers []*dlock.Locker, i int,
 	return lease
 }
 
-// NoLeak checks that the goroutines a test started have ended: that the
-// count of goroutines comes back to before (runtime.NumGoroutine, read
-// before the test started any) within 5 s, a hang bound for goroutines
-// that end a moment after the Close that ends them. If not, it reports
-// every goroutine's stack.
+// NoLeak checks that the goroutines a test started have ended: that
+// runtime.NumGoroutine comes back to before (read before the test started
+// any) within 5 s, a hang bound for goroutines that end a moment after the
+// Close that ends them; else it reports every goroutine's stack.
 func NoLeak(t testing.TB, before int) {
 	t.Helper()
 	deadline := time.Now().Add(prompt)

@@ -16,8 +16,7 @@ import (
 // reports one, an expiry within the TTL's reach when it reports one, and
 // no waiters; released locks drop out of the list. Listing other kinds is
 // optional, but two readers of a readers-writer lock, if listed, are two
-// entries in read mode. A driver without Inspect passes: the interface is
-// optional.
+// entries in read mode. A driver without Inspect passes.
 func (s *suite) inspectListsHolders(t *testing.T, ctx context.Context, base string) {
 	l := s.locker(t)
 	other := s.locker(t)

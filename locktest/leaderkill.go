@@ -27,8 +27,7 @@ type LeaderKill struct {
 	Contenders int
 	// Kill kills the leader (SIGKILL) and describes it, for the log.
 	Kill func(t *testing.T) string
-	// NewLeader waits until a leader is known again, up to Bound, and
-	// describes it.
+	// NewLeader waits, up to Bound, for a new leader and describes it.
 	NewLeader func(t *testing.T) string
 	// Restart starts the killed leader again; it rejoins as a follower.
 	Restart func(t *testing.T)
@@ -36,9 +35,8 @@ type LeaderKill struct {
 	// and StallBound the longest the contended lock may go without a
 	// grant around the kill.
 	Bound, StallBound time.Duration
-	// Warmup runs the contenders before the kill; Rejoin waits between
-	// the new leader and the restart, and After after the restart. Each
-	// is 1.5s when zero.
+	// Warmup runs the contenders before the kill, Rejoin between the new
+	// leader and the restart, After after it; each 1.5s when zero.
 	Warmup, Rejoin, After time.Duration
 }
 

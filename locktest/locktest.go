@@ -29,26 +29,23 @@ type Harness struct {
 	TTL time.Duration
 
 	// Crash, if set, makes the client l stop as a crashed process would:
-	// its session or connection dies without releasing anything. Backends
-	// whose locks live as long as a session, connection or process rather
-	// than a renewed TTL (ZooKeeper, etcd, PostgreSQL, MySQL, file) set it; the ExpiresWithoutRenewal
-	// property then crashes the holder instead of turning its renewal off,
-	// and expects another client to get the lock once the store notices.
+	// its session or connection dies without releasing anything. Set by
+	// backends whose locks live with a session, connection or process
+	// (ZooKeeper, etcd, PostgreSQL, MySQL, file): ExpiresWithoutRenewal
+	// then crashes the holder instead of turning its renewal off.
 	Crash func(t *testing.T, l *dlock.Locker)
 
 	// ElectionIsMutex says that the backend keeps the election and the
 	// mutex of one name in one queue, as etcd's concurrency package does
 	// (etcdlock's LayoutConcurrency: `etcdctl lock x` and `etcdctl elect
-	// x` are one lock). The election properties then check that a
-	// campaign waits while the mutex of its name is held, where they
-	// otherwise check that it does not.
+	// x` are one lock): a campaign then must wait while the mutex of its
+	// name is held, where otherwise it must not.
 	ElectionIsMutex bool
 
 	// WriteIsMutex says that the backend keeps the write side of the
 	// readers-writer lock and the mutex of one name in one queue, as
-	// kazoo's Lock and WriteLock on one path are (zklock's LayoutKazoo).
-	// The readers-writer properties then check that the mutex is held
-	// while a writer holds, where they otherwise check that it is free.
+	// kazoo's Lock and WriteLock on one path are (zklock's LayoutKazoo):
+	// the mutex then must be held while a writer holds, else free.
 	WriteIsMutex bool
 }
 

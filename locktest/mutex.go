@@ -238,9 +238,8 @@ func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context, name string)
 
 // expiresWithoutRenewal: a holder that does not renew loses the lock after
 // its TTL and another client gets it — and the holder learns of the loss
-// before the other client acquires, not after: its Err, which decides at
-// the call, says lost by then; Done, which the lease's timer closes for
-// waking, closes at the latest a moment later (a timer can fire late on a
+// first: its Err, deciding at the call, says lost by then; Done, closed by
+// the lease's timer, at most a moment later (a timer can fire late on a
 // starved machine).
 func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name string) {
 	a, b := s.locker(t), s.locker(t)
@@ -283,8 +282,7 @@ func (s *suite) expiresWithoutRenewal(t *testing.T, ctx context.Context, name st
 	}
 }
 
-// lostWhenTakenAway: when the store loses the lock, the holder learns of
-// it (mustSeeLoss).
+// lostWhenTakenAway: a holder learns that the store lost its lock (mustSeeLoss).
 func (s *suite) lostWhenTakenAway(t *testing.T, ctx context.Context, name string) {
 	lease := acquire(t, ctx, s.locker(t), name)
 	work, cancel := lease.Context(ctx)
@@ -415,15 +413,14 @@ func (s *suite) tokensIncrease(t *testing.T, ctx context.Context, name string) {
 // heldLocks is how many locks heldNoGoroutine holds at once.
 const heldLocks = 40
 
-// heldNoGoroutine: holding a lock costs no goroutine of its own. A
-// session's or connection's goroutines serve all its locks, a loss is
-// reported through Grant.OnLost, and a renewal is a timer. With one lock
-// held first (so that the client's own goroutines are running), heldLocks
-// more are taken with a long TTL, so that no renewal is in flight; the
-// count of goroutines must then settle below one per two held locks. A
-// goroutine that a grant starts for a moment (the watch a ZooKeeper holder
-// sets after 25 ms) is allowed its moment: the count is read until it
-// settles, for at most prompt.
+// heldNoGoroutine: holding a lock costs no goroutine of its own (a
+// session's goroutines serve all its locks, a loss comes through
+// Grant.OnLost, a renewal is a timer). With one lock held first (so that
+// the client's own goroutines run), heldLocks more are taken with a long
+// TTL, so that no renewal is in flight; the goroutine count must then
+// settle, within prompt, below one per two held locks (a goroutine a grant
+// starts for a moment, as a ZooKeeper holder's watch set after 25 ms, is
+// allowed its moment).
 func (s *suite) heldNoGoroutine(t *testing.T, ctx context.Context, name string) {
 	l := s.locker(t)
 	first := acquire(t, ctx, l, name+"/first", dlock.WithTTL(holdTTL))

@@ -11,10 +11,8 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Readers-writer lock properties. Each starts by checking Supports: a
-// backend without the kind must answer with ErrUnsupported, and the rest
-// of the property does not apply.
-
+// noRW, which every readers-writer property calls first, reports whether
+// l lacks the kind, after checking that it then answers ErrUnsupported.
 func (s *suite) noRW(t *testing.T, ctx context.Context, l *dlock.Locker, name string) bool {
 	if l.Supports(driver.Read) != l.Supports(driver.Write) {
 		t.Errorf("Supports(Read) = %v but Supports(Write) = %v: the two sides of a readers-writer lock go together",
@@ -39,8 +37,7 @@ func (s *suite) rwShareExclude(t *testing.T, ctx context.Context, name string) {
 	}
 	r2 := mustAcquire(t, func() (*dlock.Lease, error) { return lockers[1].TryAcquireRead(ctx, name) },
 		"TryAcquireRead while another reader holds (readers must share)")
-	// Not waiting: an acquisition queued behind r1 and r2 would wait for
-	// ever; the deadline only bounds that.
+	// Not waiting; the deadline bounds a wait behind r1 and r2, for ever.
 	wctx, cancel := context.WithTimeout(ctx, s.lossBound())
 	r3, err := lockers[2].AcquireRead(wctx, name)
 	cancel()

@@ -22,8 +22,7 @@ func (s *suite) noSemaphore(t *testing.T, ctx context.Context, l *dlock.Locker, 
 // semaphoreLimit: 32 goroutines over 4 clients contend for 3 permits; a
 // holders gauge must reach 3 and never exceed it, and every grant has a
 // token of its own. The first holders wait (up to lossBound) until 3 hold
-// at once, so that reaching 3 is the semaphore's doing, not the
-// scheduler's.
+// at once, so that reaching 3 is the semaphore's doing.
 func (s *suite) semaphoreLimit(t *testing.T, ctx context.Context, name string) {
 	lockers := s.lockers(t, 4)
 	if s.noSemaphore(t, ctx, lockers[0], name) {

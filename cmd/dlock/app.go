@@ -88,8 +88,7 @@ Examples:
 Run 'dlock <command> --help' for a command's flags and examples.
 `
 
-// dlockMain runs dlock with args (without the program name) and returns
-// the exit code.
+// dlockMain runs dlock with args (no program name); it returns the exit code.
 func dlockMain(args []string, stdout, stderr io.Writer) int {
 	sio := &stdio{out: stdout, err: stderr}
 	if len(args) == 0 {
@@ -253,16 +252,14 @@ func (f *flags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		l = slog.New(slog.NewTextHandler(w, o))
 	}
-	// go-redis logs through a process-wide logger of its own, past
-	// dlock.WithLogger, a line per failed dial for as long as a server is down
-	// (docs/REDLOCK.md counts them); dlock reports each failure that matters
-	// once, so go-redis's lines are detail: Debug, shown only with --log-level
-	// debug, not flooding a --log-level warn run during an outage.
+	// go-redis logs past dlock.WithLogger, through a process-wide logger,
+	// a line per failed dial while a server is down (docs/REDLOCK.md);
+	// dlock reports each failure that matters once, so those lines are
+	// Debug, not flooding a --log-level warn run during an outage.
 	redis.SetLogger(redislock.SlogLogger(l, slog.LevelDebug))
-	// The backends' own messages that are not about a lease (the Redis
-	// drivers' eviction warning at open) go to slog.Default, which
-	// dlock.Open cannot hand WithLogger's logger to: make it this one, so
-	// that --log-level decides for them too.
+	// The backends' messages that are not about a lease (the Redis
+	// drivers' eviction warning at open) go to slog.Default, out of
+	// WithLogger's reach: make it l, so that --log-level decides them too.
 	slog.SetDefault(l)
 	return l, nil
 }

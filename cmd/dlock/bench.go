@@ -81,8 +81,7 @@ func cmdBench(ctx context.Context, sio *stdio, args []string) int {
 	if *sf.on {
 		return runScale(ctx, sio, f.cmd, sf, backends, dlock.WithLogger(log))
 	}
-	// Open every backend first: a bad URL fails before minutes of
-	// measurement.
+	// Open every backend first: a bad URL fails before minutes of work.
 	var lockers []*dlock.Locker
 	defer func() {
 		for _, l := range lockers {
@@ -200,8 +199,7 @@ func (b *bench) contended(ctx context.Context, r *benchResult) error {
 	)
 	errs := make(chan error, b.conc)
 	deadline := time.Now().Add(b.dur)
-	// Waits past the deadline are cut short: they are not part of the
-	// phase's time.
+	// Waits past the deadline are cut short, out of the phase's time.
 	cctx, cancel := context.WithDeadline(ctx, deadline.Add(5*time.Second))
 	defer cancel()
 	start := time.Now()

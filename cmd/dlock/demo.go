@@ -77,8 +77,7 @@ func cmdDemo(ctx context.Context, sio *stdio, args []string) int {
 		return code
 	}
 	defer locker.Close()
-	// A name of its own per run, so that runs on a shared backend do not
-	// meet.
+	// A name of its own per run, so that runs on a shared backend never meet.
 	name := "dlock-demo/stock-" + newID()
 	d := &demo{out: sio.out, locker: locker, name: name, workers: *workers, stock: *stock}
 	fmt.Fprintf(sio.out, "%d workers sell from a stock of %d items, on %s.\n\n", d.workers, d.stock, redact(backend))
@@ -215,8 +214,7 @@ func (d *demo) fenced(ctx context.Context) error {
 	readA := stock.Load()
 	fmt.Fprintf(d.out, "   worker 1 takes the lock (token %d), reads stock %d, and freezes...\n", a.Token(), readA)
 
-	// Worker 2 waits for the lock, which frees itself when worker 1's TTL
-	// runs out.
+	// Worker 2 waits for the lock, freed when worker 1's TTL runs out.
 	type result struct {
 		token uint64
 		wrote int64

@@ -135,9 +135,8 @@ func (h cliHandle) String() string {
 	return h.Handle.String() + "." + base64.RawURLEncoding.EncodeToString([]byte(h.holder))
 }
 
-// parseHandle decodes a handle the CLI printed (String) or one of the
-// library (dlock.Handle.String), which has no holder: the library's nine
-// fields, then the CLI's tenth, if there.
+// parseHandle decodes a handle the CLI printed (String) or the library's
+// (dlock.Handle.String: the nine fields without the holder's tenth).
 func parseHandle(s string) (cliHandle, error) {
 	s = strings.TrimSpace(s)
 	var h cliHandle

@@ -51,10 +51,9 @@ func runtimeDir() (string, error) {
 	return dir, nil
 }
 
-// startHolder starts the detached holder of o's lock on backend and
-// waits for its word: the handle (printed, exit 0), busy (75), or a
-// failure. A signal to dlock acquire while the holder waits for the lock
-// makes it give up.
+// startHolder starts the detached holder of o's lock on backend and waits
+// for its word: the handle (printed, exit 0), busy (75), or a failure. A
+// signal to dlock acquire while the holder waits makes it give up.
 func startHolder(sio *stdio, f *flags, backend string, o runOpts) int {
 	dir, err := runtimeDir()
 	if err != nil {
@@ -77,8 +76,7 @@ func startHolder(sio *stdio, f *flags, backend string, o runOpts) int {
 	}
 	args = append(args, o.name, sock)
 	cmd := exec.Command(self, args...)
-	// The backend's URL goes by the environment, not the command line,
-	// which every user of the machine can read.
+	// The backend's URL goes by the environment: every local user can read argv.
 	cmd.Env = append(os.Environ(), envBackend+"="+backend)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

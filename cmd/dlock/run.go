@@ -62,8 +62,7 @@ type runOpts struct {
 	lostCode    int
 	grace       time.Duration
 	metricsAddr string
-	// acquireOpts are the acquisition's options, for the verbs that are
-	// not run.
+	// acquireOpts are the acquisition's options, for verbs other than run.
 	acquireOpts []dlock.Option
 }
 
@@ -90,8 +89,7 @@ func cmdRun(ctx context.Context, sio *stdio, args []string) int {
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, how long the command has between SIGTERM and SIGKILL")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on `host:port` (path /metrics) while dlock runs")
 
-	// Everything after the first "--" is the command, untouched by flag
-	// parsing.
+	// Everything after the first "--" is the command, never parsed as flags.
 	var command []string
 	if i := slices.Index(args, "--"); i >= 0 {
 		args, command = args[:i], args[i+1:]
@@ -356,8 +354,7 @@ func releaseAfterRun(sio *stdio, cmd string, log *slog.Logger, lease *dlock.Leas
 	}
 }
 
-// exitCode returns the shell's view of how the command ended: its exit
-// status, or 128+N when signal N killed it.
+// exitCode returns the command's exit status, or 128+N if signal N killed it.
 func exitCode(ps *os.ProcessState, waitErr error) int {
 	if ps == nil {
 		if waitErr != nil {

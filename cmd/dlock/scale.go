@@ -90,8 +90,7 @@ func runScale(ctx context.Context, sio *stdio, cmd string, sf scaleFlags, backen
 	if err != nil {
 		return usageErr(sio, cmd, "%v", err)
 	}
-	// Open each backend once first: a bad URL fails before minutes of
-	// measurement.
+	// Open each backend once first: a bad URL fails before minutes of work.
 	for _, b := range backends {
 		l, code := openLocker(ctx, sio, cmd, b, opts...)
 		if l == nil {

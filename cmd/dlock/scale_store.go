@@ -26,11 +26,10 @@ import (
 
 // storeEntries returns a counter of what a backend's store holds, for
 // the held sweep's growth and leftovers: files (a file:// directory named
-// in the URL), keys (Redis, all nodes), rows of
-// the token table (PostgreSQL, MySQL), keys (etcd), znodes (ZooKeeper's
-// mntr), messages of the bucket's stream (NATS). It is nil for the other
-// schemes. It counts the whole store, not dlock's keys alone: the sweep
-// reports differences, which a busy store blurs.
+// in the URL), keys (Redis, all nodes; etcd), rows of the token table
+// (PostgreSQL, MySQL), znodes (ZooKeeper's mntr), messages of the
+// bucket's stream (NATS); nil for other schemes. It counts the whole
+// store: the sweep reports differences, which a busy store blurs.
 func storeEntries(raw string) func(context.Context) (int, error) {
 	u, err := url.Parse(raw)
 	if err != nil {

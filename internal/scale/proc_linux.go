@@ -85,9 +85,8 @@ func (p *procs) cpu() (time.Duration, bool) {
 	return time.Duration(ticks) * time.Second / ClockTicks, true
 }
 
-// memory returns the servers' proportional set size (shared pages split
-// among the processes that map them), in bytes; false when there are
-// none.
+// memory returns the servers' proportional set size in bytes (shared
+// pages split among the processes that map them); false if there are none.
 func (p *procs) memory() (int64, bool) {
 	pids := p.tree()
 	if len(pids) == 0 {
@@ -126,8 +125,7 @@ func ProcStat(pid int) (comm string, fields []string, err error) {
 }
 
 // listeningInodes returns the socket inodes listening on the loopback
-// addresses given (others are ignored: only this machine's processes can
-// be read).
+// ones of addrs (only this machine's processes can be read).
 func listeningInodes(addrs []string) map[string]bool {
 	ports := map[int]bool{}
 	for _, a := range addrs {
@@ -173,8 +171,7 @@ func listeningInodes(addrs []string) map[string]bool {
 	return inodes
 }
 
-// pidsOf returns the processes holding any of the socket inodes, each
-// once.
+// pidsOf returns the processes holding any of the socket inodes, each once.
 func pidsOf(inodes map[string]bool) []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")

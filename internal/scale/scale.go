@@ -23,8 +23,7 @@ import (
 	"time"
 )
 
-// A Locker is one client of the fleet under test: its own connection(s)
-// to the store.
+// A Locker is one client of the fleet under test, with its own connections.
 type Locker interface {
 	// Acquire waits until the lock on name is held or ctx ends.
 	Acquire(ctx context.Context, name string) (Held, error)
@@ -48,9 +47,8 @@ type Target struct {
 	// none on this machine.
 	Servers []string
 	// Entries, when set, counts what the store holds (keys, znodes,
-	// rows, stream messages): read before the held sweep, at each level,
-	// and after every lock was released, the figures are the growth
-	// since before.
+	// rows, stream messages), read before the held sweep, at each level
+	// and after the release, to report the growth.
 	Entries func(ctx context.Context) (int, error)
 }
 
@@ -59,15 +57,13 @@ type Config struct {
 	Waiters []int // waiters on one name
 	Held    []int // names held at once
 	Clients []int // clients, each on a name of its own
-	// Step is how long each point of the waiters and clients sweeps
-	// runs.
+	// Step is how long each point of the waiters and clients sweeps runs.
 	Step time.Duration
 	// Fill bounds the time to reach each level of the held sweep (and to
 	// release them all at the end).
 	Fill time.Duration
-	// Fleet is how many Lockers a sweep spreads its goroutines over, as
-	// that many processes of a fleet would be (fewer when there are fewer
-	// goroutines).
+	// Fleet is how many Lockers (processes of a fleet) a sweep spreads
+	// its goroutines over, at most one per goroutine.
 	Fleet int
 	// Fillers is how many goroutines take the names of the held sweep.
 	Fillers int

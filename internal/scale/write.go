@@ -201,8 +201,7 @@ func (a axis) ticks() []float64 {
 	return out
 }
 
-// label prints a value in at most 4 significant digits, with k/M for
-// thousands and millions.
+// label prints a value in at most 4 significant digits, scaled by k or M.
 func label(v float64) string {
 	switch av := math.Abs(v); {
 	case av >= 1e6:

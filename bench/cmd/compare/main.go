@@ -7,12 +7,11 @@
 //	cd bench && go run ./cmd/compare -d 3s
 //
 // It starts 5 redis-server processes of its own (no persistence) on free
-// loopback ports for the multi-node implementations, and a sixth for the
-// CPU-cost pass, and, when a NATS implementation is selected, a
-// nats-server with JetStream (2.11 or later, see natsbin.Find), and
-// kills them at the end. On the shared Redis (-redis) it
-// only uses keys holding the run's unique id, and deletes them at the end;
-// it never flushes it.
+// loopback ports for the multi-node implementations, a sixth for the
+// CPU-cost pass and, when a NATS implementation is selected, a nats-server
+// with JetStream (2.11 or later, see natsbin.Find), and kills them at the
+// end. On the shared Redis (-redis) it only uses keys holding the run's
+// unique id, and deletes them at the end; it never flushes it.
 package main
 
 import (
@@ -250,10 +249,10 @@ type quietGuard struct {
 	maxForeign float64 // most CPU other processes used during a kept measurement
 }
 
-// quietly waits for a quiet machine and runs measure, up to g.tries times while
-// other processes used more than g.limit of a CPU during it, and returns
-// the run during which they used the least, with that use. label names
-// the measurement in the progress output.
+// quietly waits for a quiet machine and runs measure, up to g.tries times
+// while other processes used more than g.limit of a CPU during it, and
+// returns the run during which they used the least, with that use. label
+// names the measurement in the progress output.
 func quietly[T any](g *quietGuard, label string, measure func(attempt int) (T, error)) (T, float64, error) {
 	var best T
 	foreign := -1.0
@@ -281,11 +280,10 @@ func quietly[T any](g *quietGuard, label string, measure func(attempt int) (T, e
 }
 
 // sliced runs scenario sc (S1 or S2) for every unit in turns: after a
-// warm-up of each, turns of one slice of every unit, the order rotating
-// every turn, until each unit has run about d. Each turn is guarded by g
-// (waiting for quiet, run again when other processes were busy). The
-// private nodes are flushed once, before the warm-ups. It returns each
-// unit's slices merged.
+// warm-up of each (the private nodes flushed once before), turns of one
+// slice of every unit, the order rotating, until each unit has run about
+// d, each turn guarded by g (see quietly). It returns each unit's slices
+// merged.
 func sliced(ctx context.Context, env *harness.Env, g *quietGuard, impls map[string]harness.Impl, units []unit, private map[string]bool,
 	sc, purpose string, round int, d, slice, warm time.Duration) (map[unit]harness.Result, error) {
 	for _, u := range units {

@@ -37,10 +37,9 @@ type Cost struct {
 // MeasureCost runs S2 for d, lock calls with contexts of the kind, with a
 // fresh instance of s whose servers are all private, so that their CPU is
 // the implementation's alone: a Redis implementation's single-node server
-// is the one at redisAddr rather than the shared one, and its servers'
-// CPU is read from INFO cpu; a NATS implementation's is the benchmark's
-// nats-server (already private), process natsPid, whose CPU is read from
-// /proc.
+// is redisAddr, not the shared one, its CPU read from INFO cpu; a NATS
+// implementation's is the benchmark's nats-server, process natsPid, its
+// CPU read from /proc.
 func MeasureCost(ctx context.Context, s Spec, e *Env, redisAddr string, natsPid int, kind string, d time.Duration) (Cost, error) {
 	ce := &Env{Shared: redisAddr, Nodes: e.Nodes, NATS: e.NATS, Run: e.Run}
 	addrs := []string{redisAddr}

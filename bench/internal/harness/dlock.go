@@ -48,9 +48,8 @@ func newDlockRedlock(e *Env) (Impl, error) {
 
 // newDlockNATS is dlock's nats backend as a new user opens it:
 // dlock.Open("nats://127.0.0.1:port/bucket", dlock.WithTTL(10s)), so with
-// the connection that URL builds and a bucket it creates (file storage,
-// one replica, the defaults), automatic renewal on. The bucket is this
-// run's.
+// the connection that URL builds and this run's bucket, which it creates
+// (file storage, one replica, the defaults), automatic renewal on.
 func newDlockNATS(e *Env) (Impl, error) {
 	if e.NATS == "" {
 		return nil, fmt.Errorf("%s needs the benchmark's nats-server (StartNATS)", DlockNATS)

@@ -19,9 +19,8 @@ import (
 	"github.com/dlockgo/dlock/internal/scale"
 )
 
-// TTL is the lock TTL every implementation uses: 10 s for the scenarios;
-// cmd/scale sets it longer, so that the peers, which do not renew, hold
-// their locks through a sweep.
+// TTL is the lock TTL every implementation uses; cmd/scale sets it longer,
+// so that the peers, which do not renew, hold their locks through a sweep.
 var TTL = 10 * time.Second
 
 // Impl is one locking implementation under test: Acquire takes the lock
@@ -42,10 +41,9 @@ type Env struct {
 	// Nodes are the addresses of the private redis-servers (5) the
 	// benchmark started; they may be flushed between implementations.
 	Nodes []string
-	// NATS is the URL (nats://127.0.0.1:port) of the nats-server with
-	// JetStream the benchmark started (StartNATS); the NATS
-	// implementations make their buckets there (Bucket), and it is killed,
-	// buckets and all, at the end.
+	// NATS is the URL (nats://127.0.0.1:port) of the benchmark's
+	// nats-server (StartNATS), where the NATS implementations make their
+	// buckets (Bucket); it is killed, buckets and all, at the end.
 	NATS string
 	// Run is unique to this run; every key starts with "dlockbench/"+Run.
 	Run string
@@ -96,9 +94,8 @@ const (
 	// only when named).
 	DlockRedisClient = "dlock-redis-client"
 	// DlockRedisAutoPipe is dlock's redis backend over go-redis's
-	// auto-pipelining client (Client.AutoPipeline() of a default client),
-	// the documented way to coalesce calls (a diagnostic, run only when
-	// named).
+	// Client.AutoPipeline(), the documented way to coalesce calls (a
+	// diagnostic, run only when named).
 	DlockRedisAutoPipe = "dlock-redis-autopipe"
 	// RawHop is the raw loop with each call made from a new goroutine
 	// while the caller waits for its result on a channel, as redsync
@@ -159,9 +156,8 @@ func Select(list string) ([]Spec, error) {
 }
 
 // NewClient returns a go-redis client with default options, as a new user
-// builds one: the peers' clients, and the harness's own (flush, cleanup,
-// INFO). dlock's backends are opened from their URLs instead (dlock.go),
-// which build the clients they document.
+// builds one, for the peers and the harness's own calls (flush, cleanup,
+// INFO); dlock's backends build the clients their URLs document (dlock.go).
 func NewClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr})
 }
@@ -181,8 +177,7 @@ func FlushNodes(ctx context.Context, e *Env) error {
 }
 
 // Cleanup deletes this run's keys from the shared server, found by SCAN
-// over the run id (the key schemes of the implementations differ, but every
-// key contains the run id).
+// over the run id, which every implementation's keys contain.
 func Cleanup(ctx context.Context, e *Env) (int, error) {
 	c := NewClient(e.Shared)
 	defer c.Close()

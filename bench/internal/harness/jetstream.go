@@ -14,10 +14,9 @@ import (
 
 // ---- raw nats.go jetstream KV loop ----
 
-// RawJetStreamMarkerTTL is the LimitMarkerTTL of the raw loop's bucket:
-// what enables per-key TTLs on it (and how long the markers of expired
-// keys stay). It is natslock's default marker TTL, so that both buckets
-// keep their markers alike.
+// RawJetStreamMarkerTTL is the LimitMarkerTTL of the raw loop's bucket,
+// which enables per-key TTLs (and is how long expired keys' markers stay):
+// natslock's default, so that both buckets keep their markers alike.
 const RawJetStreamMarkerTTL = time.Minute
 
 // rawJS is the lock a user writes with nats.go's jetstream KV API: Create
@@ -36,8 +35,8 @@ type rawJSHeld struct {
 }
 
 // newRawJetStream connects to the private nats-server with nats.go's
-// default options and creates this run's bucket, file storage (the
-// default), per-key TTLs on.
+// default options and creates this run's bucket (file storage, per-key
+// TTLs).
 func newRawJetStream(e *Env) (Impl, error) {
 	if e.NATS == "" {
 		return nil, fmt.Errorf("%s needs the benchmark's nats-server (StartNATS)", RawJetStream)

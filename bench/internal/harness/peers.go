@@ -19,8 +19,7 @@ import (
 // ---- raw go-redis loop ----
 
 // RawRetry is the raw loop's fixed pause between SET NX attempts while the
-// key is held. It has no library default; 10 ms is a common hand-written
-// choice.
+// key is held: no library's default, a common hand-written choice.
 const RawRetry = 10 * time.Millisecond
 
 // rawRelease deletes the key only if it still holds our value.
@@ -133,11 +132,10 @@ func (r *raw) Close() error { return r.c.Close() }
 
 // ---- github.com/bsm/redislock ----
 
-// BSMMinBackoff and BSMMaxBackoff are the bounds given to bsm/redislock's
-// ExponentialBackoff: by default it does not retry at all, so a waiting
-// Obtain needs a strategy. Its documentation recommends a minimum of no less
-// than 16 ms; the maximum 256 ms is of the same order as redsync's default
-// retry delay (50-250 ms).
+// BSMMinBackoff and BSMMaxBackoff bound bsm/redislock's ExponentialBackoff,
+// since by default a waiting Obtain does not retry at all: its
+// documentation recommends a minimum of 16 ms at least; the maximum is of
+// the order of redsync's default retry delay (50-250 ms).
 const (
 	BSMMinBackoff = 16 * time.Millisecond
 	BSMMaxBackoff = 256 * time.Millisecond

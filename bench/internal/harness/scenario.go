@@ -55,10 +55,9 @@ type Result struct {
 	MaxWait    time.Duration // longest single acquire, including waits cut off at the end
 	HandoffP50 time.Duration // release returned -> a different goroutine's acquire returned
 	HandoffP99 time.Duration
-	// The same, counted from the moment Release was called: the reply to
-	// the releaser can arrive after the next holder's grant, so the
-	// measure above is often 0 for a backend that hands over on the
-	// server; this one shows the whole handover.
+	// The same, from when Release was called: the releaser's reply can
+	// arrive after the next holder's grant, so the measure above is often
+	// 0 for a backend that hands over on the server.
 	HandoffCallP50      time.Duration
 	HandoffCallP99      time.Duration
 	Handoffs            int     // consecutive holder pairs
@@ -136,17 +135,16 @@ type firstErr struct {
 
 func (f *firstErr) set(err error) { f.once.Do(func() { f.msg = err.Error() }) }
 
-// tickets decide when a scenario's workers stop. By duration: when the
-// time is up. By count, for independent workers: each operation takes one
-// of N tickets. By count, for contending workers (untilDone): they go on
-// until N operations completed in all; otherwise the last tickets would be
-// served by waiters polling an idle lock, a tail that timed runs do not
-// have.
+// tickets decide when a scenario's workers stop: when the time is up, or
+// by count, each operation taking one of N tickets; contending workers
+// (untilDone) go on until N operations completed in all, else waiters
+// polling an idle lock would serve the last tickets, a tail that timed
+// runs do not have.
 //
 // A contended run ends (finish) when the time is up or the N-th operation
-// completed: acquires still waiting then are cut off (their contexts are
-// cancelled; under CtxBackground they cannot be, and the acquisitions they
-// make after the end are not counted), and their wait so far counts.
+// completed: waiting acquires are cut off (their contexts cancelled, save
+// under CtxBackground, whose late acquisitions go uncounted), and their
+// wait so far counts.
 type tickets struct {
 	byCount   bool
 	untilDone bool

@@ -18,7 +18,6 @@ import (
 // A Server is a server process the benchmark started on a free loopback
 // port, with a temporary directory of its own: a redis-server without
 // persistence (StartServers) or a nats-server with JetStream (StartNATS).
-// Kill stops it.
 type Server struct {
 	Addr string
 	dir  string
@@ -59,8 +58,7 @@ func startServer() (*Server, error) {
 
 // launch starts the server command makes, given a new temporary directory
 // of its own, and waits (up to 10 s) until ready(addr) succeeds. The
-// server's output goes to a file in that directory, whose end an error
-// quotes.
+// server's output goes to a file there, whose end an error quotes.
 func launch(name, addr string, ready func(addr string) error, command func(dir string) *exec.Cmd) (*Server, error) {
 	dir, err := os.MkdirTemp("", "dlockbench-"+name+"-")
 	if err != nil {
