@@ -46,18 +46,16 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served: the waiter joins the lock's queue in Redis and is handed the
-// lock by a release (see Waiting and Lock kinds in docs/REDIS.md; in
-// LayoutRedsync, lockPlain). When ctx ends or the driver closes first,
-// Lock leaves the queue, releases a lock handed to it meanwhile, passing
-// it on, and returns ctx's error or driver.ErrClosed; if that clean-up
-// cannot reach Redis, the error says so, and the entry expires after its
-// lifetime and a handed-over lock after its TTL.
+// served: the waiter joins the lock's queue in Redis and is handed the lock
+// by a release (see Waiting and Lock kinds in docs/REDIS.md; in
+// LayoutRedsync, lockPlain). When ctx ends or the driver closes first, Lock
+// cleans up (see abandon) and returns ctx's error or driver.ErrClosed; if
+// the clean-up cannot reach Redis, the error says so, and the entry expires
+// after its lifetime and a handed-over lock after its TTL.
 //
-// The expiry of a lock received by message is the earlier of its arrival
-// plus the TTL less the drift allowance (see drift), and the sending of
-// the last script that found the caller still queued plus the TTL (the
-// handoff happened after that script ran).
+// A lock received by message expires at the earlier of its arrival plus
+// the TTL less drift, and the sending of the last script that found the
+// caller still queued plus the TTL (the handoff came after that script).
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -100,10 +98,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 	defer d.waiters.unregister(q.Owner)
 	for {
-		// A grant is missed only if it was published before the
-		// subscription it comes by was confirmed; then the caller checks
-		// again as soon as it is. What counts is whether it was confirmed
-		// before this script was sent.
+		// A grant is missed only if published before its subscription
+		// was confirmed, so unless that was before this script was sent,
+		// the caller checks again as soon as it is.
 		subscribed := isClosed(ready)
 		res, g, err := d.try(ctx, &q, opWait, channel)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
@@ -131,12 +128,12 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 }
 
 // lockPlain is Lock in LayoutRedsync: no queue, no handoff (see Waiting
-// under Layouts in docs/REDIS.md). Each attempt is TryLock's; a waiter
-// tries again when a dlock release announces itself on plainChannel, when
-// the holder's TTL runs out, and after pollDelay. The first attempt comes
-// before subscribing, so a free lock costs one script. A release is missed
-// only if it came before the subscription was confirmed, so an attempt
-// that fails before then waits for the confirmation and tries again.
+// under Layouts in docs/REDIS.md). Each attempt is TryLock's, retried on a
+// dlock release on plainChannel, at the holder's expiry, and after
+// pollDelay. The first attempt comes before subscribing, so a free lock
+// costs one script; as a release is missed only if it came before the
+// subscription was confirmed, a failed attempt before then waits for the
+// confirmation and tries again.
 func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (driver.Grant, error) {
 	var f follower // the lock's channel, followed from the first failed attempt
 	for {

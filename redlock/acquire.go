@@ -26,10 +26,9 @@ type outcome struct {
 	refused int
 }
 
-// target is a driver.Request resolved once, at the driver's entry: what
-// every script call of one operation names (the lock's key, its fencing
-// counter's and the owner, each boxed once as a command argument and
-// shared by every node and phase), and its TTL as the scripts take it.
+// target is a driver.Request resolved once, at the driver's entry: the
+// lock's key, its counter's and the owner, each boxed once as a command
+// argument for every node and phase, and the TTL as the scripts take it.
 type target struct {
 	lock, fence, owner any // strings
 	name               string
@@ -180,12 +179,10 @@ func mostCommon(s []string) int {
 }
 
 // Refresh extends the lock to r.TTL on every node where r.Owner holds it,
-// all asked in parallel. It succeeds when a quorum confirms, and returns
-// the new expiry: the instant before the requests were sent, plus the TTL,
-// less the drift allowance. When fewer than a quorum can still hold it
-// (the others answered that the lock is gone or another's) the error wraps
-// driver.ErrNotHeld; when too few answered to tell, it wraps
-// driver.ErrNoQuorum, which dlock treats as transient.
+// all asked in parallel. When a quorum confirms it returns the new expiry:
+// the instant before sending, plus the TTL, less the drift allowance. The
+// error wraps driver.ErrNotHeld when fewer than a quorum can still hold it,
+// and driver.ErrNoQuorum (transient to dlock) when too few answered to tell.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	tg, err := d.resolve(r, true)
 	if err != nil {

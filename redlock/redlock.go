@@ -48,10 +48,9 @@ const (
 	MaxNodes = 64
 )
 
-// releaseTimeoutFactor: requests that delete a lock (Unlock, and the
-// undoing of a failed attempt) wait this many node timeouts for an answer.
-// Nothing is timed against a TTL there, and a release lost to a slow moment
-// would keep the lock until its TTL ends.
+// releaseTimeoutFactor: deletes (Unlock, undo) wait this many node
+// timeouts: nothing is timed against a TTL there, and a release lost to a
+// slow moment would keep the lock until its TTL ends.
 const releaseTimeoutFactor = 10
 
 // Options configure a Driver. The zero value, like a nil *Options, means
@@ -89,10 +88,9 @@ type Options struct {
 	FenceTTL time.Duration
 
 	// Logger receives the eviction warning, and at Debug the nodes that
-	// could not be checked (see Eviction in docs/REDLOCK.md). Nil means
-	// slog.Default(), so that the warning reaches someone; a driver opened
-	// by dlock.Open uses the logger of dlock.WithLogger. For go-redis's own
-	// logs see docs/REDLOCK.md.
+	// could not be checked (see docs/REDLOCK.md, also for go-redis's own
+	// logs). Nil means slog.Default(), so that the warning reaches someone;
+	// dlock.Open passes the logger of dlock.WithLogger.
 	Logger *slog.Logger
 }
 
@@ -264,16 +262,11 @@ func (d *Driver) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// startEvictionCheck reads every node's maxmemory-policy and logs one
-// warning on log naming the nodes that may evict lock keys: an evicted key
-// takes that node's vote from the holder without its knowing, and enough
-// of them free the lock on a quorum while the holder believes it holds it.
-// It runs in the background, as a driver opens with its nodes unreached
-// (some may be down). A node that cannot be read within
-// redisutil.CheckTimeout (not the node timeout: see there), or refuses
-// CONFIG, is not checked, which is logged at Debug. Close cancels the
-// check and waits for it.
-
+// startEvictionCheck warns once on log of the nodes whose maxmemory-policy
+// may evict lock keys (see the warning for why). It runs in the background,
+// as a driver opens with its nodes unreached (some may be down); a node not
+// read within redisutil.CheckTimeout, or refusing CONFIG, is logged at
+// Debug. Close cancels the check and waits for it.
 func (d *Driver) startEvictionCheck(log *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stopCheck = cancel
