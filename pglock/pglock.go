@@ -49,14 +49,14 @@ type Options struct {
 	// share a lock. Default DefaultTable.
 	Table string
 
-	// Keepalive is the longest interval between two checks (an empty
-	// query, timing out after the interval but at least a second) that a
-	// held lock's connection is alive: every Keepalive or third of the
-	// lock's TTL, whichever is shorter, so its holder learns of a silent
-	// connection within about two intervals. A connection the server
-	// closes is seen on its socket at once (see docs/POSTGRES.md, "Loss").
-	// The server side of the sessions is set from it too (see
-	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
+	// Keepalive is the longest interval between two checks that a held
+	// lock's connection is alive (an empty query, timing out after the
+	// interval but at least a second): every Keepalive or third of the
+	// lock's TTL, the shorter, so a holder learns of a silent connection
+	// within about two intervals; one the server closes is seen on its
+	// socket at once (see "Loss" in docs/POSTGRES.md). It also sets the
+	// sessions' server side (see NoServerKeepalive). Default
+	// DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
 
 	// MaxIdle is how many idle connections the driver keeps open for the
@@ -64,12 +64,11 @@ type Options struct {
 	// released. Zero means DefaultMaxIdle; a negative value keeps none.
 	MaxIdle int
 
-	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: n locks use about n/SessionLocks
-	// connections (more while acquisitions run side by side), and a lost
-	// connection loses every lock on it, so this bounds what one loss
-	// takes. 1 gives each lock a connection of its own. Zero means
-	// DefaultSessionLocks.
+	// SessionLocks is the most locks one of the driver's sessions holds:
+	// n locks use about n/SessionLocks connections (more while
+	// acquisitions run side by side), and a lost connection loses every
+	// lock on it, so this bounds what one loss takes. 1 gives each lock a
+	// connection of its own. Zero means DefaultSessionLocks.
 	SessionLocks int
 
 	// NoMigrate stops NewDriver from creating the token table (see
@@ -80,10 +79,9 @@ type Options struct {
 	// NoServerKeepalive leaves the server-side timeouts of the driver's
 	// sessions as the server has them. By default a new session sets the
 	// server's TCP keepalive, tcp_user_timeout and
-	// client_connection_check_interval from Keepalive (but those the
-	// connection string gives), so that the server ends a vanished
-	// client's session, freeing its locks, within about four intervals.
-	// See docs/POSTGRES.md for the values.
+	// client_connection_check_interval from Keepalive (unless the
+	// connection string gives them), so that the server frees a vanished
+	// client's locks within about four intervals (values: docs/POSTGRES.md).
 	NoServerKeepalive bool
 }
 
@@ -127,12 +125,12 @@ type Driver struct {
 }
 
 // NewDriver returns a driver whose connections are made from config,
-// which must come from pgx.ParseConfig (the driver sets its context
-// watcher handler on a copy). A zero ConnectTimeout (no connect_timeout in the connection
-// string or PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects
-// once, to check the server and create the token table unless
-// o.NoMigrate is set; that connection becomes the first idle one. Close
-// the driver to close its connections.
+// which must come from pgx.ParseConfig (the driver sets its context watcher
+// handler on a copy). A zero ConnectTimeout (no connect_timeout or
+// PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects once, to check
+// the server and create the token table unless o.NoMigrate is set; that
+// connection becomes the first idle one. Close the driver to close its
+// connections.
 func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver, error) {
 	if config == nil {
 		return nil, errors.New("pglock: nil connection config")
