@@ -63,20 +63,20 @@ type Options struct {
 	// when that is shorter. Default DefaultKeepAlive.
 	KeepAlive time.Duration
 
-	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: n locks of one TTL use about
-	// n/SessionLocks connections (more while acquisitions run side by
-	// side, and one per TTL in use), and a lost connection loses every
-	// lock on it, so this bounds what one loss takes. 1 gives each lock a
-	// connection of its own. Zero means DefaultSessionLocks.
+	// SessionLocks is the most locks one of the driver's sessions holds:
+	// n locks of one TTL use about n/SessionLocks connections (more while
+	// acquisitions run side by side, and one per TTL in use), and a lost
+	// connection loses every lock on it, so this bounds what one loss
+	// takes. 1 gives each lock a connection of its own. Zero means
+	// DefaultSessionLocks.
 	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
-	// that it may leave a connection's wait_timeout as it set it when the
-	// connection goes back to the pool, saving two of the five statements
-	// of an acquisition and its release (see docs/MYSQL.md). Give such a
-	// pool's connections a wait_timeout (DSN parameter) no longer than the
-	// TTLs in use. A driver opened from a URL has such a pool of its own.
+	// that a connection goes back to the pool with the wait_timeout the
+	// driver set, saving two of the five statements of an acquisition and
+	// its release (see docs/MYSQL.md). Give such a pool's connections a
+	// wait_timeout (DSN parameter) no longer than the TTLs in use. A driver
+	// opened from a URL has such a pool of its own.
 	ExclusivePool bool
 
 	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
@@ -129,13 +129,12 @@ type Driver struct {
 
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
-// the defaults). The caller keeps owning db, which the driver does not
-// close. Held locks keep db's connections, up to Options.SessionLocks on
-// each (one per TTL in use at least, more while acquisitions run side by
-// side), and so does each name with Acquire calls waiting on the server
-// (one per name; the others wait in the process); cancelling a wait takes
-// one more for a moment: size db.SetMaxOpenConns and db.SetMaxIdleConns
-// for that. NewDriver panics if db is nil; invalid options are an error.
+// the defaults). The caller keeps owning db. Held locks keep db's
+// connections (see Options.SessionLocks), and so does each name with
+// Acquire calls waiting on the server (one per name; the others wait in
+// the process); cancelling a wait takes one more for a moment: size
+// db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
+// db is nil; invalid options are an error.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
@@ -224,12 +223,11 @@ func (d *Driver) Prefix() string { return d.prefix }
 func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) }
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
-// sessions of locks still held are closed (so the server frees those
-// locks, and their loss is signalled), and the *sql.DB is closed if the
-// driver opened it (from a URL); a *sql.DB passed to NewDriver stays
-// open. Before that it waits, at most 5 s, for the driver's own goroutines
-// (a release or a check that went on after its context ended), so that
-// none runs once it returns, else it returns an error. Close is
+// sessions of locks still held are closed (the server frees the locks,
+// whose loss is signalled), and the *sql.DB is closed if the driver opened
+// it from a URL. Before that it waits, at most 5 s, for the driver's own
+// goroutines (a release or a check that went on after its context ended),
+// so that none runs once it returns, else it returns an error. Close is
 // idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()

@@ -57,11 +57,11 @@ func quoteTable(t string) (string, error) {
 }
 
 // Migrate creates the table of fencing-token counters if it does not exist
-// (the statement is in docs/MYSQL.md, Fencing token). The driver also
-// creates it by itself the first time it finds it missing, which needs the
-// CREATE privilege; call Migrate (or run the statement) ahead of time to
-// run the driver with an account that only has SELECT, INSERT and UPDATE
-// on the table. Migrate is safe to call concurrently and more than once.
+// (the statement is in docs/MYSQL.md, Fencing token). The driver creates
+// it itself the first time it finds it missing, which needs the CREATE
+// privilege; call Migrate (or run the statement) beforehand to run the
+// driver with only SELECT, INSERT and UPDATE on the table. Migrate is safe
+// to call concurrently and more than once.
 func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := d.db.ExecContext(ctx, d.sql.create); err != nil {
 		return fmt.Errorf("mysqllock: create table %s: %w", d.table, err)
