@@ -17,11 +17,10 @@ const (
 	// {name}, a wait queue with handoff. The default.
 	LayoutDlock Layout = "dlock"
 
-	// LayoutRedsync is the plain string key of redsync and bsm/redislock:
-	// <prefix><name> holding the acquisition's owner value with a PX TTL,
-	// beside which dlock keeps a fencing counter of its own. A Driver in
-	// this layout shares locks with those libraries' clients on the same
-	// names. It has the mutex only, and no wait queue (see PollInterval).
+	// LayoutRedsync is the plain string key of redsync and bsm/redislock,
+	// <prefix><name> holding the owner value with a PX TTL, shared with
+	// those libraries' clients, beside which dlock keeps a fencing counter.
+	// It has the mutex only, and no wait queue (see PollInterval).
 	LayoutRedsync Layout = "redsync"
 )
 
@@ -95,8 +94,7 @@ var _ driver.Unsupporter = (*Driver)(nil)
 
 // pollDelay is the wait before a waiter in LayoutRedsync tries again when
 // nothing else wakes it: PollInterval on average, spread over half to one
-// and a half times it, so that waiters that started together do not try
-// in step.
+// and a half times it, so that waiters do not try in step.
 func (d *Driver) pollDelay() time.Duration {
 	return d.pollInterval/2 + rand.N(d.pollInterval)
 }
