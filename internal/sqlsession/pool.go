@@ -168,8 +168,8 @@ func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K,
 // Adopt makes h, the lock just taken on h.S for keys, a hold of h.S,
 // giving back the other keys and the session's use, which the caller has.
 // A fresh session is watched from now on, joins the sessions to pick, and
-// its keeper starts. After the driver's Close, Adopt ends the session as
-// lost and returns driver.ErrClosed.
+// its keeper starts. After Close, it ends the session as lost and returns
+// driver.ErrClosed.
 func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
 	s := h.S
 	fresh := s.w == nil
