@@ -90,12 +90,11 @@ type Options struct {
 // advisory locks. Create it with NewDriver (or New, or dlock.Open with a
 // postgres:// URL).
 //
-// Held locks share the driver's sessions, up to Options.SessionLocks on
-// each; each Lock waiting on the server has a connection of its own, one
-// per key at most. The driver's connections are its own, never shared
-// with other code; a session that holds nothing more goes back to a small
-// idle set. A Driver is safe for concurrent use by multiple goroutines. It
-// must not be copied.
+// Held locks share the driver's sessions (see Options.SessionLocks); each
+// Lock waiting on the server has a connection of its own, one per key at
+// most. The driver's connections are never shared with other code; one
+// that holds nothing more goes back to a small idle set. A Driver is safe
+// for concurrent use by multiple goroutines. It must not be copied.
 type Driver struct {
 	cfg               *pgx.ConnConfig
 	st                statements
@@ -104,23 +103,20 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// life, ended by Close, bounds the listener's and observers' work.
-	life    context.Context
-	endLife context.CancelFunc
-	lis     listener
-	// observers counts the goroutines of Observe; Close waits for them.
-	observers sync.WaitGroup
+	life      context.Context // ended by Close: bounds the listener's and observers' work
+	endLife   context.CancelFunc
+	lis       listener
+	observers sync.WaitGroup // Observe's goroutines, for Close to wait for
 	// bg counts the sessions' keepers, releases and ends that outlived
 	// their callers, cancel requests; Close waits, at most closeWait.
 	bg bg.Group
 
-	mu     sync.Mutex
-	closed bool
-	idle   []*conn
-	pool   *pool // the sessions, and the locks held on them
-	keys   map[int64]*keyState
-	// spareKey is an unused keyState, so that most acquisitions make none.
-	spareKey *keyState
+	mu       sync.Mutex
+	closed   bool
+	idle     []*conn
+	pool     *pool // the sessions, and the locks held on them
+	keys     map[int64]*keyState
+	spareKey *keyState // unused, so that most acquisitions make none
 	waiting  map[*conn]context.CancelFunc
 }
 
@@ -231,12 +227,12 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the driver's connections. Locks still held end, lost
-// (their sessions end, freeing them on the server), waiting acquisitions
-// fail with ErrClosed, and Observe's channels are closed. Close then
-// waits, at most 5 s, for the driver's own goroutines (an Unlock that went
-// on after its context ended, the sessions' keepers), so that none runs
-// once it returns, else it returns an error. Close is idempotent.
+// Close closes the driver's connections: locks still held end, lost (the
+// server frees them), waiting acquisitions fail with ErrClosed, and
+// Observe's channels are closed. It then waits, at most 5 s, for the
+// driver's own goroutines (an Unlock that went on after its context ended,
+// the sessions' keepers), so that none runs once it returns, else it
+// returns an error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {

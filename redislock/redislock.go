@@ -93,9 +93,9 @@ type Options struct {
 // driver.Moder (every mode) and driver.Elector over one Redis server (or
 // Redis Cluster) reached through a go-redis client. Create it with
 // NewDriver (or New, or dlock.Open with a redis:// URL). Each call sends
-// its script through the client, on the caller's goroutine. A Driver holds
-// pub/sub connections of its client's while it waits or observes (see
-// docs/REDIS.md, Requests, Waiting and Cluster).
+// its script on the caller's goroutine; the Driver holds pub/sub
+// connections while it waits or observes (see docs/REDIS.md, Requests,
+// Waiting and Cluster).
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.

@@ -202,12 +202,11 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 
 // Unlock deletes the lock on every node where r.Owner holds it, all asked
 // in parallel, and each node that deleted it tells its subscribers. It
-// returns nil as soon as a quorum has deleted it, or when a quorum
-// answered and at least one node held it; an error wrapping
-// driver.ErrNotHeld when a quorum answered and none held it; otherwise an
-// error wrapping driver.ErrNoQuorum (nodes that did not answer keep the
-// lock until its TTL runs out). Requests to a node that does not answer
-// wait up to ten node timeouts, not one (see docs/REDLOCK.md).
+// returns nil once a quorum has deleted it, or answered with at least one
+// node holding it; an error wrapping driver.ErrNotHeld when a quorum
+// answered and none held it; else one wrapping driver.ErrNoQuorum (nodes
+// that did not answer keep the lock until its TTL runs out). A node has
+// ten node timeouts to answer, not one (see docs/REDLOCK.md).
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	tg, err := d.resolve(r, false)
 	if err != nil {
