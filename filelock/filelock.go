@@ -31,9 +31,9 @@ type Options struct {
 	Mode fs.FileMode
 
 	// Sync makes every acquisition fsync the lock file after it writes the
-	// new fencing token. Without it the token survives a crash of the
-	// process but may be lost with the machine; tokens still increase then,
-	// unless the clock was also set back (see the package documentation).
+	// new fencing token, which otherwise survives a process crash but may
+	// be lost with the machine; tokens still increase then, unless the
+	// clock was also set back (see the package documentation).
 	Sync bool
 }
 

@@ -15,9 +15,8 @@ type statements struct {
 // A name's counter advances while its lock is held, in one statement
 // whose OK packet carries the new value (LAST_INSERT_ID(expr) sets the
 // reported insert id). A new row starts from the server's clock in
-// microseconds, not 1, so that a row deleted (or a table dropped) and
-// created again continues above every earlier token, unless the name was
-// taken more than once a microsecond on average since its row was made.
+// microseconds, not 1, so that tokens go on increasing after a row is
+// deleted (see Fencing token in docs/MYSQL.md).
 const (
 	createTable = "CREATE TABLE IF NOT EXISTS %s (\n" +
 		"  name VARBINARY(255) NOT NULL PRIMARY KEY,\n" +

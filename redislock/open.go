@@ -60,10 +60,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// check pings the client c that open built, within dial_timeout plus
-// read_timeout, while w watches its dials: a definitive failure (a refused
-// connection, a server that does not speak TLS) ends the ping at once and
-// is the error.
+// check pings c within dial_timeout plus read_timeout, while w watches its
+// dials: a definitive failure (a refused connection, a server that does
+// not speak TLS) ends the ping at once and is the error.
 func check(ctx context.Context, c redis.UniversalClient, w *openCheck) error {
 	pctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()
