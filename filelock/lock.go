@@ -83,11 +83,10 @@ const (
 	stepHeld    // the lock is held: wait for it
 )
 
-// step makes one attempt. A mutex takes its lock file exclusively. A
-// reader passes the gate (LOCK_SH, failing while a writer waits) and,
-// still in it, takes the lock shared; a writer takes the gate exclusively,
-// keeps it across attempts, and takes the lock exclusively. Then the
-// token advances.
+// step makes one attempt, then advances the token. A mutex takes its lock
+// file exclusively. A reader passes the gate (LOCK_SH, failing while a
+// writer waits) and, still in it, takes the lock shared; a writer takes
+// the gate and then the lock exclusively, keeping the gate across attempts.
 func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
 	start := time.Now()
 	if a.gatePath != "" && !a.gated {

@@ -19,10 +19,8 @@ type statements struct {
 	// same statement, returning the token (no row: not taken).
 	lock, tryLock, xactLock, tryXactLock string
 	unlock                               string
-	// letGo and letGoShared release the keys of array $1 held, after a failure.
-	letGo, letGoShared string
-	// held reports whether this session holds key $1.
-	held string
+	letGo, letGoShared                   string // release array $1's keys held, after a failure
+	held                                 string // whether this session holds key $1
 
 	// The readers-writer lock's shared side: as lock and tryLock.
 	lockShared, tryLockShared, unlockShared string
@@ -33,18 +31,16 @@ type statements struct {
 	// requests (ties at random): the slot a permit waiter blocks on.
 	pickSlot string
 	// unlockPermit releases key $1 and notifies channel $2 if the key is
-	// then free (no waiter blocked on it took it over), returning
-	// pg_advisory_unlock's result and the notification's void.
+	// then free (no waiter blocked on it took it over), returning the
+	// unlock's result and the notification's void.
 	unlockPermit string
 	// lockLeader and tryLockLeader are lock and tryLock that also store
 	// the leader's value $3 and session pid in row $2 and notify channel
 	// $4, returning the token and the notification's void.
 	lockLeader, tryLockLeader string
 	unlockLeader              string // releases key $1, notifies channel $2
-	// leader returns row $2's token and value if its pid still holds $1.
-	leader string
-	// awaitFree waits until key $1 is free, then lets it go.
-	awaitFree string
+	leader                    string // row $2's token and value if its pid still holds $1
+	awaitFree                 string // waits until key $1 is free, then lets it go
 }
 
 // An acquisition's token comes from the table's sequence and is at least
