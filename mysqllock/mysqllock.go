@@ -98,9 +98,8 @@ type Options struct {
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
 // Held locks share the driver's sessions, connections checked out of the
-// *sql.DB for as long as they hold locks; see docs/MYSQL.md. The zero
-// value is not usable. A Driver is safe for concurrent use by multiple
-// goroutines. It must not be copied.
+// *sql.DB while they hold locks (see docs/MYSQL.md). A Driver is safe for
+// concurrent use by multiple goroutines. It must not be copied.
 type Driver struct {
 	db           *sql.DB
 	own          bool // opened from a URL: Close closes db

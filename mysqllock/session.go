@@ -142,9 +142,9 @@ func (c *sconn) exec(q string) error {
 
 // Keep runs one keep-alive check: the connection must still be the one
 // that took the locks (a proxy that reconnected it would have a new id),
-// and the server must hear from it before its wait_timeout frees them: the
-// check is sent and answered within nine tenths of the wait_timeout from
-// the sending of the last statement that succeeded.
+// and the server must hear from it before its wait_timeout frees them:
+// within nine tenths of it from the sending of the last statement that
+// succeeded.
 func (c *sconn) Keep() error {
 	lossAt := c.lastOK.Add(c.timeout - c.timeout/10)
 	if !time.Now().Before(lossAt) {
