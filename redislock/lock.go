@@ -11,9 +11,8 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// lockReq is a driver.Request resolved once, at the driver's entry: its
-// kind of lock in the driver's layout, its keys and its TTL as the scripts
-// take it.
+// lockReq is a driver.Request resolved once, at the driver's entry, into
+// what the scripts take: its kind in the layout, its keys and its TTL.
 type lockReq struct {
 	driver.Request
 	kind *kind

@@ -76,12 +76,11 @@ func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, ar
 		case cmdArgs[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")):
 			cmdArgs[0], cmdArgs[1] = "eval", s.Src
 		case movingSlot(err):
-			// A Cluster slot in migration refuses a script whose keys are
-			// split between the two primaries (TRYAGAIN), or redirects it
-			// more often than go-redis follows (MOVED, ASK), or the cluster
-			// is failing over (CLUSTERDOWN); the script did not run. Wait
-			// for the move (go-redis's own retries give up within a second)
-			// rather than fail the call, for at most tryAgainFor.
+			// TRYAGAIN: the keys are split between two primaries; MOVED,
+			// ASK: redirected more often than go-redis follows; CLUSTERDOWN:
+			// failing over. The script did not run: wait out the move
+			// (go-redis's own retries give up within a second), at most
+			// for tryAgainFor.
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
 			}

@@ -114,9 +114,8 @@ type subscription struct {
 // follower is one caller's share of a subscription.
 type follower struct {
 	ready <-chan struct{} // closed once the subscription is first confirmed
-	// signal gets a signal at each message, and each time the
-	// subscription is confirmed (first, and after a reconnection, when
-	// what was published meanwhile was lost).
+	// signal gets a signal at each message and each confirmation of the
+	// subscription (first, and after a reconnection: messages were lost).
 	signal <-chan struct{}
 	leave  func() // ends the share; the last to leave ends the subscription
 }

@@ -112,8 +112,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			}
 			continue
 		}
-		// Queued: the holder has res.pttl left and the counter stood at
-		// res.seen.
+		// Queued: the holder has res.pttl left, the counter stood at res.seen.
 		next := recheck
 		if res.pttl >= 0 {
 			next = min(next, res.remaining(1))

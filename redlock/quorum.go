@@ -41,10 +41,10 @@ const (
 	quorumSame
 )
 
-// call is one script call fanned out to the nodes in mask. Every node
-// gets the same command line, built once: EVALSHA sha 2 lock fence owner
-// arg arg. The requests run under the call's timeout and the caller's
-// context values, but not its cancellation: see fanout.
+// call is one script call fanned out to the nodes in mask, each getting
+// the command line built once: EVALSHA sha 2 lock fence owner arg arg. The
+// requests run under the call's timeout and the caller's context values,
+// but not its cancellation: see fanout.
 type call struct {
 	quorum int
 	stop   until

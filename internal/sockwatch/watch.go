@@ -24,9 +24,9 @@ type Watch struct {
 
 	// state lets a look and a statement decide against each other with
 	// one atomic operation: stBusy (a statement has the socket, or the
-	// lock ended: no look starts) and, in the low nSlots bits, the look
-	// slots in use. Looks (recv with MSG_PEEK) may run at once; a
-	// statement sets stBusy, then waits for the looks begun before.
+	// lock ended: no look starts) and the look slots in use (low nSlots
+	// bits). Looks (recv with MSG_PEEK) may run at once; a statement sets
+	// stBusy, then waits for the looks begun before.
 	state atomic.Uint32
 	slots [nSlots]lookSlot
 
