@@ -56,11 +56,10 @@ type Options struct {
 	// NoPrefix makes the server-side names carry no prefix at all.
 	NoPrefix bool
 
-	// KeepAlive is how often the driver checks each of its sessions (the
-	// connections that hold its locks). A lock taken away by the server
-	// (its connection killed, the server restarted) is reported lost
-	// within about this long. It is lowered to a third of the locks' TTL
-	// when that is shorter. Default DefaultKeepAlive.
+	// KeepAlive is how often the driver checks each of its sessions, and
+	// so about how soon a lock the server took away (a kill, a restart) is
+	// reported lost. It is lowered to a third of the locks' TTL when that
+	// is shorter. Default DefaultKeepAlive.
 	KeepAlive time.Duration
 
 	// SessionLocks is the most locks one of the driver's sessions holds:
@@ -85,11 +84,10 @@ type Options struct {
 	// DefaultWaitStep.
 	WaitStep time.Duration
 
-	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
-	// was made from, lets the driver watch its sessions' sockets, so that
-	// a server-side kill ends the lease within about a round trip, not at
-	// the next keep-alive check. Nil: not watched. A driver opened from a
-	// URL always watches its own pool's.
+	// Sockets, from WatchSockets on the mysql.Config of the caller's
+	// *sql.DB, lets the driver watch its sessions' sockets, so that a kill
+	// ends the lease within about a round trip, not at the next keep-alive
+	// check. Nil: not watched. A driver opened from a URL watches its own.
 	Sockets *Sockets
 }
 

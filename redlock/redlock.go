@@ -75,10 +75,9 @@ type Options struct {
 	// DefaultPrefix.
 	Prefix string
 
-	// NoFencing turns fencing tokens off: acquisitions are then one
-	// phase always, and every Grant's token is 0. Only for users who
-	// cannot use tokens and want to save the counter's keys and the rare
-	// second round trip; Lease.Token is then meaningless.
+	// NoFencing turns fencing tokens off: acquisitions are then one phase
+	// always, and every token is 0. Only for users who cannot use tokens
+	// and want to save the counters' keys and the rare second round trip.
 	NoFencing bool
 
 	// FenceTTL is how long a name's fencing counter is kept on a node
@@ -132,9 +131,9 @@ type Driver struct {
 //
 // Each request to a node is bounded by Options.NodeTimeout. Clients with
 // ContextTimeoutEnabled, MaxRetries -1 and DialerRetries 1 are advisable
-// (see docs/REDLOCK.md for why). The driver runs one sender goroutine per
-// node, one per node for the release subscription once a Lock has had to
-// wait, and at the start one that reads the nodes' maxmemory-policy (see
+// (see docs/REDLOCK.md). The driver runs a sender goroutine per node, one
+// per node for the release subscription once a Lock has had to wait, and
+// at the start one that reads the nodes' maxmemory-policy (see
 // Options.Logger). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
@@ -234,11 +233,10 @@ var (
 )
 
 // Prepare connects to every node and loads the driver's scripts there, all
-// nodes at once, so that the first lock operations do not pay for dialing
-// and for the scripts' first run within the node timeout. It returns an
-// error wrapping driver.ErrNoQuorum when fewer than a quorum of nodes could
-// be prepared before ctx ended. Calling it is optional: without it, the
-// first request to each node does the same work.
+// nodes at once, so that the first lock operations do not pay for both
+// within the node timeout (without it, the first request to each node does
+// that work). The error wraps driver.ErrNoQuorum when fewer than a quorum
+// of nodes could be prepared before ctx ended.
 func (d *Driver) Prepare(ctx context.Context) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
