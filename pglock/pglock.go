@@ -41,12 +41,12 @@ var errClosed = driver.ErrClosed
 
 // Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
-	// Table is the token table: a row per lock name with the last fencing
-	// token handed out, and a sequence named Table+"_seq" from which the
-	// tokens come. It is an unquoted lower-case identifier, optionally
-	// schema-qualified ("locks.dlock_tokens"), and it is part of every
-	// lock's advisory key (see Key): drivers on different tables never
-	// share a lock. Default DefaultTable.
+	// Table is the token table, a row per lock name with the last fencing
+	// token handed out, whose sequence Table+"_seq" draws the tokens: an
+	// unquoted lower-case identifier, optionally schema-qualified
+	// ("locks.dlock_tokens"). It is part of every lock's advisory key (see
+	// Key): drivers on different tables never share a lock. Default
+	// DefaultTable.
 	Table string
 
 	// Keepalive is the longest interval between two checks that a held

@@ -24,10 +24,8 @@ const (
 	LayoutRedsync Layout = "redsync"
 )
 
-// DefaultPollInterval is the default of Options.PollInterval: about how
-// often, on average, a waiter in LayoutRedsync tries again while the lock
-// is held, which bounds how long a peer's release goes unnoticed; it costs
-// ten small scripts a second per waiting call (see docs/REDIS.md, Layouts).
+// DefaultPollInterval is the default of Options.PollInterval: ten small
+// scripts a second per waiting call (see docs/REDIS.md, Layouts).
 const DefaultPollInterval = 100 * time.Millisecond
 
 // A format is a layout: the kinds of lock it has, by mode, and how.

@@ -134,10 +134,9 @@ func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys
 }
 
 // pickLocked returns the session to ask for keys, or nil to open one: one
-// nothing uses; else a new one, on an idle connection or when every
-// session is in other acquisitions' hands; else one only a release or a
-// check uses; and once busySessions are open, the one fewest acquisitions
-// use. The mutex is held.
+// nothing uses; else a new one, on an idle connection or when every session
+// is in other acquisitions' hands; else one only a release or a check
+// uses; once busySessions are open, the one fewest acquisitions use.
 func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K, X] {
 	var unused, spare *Session[C, K, X]
 	for _, s := range p.sessions {
