@@ -40,10 +40,9 @@ type Options struct {
 // A Driver takes locks as flocks on files in one directory, one file per
 // lock name. It implements driver.Driver, driver.Waiter and driver.Moder
 // (the mutex and the readers-writer lock). Create one with NewDriver; it
-// is safe for concurrent use, and must not be copied.
-//
-// Locks exclude each other across processes and within one: two Drivers,
-// or two acquisitions through one Driver, never hold the same name at once.
+// is safe for concurrent use, and must not be copied. Locks exclude each
+// other across processes and within one: two Drivers, or two acquisitions
+// through one Driver, never hold the same name at once.
 type Driver struct {
 	dir  string // absolute, symbolic links resolved
 	mode uint32

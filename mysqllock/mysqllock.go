@@ -39,10 +39,10 @@ func init() {
 // Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the table of fencing-token counters, "table" or
-	// "database.table": letters, digits, '_' and '$'. Lockers that take
-	// the same locks must use the same table, or their tokens would not
-	// increase from one to the other. It is created when first needed, or
-	// by Migrate. Default DefaultTable.
+	// "database.table": letters, digits, '_' and '$'. Lockers of the same
+	// locks must share it, or their tokens would not increase from one to
+	// the other. It is created when first needed, or by Migrate. Default
+	// DefaultTable.
 	Table string
 
 	// Prefix starts the server-side name of every lock (see LockName).

@@ -17,10 +17,8 @@ type outcome struct {
 	// rival is the most nodes held by any one other owner. A rival with
 	// a quorum holds the lock; without one, the attempt lost a split vote
 	// (or the holder hides behind nodes that did not answer).
-	rival int
-	// remaining is the shortest remaining TTL among other owners' keys;
-	// 0 when unknown or when there were none.
-	remaining time.Duration
+	rival     int
+	remaining time.Duration // shortest remaining TTL of other owners' keys; 0: unknown or none
 	// refused is how many nodes refused the request for good (see
 	// refusal): with fewer than a quorum left, waiting is pointless.
 	refused int
@@ -38,8 +36,7 @@ type target struct {
 }
 
 // resolve resolves r, for a release, or else (withTTL) for a call that
-// takes or extends the lock, whose TTL must be at least a millisecond;
-// once the driver is closed it fails with driver.ErrClosed.
+// takes or extends the lock, whose TTL must be at least a millisecond.
 func (d *Driver) resolve(r driver.Request, withTTL bool) (target, error) {
 	if d.closed.Load() {
 		return target{}, driver.ErrClosed
