@@ -176,10 +176,10 @@ func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (d
 }
 
 // await waits for a grant message, the re-check timer, or the end of ctx
-// or of the driver. It reports ok with the grant when a message brought
-// one; !ok and no error mean: re-check now. A grant whose token is not
-// above last.seen (the counter at the last check) is stale: it was sent
-// before that check, which found the lock another's.
+// or of the driver; ok with the grant when a message brought one, !ok and
+// no error meaning: re-check now. A grant whose token is not above
+// last.seen (the counter at the last check) is stale: sent before that
+// check, which found the lock another's.
 func (d *Driver) await(ctx context.Context, q *lockReq, grants <-chan grantMsg, recheck <-chan time.Time,
 	last attempt) (driver.Grant, bool, error) {
 	latest := last.sent.Add(q.ttl)
@@ -222,10 +222,10 @@ func (d *Driver) awaitSubscription(ctx context.Context, q *lockReq, ready <-chan
 	return nil
 }
 
-// abandon takes q out of the queue and releases the lock if q holds it
-// (handed over meanwhile, or taken by a script whose reply was lost),
-// passing it on; then it returns cause, joined with the clean-up's error if
-// that failed. It runs even though ctx has ended.
+// abandon takes q out of the queue and releases the lock, passing it on,
+// if q holds it (handed over meanwhile, or taken by a script whose reply
+// was lost), even though ctx has ended; it returns cause, joined with the
+// clean-up's error.
 func (d *Driver) abandon(ctx context.Context, q *lockReq, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
