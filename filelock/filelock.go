@@ -31,19 +31,18 @@ type Options struct {
 	Mode fs.FileMode
 
 	// Sync makes every acquisition fsync the lock file after it writes the
-	// new fencing token. Without it the token survives a crash of the
-	// process but may be lost with the machine; tokens still increase then,
-	// unless the clock was also set back (see the package documentation).
+	// new fencing token, which otherwise survives a process crash but may
+	// be lost with the machine; tokens still increase then, unless the
+	// clock was also set back (see the package documentation).
 	Sync bool
 }
 
 // A Driver takes locks as flocks on files in one directory, one file per
 // lock name. It implements driver.Driver, driver.Waiter and driver.Moder
 // (the mutex and the readers-writer lock). Create one with NewDriver; it
-// is safe for concurrent use, and must not be copied.
-//
-// Locks exclude each other across processes and within one: two Drivers,
-// or two acquisitions through one Driver, never hold the same name at once.
+// is safe for concurrent use, and must not be copied. Locks exclude each
+// other across processes and within one: two Drivers, or two acquisitions
+// through one Driver, never hold the same name at once.
 type Driver struct {
 	dir  string // absolute, symbolic links resolved
 	mode uint32

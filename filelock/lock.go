@@ -83,11 +83,10 @@ const (
 	stepHeld    // the lock is held: wait for it
 )
 
-// step makes one attempt. A mutex takes its lock file exclusively. A
-// reader passes the gate (LOCK_SH, failing while a writer waits) and,
-// still in it, takes the lock shared; a writer takes the gate exclusively,
-// keeps it across attempts, and takes the lock exclusively. Then the
-// token advances.
+// step makes one attempt, then advances the token. A mutex takes its lock
+// file exclusively. A reader passes the gate (LOCK_SH, failing while a
+// writer waits) and, still in it, takes the lock shared; a writer takes
+// the gate and then the lock exclusively, keeping the gate across attempts.
 func (a *acquisition) step(ctx context.Context) (int, driver.Grant, error) {
 	start := time.Now()
 	if a.gatePath != "" && !a.gated {
@@ -159,9 +158,8 @@ var testHookLocked func(path string)
 // (LOCK_SH) or exclusively, through lf, opening it if lf has none: true
 // when lf holds the flock on the file path names; else lf stays open on
 // that file for the next attempt. A flock locks an inode, not a path: if
-// the file was removed or replaced by the time the flock is granted, the
-// lock is worthless (another process can lock the new file), and the
-// attempt starts over on the file path names now.
+// the file was removed or replaced by the time the flock is granted,
+// another process can lock the new file, so the attempt starts over.
 func (d *Driver) attempt(lf *lockFile, path string, shared bool) (bool, error) {
 	for range maxReopen {
 		if lf.fd < 0 {
@@ -234,9 +232,9 @@ func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Gran
 
 // Refresh implements driver.Driver. A flock does not expire: Refresh
 // checks that the lock is still the caller's and its path still names the
-// locked file, and returns now + TTL. So a Locker's renewal learns that a
-// lock file was removed or replaced (the one way to lose a flock): then
-// Refresh drops the lock and returns an error wrapping driver.ErrNotHeld.
+// locked file, and returns now + TTL, so that a renewal learns of the one
+// way to lose a flock, its file removed or replaced: then Refresh drops
+// the lock and returns an error wrapping driver.ErrNotHeld.
 func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error) {
 	now := time.Now()
 	d.mu.Lock()
@@ -259,11 +257,10 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 }
 
 // Unlock implements driver.Driver: it drops the flock and closes the file,
-// which stays: a process that opened a lock file just before its deletion
-// could lock the orphaned inode while another locks a new file under the
-// same path. Unlock returns an error wrapping driver.ErrNotHeld when r
-// does not hold the lock, or its file was removed or replaced (the lock
-// is dropped then too).
+// which stays (deleted, a process that had just opened it could lock the
+// orphaned inode while another locks a new file under the same path). The
+// error wraps driver.ErrNotHeld when r does not hold the lock, or its file
+// was removed or replaced (the lock is dropped then too).
 func (d *Driver) Unlock(_ context.Context, r driver.Request) error {
 	h := d.take(r)
 	if h == nil {

@@ -7,12 +7,11 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// Bounds of the backstop, a waiter's sleep between attempts. A wake-up (a
-// release in this process, or the kernel watcher seeing the lock file
-// closed, removed or created) makes it try at once, the delay reset to
-// minBackstop; it then doubles up to maxBackstop, or maxBackstopBlind
-// without the kernel watcher (no inotify, or its limits reached). Tests
-// lengthen them (SetBackstop).
+// Bounds of the backstop, a waiter's sleep between attempts. A wake-up
+// (see Lock) makes it try at once, the delay reset to minBackstop; it then
+// doubles up to maxBackstop, or maxBackstopBlind without the kernel
+// watcher (no inotify, or its limits reached). Tests lengthen them
+// (SetBackstop).
 var (
 	minBackstop      = time.Millisecond
 	maxBackstop      = time.Second

@@ -85,9 +85,9 @@ const starveAfter = time.Millisecond
 
 // starving reports whether a waiter of this process has waited for the
 // lock file path longer than starveAfter. flock serves nobody in order: a
-// client that releases and at once acquires again wins the race against
-// the waiters its release woke, and could keep them out for ever; in one
-// process, at least, it can step back.
+// client that releases and at once acquires again beats the waiters its
+// release woke, and could keep them out for ever; in one process, at
+// least, it can step back.
 func starving(path string, now time.Time) bool {
 	if reg.n.Load() == 0 {
 		return false

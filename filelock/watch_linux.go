@@ -10,11 +10,11 @@ import (
 // The kernel watcher: one inotify instance per process (a scarce per-user
 // resource, 128 by default) watching the lock directories that have
 // waiters, and one goroutine reading its events, alive while a waiter or
-// a Driver that has waited holds a reference. reg.mu guards it. A
-// directory watch reports, by file name, what matters to a waiter: a
-// close (a holder releasing, or dying: the kernel closes a dead process's
-// files), a removal, a creation or rename (the lock file replaced); not
-// flock or funlock, but holders close the file when they release it.
+// a Driver that has waited holds a reference; reg.mu guards it. A
+// directory watch reports by file name a close (a holder releasing, or
+// dying: the kernel closes a dead process's files), a removal, a creation
+// or rename (the file replaced); not flock or funlock, but holders close
+// the file when they release it.
 var watcher *inotify
 
 const watchMask = syscall.IN_CLOSE_WRITE | syscall.IN_CLOSE_NOWRITE |

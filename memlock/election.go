@@ -51,10 +51,9 @@ func (s *Store) leader(name string) driver.LeaderInfo {
 }
 
 // Observe implements driver.Elector. The store tells observers of every
-// change as it makes it (see settle), and the entry's timer notices a
-// holder's expiry, so observers learn of a crashed leader unasked. No
-// goroutine runs for an observer: a context.AfterFunc or Close closes the
-// channel.
+// change as it makes it (see settle), the entry's timer of a leader's
+// expiry. No goroutine runs for an observer: a context.AfterFunc or Close
+// closes the channel.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	s := d.s
 	s.mu.Lock()
@@ -90,8 +89,8 @@ func (s *Store) notify(name string) {
 }
 
 // offer puts info on the channel, replacing a value not taken, unless the
-// reader has it or will: it gets the latest leader, never one twice in a
-// row. s.mu is held.
+// reader has it or will: the latest leader, never one twice in a row.
+// s.mu is held.
 func (o *observer) offer(info driver.LeaderInfo) {
 	if info == o.sent {
 		return // on the channel, or already taken

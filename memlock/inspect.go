@@ -12,10 +12,9 @@ import (
 
 // Inspect implements driver.Inspector: it lists the locks of every kind
 // in the store whose names start with prefix, one entry per holder (three
-// readers of a readers-writer lock give three entries of its name), by
-// name, then kind, then token, each with the holder's owner value, token
-// and expiry, and the number of requests queued for the lock. The
-// snapshot is taken under the store's mutex; expired holders are left
+// readers give three entries), by name, kind and token, each with the
+// holder's owner, token and expiry, and the requests queued for the lock.
+// The snapshot is taken under the store's mutex; expired holders are left
 // out, without changing the store.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := ctx.Err(); err != nil {

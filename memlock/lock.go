@@ -42,8 +42,7 @@ type entry struct {
 
 	// timer fires at wake, the holders' earliest expiry, to drop a holder
 	// that stopped renewing and tell those who wait or observe; it runs
-	// only while someone does, else the next call that looks at the entry
-	// drops an expired holder.
+	// only while someone does, else the next call to look drops it.
 	timer *time.Timer
 	wake  time.Time
 }
@@ -144,10 +143,9 @@ func (s *Store) tryGrant(e *entry, r driver.Request, now time.Time) (driver.Gran
 
 // settle brings e up to date after any change: it drops expired holders,
 // admits waiters from the head of the queue while the lock's rules allow
-// (consecutive readers enter together; a writer at the head holds back
-// the readers behind it), drops the entry when nobody holds or waits,
-// re-arms the expiry timer, and tells an election's observers. s.mu must
-// be held.
+// (consecutive readers together; a writer at the head holds back the
+// readers behind it), drops the entry when nobody holds or waits, re-arms
+// the timer, and tells an election's observers. s.mu is held.
 func (s *Store) settle(e *entry, now time.Time) {
 	e.holders = slices.DeleteFunc(e.holders, func(h holder) bool { return !now.Before(h.expires) })
 	for len(e.queue) > 0 && e.admits(e.queue[0].r) {

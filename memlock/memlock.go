@@ -36,10 +36,10 @@ func open(_ context.Context, u driver.URL) (driver.Driver, error) {
 	return s.Driver(), nil
 }
 
-// A Store holds the locks of one in-process namespace. The zero value is
-// not usable; call NewStore. A Store is safe for concurrent use: one mutex
-// guards it, every operation a short critical section over a holder set
-// and a FIFO queue per lock (see lock.go).
+// A Store holds the locks of one in-process namespace; the zero value is
+// not usable (call NewStore). It is safe for concurrent use: one mutex
+// guards it, every operation a short critical section over a lock's
+// holders and FIFO queue (see lock.go).
 type Store struct {
 	mu        sync.Mutex
 	locks     map[key]*entry

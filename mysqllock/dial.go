@@ -12,10 +12,10 @@ import (
 )
 
 // Sockets records the sockets a pool dials by the connection id the
-// server announces in its handshake, so that a session, knowing its
-// CONNECTION_ID(), finds its socket to watch (see Options.Sockets):
-// go-sql-driver's dial hook (mysql.Config.DialFunc) is the one place to
-// see a *sql.Conn's socket. Make one with WatchSockets.
+// server announces in its handshake, so that a session finds its socket by
+// CONNECTION_ID() (see Options.Sockets): go-sql-driver's dial hook
+// (mysql.Config.DialFunc) is the one place to see a *sql.Conn's socket.
+// Make one with WatchSockets.
 type Sockets struct {
 	opaque bool // TLS or compression: what is read is not plain packets
 

@@ -26,8 +26,7 @@ const (
 const cleanupTimeout = time.Second
 
 // TryLock implements driver.Driver: GET_LOCK with a timeout of 0 on one of
-// the driver's sessions (one with room, not asked for the lock already:
-// GET_LOCK is re-entrant within a session), then the token on it. When another
+// the driver's sessions with room, then the token on it. When another
 // connection holds the lock, it returns a *driver.HeldError. ctx bounds
 // the wait for a session and the checkout of a connection, not the
 // statements on a shared session (see session).
@@ -36,13 +35,12 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 }
 
 // Lock implements driver.Waiter. It first tries the lock as TryLock does;
-// when another connection holds it, the server queues the wait (GET_LOCK
-// with a timeout) on a connection of its own, which then becomes a
-// session holding the lock; ctx ends the wait with a KILL QUERY from
-// another connection, so that nothing stays queued when Lock returns. Of
-// the driver's Lock calls for one name, one at a time tries and waits;
-// the others queue in the process, in order of arrival, with no
-// connection, and leave the queue at once when their ctx ends.
+// when another connection holds it, it waits on the server (GET_LOCK with
+// a timeout) on a connection of its own, which then becomes a session
+// holding the lock; ctx ends the wait with a KILL QUERY (see wait), so that
+// nothing stays queued. Of the driver's Lock calls for one name, one at a
+// time tries and waits; the others queue in the process in order of
+// arrival, with no connection, and leave at once when their ctx ends.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -122,11 +120,10 @@ func (d *Driver) tryOn(ctx context.Context, q lockReq) (driver.Grant, error) {
 // openSession sets up a fresh session's connection c with its first
 // GET_LOCK(key, 0): the wait_timeout goes down to the lock's TTL (whole
 // seconds) before the lock can be granted, so that the server frees a
-// silent holder's locks (a host that died without closing its
-// connections, a partition) after the TTL, not its default 8 hours. On
-// the caller's pool the old value is saved, for Retire; on an exclusive
-// pool the connection keeps the last session's value, and its first
-// GET_LOCK runs with the DSN's wait_timeout.
+// silent holder's locks (a dead host, a partition) after the TTL, not its
+// default 8 hours. On the caller's pool the old value is saved for Retire;
+// an exclusive pool's connection keeps the last session's value, and its
+// first GET_LOCK runs with the DSN's wait_timeout.
 func (d *Driver) openSession(c *sconn, key string, got *sql.NullInt64) error {
 	if !d.exclusive {
 		if err := c.exec(saveTimeout(c.timeout)); err != nil {
@@ -227,10 +224,9 @@ func abandon(c *sql.Conn, key string, held bool) {
 // go-sql-driver answers a cancelled context by closing the connection,
 // which the server notices only later (MariaDB 10.11: after about a
 // second, the wait queued meanwhile), so the wait runs under a context of
-// its own. When ctx ends, a KILL QUERY from another connection ends the
-// wait at once; closing the connection is the fallback when the KILL is
-// not sent in time or does not take. The connection is discarded
-// afterwards either way.
+// its own, and ctx's end sends a KILL QUERY from another connection;
+// closing the connection is the fallback when the KILL is late or does not
+// take. The connection is discarded afterwards either way.
 func (d *Driver) wait(ctx context.Context, s *sconn, q lockReq) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

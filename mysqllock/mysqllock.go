@@ -39,10 +39,10 @@ func init() {
 // Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
 	// Table is the table of fencing-token counters, "table" or
-	// "database.table": letters, digits, '_' and '$'. Lockers that take
-	// the same locks must use the same table, or their tokens would not
-	// increase from one to the other. It is created when first needed, or
-	// by Migrate. Default DefaultTable.
+	// "database.table": letters, digits, '_' and '$'. Lockers of the same
+	// locks must share it, or their tokens would not increase from one to
+	// the other. It is created when first needed, or by Migrate. Default
+	// DefaultTable.
 	Table string
 
 	// Prefix starts the server-side name of every lock (see LockName).
@@ -56,27 +56,26 @@ type Options struct {
 	// NoPrefix makes the server-side names carry no prefix at all.
 	NoPrefix bool
 
-	// KeepAlive is how often the driver checks each of its sessions (the
-	// connections that hold its locks). A lock taken away by the server
-	// (its connection killed, the server restarted) is reported lost
-	// within about this long. It is lowered to a third of the locks' TTL
-	// when that is shorter. Default DefaultKeepAlive.
+	// KeepAlive is how often the driver checks each of its sessions, and
+	// so about how soon a lock the server took away (a kill, a restart) is
+	// reported lost. It is lowered to a third of the locks' TTL when that
+	// is shorter. Default DefaultKeepAlive.
 	KeepAlive time.Duration
 
-	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: n locks of one TTL use about
-	// n/SessionLocks connections (more while acquisitions run side by
-	// side, and one per TTL in use), and a lost connection loses every
-	// lock on it, so this bounds what one loss takes. 1 gives each lock a
-	// connection of its own. Zero means DefaultSessionLocks.
+	// SessionLocks is the most locks one of the driver's sessions holds:
+	// n locks of one TTL use about n/SessionLocks connections (more while
+	// acquisitions run side by side, and one per TTL in use), and a lost
+	// connection loses every lock on it, so this bounds what one loss
+	// takes. 1 gives each lock a connection of its own. Zero means
+	// DefaultSessionLocks.
 	SessionLocks int
 
 	// ExclusivePool declares that the *sql.DB serves this driver alone, so
-	// that it may leave a connection's wait_timeout as it set it when the
-	// connection goes back to the pool, saving two of the five statements
-	// of an acquisition and its release (see docs/MYSQL.md). Give such a
-	// pool's connections a wait_timeout (DSN parameter) no longer than the
-	// TTLs in use. A driver opened from a URL has such a pool of its own.
+	// that a connection goes back to the pool with the wait_timeout the
+	// driver set, saving two of the five statements of an acquisition and
+	// its release (see docs/MYSQL.md). Give such a pool's connections a
+	// wait_timeout (DSN parameter) no longer than the TTLs in use. A driver
+	// opened from a URL has such a pool of its own.
 	ExclusivePool bool
 
 	// WaitStep bounds each server-side wait of Acquire: a GET_LOCK that
@@ -85,11 +84,10 @@ type Options struct {
 	// DefaultWaitStep.
 	WaitStep time.Duration
 
-	// Sockets, from WatchSockets on the mysql.Config the caller's *sql.DB
-	// was made from, lets the driver watch its sessions' sockets, so that
-	// a server-side kill ends the lease within about a round trip, not at
-	// the next keep-alive check. Nil: not watched. A driver opened from a
-	// URL always watches its own pool's.
+	// Sockets, from WatchSockets on the mysql.Config of the caller's
+	// *sql.DB, lets the driver watch its sessions' sockets, so that a kill
+	// ends the lease within about a round trip, not at the next keep-alive
+	// check. Nil: not watched. A driver opened from a URL watches its own.
 	Sockets *Sockets
 }
 
@@ -98,9 +96,8 @@ type Options struct {
 // it with NewDriver (or New, or dlock.Open with a mysql:// URL).
 //
 // Held locks share the driver's sessions, connections checked out of the
-// *sql.DB for as long as they hold locks; see docs/MYSQL.md. The zero
-// value is not usable. A Driver is safe for concurrent use by multiple
-// goroutines. It must not be copied.
+// *sql.DB while they hold locks (see docs/MYSQL.md). A Driver is safe for
+// concurrent use by multiple goroutines. It must not be copied.
 type Driver struct {
 	db           *sql.DB
 	own          bool // opened from a URL: Close closes db
@@ -129,13 +126,12 @@ type Driver struct {
 
 // NewDriver returns a driver that takes its connections from db, a
 // *sql.DB of github.com/go-sql-driver/mysql, with the options o (nil means
-// the defaults). The caller keeps owning db, which the driver does not
-// close. Held locks keep db's connections, up to Options.SessionLocks on
-// each (one per TTL in use at least, more while acquisitions run side by
-// side), and so does each name with Acquire calls waiting on the server
-// (one per name; the others wait in the process); cancelling a wait takes
-// one more for a moment: size db.SetMaxOpenConns and db.SetMaxIdleConns
-// for that. NewDriver panics if db is nil; invalid options are an error.
+// the defaults). The caller keeps owning db. Held locks keep db's
+// connections (see Options.SessionLocks), and so does each name with
+// Acquire calls waiting on the server (one per name; the others wait in
+// the process); cancelling a wait takes one more for a moment: size
+// db.SetMaxOpenConns and db.SetMaxIdleConns for that. NewDriver panics if
+// db is nil; invalid options are an error.
 func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
@@ -224,12 +220,11 @@ func (d *Driver) Prefix() string { return d.prefix }
 func (d *Driver) LockName(name string) string { return lockName(d.prefix, name) }
 
 // Close ends the driver: waiting Lock calls return ErrClosed, the
-// sessions of locks still held are closed (so the server frees those
-// locks, and their loss is signalled), and the *sql.DB is closed if the
-// driver opened it (from a URL); a *sql.DB passed to NewDriver stays
-// open. Before that it waits, at most 5 s, for the driver's own goroutines
-// (a release or a check that went on after its context ended), so that
-// none runs once it returns, else it returns an error. Close is
+// sessions of locks still held are closed (the server frees the locks,
+// whose loss is signalled), and the *sql.DB is closed if the driver opened
+// it from a URL. Before that it waits, at most 5 s, for the driver's own
+// goroutines (a release or a check that went on after its context ended),
+// so that none runs once it returns, else it returns an error. Close is
 // idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()

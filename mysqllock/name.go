@@ -15,13 +15,10 @@ import (
 // MariaDB's limit is longer, but the driver keeps to this one on both.
 const MaxLockNameLen = 64
 
-// lockName maps the lock called name to its server-side name. Servers
-// may compare lock names ignoring case (MariaDB's manual says so; 10.11
-// does not), while dlock's names are case-sensitive, so each upper-case
-// letter is written as '^' and its lower-case form: "Orders/42" is
-// "dlock:^orders/42". When prefix and escaped name exceed MaxLockNameLen,
-// the name is hashed: prefix, '#', and the name's hex SHA-256, cut to
-// MaxLockNameLen. Names never contain '^' or '#', so no two forms meet.
+// lockName maps the lock called name to its server-side name (see Names
+// in docs/MYSQL.md for why): each upper-case letter as '^' and its
+// lower-case form, or, beyond MaxLockNameLen, prefix, '#' and the name's
+// hex SHA-256, cut to MaxLockNameLen.
 func lockName(prefix, name string) string {
 	n := len(prefix) + len(name)
 	for i := 0; i < len(name); i++ {

@@ -20,9 +20,8 @@ import (
 // GET_LOCK locks each, all lost with the connection. A session's class is
 // its wait_timeout, its locks' TTL. GET_LOCK is re-entrant within a
 // session, so the pool never asks a session for a key it holds or is
-// asked for. A session's statements are bounded by stmtBound, not a
-// caller's context: go-sql-driver closes a connection whose statement's
-// context ends, which would end every lock of the session.
+// asked for. Statements are bounded by stmtBound, not a caller's context,
+// whose end would make go-sql-driver close the connection and its locks.
 type (
 	pool    = sqlsession.Pool[*sconn, string, struct{}]
 	session = sqlsession.Session[*sconn, string, struct{}]
@@ -94,9 +93,9 @@ func (c *sconn) stmtBound() time.Duration {
 }
 
 // bound returns the context of a statement on the session, bounded by
-// stmtBound (not a caller's context: see session), and the cancel
-// function for unbound. Where the socket is known, the bound is its
-// deadline: no timer, and no database/sql goroutine watching a context.
+// stmtBound, and the cancel function for unbound. Where the socket is
+// known, the bound is its deadline: no timer, and no database/sql
+// goroutine watching a context.
 func (c *sconn) bound() (context.Context, context.CancelFunc) {
 	if c.ctx != nil {
 		return c.ctx, func() {}
@@ -143,9 +142,9 @@ func (c *sconn) exec(q string) error {
 
 // Keep runs one keep-alive check: the connection must still be the one
 // that took the locks (a proxy that reconnected it would have a new id),
-// and the server must hear from it before its wait_timeout frees them: the
-// check is sent and answered within nine tenths of the wait_timeout from
-// the sending of the last statement that succeeded.
+// and the server must hear from it before its wait_timeout frees them:
+// within nine tenths of it from the sending of the last statement that
+// succeeded.
 func (c *sconn) Keep() error {
 	lossAt := c.lastOK.Add(c.timeout - c.timeout/10)
 	if !time.Now().Before(lossAt) {
@@ -270,11 +269,10 @@ func (d *Driver) lookup(r driver.Request) *hold {
 }
 
 // Refresh implements driver.Driver. A lock lives as long as its session,
-// which the driver keeps alive: Refresh checks at once, on the session,
-// that the server still has the lock there (IS_USED_LOCK), and returns
-// the zero time. When ctx ends first it returns ctx's error, and the check
-// goes on: a cancelled statement would close the connection, and free
-// every lock of the session.
+// which the driver keeps alive: Refresh checks on the session that the
+// server still has the lock there (IS_USED_LOCK), and returns the zero
+// time. When ctx ends first it returns ctx's error, and the check goes on
+// (see untilDone).
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	h := d.lookup(r)
 	if h == nil {
@@ -290,8 +288,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 // session left holding nothing goes back to the pool. A lock whose
 // connection failed, or that the server no longer had, gives an error
 // matching ErrNotHeld. When ctx ends first, Unlock returns ctx's error and
-// the release goes on (a cancelled statement would close the connection,
-// and free every lock of the session).
+// the release goes on (see untilDone).
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	h := d.lookup(r)
 	if h == nil {
@@ -305,8 +302,9 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return err
 }
 
-// untilDone returns f's error, or ctx's if it ends first (f goes on in the
-// background, and Close waits for it).
+// untilDone returns f's error, or ctx's if it ends first: f goes on in the
+// background (Close waits for it), as a cancelled statement would close
+// the connection and free every lock of the session.
 func (d *Driver) untilDone(ctx context.Context, f func() error) error {
 	if ctx.Done() == nil { // cannot end: no goroutine needed
 		return f()

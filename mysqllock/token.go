@@ -15,9 +15,8 @@ type statements struct {
 // A name's counter advances while its lock is held, in one statement
 // whose OK packet carries the new value (LAST_INSERT_ID(expr) sets the
 // reported insert id). A new row starts from the server's clock in
-// microseconds, not 1, so that a row deleted (or a table dropped) and
-// created again continues above every earlier token, unless the name was
-// taken more than once a microsecond on average since its row was made.
+// microseconds, not 1, so that tokens go on increasing after a row is
+// deleted (see Fencing token in docs/MYSQL.md).
 const (
 	createTable = "CREATE TABLE IF NOT EXISTS %s (\n" +
 		"  name VARBINARY(255) NOT NULL PRIMARY KEY,\n" +
@@ -57,11 +56,11 @@ func quoteTable(t string) (string, error) {
 }
 
 // Migrate creates the table of fencing-token counters if it does not exist
-// (the statement is in docs/MYSQL.md, Fencing token). The driver also
-// creates it by itself the first time it finds it missing, which needs the
-// CREATE privilege; call Migrate (or run the statement) ahead of time to
-// run the driver with an account that only has SELECT, INSERT and UPDATE
-// on the table. Migrate is safe to call concurrently and more than once.
+// (the statement is in docs/MYSQL.md, Fencing token). The driver creates
+// it itself the first time it finds it missing, which needs the CREATE
+// privilege; call Migrate (or run the statement) beforehand to run the
+// driver with only SELECT, INSERT and UPDATE on the table. Migrate is safe
+// to call concurrently and more than once.
 func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := d.db.ExecContext(ctx, d.sql.create); err != nil {
 		return fmt.Errorf("mysqllock: create table %s: %w", d.table, err)

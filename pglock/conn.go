@@ -40,11 +40,10 @@ type conn struct {
 // watcher is the connection's context watcher handler, what pgx does when
 // a running query's context ends: for a lock wait (wait set), a cancel
 // request, so that the request leaves the lock's queue, cutting the
-// connection only if the server has not answered within cancelGrace; for
-// anything else, an interrupted read at once, which costs the connection.
-// fired records the interruption: the driver then closes the connection,
-// so that a cancel request in flight never hits a later query, and what
-// the interrupted statement took dies with the session.
+// connection only if the server has not answered within cancelGrace; else
+// an interrupted read at once. fired records it: the driver then closes
+// the connection, so that a cancel request in flight never hits a later
+// query, and what the interrupted statement took dies with the session.
 type watcher struct {
 	pc    *pgconn.PgConn
 	bg    *bg.Group // the driver's: Close waits for the cancel request

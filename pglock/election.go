@@ -42,14 +42,13 @@ func (d *Driver) Leader(ctx context.Context, name string) (driver.LeaderInfo, er
 }
 
 // Observe implements driver.Elector. It LISTENs on the election's channel
-// before it reads the leader, and reads it again after each notification.
-// While someone leads, it also waits on the server, on a connection of its
+// before it reads the leader, and reads it again after each notification;
+// while someone leads, it also waits on the server, on a connection of its
 // own, for the election's lock to become free, so that a leader whose
-// session dies is seen without polling. On the buffered channel a reader
-// that falls behind finds the latest leader, never one it just received.
-// A failed read is retried after a back-off (50ms, doubling up to 2s). The
-// channel is closed when ctx ends or the driver closes. See
-// docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
+// session dies is seen without polling. A reader that falls behind finds
+// the latest leader, never one it just received. A failed read is retried
+// after a back-off (50ms, doubling up to 2s). The channel is closed when
+// ctx ends or the driver closes. See Election in docs/POSTGRES.md.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if err := dlock.ValidateName(name); err != nil {
 		return nil, err

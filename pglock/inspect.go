@@ -12,11 +12,10 @@ import (
 
 // Inspect implements driver.Inspector: it lists the mutexes and election
 // leaders whose names start with prefix, by name, then mode, joining the
-// token table with pg_locks in one query. Readers-writer locks and
-// semaphores are not listed: their token rows record the last grant only.
-// Owner is the holding session ("pid 4242"), Expires is zero, and two
-// names whose keys collide (see Key) would both show as held. See
-// docs/CLI.md, dlock status.
+// token table with pg_locks in one query (not readers-writer locks and
+// semaphores, whose token rows record the last grant only). Owner is the
+// holding session ("pid 4242"), Expires is zero, and two names whose keys
+// collide (see Key) would both show as held. See docs/CLI.md.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	var out []driver.LockInfo
 	err := d.withConn(ctx, func(c *conn) (err error) {

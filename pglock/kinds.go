@@ -35,11 +35,10 @@ func Key(table, name string) int64 {
 func migrateKey(table string) int64 { return Key(table, "#migrate") }
 
 // ModeKey returns the advisory lock key of the lock called name of kind m
-// (Read and Write are one readers-writer lock) for a driver on token table
-// table; slot is a semaphore's permit index (0 to limit-1), ignored for
-// the other kinds. Exclusive gives Key(table, name); the other kinds hash
-// strings of their own, so that no two kinds share a key. See
-// docs/POSTGRES.md, Readers-writer locks, semaphores, elections.
+// (Read and Write are one readers-writer lock) on token table table; slot
+// is a semaphore's permit index (0 to limit-1), ignored otherwise.
+// Exclusive gives Key(table, name); the other kinds hash strings of their
+// own, so that no two kinds share a key (see docs/POSTGRES.md, section 7).
 func ModeKey(table string, m driver.Mode, name string, slot int) int64 {
 	switch m {
 	case driver.Read, driver.Write:

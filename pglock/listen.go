@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// The listener is a driver's one connection that LISTENs to the channels
-// of its semaphore waiters and election observers, and wakes them on a
+// The listener is a driver's one connection LISTENing to the channels of
+// its semaphore waiters and election observers, waking them on a
 // notification. Dialled on first use, it lives until the driver closes;
-// when its connection fails it dials again (backing off), then wakes
-// every subscriber, since notifications may have been lost.
+// when it fails it redials (backing off), then wakes every subscriber, as
+// notifications may have been lost.
 type listener struct {
 	mu        sync.Mutex
 	running   bool

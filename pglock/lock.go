@@ -20,13 +20,12 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return d.acquire(ctx, r, false)
 }
 
-// Lock first tries the lock as TryLock does: one round trip when it is
-// free. When another session holds it, it waits on the server with
-// pg_advisory_lock on a connection of its own, which then holds the lock.
-// One Lock per key and driver waits on the server, the driver's others
-// for the key in the process behind it. When ctx ends first, the driver
-// asks the server to cancel the wait, so that nothing stays queued,
-// closes that connection and returns ctx's error.
+// Lock first tries the lock as TryLock does. When another session holds
+// it, it waits on the server with pg_advisory_lock on a connection of its
+// own, which then holds the lock; one Lock per key and driver waits on the
+// server, the driver's others in the process behind it. When ctx ends
+// first, the driver asks the server to cancel the wait, so that nothing
+// stays queued, closes that connection and returns ctx's error.
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return d.acquire(ctx, r, true)
 }
@@ -73,9 +72,8 @@ func (d *Driver) dropKey(key int64) {
 }
 
 // lockKey is Lock for the kinds of one key: it waits in the process to be
-// the key's one Lock that may wait and for the driver's own holds of the
-// key to let it in, then tries the lock on a session, and waits on the
-// server, on a connection of its own, when another session holds it.
+// the key's one waiting Lock and for the driver's own holds of the key,
+// then tries on a session, and waits on the server (see Lock).
 func (d *Driver) lockKey(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	key := q.key
 	d.mu.Lock()
@@ -182,10 +180,9 @@ func (d *Driver) plan(q *lockReq, wait bool) plan {
 	return plan{sql: pick(st.lock, st.tryLock), args: []any{q.key, q.row}, key: q.key, unlock: st.unlock}
 }
 
-// tryOn runs p, a try, on a session not asked for keys (those p may
-// take), which becomes the holder when the lock was taken. The statement
-// runs under the session's bound (conn.bound); ctx bounds only the wait
-// for the session.
+// tryOn runs p, a try, on a session not asked for the keys p may take,
+// which becomes the holder if it took the lock. The statement runs under
+// conn.bound; ctx bounds only the wait for the session.
 func (d *Driver) tryOn(ctx context.Context, q *lockReq, p plan, keys []int64) (driver.Grant, error) {
 	for retried := false; ; retried = true {
 		s, err := d.pool.Session(ctx, q.period, keys...)
@@ -364,10 +361,10 @@ func (d *Driver) grant(c *conn, q *lockReq, p plan, token int64) (driver.Grant, 
 	return d.grantOn(s, q, p, token, []int64{p.key})
 }
 
-// A keyState is the driver's local record of one advisory key, its holds
-// and acquisitions under way: it never asks a session for a key it holds,
-// answers a try at once when the key is taken here, and lets one Lock at
-// a time wait for the key on the server while the others wait here.
+// A keyState is the driver's local record of one advisory key's holds and
+// acquisitions under way: the driver never asks a session for a key it
+// holds, answers a try at once when the key is taken here, and lets one
+// Lock at a time wait on the server while the others wait here.
 type keyState struct {
 	n      int  // holds and acquisitions under way
 	shared bool // all n are readers

@@ -41,22 +41,22 @@ var errClosed = driver.ErrClosed
 
 // Options configure a Driver; the zero value, like a nil *Options, means defaults.
 type Options struct {
-	// Table is the token table: a row per lock name with the last fencing
-	// token handed out, and a sequence named Table+"_seq" from which the
-	// tokens come. It is an unquoted lower-case identifier, optionally
-	// schema-qualified ("locks.dlock_tokens"), and it is part of every
-	// lock's advisory key (see Key): drivers on different tables never
-	// share a lock. Default DefaultTable.
+	// Table is the token table, a row per lock name with the last fencing
+	// token handed out, whose sequence Table+"_seq" draws the tokens: an
+	// unquoted lower-case identifier, optionally schema-qualified
+	// ("locks.dlock_tokens"). It is part of every lock's advisory key (see
+	// Key): drivers on different tables never share a lock. Default
+	// DefaultTable.
 	Table string
 
-	// Keepalive is the longest interval between two checks (an empty
-	// query, timing out after the interval but at least a second) that a
-	// held lock's connection is alive: every Keepalive or third of the
-	// lock's TTL, whichever is shorter, so its holder learns of a silent
-	// connection within about two intervals. A connection the server
-	// closes is seen on its socket at once (see docs/POSTGRES.md, "Loss").
-	// The server side of the sessions is set from it too (see
-	// NoServerKeepalive). Default DefaultKeepalive; at least MinKeepalive.
+	// Keepalive is the longest interval between two checks that a held
+	// lock's connection is alive (an empty query, timing out after the
+	// interval but at least a second): every Keepalive or third of the
+	// lock's TTL, the shorter, so a holder learns of a silent connection
+	// within about two intervals; one the server closes is seen on its
+	// socket at once (see "Loss" in docs/POSTGRES.md). It also sets the
+	// sessions' server side (see NoServerKeepalive). Default
+	// DefaultKeepalive; at least MinKeepalive.
 	Keepalive time.Duration
 
 	// MaxIdle is how many idle connections the driver keeps open for the
@@ -64,12 +64,11 @@ type Options struct {
 	// released. Zero means DefaultMaxIdle; a negative value keeps none.
 	MaxIdle int
 
-	// SessionLocks is how many locks one of the driver's sessions holds
-	// at most. Held locks share sessions: n locks use about n/SessionLocks
-	// connections (more while acquisitions run side by side), and a lost
-	// connection loses every lock on it, so this bounds what one loss
-	// takes. 1 gives each lock a connection of its own. Zero means
-	// DefaultSessionLocks.
+	// SessionLocks is the most locks one of the driver's sessions holds:
+	// n locks use about n/SessionLocks connections (more while
+	// acquisitions run side by side), and a lost connection loses every
+	// lock on it, so this bounds what one loss takes. 1 gives each lock a
+	// connection of its own. Zero means DefaultSessionLocks.
 	SessionLocks int
 
 	// NoMigrate stops NewDriver from creating the token table (see
@@ -80,10 +79,9 @@ type Options struct {
 	// NoServerKeepalive leaves the server-side timeouts of the driver's
 	// sessions as the server has them. By default a new session sets the
 	// server's TCP keepalive, tcp_user_timeout and
-	// client_connection_check_interval from Keepalive (but those the
-	// connection string gives), so that the server ends a vanished
-	// client's session, freeing its locks, within about four intervals.
-	// See docs/POSTGRES.md for the values.
+	// client_connection_check_interval from Keepalive (unless the
+	// connection string gives them), so that the server frees a vanished
+	// client's locks within about four intervals (values: docs/POSTGRES.md).
 	NoServerKeepalive bool
 }
 
@@ -92,12 +90,11 @@ type Options struct {
 // advisory locks. Create it with NewDriver (or New, or dlock.Open with a
 // postgres:// URL).
 //
-// Held locks share the driver's sessions, up to Options.SessionLocks on
-// each; each Lock waiting on the server has a connection of its own, one
-// per key at most. The driver's connections are its own, never shared
-// with other code; a session that holds nothing more goes back to a small
-// idle set. A Driver is safe for concurrent use by multiple goroutines. It
-// must not be copied.
+// Held locks share the driver's sessions (see Options.SessionLocks); each
+// Lock waiting on the server has a connection of its own, one per key at
+// most. The driver's connections are never shared with other code; one
+// that holds nothing more goes back to a small idle set. A Driver is safe
+// for concurrent use by multiple goroutines. It must not be copied.
 type Driver struct {
 	cfg               *pgx.ConnConfig
 	st                statements
@@ -106,33 +103,30 @@ type Driver struct {
 	sessionLocks      int
 	noServerKeepalive bool
 
-	// life, ended by Close, bounds the listener's and observers' work.
-	life    context.Context
-	endLife context.CancelFunc
-	lis     listener
-	// observers counts the goroutines of Observe; Close waits for them.
-	observers sync.WaitGroup
+	life      context.Context // ended by Close: bounds the listener's and observers' work
+	endLife   context.CancelFunc
+	lis       listener
+	observers sync.WaitGroup // Observe's goroutines, for Close to wait for
 	// bg counts the sessions' keepers, releases and ends that outlived
 	// their callers, cancel requests; Close waits, at most closeWait.
 	bg bg.Group
 
-	mu     sync.Mutex
-	closed bool
-	idle   []*conn
-	pool   *pool // the sessions, and the locks held on them
-	keys   map[int64]*keyState
-	// spareKey is an unused keyState, so that most acquisitions make none.
-	spareKey *keyState
+	mu       sync.Mutex
+	closed   bool
+	idle     []*conn
+	pool     *pool // the sessions, and the locks held on them
+	keys     map[int64]*keyState
+	spareKey *keyState // unused, so that most acquisitions make none
 	waiting  map[*conn]context.CancelFunc
 }
 
 // NewDriver returns a driver whose connections are made from config,
-// which must come from pgx.ParseConfig (the driver sets its context
-// watcher handler on a copy). A zero ConnectTimeout (no connect_timeout in the connection
-// string or PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects
-// once, to check the server and create the token table unless
-// o.NoMigrate is set; that connection becomes the first idle one. Close
-// the driver to close its connections.
+// which must come from pgx.ParseConfig (the driver sets its context watcher
+// handler on a copy). A zero ConnectTimeout (no connect_timeout or
+// PGCONNECT_TIMEOUT) gets DefaultConnectTimeout. It connects once, to check
+// the server and create the token table unless o.NoMigrate is set; that
+// connection becomes the first idle one. Close the driver to close its
+// connections.
 func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver, error) {
 	if config == nil {
 		return nil, errors.New("pglock: nil connection config")
@@ -233,12 +227,12 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the driver's connections. Locks still held end, lost
-// (their sessions end, freeing them on the server), waiting acquisitions
-// fail with ErrClosed, and Observe's channels are closed. Close then
-// waits, at most 5 s, for the driver's own goroutines (an Unlock that went
-// on after its context ended, the sessions' keepers), so that none runs
-// once it returns, else it returns an error. Close is idempotent.
+// Close closes the driver's connections: locks still held end, lost (the
+// server frees them), waiting acquisitions fail with ErrClosed, and
+// Observe's channels are closed. It then waits, at most 5 s, for the
+// driver's own goroutines (an Unlock that went on after its context ended,
+// the sessions' keepers), so that none runs once it returns, else it
+// returns an error. Close is idempotent.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -9,25 +9,13 @@ import (
 )
 
 // lockPermit waits for a permit of semaphore q.name, whose limit slots
-// are advisory keys; a holder holds one.
-//
-// It listens on the semaphore's channel (on the driver's listener), then
-// loops: a try takes the first free slot in one statement; when all are
-// held, it blocks on the server on the slot with the fewest waiters until
-// that slot is granted to it (released, or its holder's session ended) or
-// the channel is notified. A release notifies only when the slot it frees
-// is then free (no waiter blocked on it took it over); notified waiters
-// give up their blocked requests and try again.
-//
-// So a release reaches a waiter without polling, and so does a crash if a
-// waiter is blocked on the crashed holder's slot: waiters spread over the
-// slots, and limit waiters cover them all. A permit a crash frees on a
-// slot nobody blocks on goes to the next try: a new acquisition, the
-// waiters the next release wakes, or at the latest a waiter trying again
-// after blocking for the request's TTL (within which a crashed holder's
-// lock frees itself on the TTL backends). So a lone waiter whose try came
-// just before the crashed holder's session ended, and which then blocked
-// on another slot, still gets the permit.
+// are advisory keys; a holder holds one. It listens on the semaphore's
+// channel (on the driver's listener), then loops: a try takes the first
+// free slot; when all are held, it blocks on the server on the slot with
+// the fewest waiters until that slot is granted to it or the channel is
+// notified, and at the latest after the request's TTL (so a permit a crash
+// frees on a slot nobody blocks on still reaches a lone waiter). See
+// Semaphore in docs/POSTGRES.md for why no release or crash is missed.
 func (d *Driver) lockPermit(ctx context.Context, q *lockReq) (driver.Grant, error) {
 	sub, err := d.subscribe(ctx, q.channel)
 	if err != nil {

@@ -63,10 +63,9 @@ func (c *conn) session(period time.Duration, reused bool) {
 }
 
 // bound bounds the statement about to run on the session by its socket's
-// deadline: not the caller's context, since an interrupted statement
-// leaves the connection unusable and takes every lock of the session with
-// it; nor a context of its own, which allocates on every statement.
-// unbound lifts it.
+// deadline: not the caller's context, as an interrupted statement costs
+// the connection and every lock of the session; nor a context of its own,
+// which allocates on every statement. unbound lifts it.
 func (c *conn) bound() {
 	_ = c.pg.PgConn().Conn().SetDeadline(time.Now().Add(stmtTimeouts * c.timeout))
 }
@@ -102,13 +101,12 @@ func (c *conn) Close() { c.close() }
 // Retire gives the connection back to the driver's idle ones.
 func (c *conn) Retire() { c.d.put(c) }
 
-// Unlock releases the lock with pg_advisory_unlock on the session that
-// holds it; a session left holding nothing goes back to the idle
-// connections. It returns an error matching ErrNotHeld when r.Owner does
-// not hold the lock through this driver, or its session has ended. When
-// ctx ends during the release, the unlock runs once the session is free
-// (ctx bounds only the wait for the session, never a statement on it),
-// and Close waits for it.
+// Unlock releases the lock with pg_advisory_unlock on its session; a
+// session left holding nothing goes back to the idle connections. The
+// error matches ErrNotHeld when r.Owner does not hold the lock through
+// this driver, or its session has ended. If ctx ends first, the unlock
+// still runs once the session is free (ctx bounds only the wait for the
+// session), and Close waits for it.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	h, err := d.lookup(r)
 	if err != nil {
@@ -118,12 +116,11 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return d.release(ctx, h)
 }
 
-// Refresh checks, on the lock's session, that the session still holds
-// the lock (in pg_locks), and returns the zero time: a session lock needs
-// no renewal. When the session no longer holds it, or the check fails
-// (leaving the connection unusable, so that the session's locks go with
-// it), the lock is lost and Refresh returns an error matching ErrNotHeld.
-// A ctx done before the check starts only returns its error.
+// Refresh checks in pg_locks that the lock's session still holds it, and
+// returns the zero time: a session lock needs no renewal. When it does
+// not, or the check fails (which costs the connection and the session's
+// locks), the lock is lost and the error matches ErrNotHeld. A ctx done
+// before the check starts only returns its error.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	h, err := d.lookup(r)
 	if err != nil {

@@ -19,10 +19,8 @@ type statements struct {
 	// same statement, returning the token (no row: not taken).
 	lock, tryLock, xactLock, tryXactLock string
 	unlock                               string
-	// letGo and letGoShared release the keys of array $1 held, after a failure.
-	letGo, letGoShared string
-	// held reports whether this session holds key $1.
-	held string
+	letGo, letGoShared                   string // release array $1's keys held, after a failure
+	held                                 string // whether this session holds key $1
 
 	// The readers-writer lock's shared side: as lock and tryLock.
 	lockShared, tryLockShared, unlockShared string
@@ -33,27 +31,24 @@ type statements struct {
 	// requests (ties at random): the slot a permit waiter blocks on.
 	pickSlot string
 	// unlockPermit releases key $1 and notifies channel $2 if the key is
-	// then free (no waiter blocked on it took it over), returning
-	// pg_advisory_unlock's result and the notification's void.
+	// then free (no waiter blocked on it took it over), returning the
+	// unlock's result and the notification's void.
 	unlockPermit string
 	// lockLeader and tryLockLeader are lock and tryLock that also store
 	// the leader's value $3 and session pid in row $2 and notify channel
 	// $4, returning the token and the notification's void.
 	lockLeader, tryLockLeader string
 	unlockLeader              string // releases key $1, notifies channel $2
-	// leader returns row $2's token and value if its pid still holds $1.
-	leader string
-	// awaitFree waits until key $1 is free, then lets it go.
-	awaitFree string
+	leader                    string // row $2's token and value if its pid still holds $1
+	awaitFree                 string // waits until key $1 is free, then lets it go
 }
 
-// An acquisition's token comes from the table's sequence, and is at least
-// one more than the name's row held: nextval survives a rollback, so a
-// rolled-back transaction-scoped lock never has its token handed out
-// again, and the row keeps tokens increasing even if the sequence were
-// reset. The row is written only once the lock function returned true, in
-// the statement's transaction, so the token advances while the lock is
-// held.
+// An acquisition's token comes from the table's sequence and is at least
+// one more than the name's row: nextval survives a rollback, so a
+// rolled-back transaction-scoped lock's token is never handed out again,
+// and the row keeps tokens increasing even if the sequence were reset. The
+// row is written only once the lock function returned true, in the
+// statement's transaction, so the token advances while the lock is held.
 const takeSQL = `WITH l AS (SELECT %[2]s($1) AS ok)
 INSERT INTO %[1]s AS t (name, token, acquired)
 SELECT $2, nextval('%[1]s` + seqSuffix + `'), clock_timestamp() FROM l WHERE %[3]s
@@ -149,13 +144,12 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the token table (with its sequence, named table_seq) if
-// it does not exist, through db, and adds the election columns to a table
-// created before them. A Driver does it itself when it is created (unless
-// Options.NoMigrate is set); call Migrate when the role that takes locks
-// may not create tables, or before using LockTx and TryLockTx. It is safe
-// to run concurrently and repeatedly. An empty table means DefaultTable.
-// The table is
+// Migrate creates the token table (with its sequence, table_seq) through
+// db if it does not exist, and adds the election columns to a table
+// created before them. NewDriver does it unless Options.NoMigrate is set;
+// call Migrate when the role that takes locks may not create tables, or
+// before using LockTx and TryLockTx. It is safe to run concurrently and
+// repeatedly. An empty table means DefaultTable. The table is
 //
 //	CREATE SEQUENCE table_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1;
 //	CREATE TABLE table (name text PRIMARY KEY, token bigint NOT NULL, acquired timestamptz NOT NULL,
@@ -212,10 +206,9 @@ const (
 	maxTableIdent = maxIdent - len(seqSuffix)
 )
 
-// checkTable reports whether t can be a token table's name: an unquoted
-// identifier of lower-case ASCII letters, digits and underscores, not
-// starting with a digit, optionally behind a schema of the same form
-// ("locks.dlock_tokens").
+// checkTable reports whether t can be a token table's name (see
+// Options.Table): lower-case ASCII letters, digits and underscores, not
+// starting with a digit, optionally behind a schema of the same form.
 func checkTable(t string) error {
 	schema, table, qualified := strings.Cut(t, ".")
 	if !qualified {

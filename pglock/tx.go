@@ -27,10 +27,9 @@ func TxTable(table string) TxOption {
 // LockTx takes the lock called name for the rest of the transaction tx,
 // waiting on the server (pg_advisory_xact_lock) as long as ctx allows, and
 // returns its fencing token, drawn in tx. The lock is released when tx
-// commits or rolls back, not earlier, and is not renewed or watched. It is
-// the same lock as a Driver's on the same table; the token table must
-// exist (see Migrate). See docs/POSTGRES.md, Transaction-scoped locks
-// (PgBouncer).
+// ends, not earlier, and is not renewed or watched. It is the same lock as
+// a Driver's on the same table; the token table must exist (see Migrate).
+// See Transaction-scoped locks in docs/POSTGRES.md.
 //
 // When ctx ends during the wait, pgx interrupts the query as tx's
 // connection is configured to (by default closing the connection, which

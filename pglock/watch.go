@@ -9,10 +9,9 @@ import (
 
 // newSockWatch returns the watch (see sockwatch) of a held lock's socket
 // raw under pgx's connection top (raw itself, or a *tls.Conn over it), so
-// that the keeper and Check learn of the session's end
-// (pg_terminate_backend, a restart, an idle timeout) within about a round
-// trip. Under TLS the bytes are opaque; when top is neither, nothing is
-// watched.
+// that the keeper and Check learn of the session's end (a kill, a restart,
+// an idle timeout) within about a round trip. Under TLS the bytes are
+// opaque; when top is neither, nothing is watched.
 func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 	opaque := false
 	switch t := top.(type) {

@@ -17,12 +17,11 @@ import (
 
 // dialer is the go-redis Dialer of the clients that open builds. It
 // dials and makes the TLS handshake within the dial's context (go-redis's
-// own dialer, tls.DialWithDialer, ignores the context during the
-// handshake), names a server that does not speak TLS, and, while open
-// checks the client, watches its dials: go-redis retries a failed dial
-// (up to 5 dials per attempt, each command attempt redialing, and for
-// Sentinel once more per sentinel query), so that a refused connection,
-// which no retry mends, would otherwise take seconds to be reported.
+// tls.DialWithDialer ignores it during the handshake), names a server that
+// does not speak TLS, and, while open checks the client, watches its
+// dials: go-redis retries a failed dial (up to 5 per attempt, each command
+// attempt redialing, and for Sentinel once more per sentinel query), so a
+// refused connection, which no retry mends, would take seconds to report.
 type dialer struct {
 	timeout time.Duration
 	tls     *tls.Config

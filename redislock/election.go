@@ -56,11 +56,11 @@ func (d *Driver) readLeader(ctx context.Context, name string) (driver.LeaderInfo
 
 // Observe follows election name: the returned channel gets the current
 // leader, then every change, re-read on each message of the election's
-// change channel and at the last seen leader's expiry (see Lock kinds in
-// docs/REDIS.md). Observe reads the leader once before returning, and
-// fails if that fails. The channel is closed when ctx ends or the driver
-// closes; a reading that fails later is retried within a second. In
-// LayoutRedsync Observe fails with an error matching driver.ErrUnsupported.
+// channel and at the last seen leader's expiry (see Lock kinds in
+// docs/REDIS.md). It reads the leader once before returning, failing if
+// that fails; a later failed read is retried within a second. The channel
+// is closed when ctx ends or the driver closes. In LayoutRedsync Observe
+// fails with an error matching driver.ErrUnsupported.
 func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.LeaderInfo, error) {
 	if !d.Supports(driver.Leader) {
 		return nil, d.format.unsupported("election", name)
@@ -104,10 +104,9 @@ func (d *Driver) observe(ctx context.Context, name string, out chan<- driver.Lea
 	if left >= 0 {
 		expiry = timer.after(left + time.Millisecond)
 	}
-	// latest is the leader last read; sent the last value the reader
-	// took, once started. latest waits to be sent while they differ (and
-	// until the first is sent), so the reader gets the latest and never
-	// the same value twice in a row.
+	// latest is the leader last read, sent the last value the reader
+	// took; latest waits to be sent while they differ (and until the first
+	// is sent): the reader gets the latest, never one twice in a row.
 	latest, sent, started, pending := first, driver.LeaderInfo{}, false, true
 	for {
 		var send chan<- driver.LeaderInfo

@@ -68,8 +68,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		return nil, nil
 	}
 	// The server's clock, for the expiry scores of readers and permit
-	// holders. In a Redis Cluster it is one node's; the nodes' clocks are
-	// assumed close.
+	// holders: in a Redis Cluster one node's, the clocks assumed close.
 	clock := pipe.Time(ctx)
 	start := time.Now()
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {

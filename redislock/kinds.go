@@ -55,25 +55,22 @@ var (
 	releaseTTL = &boxedTTL{ms: any(int64(0)), life: any(int64(0))}
 )
 
-// The keys and channels dlock adds beside the plain keys of LayoutRedsync
-// start so, whatever the prefix: the peers' keys are <prefix><name>, often
-// with an empty prefix, so dlock's own keys keep to a namespace of their
-// own, which no name of LayoutDlock's (always "<prefix>{" or
-// "<prefix><kind>{") reaches. scripts/plain_release.lua spells the
-// channel's form out too.
+// The keys and channels dlock adds beside LayoutRedsync's plain keys start
+// so, whatever the prefix: the peers' keys are <prefix><name>, often with
+// an empty prefix, so dlock's own keep to a namespace no LayoutDlock key
+// ("<prefix>{" or "<prefix><kind>{") reaches. scripts/plain_release.lua
+// spells the channel's form out too.
 const (
 	plainFenceHead   = DefaultPrefix + "fence:{"
 	plainChannelHead = DefaultPrefix + "released:{"
 )
 
 // keys returns the keys of lock name of kind k, in the scripts' KEYS
-// order. They are cut from one string, so building them costs two
-// allocations (the string and the slice); a key that starts the next one
-// (<base> and <base>:fence, <base>:q and <base>:qe) is cut from it. In
-// LayoutRedsync they are the lock, <prefix><name>, and its fencing
-// counter, dlock:fence:{<prefix><name>}, whose hash tag is the whole lock
-// key (which, as neither prefix nor name holds a brace, hashes whole): on
-// a Redis Cluster the two share a slot.
+// order, cut from one string (two allocations: the string and the slice);
+// a key that starts the next (<base> and <base>:fence, <base>:q and
+// <base>:qe) is cut from it. In LayoutRedsync they are <prefix><name> and
+// dlock:fence:{<prefix><name>}, whose hash tag is the whole lock key (which
+// holds no brace), so on a Redis Cluster the two share a slot.
 func (k *kind) keys(prefix, name string) []string {
 	if k.plain {
 		s := plainFenceHead + prefix + name + "}"

@@ -17,18 +17,15 @@ const (
 	// {name}, a wait queue with handoff. The default.
 	LayoutDlock Layout = "dlock"
 
-	// LayoutRedsync is the plain string key of redsync and bsm/redislock:
-	// <prefix><name> holding the acquisition's owner value with a PX TTL,
-	// beside which dlock keeps a fencing counter of its own. A Driver in
-	// this layout shares locks with those libraries' clients on the same
-	// names. It has the mutex only, and no wait queue (see PollInterval).
+	// LayoutRedsync is the plain string key of redsync and bsm/redislock,
+	// <prefix><name> holding the owner value with a PX TTL, shared with
+	// those libraries' clients, beside which dlock keeps a fencing counter.
+	// It has the mutex only, and no wait queue (see PollInterval).
 	LayoutRedsync Layout = "redsync"
 )
 
-// DefaultPollInterval is the default of Options.PollInterval: about how
-// often, on average, a waiter in LayoutRedsync tries again while the lock
-// is held, which bounds how long a peer's release goes unnoticed; it costs
-// ten small scripts a second per waiting call (see docs/REDIS.md, Layouts).
+// DefaultPollInterval is the default of Options.PollInterval: ten small
+// scripts a second per waiting call (see docs/REDIS.md, Layouts).
 const DefaultPollInterval = 100 * time.Millisecond
 
 // A format is a layout: the kinds of lock it has, by mode, and how.
@@ -95,8 +92,7 @@ var _ driver.Unsupporter = (*Driver)(nil)
 
 // pollDelay is the wait before a waiter in LayoutRedsync tries again when
 // nothing else wakes it: PollInterval on average, spread over half to one
-// and a half times it, so that waiters that started together do not try
-// in step.
+// and a half times it, so that waiters do not try in step.
 func (d *Driver) pollDelay() time.Duration {
 	return d.pollInterval/2 + rand.N(d.pollInterval)
 }

@@ -11,9 +11,8 @@ import (
 	"github.com/dlockgo/dlock/internal/redisutil"
 )
 
-// lockReq is a driver.Request resolved once, at the driver's entry: its
-// kind of lock in the driver's layout, its keys and its TTL as the scripts
-// take it.
+// lockReq is a driver.Request resolved once, at the driver's entry, into
+// what the scripts take: its kind in the layout, its keys and its TTL.
 type lockReq struct {
 	driver.Request
 	kind *kind
@@ -121,13 +120,12 @@ func (d *Driver) publishArg(ctx context.Context) (any, error) {
 	return noArg, err
 }
 
-// TryLock makes one attempt to take the lock, in one script (SET NX and
-// the next fencing token; the other modes and LayoutRedsync by their own:
-// see Lock kinds and Layouts in docs/REDIS.md), and never queues. A lock
-// held by another owner gives a *driver.HeldError with the holder's
-// remaining TTL; one r.Owner already holds is refreshed and reported
-// acquired, with its current token. On any other error (the outcome
-// unknown) TryLock releases the lock in case the script took it.
+// TryLock makes one attempt to take the lock, in one script (see Lock
+// kinds and Layouts in docs/REDIS.md), and never queues. A lock held by
+// another owner gives a *driver.HeldError with the holder's remaining TTL;
+// one r.Owner already holds is refreshed and reported acquired, with its
+// current token. On any other error (the outcome unknown) TryLock releases
+// the lock in case the script took it.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -138,10 +136,10 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 }
 
 // try makes one acquisition attempt of q, op opTry (never queue) or
-// opWait (queue, or refresh the queue entry, whose grant message goes to
-// channel), and returns its outcome with the replicated Grant, or the
-// error: a *driver.HeldError when another holds the lock; after any other
-// error, which the script may have preceded, nothing is held or queued.
+// opWait (queue, or refresh the entry, whose grant goes to channel), and
+// returns its outcome with the replicated Grant, or the error: a
+// *driver.HeldError when another holds the lock; after any other error
+// (which the script may have preceded) nothing is held or queued.
 func (d *Driver) try(ctx context.Context, q *lockReq, op, channel any) (attempt, driver.Grant, error) {
 	start := time.Now()
 	a, err := acquireReply(d.do(ctx, q, op, channel))
@@ -226,10 +224,10 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 }
 
 // Unlock releases the lock if r.Owner holds it (in r.Mode) and, in the
-// same script, hands it to the queue's first live waiter (or readers, or
-// as many waiters as permits are free); in LayoutRedsync, it deletes the
-// key and wakes dlock's waiters. It returns an error wrapping
-// driver.ErrNotHeld when r.Owner did not hold the lock.
+// same script, hands it on to the queue's first live waiters (see Lock
+// kinds in docs/REDIS.md); in LayoutRedsync, it deletes the key and wakes
+// dlock's waiters. The error wraps driver.ErrNotHeld when r.Owner did not
+// hold the lock.
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	q, err := d.resolve(r, false)
 	if err != nil {

@@ -60,10 +60,9 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// check pings the client c that open built, within dial_timeout plus
-// read_timeout, while w watches its dials: a definitive failure (a refused
-// connection, a server that does not speak TLS) ends the ping at once and
-// is the error.
+// check pings c within dial_timeout plus read_timeout, while w watches its
+// dials: a definitive failure (a refused connection, a server that does
+// not speak TLS) ends the ping at once and is the error.
 func check(ctx context.Context, c redis.UniversalClient, w *openCheck) error {
 	pctx, cancel := context.WithTimeout(ctx, w.bound)
 	defer cancel()
@@ -139,12 +138,12 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 }
 
 // connOptions reads what every topology's URL sets alike: the data nodes'
-// credentials, TLS (the scheme's "rediss", with driver.URL.TLS's
-// parameters) and the connection parameters. Without server_name,
-// crypto/tls checks each node's certificate against the address dialled.
-// ContextTimeoutEnabled: a context's deadline bounds the socket I/O of a
-// call, so that Acquire and TryLock return by it even when the server
-// stops answering (see Requests in docs/REDIS.md).
+// credentials, TLS ("rediss", with driver.URL.TLS's parameters; without
+// server_name each certificate is checked against the address dialled) and
+// the connection parameters. ContextTimeoutEnabled lets a context's
+// deadline bound a call's socket I/O, so that Acquire and TryLock return
+// by it even when the server stops answering (see Requests in
+// docs/REDIS.md).
 func connOptions(u driver.URL) (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialerRetries: 1}
 	o.Username = u.User.Username() // nil-safe: "" without user information
@@ -226,12 +225,11 @@ func clusterOptions(u driver.URL, o *redis.UniversalOptions) error {
 	return nil
 }
 
-// ClusterReloadInterval is how old the slot map of a redis+cluster://
-// URL's client may grow before go-redis reads it again (its
-// ClusterStateReloadInterval; go-redis's default is 60s), so that calls
-// for a dead primary's slots go to its replica soon after it took over
-// (see docs/REDIS.md, Cluster). A reread is one CLUSTER SLOTS, made only
-// while calls are being sent.
+// ClusterReloadInterval is how old a redis+cluster:// client's slot map
+// may grow before go-redis rereads it (ClusterStateReloadInterval, 60s by
+// default), so that a dead primary's slots go to its replica soon after it
+// took over (see Cluster in docs/REDIS.md). A reread is one CLUSTER SLOTS,
+// made only while calls are being sent.
 const ClusterReloadInterval = time.Second
 
 // DefaultSentinelPort is the Sentinel port used when a redis+sentinel://
@@ -292,9 +290,8 @@ func driverOptions(u driver.URL) (*Options, error) {
 }
 
 // layoutOptions reads the layout and the parameters that depend on it:
-// the prefix (non-empty in layout=dlock, empty by default in
-// layout=redsync, whose keys are a peer's bare names), queue_ttl
-// (layout=dlock's queue) and poll_interval (layout=redsync's waiters).
+// prefix (empty by default in layout=redsync, whose keys are a peer's bare
+// names), queue_ttl (layout=dlock) and poll_interval (layout=redsync).
 func layoutOptions(u driver.URL) (*Options, error) {
 	o := &Options{Layout: Layout(u.String("layout", string(LayoutDlock))), Logger: u.Logger}
 	var err error

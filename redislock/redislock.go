@@ -49,14 +49,13 @@ type Options struct {
 	// is empty by default: the peers' keys are the bare names.
 	Prefix string
 
-	// QueueTTL bounds how long a waiter's queue entry lives without a
-	// refresh, which comes every third of the smaller of it and the lock's
-	// TTL. A waiter that crashed is skipped once its entry expires; a
-	// release before then hands it the lock, which stays unused until its
-	// TTL runs out: a smaller QueueTTL narrows that window, at the cost of
-	// more frequent re-checks. The entry lifetime used is min(QueueTTL,
-	// max(lock TTL, 100ms)). Zero or negative means DefaultQueueTTL.
-	// LayoutRedsync has no queue and ignores it.
+	// QueueTTL bounds how long a waiter's queue entry lives unrefreshed
+	// (refreshes come every third of it or of the lock's TTL, the smaller).
+	// A crashed waiter is skipped once its entry expires; a release before
+	// then hands it the lock, unused until its TTL runs out: a smaller
+	// QueueTTL narrows that window at the cost of more re-checks. The
+	// lifetime used is min(QueueTTL, max(lock TTL, 100ms)). Zero or
+	// negative means DefaultQueueTTL. LayoutRedsync ignores it.
 	QueueTTL time.Duration
 
 	// PollInterval is, in LayoutRedsync, the mean pause between a waiting
@@ -94,9 +93,9 @@ type Options struct {
 // driver.Moder (every mode) and driver.Elector over one Redis server (or
 // Redis Cluster) reached through a go-redis client. Create it with
 // NewDriver (or New, or dlock.Open with a redis:// URL). Each call sends
-// its script through the client, on the caller's goroutine. A Driver holds
-// pub/sub connections of its client's while it waits or observes (see
-// docs/REDIS.md, Requests, Waiting and Cluster).
+// its script on the caller's goroutine; the Driver holds pub/sub
+// connections while it waits or observes (see docs/REDIS.md, Requests,
+// Waiting and Cluster).
 //
 // A Driver is safe for concurrent use by multiple goroutines. It must not
 // be copied.
@@ -118,10 +117,9 @@ type Driver struct {
 	closeOnce sync.Once
 	active    sync.WaitGroup // Lock calls in progress
 
-	// subs are the Driver's subscriptions, and waiters its waiting calls,
-	// to which grant messages are routed (see subscriber.go). ownOnce
-	// subscribes to the Driver's own channel, and ownReady is closed once
-	// that is confirmed.
+	// Subscriptions and the waiting calls grant messages are routed to
+	// (see subscriber.go); ownReady is closed once ownOnce's subscription
+	// to the Driver's own channel is confirmed.
 	subs     subscriptions
 	waiters  waiters
 	ownOnce  sync.Once
@@ -132,18 +130,15 @@ type Driver struct {
 	waitTimeout  int64                    // Options.WaitTimeout, in milliseconds
 	lastTTL      atomic.Pointer[boxedTTL] // the script arguments of the last TTL used (see resolve)
 
-	// stopCheck cancels NewDriver's background eviction check, and
-	// checking counts it, for Close to wait for.
-	stopCheck context.CancelFunc
-	checking  sync.WaitGroup
+	stopCheck context.CancelFunc // cancels the eviction check
+	checking  sync.WaitGroup     // counts it, for Close to wait for
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
-// means the defaults). The driver does not close client: the caller keeps
-// owning it, and must not close it before the driver. NewDriver panics if
-// client is nil. It makes no request itself: the eviction check (see
-// Eviction in docs/REDIS.md) runs in the background, and Close waits for
-// it.
+// means the defaults). The caller keeps owning client and must not close it
+// before the driver. NewDriver panics if client is nil. It makes no request
+// itself: the eviction check (see Eviction in docs/REDIS.md) runs in the
+// background, and Close waits for it.
 func NewDriver(client redis.UniversalClient, o *Options) *Driver {
 	d := buildDriver(client, o)
 	d.startEvictionCheck(logger(o))

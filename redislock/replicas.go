@@ -54,17 +54,15 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 // gone, a refresh fails with driver.ErrNotHeld alone.
 //
 // WAIT counts the replicas that received every write of its own
-// connection, and the grant may have been written on another one (of the
-// pool, or the releaser's for a handoff). The refresh is a write on WAIT's
-// connection that comes after the grant in the replication stream, so a
-// replica that has it has the grant too; it also checks that the lock is
-// still q.Owner's.
+// connection, and the grant may have been written on another (of the
+// pool, or the releaser's for a handoff); the refresh, a write on WAIT's
+// connection after the grant in the replication stream, makes a replica
+// that has it have the grant too, and checks the lock is still q.Owner's.
 //
 // A renewal the replicas did not acknowledge fails without ending the
 // lock, whose lease keeps the validity of the last acknowledged one: a
 // primary cut off from its replicas and the sentinels still accepts
-// renewals, but the replica they promote has only the expiry of the last
-// renewal it received.
+// renewals, but the replica they promote has only the last it received.
 func (d *Driver) waitAck(ctx context.Context, q *lockReq, op string) error {
 	n, err := d.wait(ctx, q)
 	switch {

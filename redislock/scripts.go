@@ -12,9 +12,7 @@ import (
 )
 
 // The Lua scripts: one per hot operation of the mutex, one per other kind
-// of lock, so that each operation is one round trip. They run as
-// go-redis's Script.Run does: EVALSHA, and EVAL (which caches the script
-// again) when the server answers NOSCRIPT, after a restart or SCRIPT FLUSH.
+// of lock, so that each operation is one round trip (see run).
 var (
 	//go:embed scripts/lib.lua
 	libLua string
@@ -55,12 +53,12 @@ var (
 )
 
 // run sends one call of s through the driver's client with the caller's
-// ctx, as go-redis's Script.Run does: EVALSHA, then EVAL if the server
-// answers NOSCRIPT (see Requests in docs/REDIS.md). The command is built
-// here, rather than by EvalSha, so that its arguments are put in one
-// slice once, and each key goes in as a pointer to it (which go-redis
-// writes, and routes by, as the string): boxing a string costs an
-// allocation, a pointer none.
+// ctx, as go-redis's Script.Run does: EVALSHA, then EVAL (which caches it
+// again) if the server answers NOSCRIPT after a restart or SCRIPT FLUSH
+// (see Requests in docs/REDIS.md). The command is built here, not by
+// EvalSha, so that its arguments go in one slice once, each key as a
+// pointer (which go-redis writes and routes by as the string): boxing a
+// string costs an allocation, a pointer none.
 func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 3+len(keys)+len(args))
 	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.SHA, len(keys)
@@ -78,12 +76,11 @@ func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, ar
 		case cmdArgs[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")):
 			cmdArgs[0], cmdArgs[1] = "eval", s.Src
 		case movingSlot(err):
-			// A Cluster slot in migration refuses a script whose keys are
-			// split between the two primaries (TRYAGAIN), or redirects it
-			// more often than go-redis follows (MOVED, ASK), or the cluster
-			// is failing over (CLUSTERDOWN); the script did not run. Wait
-			// for the move (go-redis's own retries give up within a second)
-			// rather than fail the call, for at most tryAgainFor.
+			// TRYAGAIN: the keys are split between two primaries; MOVED,
+			// ASK: redirected more often than go-redis follows; CLUSTERDOWN:
+			// failing over. The script did not run: wait out the move
+			// (go-redis's own retries give up within a second), at most
+			// for tryAgainFor.
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
 			}

@@ -12,11 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Subscriptions. A Driver subscribes to each channel it listens on once,
-// for all its callers of that channel, with one goroutine that reads it
-// (see Waiting and Cluster in docs/REDIS.md). A grant that never arrives
-// (subscription down, message lost) is not fatal: waiters re-check on a
-// timer.
+// Subscriptions. A Driver subscribes to each channel once, for all its
+// callers, with one goroutine that reads it (see Waiting and Cluster in
+// docs/REDIS.md). A grant never arriving is not fatal: waiters re-check on
+// a timer.
 
 // pingInterval is how long a subscription may stay silent before its
 // listener pings the server; a ping left unanswered for as long again
@@ -31,8 +30,7 @@ type grantMsg struct {
 	at    time.Time // when the message arrived
 }
 
-// waiters routes grant messages to a Driver's waiting Lock calls, by
-// owner.
+// waiters routes grant messages to a Driver's waiting Lock calls by owner.
 type waiters struct {
 	mu sync.Mutex
 	by map[string]chan grantMsg
@@ -116,9 +114,8 @@ type subscription struct {
 // follower is one caller's share of a subscription.
 type follower struct {
 	ready <-chan struct{} // closed once the subscription is first confirmed
-	// signal gets a signal at each message, and each time the
-	// subscription is confirmed (first, and after a reconnection, when
-	// what was published meanwhile was lost).
+	// signal gets a signal at each message and each confirmation of the
+	// subscription (first, and after a reconnection: messages were lost).
 	signal <-chan struct{}
 	leave  func() // ends the share; the last to leave ends the subscription
 }
@@ -183,10 +180,9 @@ func (s *subscriptions) close() {
 }
 
 // listen keeps the subscription to ch up until ctx ends. go-redis
-// reconnects and subscribes again after network errors by itself; the
-// listener subscribes afresh after a connection stopped answering, and
-// after a Cluster unsubscribed it from a shard channel (the slot moved
-// to another primary).
+// resubscribes after network errors itself; listen does so after a
+// connection stopped answering, and after a Cluster unsubscribed it from a
+// shard channel (the slot moved to another primary).
 func (s *subscriptions) listen(ctx context.Context, d *Driver, sub *subscription, ch string, shard bool,
 	onMessage func(string, time.Time)) {
 	for ctx.Err() == nil {

@@ -46,18 +46,16 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served: the waiter joins the lock's queue in Redis and is handed the
-// lock by a release (see Waiting and Lock kinds in docs/REDIS.md; in
-// LayoutRedsync, lockPlain). When ctx ends or the driver closes first,
-// Lock leaves the queue, releases a lock handed to it meanwhile, passing
-// it on, and returns ctx's error or driver.ErrClosed; if that clean-up
-// cannot reach Redis, the error says so, and the entry expires after its
-// lifetime and a handed-over lock after its TTL.
+// served: the waiter joins the lock's queue in Redis and is handed the lock
+// by a release (see Waiting and Lock kinds in docs/REDIS.md; in
+// LayoutRedsync, lockPlain). When ctx ends or the driver closes first, Lock
+// cleans up (see abandon) and returns ctx's error or driver.ErrClosed; if
+// the clean-up cannot reach Redis, the error says so, and the entry expires
+// after its lifetime and a handed-over lock after its TTL.
 //
-// The expiry of a lock received by message is the earlier of its arrival
-// plus the TTL less the drift allowance (see drift), and the sending of
-// the last script that found the caller still queued plus the TTL (the
-// handoff happened after that script ran).
+// A lock received by message expires at the earlier of its arrival plus
+// the TTL less drift, and the sending of the last script that found the
+// caller still queued plus the TTL (the handoff came after that script).
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
@@ -100,10 +98,9 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	}
 	defer d.waiters.unregister(q.Owner)
 	for {
-		// A grant is missed only if it was published before the
-		// subscription it comes by was confirmed; then the caller checks
-		// again as soon as it is. What counts is whether it was confirmed
-		// before this script was sent.
+		// A grant is missed only if published before its subscription
+		// was confirmed, so unless that was before this script was sent,
+		// the caller checks again as soon as it is.
 		subscribed := isClosed(ready)
 		res, g, err := d.try(ctx, &q, opWait, channel)
 		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
@@ -115,8 +112,7 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 			}
 			continue
 		}
-		// Queued: the holder has res.pttl left and the counter stood at
-		// res.seen.
+		// Queued: the holder has res.pttl left, the counter stood at res.seen.
 		next := recheck
 		if res.pttl >= 0 {
 			next = min(next, res.remaining(1))
@@ -131,12 +127,12 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 }
 
 // lockPlain is Lock in LayoutRedsync: no queue, no handoff (see Waiting
-// under Layouts in docs/REDIS.md). Each attempt is TryLock's; a waiter
-// tries again when a dlock release announces itself on plainChannel, when
-// the holder's TTL runs out, and after pollDelay. The first attempt comes
-// before subscribing, so a free lock costs one script. A release is missed
-// only if it came before the subscription was confirmed, so an attempt
-// that fails before then waits for the confirmation and tries again.
+// under Layouts in docs/REDIS.md). Each attempt is TryLock's, retried on a
+// dlock release on plainChannel, at the holder's expiry, and after
+// pollDelay. The first attempt comes before subscribing, so a free lock
+// costs one script; as a release is missed only if it came before the
+// subscription was confirmed, a failed attempt before then waits for the
+// confirmation and tries again.
 func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (driver.Grant, error) {
 	var f follower // the lock's channel, followed from the first failed attempt
 	for {
@@ -180,10 +176,10 @@ func (d *Driver) lockPlain(ctx context.Context, q *lockReq, timer *lazyTimer) (d
 }
 
 // await waits for a grant message, the re-check timer, or the end of ctx
-// or of the driver. It reports ok with the grant when a message brought
-// one; !ok and no error mean: re-check now. A grant whose token is not
-// above last.seen (the counter at the last check) is stale: it was sent
-// before that check, which found the lock another's.
+// or of the driver; ok with the grant when a message brought one, !ok and
+// no error meaning: re-check now. A grant whose token is not above
+// last.seen (the counter at the last check) is stale: sent before that
+// check, which found the lock another's.
 func (d *Driver) await(ctx context.Context, q *lockReq, grants <-chan grantMsg, recheck <-chan time.Time,
 	last attempt) (driver.Grant, bool, error) {
 	latest := last.sent.Add(q.ttl)
@@ -226,10 +222,10 @@ func (d *Driver) awaitSubscription(ctx context.Context, q *lockReq, ready <-chan
 	return nil
 }
 
-// abandon takes q out of the queue and releases the lock if q holds it
-// (handed over meanwhile, or taken by a script whose reply was lost),
-// passing it on; then it returns cause, joined with the clean-up's error if
-// that failed. It runs even though ctx has ended.
+// abandon takes q out of the queue and releases the lock, passing it on,
+// if q holds it (handed over meanwhile, or taken by a script whose reply
+// was lost), even though ctx has ended; it returns cause, joined with the
+// clean-up's error.
 func (d *Driver) abandon(ctx context.Context, q *lockReq, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()

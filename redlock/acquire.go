@@ -17,19 +17,16 @@ type outcome struct {
 	// rival is the most nodes held by any one other owner. A rival with
 	// a quorum holds the lock; without one, the attempt lost a split vote
 	// (or the holder hides behind nodes that did not answer).
-	rival int
-	// remaining is the shortest remaining TTL among other owners' keys;
-	// 0 when unknown or when there were none.
-	remaining time.Duration
+	rival     int
+	remaining time.Duration // shortest remaining TTL of other owners' keys; 0: unknown or none
 	// refused is how many nodes refused the request for good (see
 	// refusal): with fewer than a quorum left, waiting is pointless.
 	refused int
 }
 
-// target is a driver.Request resolved once, at the driver's entry: what
-// every script call of one operation names (the lock's key, its fencing
-// counter's and the owner, each boxed once as a command argument and
-// shared by every node and phase), and its TTL as the scripts take it.
+// target is a driver.Request resolved once, at the driver's entry: the
+// lock's key, its counter's and the owner, each boxed once as a command
+// argument for every node and phase, and the TTL as the scripts take it.
 type target struct {
 	lock, fence, owner any // strings
 	name               string
@@ -39,8 +36,7 @@ type target struct {
 }
 
 // resolve resolves r, for a release, or else (withTTL) for a call that
-// takes or extends the lock, whose TTL must be at least a millisecond;
-// once the driver is closed it fails with driver.ErrClosed.
+// takes or extends the lock, whose TTL must be at least a millisecond.
 func (d *Driver) resolve(r driver.Request, withTTL bool) (target, error) {
 	if d.closed.Load() {
 		return target{}, driver.ErrClosed
@@ -180,12 +176,10 @@ func mostCommon(s []string) int {
 }
 
 // Refresh extends the lock to r.TTL on every node where r.Owner holds it,
-// all asked in parallel. It succeeds when a quorum confirms, and returns
-// the new expiry: the instant before the requests were sent, plus the TTL,
-// less the drift allowance. When fewer than a quorum can still hold it
-// (the others answered that the lock is gone or another's) the error wraps
-// driver.ErrNotHeld; when too few answered to tell, it wraps
-// driver.ErrNoQuorum, which dlock treats as transient.
+// all asked in parallel. When a quorum confirms it returns the new expiry:
+// the instant before sending, plus the TTL, less the drift allowance. The
+// error wraps driver.ErrNotHeld when fewer than a quorum can still hold it,
+// and driver.ErrNoQuorum (transient to dlock) when too few answered to tell.
 func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
 	tg, err := d.resolve(r, true)
 	if err != nil {
@@ -205,12 +199,11 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 
 // Unlock deletes the lock on every node where r.Owner holds it, all asked
 // in parallel, and each node that deleted it tells its subscribers. It
-// returns nil as soon as a quorum has deleted it, or when a quorum
-// answered and at least one node held it; an error wrapping
-// driver.ErrNotHeld when a quorum answered and none held it; otherwise an
-// error wrapping driver.ErrNoQuorum (nodes that did not answer keep the
-// lock until its TTL runs out). Requests to a node that does not answer
-// wait up to ten node timeouts, not one (see docs/REDLOCK.md).
+// returns nil once a quorum has deleted it, or answered with at least one
+// node holding it; an error wrapping driver.ErrNotHeld when a quorum
+// answered and none held it; else one wrapping driver.ErrNoQuorum (nodes
+// that did not answer keep the lock until its TTL runs out). A node has
+// ten node timeouts to answer, not one (see docs/REDLOCK.md).
 func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	tg, err := d.resolve(r, false)
 	if err != nil {

@@ -24,13 +24,12 @@ const (
 	maxResubscribe = time.Second
 )
 
-// subscriber holds one pub/sub connection per node, subscribed to the
-// driver's release channel, whose messages carry the released lock's
-// name. It starts when a Lock first has to wait and lasts until Close; a
-// message wakes the local waiters of its name. One channel per prefix
-// (rather than per name) means subscribing once, not on every wait, and a
-// subscription confirmed before any waiter relies on it; the cost is that
-// every Driver that has waited receives every release under the prefix.
+// subscriber holds one pub/sub connection per node to the release channel,
+// whose messages carry the released name and wake its local waiters. It
+// starts when a Lock first has to wait and lasts until Close. One channel
+// per prefix, not per name, means subscribing once, confirmed before any
+// waiter relies on it; the cost is that every Driver that has waited
+// receives every release under the prefix.
 type subscriber struct {
 	d      *Driver
 	ctx    context.Context // ends at close, cutting short a dial in progress

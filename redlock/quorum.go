@@ -22,13 +22,9 @@ type reply struct {
 }
 
 var (
-	// errNodeTimeout marks a node that did not answer within the node
-	// timeout.
 	errNodeTimeout = errors.New("no answer within the node timeout")
-	// errSkipped marks a node the request was not sent to.
-	errSkipped = errors.New("not asked")
-	// errUnexpected marks a reply the scripts never give.
-	errUnexpected = errors.New("unexpected reply")
+	errSkipped     = errors.New("not asked") // the request was not sent to the node
+	errUnexpected  = errors.New("unexpected reply")
 )
 
 // all returns the mask of every node.
@@ -38,19 +34,17 @@ func (d *Driver) all() uint64 { return ^uint64(0) >> (64 - len(d.nodes)) }
 type until int
 
 const (
-	// allAnswer waits for every node (or the timeout).
-	allAnswer until = iota
-	// quorumOnes stops once a quorum answered 1 (done).
-	quorumOnes
-	// quorumSame stops once a quorum answered the same integer (a phase 1
-	// whose token needs no phase 2), unless integers differ.
+	allAnswer  until = iota // every node (or the timeout)
+	quorumOnes              // a quorum answered 1 (done)
+	// quorumSame: a quorum answered the same integer (a phase 1 whose
+	// token needs no phase 2), unless integers differ.
 	quorumSame
 )
 
-// call is one script call fanned out to the nodes in mask. Every node
-// gets the same command line, built once: EVALSHA sha 2 lock fence owner
-// arg arg. The requests run under the call's timeout and the caller's
-// context values, but not its cancellation: see fanout.
+// call is one script call fanned out to the nodes in mask, each getting
+// the command line built once: EVALSHA sha 2 lock fence owner arg arg. The
+// requests run under the call's timeout and the caller's context values,
+// but not its cancellation: see fanout.
 type call struct {
 	quorum int
 	stop   until
@@ -72,14 +66,13 @@ type call struct {
 	done     chan struct{} // closed once the caller may stop waiting
 }
 
-// fanout runs script on every node in mask at once and returns each
-// node's reply in node order, once all have answered, enough have (see
-// until), or timeout (or ctx) ends: nodes that have not answered by then
-// get errNodeTimeout (or ctx's error). Their requests go on in the
-// background, bounded by the timeout: a request cancelled with ctx would
-// leave a node without the acquire or the release its quorum got, a key
-// that stays until its TTL. Each node runs its requests in order, so a
-// later request of this Driver to the same node (an undo) comes after.
+// fanout runs script on the nodes in mask at once and returns their
+// replies in node order once all (or enough, see until) have answered or
+// timeout (or ctx) ends; the rest get errNodeTimeout (or ctx's error).
+// Their requests go on in the background, bounded by timeout: cancelled
+// with ctx, they would leave a node without the acquire or release its
+// quorum got, a key that stays until its TTL. Each node runs its requests
+// in order, so a later request to it (an undo) comes after.
 func (d *Driver) fanout(ctx context.Context, timeout time.Duration, stop until, sc *redisutil.Script, mask uint64, t *target, a1, a2 any) []reply {
 	c := &call{quorum: d.quorum, stop: stop, ctx: ctx, src: sc.Src, done: make(chan struct{})}
 	c.argv = [8]any{"evalsha", sc.SHA, 2, t.lock, t.fence, t.owner, a1, a2}
@@ -323,7 +316,6 @@ type nodeErr struct {
 	err  error
 }
 
-// wrap returns the error with its node, or nil.
 func (e nodeErr) wrap() error {
 	if e.err == nil {
 		return nil
@@ -371,10 +363,9 @@ func (d *Driver) noQuorum(op, name string, got int, what string, first nodeErr) 
 		op, driver.ErrNoQuorum, got, len(d.nodes), what, d.quorum, first.wrap())
 }
 
-// The Lua scripts, one per request a node receives, so that each is one
-// round trip and atomic on its node. They run by EVALSHA and fall back to
-// EVAL when the node does not have them cached (after a restart or a
-// SCRIPT FLUSH).
+// The Lua scripts, one per request, so that each is one round trip and
+// atomic on its node; run by EVALSHA, falling back to EVAL when the node
+// lacks them (after a restart or a SCRIPT FLUSH).
 var (
 	//go:embed scripts/acquire.lua
 	acquireLua string

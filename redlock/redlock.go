@@ -48,10 +48,9 @@ const (
 	MaxNodes = 64
 )
 
-// releaseTimeoutFactor: requests that delete a lock (Unlock, and the
-// undoing of a failed attempt) wait this many node timeouts for an answer.
-// Nothing is timed against a TTL there, and a release lost to a slow moment
-// would keep the lock until its TTL ends.
+// releaseTimeoutFactor: deletes (Unlock, undo) wait this many node
+// timeouts: nothing is timed against a TTL there, and a release lost to a
+// slow moment would keep the lock until its TTL ends.
 const releaseTimeoutFactor = 10
 
 // Options configure a Driver. The zero value, like a nil *Options, means
@@ -76,10 +75,9 @@ type Options struct {
 	// DefaultPrefix.
 	Prefix string
 
-	// NoFencing turns fencing tokens off: acquisitions are then one
-	// phase always, and every Grant's token is 0. Only for users who
-	// cannot use tokens and want to save the counter's keys and the rare
-	// second round trip; Lease.Token is then meaningless.
+	// NoFencing turns fencing tokens off: acquisitions are then one phase
+	// always, and every token is 0. Only for users who cannot use tokens
+	// and want to save the counters' keys and the rare second round trip.
 	NoFencing bool
 
 	// FenceTTL is how long a name's fencing counter is kept on a node
@@ -89,10 +87,9 @@ type Options struct {
 	FenceTTL time.Duration
 
 	// Logger receives the eviction warning, and at Debug the nodes that
-	// could not be checked (see Eviction in docs/REDLOCK.md). Nil means
-	// slog.Default(), so that the warning reaches someone; a driver opened
-	// by dlock.Open uses the logger of dlock.WithLogger. For go-redis's own
-	// logs see docs/REDLOCK.md.
+	// could not be checked (see docs/REDLOCK.md, also for go-redis's own
+	// logs). Nil means slog.Default(), so that the warning reaches someone;
+	// dlock.Open passes the logger of dlock.WithLogger.
 	Logger *slog.Logger
 }
 
@@ -134,9 +131,9 @@ type Driver struct {
 //
 // Each request to a node is bounded by Options.NodeTimeout. Clients with
 // ContextTimeoutEnabled, MaxRetries -1 and DialerRetries 1 are advisable
-// (see docs/REDLOCK.md for why). The driver runs one sender goroutine per
-// node, one per node for the release subscription once a Lock has had to
-// wait, and at the start one that reads the nodes' maxmemory-policy (see
+// (see docs/REDLOCK.md). The driver runs a sender goroutine per node, one
+// per node for the release subscription once a Lock has had to wait, and
+// at the start one that reads the nodes' maxmemory-policy (see
 // Options.Logger). Close stops them.
 func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
@@ -236,11 +233,10 @@ var (
 )
 
 // Prepare connects to every node and loads the driver's scripts there, all
-// nodes at once, so that the first lock operations do not pay for dialing
-// and for the scripts' first run within the node timeout. It returns an
-// error wrapping driver.ErrNoQuorum when fewer than a quorum of nodes could
-// be prepared before ctx ended. Calling it is optional: without it, the
-// first request to each node does the same work.
+// nodes at once, so that the first lock operations do not pay for both
+// within the node timeout (without it, the first request to each node does
+// that work). The error wraps driver.ErrNoQuorum when fewer than a quorum
+// of nodes could be prepared before ctx ended.
 func (d *Driver) Prepare(ctx context.Context) error {
 	if d.closed.Load() {
 		return driver.ErrClosed
@@ -264,16 +260,11 @@ func (d *Driver) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// startEvictionCheck reads every node's maxmemory-policy and logs one
-// warning on log naming the nodes that may evict lock keys: an evicted key
-// takes that node's vote from the holder without its knowing, and enough
-// of them free the lock on a quorum while the holder believes it holds it.
-// It runs in the background, as a driver opens with its nodes unreached
-// (some may be down). A node that cannot be read within
-// redisutil.CheckTimeout (not the node timeout: see there), or refuses
-// CONFIG, is not checked, which is logged at Debug. Close cancels the
-// check and waits for it.
-
+// startEvictionCheck warns once on log of the nodes whose maxmemory-policy
+// may evict lock keys (see the warning for why). It runs in the background,
+// as a driver opens with its nodes unreached (some may be down); a node not
+// read within redisutil.CheckTimeout, or refusing CONFIG, is logged at
+// Debug. Close cancels the check and waits for it.
 func (d *Driver) startEvictionCheck(log *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stopCheck = cancel

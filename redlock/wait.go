@@ -21,15 +21,11 @@ const (
 )
 
 // Lock takes the lock, waiting as long as ctx allows, as docs/REDLOCK.md
-// says under Protocol: one attempt at once; then, of one Driver's waiters
-// for a name, only the first waits on the nodes, trying again after a
-// release message, at the holder's expiry, or after a growing random pause
-// when nobody holds a quorum. When ctx ends first, Lock returns ctx's
-// error, joined with the last attempt's error unless that was "held by
-// another owner", and holds nothing: every attempt undoes itself on every
-// node before it returns. The wait ends early only when the Driver closes
-// (driver.ErrClosed), when so many nodes refuse the requests for good that
-// no quorum is left, or on an error other than "held" or "no quorum".
+// says under Protocol. When ctx ends first, Lock returns its error (see
+// final) and holds nothing: every attempt undoes itself on every node
+// before it returns. The wait ends early only when the Driver closes
+// (driver.ErrClosed), when so many nodes refuse for good that no quorum is
+// left, or on an error other than "held" or "no quorum".
 func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	t, err := d.resolve(r, true)
 	if err != nil {
@@ -113,10 +109,9 @@ func (d *Driver) settled(ctx context.Context, err error, o outcome) bool {
 	return true
 }
 
-// final is Lock's error once it is settled, err being the last attempt's:
-// driver.ErrClosed once the Driver closed; when ctx has ended, ctx's
-// error, joined with err unless err only said the lock was held; err
-// otherwise.
+// final is Lock's error once settled, err being the last attempt's:
+// driver.ErrClosed once the Driver closed; when ctx has ended, ctx's error
+// joined with err unless err only said the lock was held; else err.
 func (d *Driver) final(ctx context.Context, err error) error {
 	switch {
 	case err == nil:

@@ -12,13 +12,12 @@ import (
 )
 
 // EvictionPolicy returns the server's maxmemory-policy and whether it may
-// evict a lock's keys: every policy but noeviction. The volatile-*
-// policies evict keys with a TTL, which every lock key has; the allkeys-*
-// ones any key. A server without a maxmemory limit evicts nothing yet, but
-// a limit can be set at run time (CONFIG SET maxmemory), so the policy
-// alone is what counts. The error is the server's when it does not let the
-// client read its configuration (CONFIG disabled or renamed, an ACL
-// without +config).
+// evict a lock's keys: every policy but noeviction (volatile-* evict keys
+// with a TTL, as every lock key has). A server without a maxmemory limit
+// evicts nothing yet, but a limit can be set at run time, so the policy
+// alone counts. The error is the server's when it does not let the client
+// read its configuration (CONFIG disabled or renamed, an ACL without
+// +config).
 func EvictionPolicy(ctx context.Context, c redis.Cmdable) (policy string, mayEvict bool, err error) {
 	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
@@ -32,10 +31,9 @@ func EvictionPolicy(ctx context.Context, c redis.Cmdable) (policy string, mayEvi
 }
 
 // CheckTimeout bounds a background read of a server's configuration:
-// long enough for a first dial and TLS handshake, which a request's own
-// timeout (Redlock's node timeout) may not be. A read bounded by less
-// would also cost the client its new connection: go-redis drops a
-// connection whose first request times out.
+// long enough for a first dial and TLS handshake, as Redlock's node
+// timeout may not be; a shorter bound would also cost the client its new
+// connection, which go-redis drops when its first request times out.
 const CheckTimeout = 5 * time.Second
 
 // Evicting reads the policy of every server of clients at once, each

@@ -12,14 +12,13 @@ import (
 	"github.com/dlockgo/dlock/driver"
 )
 
-// ScanNames returns the lock names of the keys "<head><name>}<tail>" on
-// the server c reaches (one node: SCAN is per node) whose name starts with
-// prefix, as the Redis backends' Inspect lists them: head is the backend's
-// key prefix (and kind) followed by "{", tail "" for a lock's main key or
-// the suffix of another of its keys (":r"). Other keys of a lock
-// ("…}:fence") and names holding a brace are skipped. Lock names never
-// hold Redis's glob characters (see dlock.ValidateName); a prefix that
-// does is rejected with driver.ErrInvalidName.
+// ScanNames returns the names starting with prefix of the keys
+// "<head><name>}<tail>" on the server c reaches (SCAN is per node): head
+// is the backend's key prefix (and kind) and "{", tail "" for a lock's
+// main key or another key's suffix (":r"). Other keys ("…}:fence") and
+// names holding a brace are skipped. Lock names never hold Redis's glob
+// characters (see dlock.ValidateName); a prefix that does is rejected
+// with driver.ErrInvalidName.
 func ScanNames(ctx context.Context, c redis.UniversalClient, head, tail, prefix string) ([]string, error) {
 	if strings.ContainsAny(prefix, `*?[]\{}`) {
 		return nil, fmt.Errorf("prefix %q: %w", prefix, driver.ErrInvalidName)

@@ -24,9 +24,9 @@ type Watch struct {
 
 	// state lets a look and a statement decide against each other with
 	// one atomic operation: stBusy (a statement has the socket, or the
-	// lock ended: no look starts) and, in the low nSlots bits, the look
-	// slots in use. Looks (recv with MSG_PEEK) may run at once; a
-	// statement sets stBusy, then waits for the looks begun before.
+	// lock ended: no look starts) and the look slots in use (low nSlots
+	// bits). Looks (recv with MSG_PEEK) may run at once; a statement sets
+	// stBusy, then waits for the looks begun before.
 	state atomic.Uint32
 	slots [nSlots]lookSlot
 
@@ -141,11 +141,10 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 // JudgeBusy sets a test of the socket's first bytes that holds even while
 // a statement has it: true only for a frame that ends the session whatever
 // the statement, such as PostgreSQL's FATAL ErrorResponse, sent before the
-// server lets the session's locks go and closes the connection. Looks
-// during a statement then peek as well as read the TCP state, so that a
-// holder resumed with a statement in flight sees such a frame at once. It
-// must not allocate nor keep frame, and is set before Start; an opaque
-// watch ignores it.
+// server frees the session's locks and closes the connection. Looks during
+// a statement then peek too, so that a holder resumed with a statement in
+// flight sees such a frame at once. It must not allocate nor keep frame,
+// and is set before Start; an opaque watch ignores it.
 func (w *Watch) JudgeBusy(ended func(frame []byte) bool) {
 	if !w.opaque {
 		w.busyEnded = ended
@@ -180,10 +179,10 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 // Look makes one non-blocking look at the socket, for the lock's Check;
 // with VGone, the errno is the socket's error, if any. An unwatched socket
 // is VQuiet. While a statement has the socket, it reads only the TCP state
-// (lookState): a peek would misread the statement's reply. Each look looks
-// for itself, never answering from or waiting for another's. It does not
-// allocate or block: only with all nSlots slots in use does it yield
-// until one of those looks, a single system call, is done.
+// (lookState): a peek would misread the statement's reply. Each look is
+// its own, never answered from another's. It neither allocates nor blocks:
+// only with all nSlots slots in use does it yield until one of those
+// looks, a single system call, is done.
 func (w *Watch) Look() (Verdict, syscall.Errno) {
 	if w.rc == nil {
 		return VQuiet, 0
@@ -242,17 +241,15 @@ func (w *Watch) lookState() (Verdict, syscall.Errno) {
 }
 
 // Take takes the socket for a statement, as Pause does, looking at it on
-// the way: Look skips a socket a statement has, so without this a Check
-// would say "held" for as long as a statement sent to a server already
-// gone took to fail (as at a resume after a pause longer than the
-// keep-alive period). It looks first as one more looker, before the socket
-// is busy, so that a concurrent Check looks too rather than skip the
-// socket; then, the socket taken (busy, looks done, the waiter out), once
-// more, so that no statement follows a close that came in between. With
-// VGone (and the socket's errno, if any) the caller must not send the
-// statement and ends the lock as lost (paused or not: Stop handles both).
-// Otherwise (VQuiet, or VData the statement will read) the socket is the
-// caller's until Resume, one statement at a time, as after Pause.
+// the way: Look skips a socket a statement has, so a Check would otherwise
+// say "held" for as long as a statement to a server already gone took to
+// fail (as at a resume after a pause longer than the keep-alive period).
+// It looks first as one more looker, before the socket is busy, so that a
+// concurrent Check looks too rather than skip it; then, the socket taken,
+// once more, so that no statement follows a close that came in between.
+// With VGone (and the socket's errno, if any) the caller must not send the
+// statement and ends the lock as lost (Stop handles paused or not).
+// Otherwise the socket is the caller's until Resume, as after Pause.
 func (w *Watch) Take() (Verdict, syscall.Errno) {
 	if v, errno := w.Look(); v == VGone {
 		return v, errno

@@ -134,10 +134,9 @@ func (p *Pool[C, K, X]) Init(s *Session[C, K, X], c C, class time.Duration, keys
 }
 
 // pickLocked returns the session to ask for keys, or nil to open one: one
-// nothing uses; else a new one, on an idle connection or when every
-// session is in other acquisitions' hands; else one only a release or a
-// check uses; and once busySessions are open, the one fewest acquisitions
-// use. The mutex is held.
+// nothing uses; else a new one, on an idle connection or when every session
+// is in other acquisitions' hands; else one only a release or a check
+// uses; once busySessions are open, the one fewest acquisitions use.
 func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K, X] {
 	var unused, spare *Session[C, K, X]
 	for _, s := range p.sessions {
@@ -168,8 +167,8 @@ func (p *Pool[C, K, X]) pickLocked(keys []K, class time.Duration) *Session[C, K,
 // Adopt makes h, the lock just taken on h.S for keys, a hold of h.S,
 // giving back the other keys and the session's use, which the caller has.
 // A fresh session is watched from now on, joins the sessions to pick, and
-// its keeper starts. After the driver's Close, Adopt ends the session as
-// lost and returns driver.ErrClosed.
+// its keeper starts. After Close, it ends the session as lost and returns
+// driver.ErrClosed.
 func (p *Pool[C, K, X]) Adopt(h *Hold[C, K, X], keys ...K) error {
 	s := h.S
 	fresh := s.w == nil

@@ -83,11 +83,10 @@ func (s *Session[C, K, X]) Loss() error {
 func (s *Session[C, K, X]) Fresh() bool { return s.w == nil }
 
 // Take takes the use slot, waiting at most until ctx ends, then the
-// socket from the watch with a look (sockwatch.Take): no statement starts
-// on a connection whose server hung up, or a Check would say "held" until
-// it failed. The error is ctx's, ErrEnded, or the loss when the look found
-// the server gone (Take then ended the session as lost). With a nil error
-// the caller has the use of s until Release.
+// socket from the watch with a look (see sockwatch.Watch.Take). The error
+// is ctx's, ErrEnded, or the loss when the look found the server gone
+// (Take then ended the session as lost). With a nil error the caller has
+// the use of s until Release.
 func (s *Session[C, K, X]) Take(ctx context.Context) error {
 	select {
 	case s.use <- struct{}{}:
@@ -126,8 +125,8 @@ func (s *Session[C, K, X]) noteLoss(cause error) error {
 // keep is the keeper goroutine. While no statement runs, it waits for the
 // socket to speak (ending the session as lost when the server hung up) or
 // for the next period, then runs the keep-alive check, which also reads
-// whatever the server sent unprompted (a notice, or an error that fails
-// it). An unwatched socket is checked on the timer alone.
+// what the server sent unprompted (a notice, or an error that fails it).
+// An unwatched socket is checked on the timer alone.
 func (s *Session[C, K, X]) keep() {
 	defer s.p.keepers.Done()
 	watched := s.w.Watched() && !s.p.Hooks.TimerKeeper.Load()
@@ -211,10 +210,9 @@ func (s *Session[C, K, X]) Lose(cause error) {
 }
 
 // EndLost is Lose for a caller that has the use of s, not yet ended; it
-// gives the use back and returns the recorded loss. Each lock's loss is
-// recorded (for Check) and signalled before the connection is closed,
-// since holders must stop at once whatever the close costs; the close
-// makes the server free the locks, if it still has them.
+// gives the use back and returns the recorded loss. It ends the locks in
+// the package doc's order; the close makes the server free them, if it
+// still has them.
 func (s *Session[C, K, X]) EndLost(cause error) error {
 	cause = s.noteLoss(cause)
 	s.end()
