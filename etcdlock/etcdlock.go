@@ -130,10 +130,7 @@ func NewDriver(client *clientv3.Client, o *Options) *Driver {
 	if client == nil {
 		panic("etcdlock: NewDriver with a nil client")
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	if !cmp.Or(opt.Layout, LayoutDlock).known() {
 		panic(fmt.Sprintf("etcdlock: NewDriver with Options.Layout %q: %v", opt.Layout, errLayout))
 	}
@@ -161,8 +158,6 @@ func New(client *clientv3.Client, o *Options, opts ...dlock.Option) (*dlock.Lock
 
 // Scheme returns "etcd", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "etcd" }
-
-var _ driver.Schemer = (*Driver)(nil)
 
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.c }
@@ -372,3 +367,9 @@ func endpoints(u driver.URL) ([]string, error) {
 	}
 	return eps, nil
 }
+
+var (
+	_ driver.Schemer     = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Unsupporter = (*Driver)(nil)
+)

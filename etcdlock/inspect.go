@@ -175,5 +175,3 @@ func (d *Driver) expiries(ctx context.Context, out []driver.LockInfo, leases []c
 	}
 	return nil
 }
-
-var _ driver.Inspector = (*Driver)(nil)

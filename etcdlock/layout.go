@@ -220,5 +220,3 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	}
 	return d.f.unsupported()
 }
-
-var _ driver.Unsupporter = (*Driver)(nil)

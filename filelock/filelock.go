@@ -1,6 +1,7 @@
 package filelock
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"os"
@@ -70,10 +71,7 @@ func NewDriver(dir string, o *Options) (*Driver, error) {
 	if !supported {
 		return nil, errUnsupported
 	}
-	var opts Options
-	if o != nil {
-		opts = *o
-	}
+	opts := *cmp.Or(o, new(Options))
 	if opts.Mode == 0 {
 		opts.Mode = DefaultMode
 	}
@@ -121,8 +119,6 @@ func New(dir string, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 
 // Scheme returns "file".
 func (d *Driver) Scheme() string { return Scheme }
-
-var _ driver.Schemer = (*Driver)(nil)
 
 // Dir returns the driver's lock directory, absolute, links resolved.
 func (d *Driver) Dir() string { return d.dir }
@@ -183,3 +179,8 @@ func (d *Driver) isClosed() bool {
 	defer d.mu.Unlock()
 	return d.closed
 }
+
+var (
+	_ driver.Schemer   = (*Driver)(nil)
+	_ driver.Inspector = (*Driver)(nil)
+)

@@ -175,5 +175,3 @@ func probe(path string) (bool, error) {
 	}
 	return !free && err == nil, err
 }
-
-var _ driver.Inspector = (*Driver)(nil)

@@ -56,5 +56,3 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	return infos, nil
 }
-
-var _ driver.Inspector = (*Driver)(nil)

@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -196,4 +197,13 @@ func (s *Store) expired(e *entry) {
 	}
 	e.wake = time.Time{} // the timer has fired: settle must arm it again
 	s.settle(e, time.Now())
+}
+
+// Resume implements driver.Resumer: a lock lives in the Store, not in the
+// Driver that took it, so any Driver on the same Store with the
+// acquisition's owner value may refresh and release. It refreshes the
+// lock, owner-checked, as Refresh does; a lock that expired or passed to
+// another owner is left as it is.
+func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	return driver.ResumeByRefresh(ctx, d, r)
 }

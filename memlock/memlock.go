@@ -76,8 +76,6 @@ type Driver struct {
 // Scheme returns "mem".
 func (d *Driver) Scheme() string { return "mem" }
 
-var _ driver.Schemer = (*Driver)(nil)
-
 // Store returns the driver's store.
 func (d *Driver) Store() *Store { return d.s }
 
@@ -220,3 +218,9 @@ func (d *Driver) Close() error {
 	}
 	return nil
 }
+
+var (
+	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Schemer   = (*Driver)(nil)
+	_ driver.Resumer   = (*Driver)(nil)
+)

@@ -133,5 +133,3 @@ func (d *Driver) inspect(ctx context.Context, table string, names []string) ([]d
 	}
 	return out, nil
 }
-
-var _ driver.Inspector = (*Driver)(nil)

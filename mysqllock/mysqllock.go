@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -136,10 +137,7 @@ func NewDriver(db *sql.DB, o *Options) (*Driver, error) {
 	if db == nil {
 		panic("mysqllock: NewDriver with a nil *sql.DB")
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	if opt.Table == "" {
 		opt.Table = DefaultTable
 	}
@@ -202,8 +200,6 @@ func New(db *sql.DB, o *Options, opts ...dlock.Option) (*dlock.Locker, error) {
 
 // Scheme returns "mysql", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "mysql" }
-
-var _ driver.Schemer = (*Driver)(nil)
 
 // DB returns the *sql.DB the driver takes its connections from.
 func (d *Driver) DB() *sql.DB { return d.db }
@@ -278,3 +274,8 @@ func (d *Driver) cancelled(ctx context.Context) error {
 }
 
 var errNullLock = errors.New("GET_LOCK returned NULL (the statement was killed, or the server failed)")
+
+var (
+	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Schemer   = (*Driver)(nil)
+)

@@ -1,6 +1,7 @@
 package natslock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,10 +116,7 @@ func NewDriver(ctx context.Context, js jetstream.JetStream, o *Options) (*Driver
 	if js == nil {
 		panic("natslock: NewDriver with a nil JetStream")
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	if opt.Bucket == "" {
 		opt.Bucket = DefaultBucket
 	}

@@ -72,5 +72,3 @@ func (d *Driver) inspect(ctx context.Context, c *pgx.Conn, prefix string) ([]dri
 	}
 	return out, rows.Err()
 }
-
-var _ driver.Inspector = (*Driver)(nil)

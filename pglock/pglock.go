@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,10 +132,7 @@ func NewDriver(ctx context.Context, config *pgx.ConnConfig, o *Options) (*Driver
 	if config == nil {
 		return nil, errors.New("pglock: nil connection config")
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	if opt.Table == "" {
 		opt.Table = DefaultTable
 	}
@@ -206,8 +204,6 @@ func New(ctx context.Context, config *pgx.ConnConfig, o *Options, opts ...dlock.
 // postgresql:// URLs too).
 func (d *Driver) Scheme() string { return "postgres" }
 
-var _ driver.Schemer = (*Driver)(nil)
-
 // Table returns the token table's name.
 func (d *Driver) Table() string { return d.st.table }
 
@@ -273,3 +269,8 @@ func (d *Driver) isClosed() bool {
 	defer d.mu.Unlock()
 	return d.closed
 }
+
+var (
+	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Schemer   = (*Driver)(nil)
+)

@@ -179,5 +179,3 @@ func expiry(now time.Time, pttl time.Duration) time.Time {
 	}
 	return now.Add(pttl)
 }
-
-var _ driver.Inspector = (*Driver)(nil)

@@ -88,8 +88,6 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return d.format.reason
 }
 
-var _ driver.Unsupporter = (*Driver)(nil)
-
 // pollDelay is the wait before a waiter in LayoutRedsync tries again when
 // nothing else wakes it: PollInterval on average, spread over half to one
 // and a half times it, so that waiters do not try in step.

@@ -261,5 +261,3 @@ func (d *Driver) release(ctx context.Context, q *lockReq) (bool, error) {
 func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	return driver.ResumeByRefresh(ctx, d, r)
 }
-
-var _ driver.Resumer = (*Driver)(nil)

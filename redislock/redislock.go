@@ -150,10 +150,7 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	if client == nil {
 		panic("redislock: NewDriver with a nil client")
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	f, err := formatOf(opt.Layout)
 	if err != nil {
 		panic("redislock: NewDriver with " + err.Error())
@@ -186,8 +183,6 @@ func New(client redis.UniversalClient, o *Options, opts ...dlock.Option) (*dlock
 // Scheme returns "redis", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "redis" }
 
-var _ driver.Schemer = (*Driver)(nil)
-
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.client }
 
@@ -216,8 +211,12 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.Waiter  = (*Driver)(nil)
-	_ driver.Moder   = (*Driver)(nil)
-	_ driver.Elector = (*Driver)(nil)
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.Waiter      = (*Driver)(nil)
+	_ driver.Moder       = (*Driver)(nil)
+	_ driver.Elector     = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Unsupporter = (*Driver)(nil)
+	_ driver.Resumer     = (*Driver)(nil)
+	_ driver.Schemer     = (*Driver)(nil)
 )

@@ -114,5 +114,3 @@ func grantToken(tokens []uint64) uint64 {
 	}
 	return best
 }
-
-var _ driver.Inspector = (*Driver)(nil)

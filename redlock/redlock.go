@@ -147,10 +147,7 @@ func NewDriver(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 			return nil, fmt.Errorf("redlock: NewDriver: client %d is nil", i)
 		}
 	}
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	opt.Prefix = cmp.Or(opt.Prefix, DefaultPrefix)
 	if strings.ContainsAny(opt.Prefix, "{}") {
 		return nil, fmt.Errorf("redlock: NewDriver: prefix %q contains a brace", opt.Prefix)
@@ -226,10 +223,11 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.Waiter  = (*Driver)(nil)
-	_ driver.Schemer = (*Driver)(nil)
-	_ driver.Resumer = (*Driver)(nil)
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.Waiter    = (*Driver)(nil)
+	_ driver.Schemer   = (*Driver)(nil)
+	_ driver.Resumer   = (*Driver)(nil)
+	_ driver.Inspector = (*Driver)(nil)
 )
 
 // Prepare connects to every node and loads the driver's scripts there, all

@@ -192,6 +192,14 @@ func TestResumedHolder(t *testing.T) {
 				},
 			}
 		},
+		"nats": func(t *testing.T) resumeCase {
+			// NATS counts key TTLs in whole seconds: the server expires the
+			// stopped holder's key a second after its last renewal.
+			const keyTTL = time.Second
+			c := testenv.StartNATS(t, 1)
+			return resumeCase{url: "nats://" + c.URL() + "/dlock-resume", ttl: keyTTL, pause: 2 * keyTTL,
+				fault: "paused 2×TTL (1s), key expired"}
+		},
 		"file": func(t *testing.T) resumeCase {
 			// A flock has no TTL, and a stopped holder keeps it: the one
 			// way it loses the lock is the lock file's removal (another
@@ -214,7 +222,7 @@ func TestResumedHolder(t *testing.T) {
 	// spends nearly all its time waiting for a lock to expire, and
 	// t.Parallel would let only GOMAXPROCS of them wait together.
 	var wg sync.WaitGroup
-	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "postgres", "mysql", "file"} {
+	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "nats", "postgres", "mysql", "file"} {
 		setup := cases[name]
 		wg.Go(func() {
 			t.Run(name, func(t *testing.T) { resumeBackend(t, bin, name, setup(t)) })

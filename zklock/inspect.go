@@ -178,5 +178,3 @@ func (w *walk) holders(dir, name string, kind driver.Mode, locks []child) error 
 	}
 	return nil
 }
-
-var _ driver.Inspector = (*Driver)(nil)

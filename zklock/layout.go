@@ -135,8 +135,6 @@ func (d *Driver) UnsupportedReason(m driver.Mode) string {
 	return fmt.Sprintf("the %s layout has no %v", d.format.layout, m)
 }
 
-var _ driver.Unsupporter = (*Driver)(nil)
-
 // nodePath returns the path a node of the given kind and guid is created
 // with under parent; the server appends the sequence number. It is one
 // concatenation (one allocation) on every acquisition.

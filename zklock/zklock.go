@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -142,10 +143,7 @@ func (d *Driver) hooks() *hooks {
 // wait for a session: an unreachable ensemble shows in the first call.
 // Close the driver to end its session.
 func NewDriver(servers []string, o *Options) (*Driver, error) {
-	var opt Options
-	if o != nil {
-		opt = *o
-	}
+	opt := *cmp.Or(o, new(Options))
 	if len(servers) == 0 {
 		return nil, errors.New("zklock: no server address")
 	}
@@ -209,8 +207,6 @@ func New(servers []string, o *Options, opts ...dlock.Option) (*dlock.Locker, err
 
 // Scheme returns "zk", the backend's name in metrics and logs.
 func (d *Driver) Scheme() string { return "zk" }
-
-var _ driver.Schemer = (*Driver)(nil)
 
 // Prefix returns the znode under which the driver keeps its locks.
 func (d *Driver) Prefix() string { return d.opt.Prefix }
@@ -489,3 +485,9 @@ func permMask(s string) (int32, error) {
 
 // permBits are ZooKeeper's rights, by their letter in the acl parameter.
 var permBits = map[rune]int32{'c': zk.PermCreate, 'd': zk.PermDelete, 'r': zk.PermRead, 'w': zk.PermWrite, 'a': zk.PermAdmin}
+
+var (
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Unsupporter = (*Driver)(nil)
+	_ driver.Schemer     = (*Driver)(nil)
+)

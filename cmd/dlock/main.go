@@ -4,7 +4,11 @@
 // why fencing tokens matter. See docs/CLI.md, or run dlock --help.
 package main
 
-import "os"
+import (
+	"os"
+
+	_ "github.com/dlockgo/dlock/internal/backends" // every backend's URL scheme, for --backend
+)
 
 func main() {
 	os.Exit(dlockMain(os.Args[1:], os.Stdout, os.Stderr))

@@ -26,13 +26,13 @@ const EtcdScript = "scripts/etcd.sh"
 // EtcdOptions configure StartEtcd. The zero value starts one member with
 // fast test timings.
 type EtcdOptions struct {
-	// Members is the cluster's size; 1 when zero.
-	Members int
-	// Heartbeat and Election are the Raft timings. Defaults: 10ms and
-	// 100ms for one member; 50ms and 500ms for a cluster, which rides out
-	// a busy 2-core machine without spurious elections. etcd's smallest
-	// lease TTL is 1.5 × Election, rounded up to whole seconds.
-	Heartbeat, Election time.Duration
+	// Members is the cluster's size; 1 when zero. Its Raft timings
+	// (heartbeat, election) are 10ms and 100ms for one member, 50ms and
+	// 500ms for a cluster, which rides out a busy 2-core machine without
+	// spurious elections; etcd's smallest lease TTL is 1.5 × the election
+	// timeout, rounded up to whole seconds.
+	Members             int
+	heartbeat, election time.Duration
 	// TLS, when set, makes the members serve clients over TLS only, with
 	// the PKI's server certificate, and require a client certificate its
 	// CA signed (--client-cert-auth); Client and the health checks use
@@ -113,11 +113,9 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 	if o.Members <= 0 {
 		o.Members = 1
 	}
-	if o.Heartbeat == 0 || o.Election == 0 {
-		o.Heartbeat, o.Election = 10*time.Millisecond, 100*time.Millisecond
-		if o.Members > 1 {
-			o.Heartbeat, o.Election = 50*time.Millisecond, 500*time.Millisecond
-		}
+	o.heartbeat, o.election = 10*time.Millisecond, 100*time.Millisecond
+	if o.Members > 1 {
+		o.heartbeat, o.election = 50*time.Millisecond, 500*time.Millisecond
 	}
 	dir := dataRoot(t)
 	c := &EtcdCluster{t: t, o: o, token: "dlock-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
@@ -287,8 +285,8 @@ func (m *EtcdMember) args() []string {
 		"--initial-cluster", m.c.initial,
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", m.c.token,
-		"--heartbeat-interval", strconv.FormatInt(m.c.o.Heartbeat.Milliseconds(), 10),
-		"--election-timeout", strconv.FormatInt(m.c.o.Election.Milliseconds(), 10),
+		"--heartbeat-interval", strconv.FormatInt(m.c.o.heartbeat.Milliseconds(), 10),
+		"--election-timeout", strconv.FormatInt(m.c.o.election.Milliseconds(), 10),
 		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
 	}
 	if p := m.c.o.TLS; p != nil {

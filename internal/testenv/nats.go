@@ -18,10 +18,6 @@ import (
 	"github.com/dlockgo/dlock/internal/testenv/natsbin"
 )
 
-// NATSMinVersion is the oldest nats-server the tests accept (see
-// natsbin.MinVersion).
-const NATSMinVersion = natsbin.MinVersion
-
 // NATSBinary returns the nats-server binary natsbin.Find chooses, looked
 // up once per test binary. It fails t, naming ServicesScript, when there
 // is none or it is too old.

@@ -163,15 +163,13 @@ const SentinelMaster = "dlock"
 
 // SentinelSetup is a Sentinel-managed Redis on loopback ports of the
 // test's own: a primary, its replicas and the sentinels that watch them.
-// The sentinels declare the primary down after DownAfter without an
-// answer and then fail over to a replica. Everything is stopped when the
-// test ends.
+// The sentinels declare the primary down after 1 s without an answer and
+// then fail over to a replica. Everything is stopped when the test ends.
 type SentinelSetup struct {
 	// Servers are the data nodes: Servers[0] is the primary at the start,
 	// the others its replicas. A failover may change that: Primary tells.
 	Servers   []*RedisServer
 	Sentinels []*SentinelServer
-	DownAfter time.Duration
 }
 
 // SentinelServer is one redis-sentinel process.
@@ -185,9 +183,7 @@ type SentinelServer struct {
 
 // SentinelOptions configure StartSentinel. Zero values mean the defaults.
 type SentinelOptions struct {
-	Replicas  int           // default 2
-	Sentinels int           // default 3 (quorum: a majority of them)
-	DownAfter time.Duration // default 1s
+	Replicas int // default 2
 	// Password, when set, is required by the data nodes (requirepass,
 	// masterauth) and by the sentinels themselves (requirepass, and
 	// auth-pass towards the nodes).
@@ -199,7 +195,7 @@ type SentinelOptions struct {
 }
 
 // StartSentinel starts a primary, o.Replicas replicas in sync with it and
-// o.Sentinels sentinels monitoring it as SentinelMaster, and waits until
+// three sentinels (quorum two) monitoring it as SentinelMaster, and waits until
 // every sentinel knows every replica and the other sentinels. It fails t
 // when redis-server or redis-sentinel is missing.
 func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
@@ -208,8 +204,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		t.Fatalf("redis-sentinel not found (%v); install it with %s", err, ServicesScript)
 	}
 	o.Replicas = cmp.Or(o.Replicas, 2)
-	o.Sentinels = cmp.Or(o.Sentinels, 3)
-	o.DownAfter = cmp.Or(o.DownAfter, time.Second)
+	const sentinels, downAfter = 3, time.Second
 	auth := []string{"--repl-diskless-sync-delay", "0"}
 	if o.Password != "" {
 		auth = append(auth, "--requirepass", o.Password, "--masterauth", o.Password)
@@ -219,12 +214,12 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 			return nil
 		}
 		if i >= len(o.Hosts) {
-			t.Fatalf("StartSentinel: %d hosts for %d data nodes and %d sentinels", len(o.Hosts), 1+o.Replicas, o.Sentinels)
+			t.Fatalf("StartSentinel: %d hosts for %d data nodes and %d sentinels", len(o.Hosts), 1+o.Replicas, sentinels)
 		}
 		return o.Hosts[i]
 	}
 	primary := StartRedis(t, RedisOptions{Args: auth, Password: o.Password, Host: host(0)})
-	ps := &SentinelSetup{Servers: []*RedisServer{primary}, DownAfter: o.DownAfter}
+	ps := &SentinelSetup{Servers: []*RedisServer{primary}}
 	phost, port, _ := strings.Cut(primary.Addr, ":")
 	for i := range o.Replicas {
 		// Replicas of the primary at start; after a failover the sentinels
@@ -235,8 +230,8 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 	for _, r := range ps.Servers[1:] {
 		waitSynced(t, r)
 	}
-	quorum := o.Sentinels/2 + 1
-	for j := range o.Sentinels {
+	quorum := sentinels/2 + 1
+	for j := range sentinels {
 		s := &SentinelServer{password: o.Password, Host: host(1 + o.Replicas + j)}
 		p := freePort(t)
 		s.Addr = s.Host.ip() + ":" + strconv.Itoa(p)
@@ -248,8 +243,8 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		conf := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndir %s\nsentinel resolve-hostnames no\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
-			p, s.Host.ip(), dir, SentinelMaster, phost, port, quorum, SentinelMaster, o.DownAfter.Milliseconds(),
-			SentinelMaster, max(3*o.DownAfter.Milliseconds(), 3000), SentinelMaster)
+			p, s.Host.ip(), dir, SentinelMaster, phost, port, quorum, SentinelMaster, downAfter.Milliseconds(),
+			SentinelMaster, max(3*downAfter.Milliseconds(), 3000), SentinelMaster)
 		if o.Password != "" {
 			conf += fmt.Sprintf("sentinel auth-pass %s %s\nrequirepass %s\n", SentinelMaster, o.Password, o.Password)
 		}
@@ -265,7 +260,7 @@ func StartSentinel(t testing.TB, o SentinelOptions) *SentinelSetup {
 		err := poll(30*time.Second, 50*time.Millisecond, nil, func() error {
 			reps, err1 := c.Replicas(ctx, SentinelMaster).Result()
 			sens, err2 := c.Sentinels(ctx, SentinelMaster).Result()
-			if err := errors.Join(err1, err2); err != nil || len(reps) != o.Replicas || len(sens) != o.Sentinels-1 {
+			if err := errors.Join(err1, err2); err != nil || len(reps) != o.Replicas || len(sens) != sentinels-1 {
 				return fmt.Errorf("%d replicas, %d other sentinels (%v)", len(reps), len(sens), err)
 			}
 			return nil
@@ -324,7 +319,7 @@ func waitSynced(t testing.TB, r *RedisServer) {
 }
 
 // ClusterSetup is a Redis Cluster on loopback ports of the test's own:
-// Servers[0:Primaries] start as the primaries (the slots split evenly
+// Servers[0:3] start as the three primaries (the slots split evenly
 // among them), each followed by its replicas. Nodes time out after
 // NodeTimeout, after which a replica of a failed primary takes over.
 type ClusterSetup struct {
@@ -335,7 +330,6 @@ type ClusterSetup struct {
 // ClusterOptions configure StartRedisCluster. Zero values mean the
 // defaults.
 type ClusterOptions struct {
-	Primaries   int           // default 3
 	Replicas    int           // per primary; default 1
 	NodeTimeout time.Duration // default 1s
 	// Password, when set, is required by every node (requirepass,
@@ -352,7 +346,6 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli not found (%v); install it with %s", err, ServicesScript)
 	}
-	o.Primaries = cmp.Or(o.Primaries, 3)
 	o.Replicas = cmp.Or(o.Replicas, 1)
 	o.NodeTimeout = cmp.Or(o.NodeTimeout, time.Second)
 	cs := &ClusterSetup{NodeTimeout: o.NodeTimeout}
@@ -364,7 +357,7 @@ func StartRedisCluster(t testing.TB, o ClusterOptions) *ClusterSetup {
 		args = append(args, "--requirepass", o.Password, "--masterauth", o.Password)
 		create = append([]string{"--no-auth-warning", "-a", o.Password}, create...)
 	}
-	for range o.Primaries * (1 + o.Replicas) {
+	for range 3 * (1 + o.Replicas) {
 		s := StartRedis(t, RedisOptions{Args: args, Password: o.Password})
 		cs.Servers = append(cs.Servers, s)
 		create = append(create, s.Addr)
