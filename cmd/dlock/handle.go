@@ -29,14 +29,15 @@ the backend, which each step names with --backend.
 Waiting works as for dlock run: by default as long as it takes, --wait
 bounds it, --no-wait makes one attempt.
 
-On redis (every topology) and redlock the lock lives on the store by
-itself. On the other backends a lock lives as long as the session,
-connection or file that took it, so dlock acquire leaves a holder process
-behind, in a session of its own, that keeps it and listens on a socket in
-the per-user runtime directory ($XDG_RUNTIME_DIR/dlock, else
-/tmp/dlock-UID), named in the handle; it exits, releasing the lock and
-removing its socket, at the release, at the TTL without an extend, at
---max-hold, or when the lock is lost.
+On redis (every topology), redlock and nats the lock lives on the store
+by itself, so the steps may run on different hosts. On the other backends
+a lock lives as long as the session, connection or file that took it, so
+dlock acquire leaves a holder process behind, in a session of its own,
+that keeps it and listens on a socket in the per-user runtime directory
+($XDG_RUNTIME_DIR/dlock, else /tmp/dlock-UID), named in the handle: the
+later steps must run on the same host as the same user. The holder exits,
+releasing the lock and removing its socket, at the release, at the TTL
+without an extend, at --max-hold, or when the lock is lost.
 
 Exit codes: 0 acquired (the handle printed); 64 usage error or bad backend
 URL; 69 backend unreachable or failing, or no runtime directory; 75 busy.

@@ -101,7 +101,7 @@ func TestCLIDocFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCLI(t)
-	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z-]*)`)
+	flagLine := regexp.MustCompile(`(?m)^  --([a-z][a-z-]*)`)
 	// --help and --version are answered before any FlagSet; --flag is the
 	// doc's generic example.
 	have := map[string]bool{"help": true, "version": true, "flag": true}

@@ -307,14 +307,17 @@ func (s *run) waiters(ctx context.Context, w int) (Point, error) {
 	elapsed := at.at.Sub(from)
 	p.Reached = w
 	p.Values[MAcqRate] = float64(n) / elapsed.Seconds()
-	p.Values[MWaitP50] = ms(Percentile(waits, 50))
-	p.Values[MWaitP99] = ms(Percentile(waits, 99))
+	if len(waits) > 0 { // no percentile of no waits
+		p.Values[MWaitP50], p.Values[MWaitP99] = ms(Percentile(waits, 50)), ms(Percentile(waits, 99))
+	}
 	p.Values[MWaitMax] = ms(maxWait)
 	if n > 1 {
 		p.Values[MHandoff] = 100 * float64(other) / float64(n-1)
 	}
 	p.Values[MGoroutinesPerWaiter] = float64(mid.goroutines-base.goroutines) / float64(w)
-	p.Values[MHeapPerWaiter] = float64(int64(mid.heap)-int64(base.heap)) / float64(w)
+	if h := int64(mid.heap) - int64(base.heap); h > 0 { // less is the GC's noise, not a cost
+		p.Values[MHeapPerWaiter] = float64(h) / float64(w)
+	}
 	if before.serverOK && at.serverOK && n > 0 {
 		p.Values[MServerCPUPerAcq] = us(at.server-before.server) / float64(n)
 	}
@@ -487,7 +490,9 @@ func (s *run) measureAt(ctx context.Context, l Locker, probe string, p *Point, b
 	time.Sleep(s.c.Step) // renewals come every TTL/3: a longer window sees more of them
 	idle1 := s.count(false)
 	if n >= 100 { // fewer: the per-lock figures are noise
-		p.Values[MHeapPerHeld] = float64(int64(idle0.heap)-int64(base.heap)) / float64(n)
+		if h := int64(idle0.heap) - int64(base.heap); h > 0 { // as for waiters
+			p.Values[MHeapPerHeld] = float64(h) / float64(n)
+		}
 		p.Values[MGoroutinesPerHeld] = float64(idle0.goroutines-base.goroutines) / float64(n)
 		// Fewer locks move a server's memory less than its allocator does.
 		if ok && memOK && n >= 10000 {
