@@ -5,6 +5,8 @@
 #   bash scripts/scale.sh            # all backends, into docs/scaling/
 #   OUT=/tmp/s bash scripts/scale.sh redis postgres   # some, elsewhere
 #   SCALE_ARGS="--held 1,1000" bash scripts/scale.sh  # other sweeps
+#   BENCH=1 bash scripts/scale.sh    # dlock bench (no --scale): every backend
+#                                    # side by side, the table on stdout
 #
 # It starts, on ports of its own and only for the run, the 5 Redis
 # masters of redlock:// and a nats-server with JetStream (2.11 or later,
@@ -57,8 +59,12 @@ for n in "${names[@]}"; do
   [ -n "${url[$n]:-}" ] || { echo "scale: unknown backend $n; known: ${!url[*]}" >&2; exit 64; }
   args+=(--backend "${url[$n]}")
 done
-mkdir -p "$out"
-go run ./cmd/dlock bench --scale --out "$out" ${SCALE_ARGS:-} "${args[@]}" | tee "$out/summary.txt"
+if [ -n "${BENCH:-}" ]; then
+  go run ./cmd/dlock bench ${BENCH_ARGS:-} "${args[@]}"
+else
+  mkdir -p "$out"
+  go run ./cmd/dlock bench --scale --out "$out" ${SCALE_ARGS:-} "${args[@]}" | tee "$out/summary.txt"
+fi
 # The sweeps leave a fence counter per name on the machine's Redis (kept
 # for days, as dlock keeps them): remove them, so that they do not slow
 # what scans its keyspace (dlock status, the tests).
