@@ -211,12 +211,12 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 // handleDriver checks that h's lock can be taken over on this Locker (a
 // Resumer backend, the same scheme) and returns the driver.
 func (l *Locker) handleDriver(h Handle) (driver.Resumer, error) {
-	if h.Scheme != l.backend {
-		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
-	}
 	r, ok := l.drv.(driver.Resumer)
 	if !ok {
 		return nil, l.notResumable()
+	}
+	if h.Scheme != l.backend {
+		return nil, fmt.Errorf("%w: a handle of the %s backend, not %s", ErrBadHandle, h.Scheme, l.backend)
 	}
 	return r, nil
 }

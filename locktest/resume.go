@@ -27,9 +27,6 @@ func (s *suite) resumeByHandle(t *testing.T, ctx context.Context, name string) {
 			t.Errorf("the lease after a refused Detach: %v, want it still held", err)
 		}
 		h := dlock.Handle{Name: name, Owner: lease.Owner(), Token: lease.Token(), TTL: lease.TTL()}
-		if s, ok := b.Driver().(driver.Schemer); ok {
-			h.Scheme = s.Scheme()
-		}
 		if _, err := b.Resume(ctx, h); !errors.Is(err, dlock.ErrUnsupported) {
 			t.Errorf("Resume on a backend without it = %v, want ErrUnsupported", err)
 		}

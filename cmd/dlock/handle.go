@@ -205,6 +205,9 @@ func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func
 	if err != nil {
 		return usageErr(sio, f.cmd, "%v", err)
 	}
+	if u, err := url.Parse(f.backend()); err == nil && f.backendNamed() && backendOf(u.Scheme) != h.Scheme {
+		return failf(sio, exitUsage, f.cmd, "%v: a handle of the %s backend, not %s", dlock.ErrBadHandle, h.Scheme, backendOf(u.Scheme))
+	}
 	var locker *dlock.Locker
 	if h.holder == "" { // a holder's lock is reached through the holder
 		var code int
@@ -214,8 +217,6 @@ func withHandle(ctx context.Context, sio *stdio, f *flags, pos []string, do func
 		defer locker.Close()
 	} else if _, err := f.logger(sio.err); err != nil {
 		return usageErr(sio, f.cmd, "%v", err)
-	} else if u, err := url.Parse(f.backend()); err == nil && f.backendNamed() && backendOf(u.Scheme) != h.Scheme {
-		return failf(sio, exitUsage, f.cmd, "%v: a handle of the %s backend, not %s", dlock.ErrBadHandle, h.Scheme, backendOf(u.Scheme))
 	}
 	err = do(locker, h)
 	switch {
