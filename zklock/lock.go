@@ -407,8 +407,11 @@ func (d *Driver) removeStrays(n *node) {
 	if !n.recovered {
 		return
 	}
-	names, err := n.s.listChildren(n.parent)
-	if err != nil {
+	var names []string
+	if err := n.s.do(func() (err error) {
+		names, _, err = n.s.conn.Children(n.parent)
+		return err
+	}); err != nil {
 		return
 	}
 	for _, c := range d.format.children(names) {
