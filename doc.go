@@ -76,8 +76,9 @@
 //
 // # Errors
 //
-// Every error matches one of these with errors.Is; dlock wraps them with
-// the lock's name and the backend's cause.
+// The errors a caller tells apart, with errors.Is; dlock wraps them with
+// the lock's name and the backend's cause. Any other error (a store that
+// cannot be reached, a request that failed) carries the backend's own.
 //
 //	ErrNotAcquired   TryAcquire (and the other Try forms): another owner holds
 //	                 the lock; often a *HeldError saying for how long
