@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -225,5 +226,54 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := Percentile(nil, 99); p != 0 {
 		t.Errorf("p99 of nothing = %v", p)
+	}
+}
+
+// stingyLocker grants its first grants acquisitions (the warm-up's), then
+// nothing: every later Acquire waits for its context, as a waiter whose
+// wait outlasts the measured window does.
+type stingyLocker struct{ grants *atomic.Int32 }
+
+type nopHeld struct{}
+
+func (nopHeld) Release(context.Context) error { return nil }
+
+func (l stingyLocker) Acquire(ctx context.Context, _ string) (Held, error) {
+	if l.grants.Add(-1) >= 0 {
+		return nopHeld{}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (stingyLocker) Close() error { return nil }
+
+// TestNoFiguresForWhatWasNotMeasured: a level where no waiter got the lock
+// has no wait percentiles (there were no waits to rank), and no point has
+// a heap figure at or below zero (a heap that did not grow measured
+// nothing).
+func TestNoFiguresForWhatWasNotMeasured(t *testing.T) {
+	c := smallConfig()
+	c.Waiters, c.Held, c.Clients = []int{4}, nil, nil
+	grants := new(atomic.Int32)
+	grants.Store(int32(c.Fleet)) // one warm-up cycle per client
+	ps, err := Run(context.Background(), Target{Name: "stingy", Open: func(context.Context) (Locker, error) { return stingyLocker{grants}, nil }}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 {
+		t.Fatalf("%d points, want 1: %+v", len(ps), ps)
+	}
+	p := ps[0]
+	if p.Values[MAcqRate] != 0 {
+		t.Fatalf("acquisitions %v, want none", p.Values[MAcqRate])
+	}
+	for _, m := range []string{MWaitP50, MWaitP99} {
+		if v, ok := p.Values[m]; ok {
+			t.Errorf("%s = %v with no acquisition, want no figure", m, v)
+		}
+	}
+	if v, ok := p.Values[MHeapPerWaiter]; ok && v <= 0 {
+		t.Errorf("%s = %v, want a figure only for a heap that grew", MHeapPerWaiter, v)
 	}
 }
