@@ -36,7 +36,10 @@ func newRaw(e *Env) (Impl, error) {
 
 func newRawHop(e *Env) (Impl, error) {
 	im, err := newRaw(e)
-	return hop{im}, err
+	if err != nil {
+		return nil, err // not a hop around nothing: callers may test the Impl
+	}
+	return hop{im}, nil
 }
 
 // hop makes each call of an Impl from a goroutine of its own.
