@@ -71,7 +71,7 @@
 // owner is refused with ErrNotHeld, and nothing changes on the store.
 // WithMaxHold caps how long a lease is held, across such hand-overs too:
 // a stuck holder cannot keep a lock for ever by renewing it. The CLI's
-// dlock acquire, extend and release are built on these, and on the other
+// dlock acquire, renew and release are built on these, and on the other
 // backends keep the lock in a holder process of their own (docs/CLI.md).
 //
 // # Errors
@@ -88,7 +88,7 @@
 //	                 past a handle's deadline
 //	ErrReleased      Lease.Err after Release (or Close of the Locker)
 //	ErrDetached      Lease.Err, with ErrReleased, after Detach
-//	ErrNotHeld       Refresh, Release, Resume, ReleaseHandle: this owner does
+//	ErrNotHeld       Renew, Release, Resume, ReleaseHandle: this owner does
 //	                 not hold the lock (it also matches how the lease ended)
 //	ErrInvalidName   a name that breaks ValidateName
 //	ErrUnsupported   a kind of lock, or Detach and Resume, the backend lacks

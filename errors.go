@@ -13,7 +13,7 @@ var (
 	// ErrNotAcquired is returned by TryAcquire when another owner holds
 	// the lock. The error is often a *HeldError with more detail.
 	ErrNotAcquired = driver.ErrNotAcquired
-	// ErrNotHeld is returned by Release and Refresh when the caller no
+	// ErrNotHeld is returned by Release and Renew when the caller no
 	// longer holds the lock: it was released before, lost, or expired. The
 	// error also matches ErrReleased or ErrLost, whichever ended the lease.
 	ErrNotHeld = driver.ErrNotHeld

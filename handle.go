@@ -18,7 +18,7 @@ import (
 // Locker on the same store. String encodes it as one short line of text
 // (for an environment variable or a file), ParseHandle decodes it.
 //
-// The owner value is what lets the holder refresh and release the lock;
+// The owner value is what lets the holder renew and release the lock;
 // treat a handle as you would the lock itself.
 type Handle struct {
 	// Scheme is the backend's (Driver.Scheme), checked by Resume.
@@ -56,7 +56,7 @@ func (h Handle) String() string {
 // ParseHandle decodes a Handle encoded by Handle.String, now or before:
 // older handles had a tenth field, the socket of the dlock CLI's detached
 // holder, which must be empty here; one that names a holder process is
-// the CLI's (which still prints the field), for its extend and release.
+// the CLI's (which still prints the field), for its renew and release.
 // Text that is not a handle (garbled, truncated, of another version) is
 // an error matching ErrBadHandle that says what is wrong.
 func ParseHandle(s string) (Handle, error) {
@@ -69,7 +69,7 @@ func ParseHandle(s string) (Handle, error) {
 	}
 	if len(f) == 10 {
 		if f[9] != "" {
-			return bad("it names a holder process of the dlock CLI, which only dlock extend and dlock release reach")
+			return bad("it names a holder process of the dlock CLI, which only dlock renew and dlock release reach")
 		}
 		f = f[:9]
 	}
@@ -160,7 +160,7 @@ func (s *Lease) Detach() (Handle, error) {
 
 // Resume takes over the acquisition h identifies, taken by this process
 // or another, on the same store: it checks there that h's owner still
-// holds the lock, extends it to its TTL, and returns a lease supervised
+// holds the lock, renews it to its TTL, and returns a lease supervised
 // here as a fresh one is (renewal, loss signal, Err, Done, Context,
 // Release), with the same token. opts may change the TTL (WithTTL),
 // renewal (WithAutoRenew) and the cap on holding (WithMaxHold, counted

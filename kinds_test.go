@@ -31,8 +31,8 @@ func (p *plainDriver) Lock(ctx context.Context, r driver.Request) (driver.Grant,
 	return p.d.Lock(ctx, r)
 }
 
-func (p *plainDriver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	return p.d.Refresh(ctx, r)
+func (p *plainDriver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
+	return p.d.Renew(ctx, r)
 }
 
 func (p *plainDriver) Unlock(ctx context.Context, r driver.Request) error { return p.d.Unlock(ctx, r) }

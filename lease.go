@@ -44,7 +44,7 @@ type Lease struct {
 	// the end of the lock's validity; nil for a lock without expiry.
 	timer *time.Timer
 
-	opMu sync.Mutex // serializes the driver's Refresh and Unlock calls
+	opMu sync.Mutex // serializes the driver's Renew and Unlock calls
 
 	mu       sync.Mutex // guards the renewal state below
 	renewing bool
@@ -153,12 +153,12 @@ func (s *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	return newHeldContext(parent, s.done, s.Err)
 }
 
-// Refresh extends the lock to its TTL from now, for callers who turned
+// Renew extends the lock to its TTL from now, for callers who turned
 // automatic renewal off, before the lease's Expires. When the lock turns
-// out to be gone, the lease ends as lost and Refresh returns an error
+// out to be gone, the lease ends as lost and Renew returns an error
 // matching ErrNotHeld and ErrLost. Other errors are transient: the lease
 // stays held until its validity ends.
-func (s *Lease) Refresh(ctx context.Context) error {
+func (s *Lease) Renew(ctx context.Context) error {
 	// An ended lease answers without waiting for opMu, which its unlock
 	// after a loss may hold for as long as the store takes to answer.
 	if err := s.heldErr(); err != nil {
@@ -169,7 +169,7 @@ func (s *Lease) Refresh(ctx context.Context) error {
 	if err := s.heldErr(); err != nil {
 		return err
 	}
-	err := s.refresh(ctx)
+	err := s.renew(ctx)
 	if err != nil && errors.Is(err, ErrNotHeld) {
 		return s.heldErr()
 	}

@@ -204,19 +204,19 @@ func TestTTLLeaseHasNoGoroutine(t *testing.T) {
 	}
 }
 
-// flaky wraps a memlock driver; its Refresh can be made to fail.
+// flaky wraps a memlock driver; its Renew can be made to fail.
 type flaky struct {
 	*memlock.Driver
-	failRefresh atomic.Bool
-	refreshes   atomic.Int32
+	failRenew atomic.Bool
+	renews    atomic.Int32
 }
 
-func (f *flaky) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	f.refreshes.Add(1)
-	if f.failRefresh.Load() {
+func (f *flaky) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
+	f.renews.Add(1)
+	if f.failRenew.Load() {
 		return time.Time{}, errors.New("network down")
 	}
-	return f.Driver.Refresh(ctx, r)
+	return f.Driver.Renew(ctx, r)
 }
 
 func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
@@ -228,7 +228,7 @@ func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
 	if lease.Err() != nil {
 		t.Fatalf("lease ended while renewals succeed: %v", lease.Err())
 	}
-	d.failRefresh.Store(true)
+	d.failRenew.Store(true)
 	failedFrom := time.Now()
 	if !lostAtExpiry(t, lease, "while renewals fail") {
 		t.FailNow()
@@ -236,8 +236,8 @@ func TestRenewalFailureIsReportedBeforeExpiry(t *testing.T) {
 	if !errors.Is(lease.Err(), dlock.ErrLost) || !strings.Contains(lease.Err().Error(), "network down") {
 		t.Errorf("Err() = %v, want ErrLost with the renewal's cause", lease.Err())
 	}
-	if d.refreshes.Load() < 3 {
-		t.Errorf("only %d refresh attempts; failed renewals should be retried", d.refreshes.Load())
+	if d.renews.Load() < 3 {
+		t.Errorf("only %d renew attempts; failed renewals should be retried", d.renews.Load())
 	}
 	t.Logf("lost %v after renewals started failing", time.Since(failedFrom))
 }
@@ -252,31 +252,31 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		n := d.refreshes.Load()
+		n := d.renews.Load()
 		time.Sleep(25 * time.Millisecond)
-		if m := d.refreshes.Load(); m != n {
+		if m := d.renews.Load(); m != n {
 			t.Fatalf("%d renewals ran after Release returned", m-n)
 		}
 	}
 }
 
-// hanging wraps a memlock driver; once stuck is closed, its Refresh
+// hanging wraps a memlock driver; once stuck is closed, its Renew
 // blocks until unblock is closed, whatever its context says, as a client
 // stuck on a silent connection does.
 type hanging struct {
 	*memlock.Driver
-	stuck   chan struct{} // closed: refreshes hang
-	unblock chan struct{} // closed: hanging refreshes return
+	stuck   chan struct{} // closed: renews hang
+	unblock chan struct{} // closed: hanging renews return
 	unlocks chan driver.Request
 }
 
-func (h *hanging) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (h *hanging) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	select {
 	case <-h.stuck:
 		<-h.unblock
 		return time.Time{}, errors.New("connection reset")
 	default:
-		return h.Driver.Refresh(ctx, r)
+		return h.Driver.Renew(ctx, r)
 	}
 }
 

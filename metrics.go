@@ -50,7 +50,7 @@ type metrics struct {
 // Why a lease was lost: the values of dlock.lost's reason attribute.
 const (
 	// lostExpired: no renewal succeeded before the lease's validity
-	// ended (the store unreachable, or renewal off and no Refresh).
+	// ended (the store unreachable, or renewal off and no Renew).
 	lostExpired = "expired"
 	// lostGone: a renewal or the release found the lock no longer the
 	// lease's (taken over after expiring, or deleted on the store).

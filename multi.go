@@ -212,12 +212,12 @@ func (m *MultiLease) Context(parent context.Context) (context.Context, context.C
 	return newHeldContext(parent, m.Done(), m.Err)
 }
 
-// Refresh extends every part to its TTL from now (see Lease.Refresh) and
+// Renew extends every part to its TTL from now (see Lease.Renew) and
 // returns the parts' errors joined.
-func (m *MultiLease) Refresh(ctx context.Context) error {
+func (m *MultiLease) Renew(ctx context.Context) error {
 	var errs []error
 	for _, p := range m.parts {
-		errs = append(errs, p.Refresh(ctx))
+		errs = append(errs, p.Renew(ctx))
 	}
 	return errors.Join(errs...)
 }

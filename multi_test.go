@@ -187,19 +187,19 @@ func TestMultiLeaseEnds(t *testing.T) {
 		t.Error(`"q" is still held after the set's Release`)
 	}
 
-	// Refresh without automatic renewal keeps the set past its TTL.
+	// Renew without automatic renewal keeps the set past its TTL.
 	m, err = l.AcquireAll(ctx, []string{"p", "q"}, dlock.WithAutoRenew(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
 		time.Sleep(30 * time.Millisecond)
-		if err := m.Refresh(ctx); err != nil {
-			t.Fatalf("Refresh: %v", err)
+		if err := m.Renew(ctx); err != nil {
+			t.Fatalf("Renew: %v", err)
 		}
 	}
 	if m.Err() != nil {
-		t.Errorf("Err() of a refreshed set = %v", m.Err())
+		t.Errorf("Err() of a renewed set = %v", m.Err())
 	}
 	if err := m.Release(ctx); err != nil {
 		t.Errorf("Release: %v", err)

@@ -77,9 +77,9 @@ func WithMaxHold(d time.Duration) Option {
 }
 
 // WithAutoRenew turns automatic renewal (the watchdog) on or off. On, the
-// default, dlock refreshes the lock about every TTL/3 while the lease is
-// held. Off, the caller refreshes with Lease.Refresh. Either way the lease
-// is reported lost when its validity ends without a successful refresh.
+// default, dlock renews the lock about every TTL/3 while the lease is
+// held. Off, the caller renews with Lease.Renew. Either way the lease
+// is reported lost when its validity ends without a successful renew.
 func WithAutoRenew(on bool) Option {
 	return func(c *config) { c.autoRenew = on }
 }

@@ -173,7 +173,7 @@ func (s *Lease) tick() {
 		s.mu.Unlock()
 		return
 	}
-	err := s.refresh(ctx)
+	err := s.renew(ctx)
 	s.opMu.Unlock()
 	cancel()
 
@@ -190,16 +190,16 @@ func (s *Lease) tick() {
 	s.arm()
 }
 
-// refresh calls the driver with opMu held and records the new validity; it
+// renew calls the driver with opMu held and records the new validity; it
 // ends the lease on ErrNotHeld.
-func (s *Lease) refresh(ctx context.Context) error {
-	exp, err := s.l.drv.Refresh(ctx, s.req)
+func (s *Lease) renew(ctx context.Context) error {
+	exp, err := s.l.drv.Renew(ctx, s.req)
 	s.l.m.renewed(err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			s.end(s.lostError("renewal found the lock gone", err), lostGone)
 		}
-		return fmt.Errorf("dlock: refresh %q: %w", s.req.Name, err)
+		return fmt.Errorf("dlock: renew %q: %w", s.req.Name, err)
 	}
 	s.exp.Store(int64(exp.Sub(s.base)))
 	return nil

@@ -25,13 +25,13 @@ type Request struct {
 	// Name is the lock's name, already checked by dlock.ValidateName.
 	Name string
 	// Owner is unique to this acquisition: 128 random bits in hex. A driver
-	// must refresh and unlock only a lock whose stored owner equals Owner.
+	// must renew and unlock only a lock whose stored owner equals Owner.
 	Owner string
-	// TTL is how long the store keeps the lock without a refresh.
+	// TTL is how long the store keeps the lock without a renew.
 	TTL time.Duration
 	// Mode is the kind of lock asked for; the zero value, Exclusive, is
 	// the mutex. dlock sends another mode only to a driver whose
-	// Supports(mode) is true (see Moder); Refresh and Unlock get the
+	// Supports(mode) is true (see Moder); Renew and Unlock get the
 	// Request of the acquisition, mode included.
 	Mode Mode
 	// Limit is the number of permits of a semaphore (Mode Permit), at
@@ -96,11 +96,11 @@ type Driver interface {
 	// has left. It must leave nothing held when it returns an error.
 	TryLock(ctx context.Context, r Request) (Grant, error)
 
-	// Refresh extends the lock to r.TTL from now, only if r.Owner still
+	// Renew extends the lock to r.TTL from now, only if r.Owner still
 	// holds it, and returns the new expiry (see Grant.Expires). It returns
 	// an error wrapping ErrNotHeld when the lock is gone or held by another
 	// owner; any other error is taken as transient and retried.
-	Refresh(ctx context.Context, r Request) (time.Time, error)
+	Renew(ctx context.Context, r Request) (time.Time, error)
 
 	// Unlock releases the lock only if r.Owner holds it. It returns an
 	// error wrapping ErrNotHeld when the lock was not held by r.Owner.
@@ -153,7 +153,7 @@ func (m Mode) String() string {
 // other modes with ErrUnsupported without calling it.
 //
 // For every mode it supports, a driver's TryLock, Lock (if it is a
-// Waiter), Refresh and Unlock follow the contract of the Exclusive mode,
+// Waiter), Renew and Unlock follow the contract of the Exclusive mode,
 // tokens included: every grant of a name, in any of the name's modes,
 // carries a token greater than every earlier grant's for that name and
 // kind of lock (readers holding together have distinct tokens).
@@ -192,7 +192,7 @@ type LeaderInfo struct {
 }
 
 // Elector is implemented by drivers that support Mode Leader: besides
-// taking leadership with Lock (campaign), Refresh and Unlock (resign),
+// taking leadership with Lock (campaign), Renew and Unlock (resign),
 // they let anyone read and follow who leads.
 type Elector interface {
 	// Leader returns the current leader of election name; zero if nobody.
@@ -213,17 +213,17 @@ type Elector interface {
 // carry on holding the lock: dlock's Locker.Resume.
 type Resumer interface {
 	// Resume checks that r.Owner holds r.Name in r.Mode and extends the
-	// lock to r.TTL, as Refresh does, and returns its grant with the new
+	// lock to r.TTL, as Renew does, and returns its grant with the new
 	// expiry (Token left zero: the caller knows it). When r.Owner does not
 	// hold the lock, Resume returns an error wrapping ErrNotHeld and
 	// changes nothing on the store.
 	Resume(ctx context.Context, r Request) (Grant, error)
 }
 
-// ResumeByRefresh is Resume for a driver whose Refresh already checks the
-// owner and extends the lock: the grant of the refreshed expiry.
-func ResumeByRefresh(ctx context.Context, d Driver, r Request) (Grant, error) {
-	exp, err := d.Refresh(ctx, r)
+// ResumeByRenew is Resume for a driver whose Renew already checks the
+// owner and extends the lock: the grant of the renewed expiry.
+func ResumeByRenew(ctx context.Context, d Driver, r Request) (Grant, error) {
+	exp, err := d.Renew(ctx, r)
 	if err != nil {
 		return Grant{}, err
 	}

@@ -316,11 +316,11 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	}
 }
 
-// Refresh implements driver.Driver. The driver keeps the lease alive, so
-// Refresh only checks, in one read, that the caller's key still exists:
+// Renew implements driver.Driver. The driver keeps the lease alive, so
+// Renew only checks, in one read, that the caller's key still exists:
 // it returns the zero time (no expiry of its own), or an error wrapping
 // driver.ErrNotHeld when the key is gone.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	l := d.held(r, false)
 	if l == nil {
 		return time.Time{}, fmt.Errorf("%w: %q", driver.ErrNotHeld, r.Name)
@@ -329,7 +329,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	resp, err := d.c.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(l.k.key), "=", l.rev)).Commit()
 	cancel()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("etcdlock: refresh %q: %w", r.Name, err)
+		return time.Time{}, fmt.Errorf("etcdlock: renew %q: %w", r.Name, err)
 	}
 	if !resp.Succeeded {
 		d.lose(l)

@@ -329,7 +329,7 @@ func TestRWTokensAndExclusion(t *testing.T) {
 	}
 }
 
-// TestKindsUnlockOwnOnly: Refresh and Unlock act only for the owner, in
+// TestKindsUnlockOwnOnly: Renew and Unlock act only for the owner, in
 // the mode it holds.
 func TestKindsUnlockOwnOnly(t *testing.T) {
 	eps, admin, prefix, ctx := fixture(t, 20*time.Second)
@@ -348,16 +348,16 @@ func TestKindsUnlockOwnOnly(t *testing.T) {
 		if err := d.Unlock(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("%v: Unlock by another owner = %v, want ErrNotHeld", r.Mode, err)
 		}
-		if _, err := d.Refresh(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("%v: Refresh by another owner = %v, want ErrNotHeld", r.Mode, err)
+		if _, err := d.Renew(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("%v: Renew by another owner = %v, want ErrNotHeld", r.Mode, err)
 		}
 		wrong := r
 		wrong.Mode = driver.Exclusive
 		if err := d.Unlock(ctx, wrong); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("%v: Unlock as a mutex = %v, want ErrNotHeld", r.Mode, err)
 		}
-		if _, err := d.Refresh(ctx, r); err != nil {
-			t.Errorf("%v: Refresh by the owner: %v", r.Mode, err)
+		if _, err := d.Renew(ctx, r); err != nil {
+			t.Errorf("%v: Renew by the owner: %v", r.Mode, err)
 		}
 	}
 	for _, q := range []string{prefix + "/#rw/own/#", prefix + "/#sem/own/#", prefix + "/#elect/own/#"} {

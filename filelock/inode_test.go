@@ -46,8 +46,8 @@ func TestFileReplacedWhileLocking(t *testing.T) {
 			if _, err := b.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
 				t.Errorf("TryAcquire by another = %v, want ErrNotAcquired", err)
 			}
-			if err := lease.Refresh(ctx); err != nil {
-				t.Errorf("Refresh = %v, want the lock still held", err)
+			if err := lease.Renew(ctx); err != nil {
+				t.Errorf("Renew = %v, want the lock still held", err)
 			}
 			if err := lease.Release(ctx); err != nil {
 				t.Errorf("Release = %v", err)

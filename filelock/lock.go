@@ -230,12 +230,12 @@ func (d *Driver) grant(a *acquisition, start time.Time, tok uint64) (driver.Gran
 	return driver.Grant{Token: tok, Expires: start.Add(a.r.TTL)}, nil
 }
 
-// Refresh implements driver.Driver. A flock does not expire: Refresh
+// Renew implements driver.Driver. A flock does not expire: Renew
 // checks that the lock is still the caller's and its path still names the
 // locked file, and returns now + TTL, so that a renewal learns of the one
-// way to lose a flock, its file removed or replaced: then Refresh drops
+// way to lose a flock, its file removed or replaced: then Renew drops
 // the lock and returns an error wrapping driver.ErrNotHeld.
-func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(_ context.Context, r driver.Request) (time.Time, error) {
 	now := time.Now()
 	d.mu.Lock()
 	h := d.held[r.Owner]
@@ -253,7 +253,7 @@ func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error)
 		}
 		return time.Time{}, err
 	}
-	return time.Time{}, fmt.Errorf("filelock: refresh %q: %w", r.Name, err)
+	return time.Time{}, fmt.Errorf("filelock: renew %q: %w", r.Name, err)
 }
 
 // Unlock implements driver.Driver: it drops the flock and closes the file,

@@ -90,7 +90,7 @@ func TestFileReadersOverlap(t *testing.T) {
 	if _, err := b.TryAcquireRead(ctx, "rw"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquireRead with a writer in = %v", err)
 	}
-	if err := w.Refresh(ctx); err != nil {
+	if err := w.Renew(ctx); err != nil {
 		t.Error(err)
 	}
 	releaseAll(t, ctx, w)

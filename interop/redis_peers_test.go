@@ -23,7 +23,7 @@ import (
 // default retry delays, and bsm/redislock (github.com/bsm/redislock)
 // with the linear 100ms backoff of its example. Each acquisition is a
 // peerLock of the library's own (a *redsync.Mutex, a *bsm.Lock), which
-// refreshes and releases by its own scripts.
+// renews and releases by its own scripts.
 
 // peer is one of the libraries under test, on one client.
 type peer interface {
@@ -36,9 +36,9 @@ type peer interface {
 
 // peerLock is one acquisition of a peer's.
 type peerLock interface {
-	// refresh extends the lock to ttl; false when the peer no longer
+	// renew extends the lock to ttl; false when the peer no longer
 	// holds it.
-	refresh(ctx context.Context, ttl time.Duration) (bool, error)
+	renew(ctx context.Context, ttl time.Duration) (bool, error)
 	// release deletes the lock; false when the peer no longer held it.
 	release(ctx context.Context) (bool, error)
 	// value is what the peer stored in the key.
@@ -93,7 +93,7 @@ func (p redsyncPeer) try(ctx context.Context, key string, ttl time.Duration) (pe
 
 type redsyncLock struct{ m *redsync.Mutex }
 
-func (l redsyncLock) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
+func (l redsyncLock) renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	// A Mutex extends by its own expiry: ttl is the one it was made with.
 	ok, err := l.m.ExtendContext(ctx)
 	if errors.Is(err, redsync.ErrExtendFailed) || isRedsyncMiss(err) {
@@ -153,7 +153,7 @@ type bsmLock struct {
 	ttl time.Duration
 }
 
-func (l bsmLock) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
+func (l bsmLock) renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	err := l.l.Refresh(ctx, ttl, nil)
 	if errors.Is(err, bsm.ErrNotObtained) {
 		return false, nil

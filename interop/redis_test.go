@@ -239,8 +239,8 @@ func TestRedisCrashedHolder(t *testing.T) {
 						return
 					case <-time.After(short / 3):
 					}
-					if ok, err := pl.refresh(ctx, short); !ok || err != nil {
-						t.Errorf("%s refresh of its own lock: %v, %v", name, ok, err)
+					if ok, err := pl.renew(ctx, short); !ok || err != nil {
+						t.Errorf("%s renew of its own lock: %v, %v", name, ok, err)
 						return
 					}
 				}
@@ -307,14 +307,14 @@ func TestRedisReleaseNeverRemovesOthers(t *testing.T) {
 	}
 }
 
-// TestRedisRefreshNeverExtendsOthers: a refresh by a holder that lost the
+// TestRedisRenewNeverRenewsOthers: a renew by a holder that lost the
 // lock to the other side fails and leaves the other side's key, and its
 // TTL, alone; redsync's extend that takes a free key again (SET NX)
 // cannot take dlock's.
-func TestRedisRefreshNeverExtendsOthers(t *testing.T) {
+func TestRedisRenewNeverRenewsOthers(t *testing.T) {
 	const ttl = 2 * time.Second
 	for name, newPeer := range peers(t) {
-		t.Run(name+"/PeerRefreshes", func(t *testing.T) {
+		t.Run(name+"/PeerRenews", func(t *testing.T) {
 			ctx, prefix, c, p := redisCase(t, newPeer)
 			l := newDlock(t, prefix, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
 			pl, err := p.acquire(ctx, prefix+"ext", 200*time.Millisecond)
@@ -326,13 +326,13 @@ func TestRedisRefreshNeverExtendsOthers(t *testing.T) {
 				t.Fatal(err)
 			}
 			owner := c.Get(ctx, prefix+"ext").Val()
-			if ok, err := pl.refresh(ctx, time.Minute); ok || err != nil {
-				t.Errorf("%s refreshed a lock dlock holds: %v, %v", name, ok, err)
+			if ok, err := pl.renew(ctx, time.Minute); ok || err != nil {
+				t.Errorf("%s renewed a lock dlock holds: %v, %v", name, ok, err)
 			}
 			checkTTL(t, c, prefix+"ext", owner, ttl)
 			releaseLease(t, ctx, lease)
 		})
-		t.Run(name+"/DlockRefreshes", func(t *testing.T) {
+		t.Run(name+"/DlockRenews", func(t *testing.T) {
 			ctx, prefix, c, p := redisCase(t, newPeer)
 			l := newDlock(t, prefix, dlock.WithTTL(time.Minute), dlock.WithAutoRenew(false))
 			lease, err := l.TryAcquire(ctx, "ext")
@@ -344,8 +344,8 @@ func TestRedisRefreshNeverExtendsOthers(t *testing.T) {
 			if !ok || err != nil {
 				t.Fatalf("%s try on a free lock: %v, %v", name, ok, err)
 			}
-			if err := lease.Refresh(ctx); err == nil {
-				t.Errorf("dlock refreshed a lock %s holds", name)
+			if err := lease.Renew(ctx); err == nil {
+				t.Errorf("dlock renewed a lock %s holds", name)
 			}
 			checkTTL(t, c, prefix+"ext", pl.value(), ttl)
 			releasePeer(t, ctx, name, pl)
@@ -395,7 +395,7 @@ func TestRedisBsmFixedToken(t *testing.T) {
 	if v := c.Get(ctx, prefix+"fixed").Val(); v != lock.Token() {
 		t.Errorf("the key holds %q after the take-over, want bsm's token %q", v, lock.Token())
 	}
-	if err := lease.Refresh(ctx); err == nil {
-		t.Error("dlock refreshed a lock bsm/redislock took over")
+	if err := lease.Renew(ctx); err == nil {
+		t.Error("dlock renewed a lock bsm/redislock took over")
 	}
 }

@@ -502,7 +502,7 @@ func TestZKReleaseKeepsOthers(t *testing.T) {
 		if got := e.children(t, "k"); strings.Join(got, ",") != strings.Join(held, ",") {
 			t.Fatalf("after %s gave up: children %v, want dlock's alone %v", p.name, got, held)
 		}
-		if err := lease.Refresh(ctx); err != nil {
+		if err := lease.Renew(ctx); err != nil {
 			t.Fatalf("dlock's lease after %s gave up: %v", p.name, err)
 		}
 		if err := lease.Release(ctx); err != nil {

@@ -23,7 +23,7 @@ type grantAll struct {
 }
 
 func (g grantAll) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	// Take the lock for real when it is free, so that refresh and release
+	// Take the lock for real when it is free, so that renew and release
 	// work; but grant anyway when it is not.
 	gr, err := g.Driver.TryLock(ctx, r)
 	if err != nil {
@@ -74,8 +74,8 @@ func (d looseKinds) Lock(ctx context.Context, r driver.Request) (driver.Grant, e
 	return d.Driver.Lock(ctx, d.loosen(r))
 }
 
-func (d looseKinds) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	return d.Driver.Refresh(ctx, d.loosen(r))
+func (d looseKinds) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
+	return d.Driver.Renew(ctx, d.loosen(r))
 }
 
 func (d looseKinds) Unlock(ctx context.Context, r driver.Request) error {
@@ -137,8 +137,8 @@ func (m mutexOnly) Lock(ctx context.Context, r driver.Request) (driver.Grant, er
 	return m.d.Lock(ctx, r)
 }
 
-func (m mutexOnly) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
-	return m.d.Refresh(ctx, r)
+func (m mutexOnly) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
+	return m.d.Renew(ctx, r)
 }
 
 func (m mutexOnly) Unlock(ctx context.Context, r driver.Request) error { return m.d.Unlock(ctx, r) }

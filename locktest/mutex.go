@@ -169,13 +169,13 @@ func (s *suite) releaseByNonOwner(t *testing.T, ctx context.Context, name string
 	a, b, c := s.locker(t), s.locker(t), s.locker(t)
 	lease := acquire(t, ctx, a, name)
 
-	// The driver itself refuses an unlock or refresh by another owner.
+	// The driver itself refuses an unlock or renew by another owner.
 	other := driver.Request{Name: name, Owner: "0123456789abcdef0123456789abcdef", TTL: s.h.TTL}
 	if err := b.Driver().Unlock(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("driver Unlock by a non-owner = %v, want an error matching ErrNotHeld", err)
 	}
-	if _, err := b.Driver().Refresh(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("driver Refresh by a non-owner = %v, want an error matching ErrNotHeld", err)
+	if _, err := b.Driver().Renew(ctx, other); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("driver Renew by a non-owner = %v, want an error matching ErrNotHeld", err)
 	}
 	mustBeHeld(t, ctx, c, name, "after a non-owner's unlock")
 
@@ -190,8 +190,8 @@ func (s *suite) releaseByNonOwner(t *testing.T, ctx context.Context, name string
 		t.Errorf("Err() of a lease whose lock was taken away = %v, want ErrLost", lease.Err())
 	}
 	mustBeHeld(t, ctx, c, name, "after the stale holder's Release")
-	if err := lease2.Refresh(ctx); err != nil {
-		t.Errorf("new holder's Refresh after the stale Release: %v", err)
+	if err := lease2.Renew(ctx); err != nil {
+		t.Errorf("new holder's Renew after the stale Release: %v", err)
 	}
 	release(t, ctx, lease2)
 }
@@ -213,8 +213,8 @@ func (s *suite) doubleRelease(t *testing.T, ctx context.Context, name string) {
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrReleased) {
 		t.Errorf("second Release = %v, want an error matching ErrNotHeld and ErrReleased", err)
 	}
-	if err := lease.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Refresh after Release = %v, want an error matching ErrNotHeld", err)
+	if err := lease.Renew(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Renew after Release = %v, want an error matching ErrNotHeld", err)
 	}
 	mustBeHeld(t, ctx, a, name, "after a second Release by the old holder")
 	release(t, ctx, lease2)

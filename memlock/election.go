@@ -31,18 +31,18 @@ func (d *Driver) Leader(_ context.Context, name string) (driver.LeaderInfo, erro
 	if d.closed {
 		return driver.LeaderInfo{}, driver.ErrClosed
 	}
-	s.refresh(name)
+	s.renew(name)
 	return s.leader(name), nil
 }
 
-// refresh settles the entry of election name; s.mu is held.
-func (s *Store) refresh(name string) {
+// renew settles the entry of election name; s.mu is held.
+func (s *Store) renew(name string) {
 	if e := s.locks[key{kindElection, name}]; e != nil {
 		s.settle(e, time.Now())
 	}
 }
 
-// leader returns the leader of election name (see refresh); s.mu is held.
+// leader returns the leader of election name (see renew); s.mu is held.
 func (s *Store) leader(name string) driver.LeaderInfo {
 	if e := s.locks[key{kindElection, name}]; e != nil && len(e.holders) > 0 {
 		return driver.LeaderInfo{Value: e.holders[0].value, Token: e.holders[0].token}
@@ -61,13 +61,13 @@ func (d *Driver) Observe(ctx context.Context, name string) (<-chan driver.Leader
 	if d.closed {
 		return nil, fmt.Errorf("observe %q: %w", name, driver.ErrClosed)
 	}
-	s.refresh(name)
+	s.renew(name)
 	o := &observer{d: d, name: name, ch: make(chan driver.LeaderInfo, 1)}
 	o.sent = s.leader(name)
 	o.ch <- o.sent
 	s.observers[name] = append(s.observers[name], o)
 	d.observers[o] = struct{}{}
-	s.refresh(name) // arms the expiry timer, now that someone observes
+	s.renew(name) // arms the expiry timer, now that someone observes
 	o.stop = context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()

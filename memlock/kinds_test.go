@@ -122,8 +122,8 @@ func TestExpiryAdmitsWaiter(t *testing.T) {
 	if took := time.Since(sent); took < crashed.TTL {
 		t.Errorf("the waiter got the permit %v after the holder asked for it, before the holder's TTL %v", took, crashed.TTL)
 	}
-	if _, err := d.Refresh(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh of the expired permit = %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew of the expired permit = %v, want ErrNotHeld", err)
 	}
 }
 

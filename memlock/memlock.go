@@ -150,8 +150,8 @@ func (d *Driver) abandon(e *entry, w *waiter) {
 	}
 }
 
-// Refresh implements driver.Driver.
-func (d *Driver) Refresh(_ context.Context, r driver.Request) (time.Time, error) {
+// Renew implements driver.Driver.
+func (d *Driver) Renew(_ context.Context, r driver.Request) (time.Time, error) {
 	s := d.s
 	now := time.Now()
 	s.mu.Lock()

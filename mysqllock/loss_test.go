@@ -61,28 +61,28 @@ func TestKillLoss(t *testing.T) {
 	if err := lease.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release after the KILL = %v, want ErrNotHeld", err)
 	}
-	if err := lease.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Refresh after the KILL = %v, want ErrNotHeld", err)
+	if err := lease.Renew(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Renew after the KILL = %v, want ErrNotHeld", err)
 	}
 }
 
-// TestRefresh: Refresh checks on the server, at once, that the lock is
+// TestRenew: Renew checks on the server, at once, that the lock is
 // still held.
-func TestRefresh(t *testing.T) {
+func TestRenew(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	a, d := newLocker(t, mysqllock.Options{KeepAlive: time.Hour})
 	adm := newAdmin(t)
-	lease, err := a.Acquire(ctx, "refresh")
+	lease, err := a.Acquire(ctx, "renew")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Refresh(ctx); err != nil {
-		t.Fatalf("Refresh while held: %v", err)
+	if err := lease.Renew(ctx); err != nil {
+		t.Fatalf("Renew while held: %v", err)
 	}
-	adm.kill(adm.holder(d.LockName("refresh")))
-	// The keep-alive period is an hour: only Refresh can notice.
-	if err := lease.Refresh(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Refresh after the KILL = %v, want ErrNotHeld and ErrLost", err)
+	adm.kill(adm.holder(d.LockName("renew")))
+	// The keep-alive period is an hour: only Renew can notice.
+	if err := lease.Renew(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
+		t.Errorf("Renew after the KILL = %v, want ErrNotHeld and ErrLost", err)
 	}
 	if !errors.Is(lease.Err(), dlock.ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", lease.Err())
@@ -231,7 +231,7 @@ func TestCheckSeesKillWithoutWatch(t *testing.T) {
 }
 
 // TestWatchSurvivesChecks: the watch pauses for every statement on the
-// held connection (Refresh, keep-alive checks every 10ms) without taking
+// held connection (Renew, keep-alive checks every 10ms) without taking
 // bytes from go-sql-driver, and still sees a later KILL at once; a
 // released lock's connection goes back to the pool in working order.
 func TestWatchSurvivesChecks(t *testing.T) {
@@ -250,8 +250,8 @@ func TestWatchSurvivesChecks(t *testing.T) {
 		}
 		deadline := time.Now().Add(300 * time.Millisecond)
 		for time.Now().Before(deadline) {
-			if _, err := d.Refresh(ctx, r); err != nil {
-				t.Fatalf("Refresh: %v", err)
+			if _, err := d.Renew(ctx, r); err != nil {
+				t.Fatalf("Renew: %v", err)
 			}
 			if err := g.Check(time.Now()); err != nil {
 				t.Fatalf("Check: %v", err)
@@ -323,7 +323,7 @@ func TestOpenErrorsNameTheCause(t *testing.T) {
 }
 
 // TestStatementsLookFirst: a statement on a held lock's connection (the
-// keep-alive check, Refresh's check, Unlock's RELEASE_LOCK) is only sent
+// keep-alive check, Renew's check, Unlock's RELEASE_LOCK) is only sent
 // after a look at the socket found the server still there. A Check skips
 // the socket while a statement runs on it, so a holder resumed after a
 // pause, whose keep-alive check falls due at once, would otherwise have
@@ -336,7 +336,7 @@ func TestStatementsLookFirst(t *testing.T) {
 	ctx := testContext(t, 60*time.Second)
 	adm := newAdmin(t)
 	const byLook = "the server closed connection"
-	for _, path := range []string{"keep-alive", "refresh", "unlock"} {
+	for _, path := range []string{"keep-alive", "renew", "unlock"} {
 		t.Run(path, func(t *testing.T) {
 			keepalive := "1h"
 			if path == "keep-alive" {
@@ -367,10 +367,10 @@ func TestStatementsLookFirst(t *testing.T) {
 					t.Fatal("loss not signalled 5s after the KILL")
 				}
 				got = g.Check(time.Now())
-			case "refresh":
-				_, got = d.Refresh(ctx, r)
+			case "renew":
+				_, got = d.Renew(ctx, r)
 				if !errors.Is(got, driver.ErrNotHeld) {
-					t.Errorf("Refresh = %v, want ErrNotHeld", got)
+					t.Errorf("Renew = %v, want ErrNotHeld", got)
 				}
 			case "unlock":
 				got = d.Unlock(ctx, r)

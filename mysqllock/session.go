@@ -268,12 +268,12 @@ func (d *Driver) lookup(r driver.Request) *hold {
 	return nil
 }
 
-// Refresh implements driver.Driver. A lock lives as long as its session,
-// which the driver keeps alive: Refresh checks on the session that the
+// Renew implements driver.Driver. A lock lives as long as its session,
+// which the driver keeps alive: Renew checks on the session that the
 // server still has the lock there (IS_USED_LOCK), and returns the zero
 // time. When ctx ends first it returns ctx's error, and the check goes on
 // (see untilDone).
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	h := d.lookup(r)
 	if h == nil {
 		return time.Time{}, errNotHeld(r.Name, "not held by this owner", nil)

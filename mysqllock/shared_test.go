@@ -133,8 +133,8 @@ func TestCancelledReleaseKeepsSession(t *testing.T) {
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := d.Refresh(done, b); !errors.Is(err, context.Canceled) {
-		t.Errorf("Refresh with an ended context = %v, want context.Canceled", err)
+	if _, err := d.Renew(done, b); !errors.Is(err, context.Canceled) {
+		t.Errorf("Renew with an ended context = %v, want context.Canceled", err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, time.Microsecond)
 	defer cancelShort()
@@ -144,8 +144,8 @@ func TestCancelledReleaseKeepsSession(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return adm.holder(d.LockName(a.Name)) == 0 }) {
 		t.Errorf("%s still held 5s after its release", a.Name)
 	}
-	if _, err := d.Refresh(ctx, b); err != nil {
-		t.Errorf("Refresh of the session's other lock: %v", err)
+	if _, err := d.Renew(ctx, b); err != nil {
+		t.Errorf("Renew of the session's other lock: %v", err)
 	}
 	if got := adm.holder(d.LockName(b.Name)); got != id {
 		t.Errorf("the other lock is on connection %d, want %d", got, id)

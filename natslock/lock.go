@@ -165,20 +165,20 @@ func (d *Driver) granted(q *lockReq, key string, rev, token uint64, start time.T
 	return driver.Grant{Token: token, Expires: start.Add(q.TTL)}
 }
 
-// Refresh extends the lock to r.TTL, measured from before the write was
+// Renew extends the lock to r.TTL, measured from before the write was
 // sent: a write of the key with a new per-key TTL that the server accepts
 // only if the key's last revision is the holder's last write. Another
 // revision holding r.Owner's record (a renewal whose answer was lost) is
 // renewed in turn; any other, or none, means the lock is gone: the error
 // wraps driver.ErrNotHeld.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	q, h, err := d.holdOf(ctx, r)
 	if err != nil {
 		return time.Time{}, err
 	}
 	start := time.Now()
 	b := q.record(h.token, h.value)
-	rev, err := d.rewrite(ctx, &q, &h, "refresh", func(expect uint64) (uint64, error) {
+	rev, err := d.rewrite(ctx, &q, &h, "renew", func(expect uint64) (uint64, error) {
 		return d.put(ctx, h.key, b, q.ttl, expect)
 	})
 	if err != nil {
@@ -209,7 +209,7 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return nil
 }
 
-// rewrite makes write, Refresh's or Unlock's write of h's key on the
+// rewrite makes write, Renew's or Unlock's write of h's key on the
 // condition that its last revision is expect, and returns the new
 // revision. Another revision holding q.Owner's record is a renewal whose
 // answer was lost, and is written over in turn; anything else means the
@@ -241,10 +241,10 @@ func (d *Driver) rewrite(ctx context.Context, q *lockReq, h *hold, op string, wr
 }
 
 // Resume checks that r.Owner holds r.Name in r.Mode, by reading the
-// lock's keys, and renews it as Refresh does. It changes nothing when
+// lock's keys, and renews it as Renew does. It changes nothing when
 // r.Owner does not hold it.
 func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	return driver.ResumeByRefresh(ctx, d, r)
+	return driver.ResumeByRenew(ctx, d, r)
 }
 
 // holdOf resolves r and returns what the driver knows of its lock, read

@@ -237,7 +237,7 @@ func TestRequestsPerOperation(t *testing.T) {
 	}
 	r := request("count", 10*time.Second)
 	count("TryLock of a new key", 1, func() error { _, err := d.TryLock(ctx, r); return err })
-	count("Refresh", 1, func() error { _, err := d.Refresh(ctx, r); return err })
+	count("Renew", 1, func() error { _, err := d.Renew(ctx, r); return err })
 	count("TryLock of a held key", 2, func() error {
 		if _, err := d.TryLock(ctx, request("count", 10*time.Second)); err == nil {
 			t.Error("TryLock of a held key succeeded")

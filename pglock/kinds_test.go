@@ -89,9 +89,9 @@ func TestReadersOverlap(t *testing.T) {
 	if _, err := b.TryAcquireRead(ctx, name); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquireRead with a writer in = %v, want ErrNotAcquired", err)
 	}
-	// Refresh checks the lock in its own mode.
-	if err := w.Refresh(ctx); err != nil {
-		t.Errorf("Refresh of the writer: %v", err)
+	// Renew checks the lock in its own mode.
+	if err := w.Renew(ctx); err != nil {
+		t.Errorf("Renew of the writer: %v", err)
 	}
 	release(t, ctx, w)
 }

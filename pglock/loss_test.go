@@ -72,33 +72,33 @@ func TestTerminateBackend(t *testing.T) {
 	}
 }
 
-// TestRefresh: Refresh finds the lock in pg_locks while it is held, and
+// TestRenew: Renew finds the lock in pg_locks while it is held, and
 // reports it gone once its session was terminated.
-func TestRefresh(t *testing.T) {
+func TestRenew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := newAdmin(t)
-	// A long keep-alive interval: the loss must be found by Refresh itself.
+	// A long keep-alive interval: the loss must be found by Renew itself.
 	l := newLocker(t, pglock.Options{Keepalive: time.Hour}, dlock.WithTTL(time.Hour))
-	name := "refresh/" + randomHex(4)
+	name := "renew/" + randomHex(4)
 	lease, err := l.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if err := lease.Refresh(ctx); err != nil {
-			t.Fatalf("Refresh of a held lock: %v", err)
+		if err := lease.Renew(ctx); err != nil {
+			t.Fatalf("Renew of a held lock: %v", err)
 		}
 	}
 	adm.terminate(t, table, name)
-	err = lease.Refresh(ctx)
+	err = lease.Renew(ctx)
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLost) {
-		t.Errorf("Refresh after pg_terminate_backend = %v, want ErrNotHeld and ErrLost", err)
+		t.Errorf("Renew after pg_terminate_backend = %v, want ErrNotHeld and ErrLost", err)
 	}
 	select {
 	case <-lease.Done():
 	case <-time.After(time.Second):
-		t.Error("Done not closed after Refresh found the lock gone")
+		t.Error("Done not closed after Renew found the lock gone")
 	}
 }
 
@@ -303,7 +303,7 @@ func (a *admin) alive(t testing.TB, pid uint32) bool {
 }
 
 // TestWatchSurvivesQueries: the watch pauses for every query on the held
-// connection (Refresh, keep-alive pings) without taking bytes from pgx,
+// connection (Renew, keep-alive pings) without taking bytes from pgx,
 // and still sees a later termination at once.
 func TestWatchSurvivesQueries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -318,8 +318,8 @@ func TestWatchSurvivesQueries(t *testing.T) {
 	lost := locktest.LostCh(g)
 	deadline := time.Now().Add(300 * time.Millisecond) // pings every 10ms meanwhile
 	for time.Now().Before(deadline) {
-		if _, err := d.Refresh(ctx, r); err != nil {
-			t.Fatalf("Refresh: %v", err)
+		if _, err := d.Renew(ctx, r); err != nil {
+			t.Fatalf("Renew: %v", err)
 		}
 		if err := g.Check(time.Now()); err != nil {
 			t.Fatalf("Check: %v", err)
@@ -338,7 +338,7 @@ func TestWatchSurvivesQueries(t *testing.T) {
 const MinKeepaliveForTest = pglock.MinKeepalive
 
 // TestQueriesLookFirst: a query on a held connection (the keeper's
-// keep-alive ping, Refresh's check, Unlock's unlock) is only sent after a
+// keep-alive ping, Renew's check, Unlock's unlock) is only sent after a
 // look at the socket found the server still there. A Check skips the
 // socket while a query runs on it, so a holder resumed after a pause,
 // whose keep-alive ping falls due at once, would otherwise have its
@@ -352,7 +352,7 @@ func TestQueriesLookFirst(t *testing.T) {
 	defer cancel()
 	adm := newAdmin(t)
 	const byLook = "the server closed the connection holding the lock"
-	for _, path := range []string{"keep-alive", "refresh", "unlock"} {
+	for _, path := range []string{"keep-alive", "renew", "unlock"} {
 		t.Run(path, func(t *testing.T) {
 			var d *pglock.Driver
 			if path == "keep-alive" {
@@ -384,10 +384,10 @@ func TestQueriesLookFirst(t *testing.T) {
 						t.Fatalf("%s: loss not signalled 5s after the termination", kind)
 					}
 					got = g.Check(time.Now())
-				case "refresh":
-					_, got = d.Refresh(ctx, r)
+				case "renew":
+					_, got = d.Renew(ctx, r)
 					if !errors.Is(got, driver.ErrNotHeld) {
-						t.Errorf("%s: Refresh = %v, want ErrNotHeld", kind, got)
+						t.Errorf("%s: Renew = %v, want ErrNotHeld", kind, got)
 					}
 				case "unlock":
 					got = d.Unlock(ctx, r)

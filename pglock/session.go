@@ -116,12 +116,12 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return d.release(ctx, h)
 }
 
-// Refresh checks in pg_locks that the lock's session still holds it, and
+// Renew checks in pg_locks that the lock's session still holds it, and
 // returns the zero time: a session lock needs no renewal. When it does
 // not, or the check fails (which costs the connection and the session's
 // locks), the lock is lost and the error matches ErrNotHeld. A ctx done
 // before the check starts only returns its error.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	h, err := d.lookup(r)
 	if err != nil {
 		return time.Time{}, err

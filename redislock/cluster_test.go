@@ -45,7 +45,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Refresh(ctx, h); err != nil {
+	if _, err := d.Renew(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	r := request(name, quietTTL) // re-checks 30 s apart
@@ -141,7 +141,7 @@ func clusterPlain(t *testing.T, ctx context.Context, c *redis.ClusterClient) {
 		if _, err := d.TryLock(ctx, r); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if _, err := d.Refresh(ctx, r); err != nil {
+		if _, err := d.Renew(ctx, r); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		mustUnlock(t, d, r)

@@ -46,11 +46,11 @@ func TestTryLockAndUnlock(t *testing.T) {
 	if err := d.Unlock(ctx, b); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Unlock by a non-owner: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, b); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh by a non-owner: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, b); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew by a non-owner: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, a); err != nil {
-		t.Errorf("Refresh by the owner: %v", err)
+	if _, err := d.Renew(ctx, a); err != nil {
+		t.Errorf("Renew by the owner: %v", err)
 	}
 	if err := d.Unlock(ctx, a); err != nil {
 		t.Fatal(err)
@@ -58,8 +58,8 @@ func TestTryLockAndUnlock(t *testing.T) {
 	if err := d.Unlock(ctx, a); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("second Unlock: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, a); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh after Unlock: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, a); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew after Unlock: %v, want ErrNotHeld", err)
 	}
 
 	g3, err := d.TryLock(ctx, b)

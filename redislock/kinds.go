@@ -45,7 +45,7 @@ var (
 var (
 	opTry     any = "try"
 	opWait    any = "wait"
-	opRefresh any = "refresh"
+	opRenew   any = "renew"
 	opRelease any = "release"
 
 	noArg   any = ""

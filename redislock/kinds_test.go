@@ -174,7 +174,7 @@ func TestKindsOnCluster(t *testing.T) {
 			h = kindRequest(m, name, 10*time.Second)
 		}
 		tok := mustLock(t, d, h)
-		if _, err := d.Refresh(ctx, h); err != nil {
+		if _, err := d.Renew(ctx, h); err != nil {
 			t.Fatal(err)
 		}
 		r := kindRequest(m, name, 10*time.Second)
@@ -207,8 +207,8 @@ func TestKindsAfterScriptFlush(t *testing.T) {
 		if err := d.client.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Refresh(ctx, r); err != nil {
-			t.Fatalf("%s: Refresh after SCRIPT FLUSH: %v", m, err)
+		if _, err := d.Renew(ctx, r); err != nil {
+			t.Fatalf("%s: Renew after SCRIPT FLUSH: %v", m, err)
 		}
 		if err := d.client.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ func (d *Driver) resolve(r driver.Request, withTTL bool) (lockReq, error) {
 	return q, nil
 }
 
-// call returns the script of op (opTry, opWait, opRefresh, opRelease) on
+// call returns the script of op (opTry, opWait, opRenew, opRelease) on
 // q's lock, its keys and its arguments (n of args); channel is the one a
 // waiter's queue entry names (opWait).
 func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *redisutil.Script, keys []string, args [11]any, n int, err error) {
@@ -87,8 +87,8 @@ func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *redi
 		return acquireScript, q.keys[:2], [11]any{q.Owner, b.ms, d.fenceTTL, opTry}, 4, nil
 	case op == opWait:
 		return acquireScript, q.keys, [11]any{q.Owner, b.ms, d.fenceTTL, opWait, channel, b.life}, 6, nil
-	case op == opRefresh:
-		return refreshScript, q.keys[:1], [11]any{q.Owner, b.ms}, 2, nil
+	case op == opRenew:
+		return renewScript, q.keys[:1], [11]any{q.Owner, b.ms}, 2, nil
 	case k.plain:
 		// Whether the Drivers on this server listen by SSUBSCRIBE; when
 		// that could not be told, PUBLISH, which a waiter that listens by
@@ -123,7 +123,7 @@ func (d *Driver) publishArg(ctx context.Context) (any, error) {
 // TryLock makes one attempt to take the lock, in one script (see Lock
 // kinds and Layouts in docs/REDIS.md), and never queues. A lock held by
 // another owner gives a *driver.HeldError with the holder's remaining TTL;
-// one r.Owner already holds is refreshed and reported acquired, with its
+// one r.Owner already holds is renewed and reported acquired, with its
 // current token. On any other error (the outcome unknown) TryLock releases
 // the lock in case the script took it.
 func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
@@ -136,7 +136,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 }
 
 // try makes one acquisition attempt of q, op opTry (never queue) or
-// opWait (queue, or refresh the entry, whose grant goes to channel), and
+// opWait (queue, or renew the entry, whose grant goes to channel), and
 // returns its outcome with the replicated Grant, or the error: a
 // *driver.HeldError when another holds the lock; after any other error
 // (which the script may have preceded) nothing is held or queued.
@@ -197,28 +197,28 @@ func acquireReply(cmd *redis.Cmd) (attempt, error) {
 	return a, nil
 }
 
-// Refresh extends the lock to r.TTL if r.Owner holds it in r.Mode (a
+// Renew extends the lock to r.TTL if r.Owner holds it in r.Mode (a
 // reader or permit holder gets a new expiry score), and returns the new
 // expiry, measured from before the request was sent. It returns an error
 // wrapping driver.ErrNotHeld when the lock is gone or another's.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	q, err := d.resolve(r, true)
 	if err != nil {
 		return time.Time{}, err
 	}
 	start := time.Now()
 	if d.waitReplicas > 0 {
-		if err := d.waitAck(ctx, &q, "refresh"); err != nil {
+		if err := d.waitAck(ctx, &q, "renew"); err != nil {
 			return time.Time{}, err
 		}
 		return start.Add(q.ttl), nil
 	}
-	n, err := d.do(ctx, &q, opRefresh, d.channelArg).Int64()
+	n, err := d.do(ctx, &q, opRenew, d.channelArg).Int64()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, err)
+		return time.Time{}, fmt.Errorf("redislock: renew %q: %w", r.Name, err)
 	}
 	if n != 1 {
-		return time.Time{}, fmt.Errorf("redislock: refresh %q: %w", r.Name, driver.ErrNotHeld)
+		return time.Time{}, fmt.Errorf("redislock: renew %q: %w", r.Name, driver.ErrNotHeld)
 	}
 	return start.Add(q.ttl), nil
 }
@@ -255,9 +255,9 @@ func (d *Driver) release(ctx context.Context, q *lockReq) (bool, error) {
 }
 
 // Resume implements driver.Resumer: a lock is a key with a TTL, which any
-// process holding the acquisition's owner value may refresh and release.
-// It refreshes the lock, owner-checked, as Refresh does; a lock that
+// process holding the acquisition's owner value may renew and release.
+// It renews the lock, owner-checked, as Renew does; a lock that
 // expired or passed to another owner is left as it is.
 func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	return driver.ResumeByRefresh(ctx, d, r)
+	return driver.ResumeByRenew(ctx, d, r)
 }

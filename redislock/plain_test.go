@@ -99,7 +99,7 @@ func TestPlainKeys(t *testing.T) {
 }
 
 // TestPlainFormat: the lock is the plain key holding the owner value with
-// the lease's TTL, beside a counter of dlock's; refresh and release are
+// the lease's TTL, beside a counter of dlock's; renew and release are
 // owner-checked, and a key holding another value is never extended or
 // removed. Tokens increase across dlock's grants of a name; a peer's grant
 // in between leaves the counter where it was.
@@ -130,21 +130,21 @@ func plainFormat(t *testing.T, ctx context.Context, c *redis.Client, d *Driver, 
 	if tok, _ := c.Get(ctx, fence).Uint64(); tok != g.Token {
 		t.Errorf("counter %q at %d, the grant's token is %d", fence, tok, g.Token)
 	}
-	if _, err := d.Refresh(ctx, request(name, time.Minute)); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("refresh by another owner: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, request(name, time.Minute)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("renew by another owner: %v, want ErrNotHeld", err)
 	}
 	if err := d.Unlock(ctx, request(name, time.Minute)); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("unlock by another owner: %v, want ErrNotHeld", err)
 	}
 	if pttl := c.PTTL(ctx, lock).Val(); pttl > 2*time.Second {
-		t.Errorf("another owner's refresh extended the lock to %v", pttl)
+		t.Errorf("another owner's renew extended the lock to %v", pttl)
 	}
 	r.TTL = 30 * time.Second
-	if _, err := d.Refresh(ctx, r); err != nil {
+	if _, err := d.Renew(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	if pttl := c.PTTL(ctx, lock).Val(); pttl <= 2*time.Second {
-		t.Errorf("refresh left PTTL %v, want up to 30s", pttl)
+		t.Errorf("renew left PTTL %v, want up to 30s", pttl)
 	}
 	if err := d.Unlock(ctx, r); err != nil {
 		t.Fatal(err)

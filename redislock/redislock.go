@@ -22,7 +22,7 @@ const (
 	// DefaultPrefix starts every key and channel name the driver uses.
 	DefaultPrefix = "dlock:"
 	// DefaultQueueTTL is the longest a waiter's queue entry lives without
-	// being refreshed by its waiter.
+	// being renewed by its waiter.
 	DefaultQueueTTL = 3 * time.Second
 	// DefaultFenceTTL is how long a name's fencing counter is kept after
 	// it was seeded.
@@ -49,8 +49,8 @@ type Options struct {
 	// is empty by default: the peers' keys are the bare names.
 	Prefix string
 
-	// QueueTTL bounds how long a waiter's queue entry lives unrefreshed
-	// (refreshes come every third of it or of the lock's TTL, the smaller).
+	// QueueTTL bounds how long a waiter's queue entry lives unrenewed
+	// (renews come every third of it or of the lock's TTL, the smaller).
 	// A crashed waiter is skipped once its entry expires; a release before
 	// then hands it the lock, unused until its TTL runs out: a smaller
 	// QueueTTL narrows that window at the cost of more re-checks. The

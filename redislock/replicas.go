@@ -48,14 +48,14 @@ func (d *Driver) replicated(ctx context.Context, q *lockReq, g driver.Grant) (dr
 // errLostBeforeWait: the grant was gone when WAIT was about to run.
 var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were asked: %w", driver.ErrNotHeld)
 
-// waitAck (op "lock" or "refresh") refreshes q's lock and then runs WAIT,
+// waitAck (op "lock" or "renew") renews q's lock and then runs WAIT,
 // on one connection (a pipeline), and fails with ErrNotReplicated unless
-// d.waitReplicas replicas acknowledged it; when the refresh finds the lock
-// gone, a refresh fails with driver.ErrNotHeld alone.
+// d.waitReplicas replicas acknowledged it; when the renew finds the lock
+// gone, a renew fails with driver.ErrNotHeld alone.
 //
 // WAIT counts the replicas that received every write of its own
 // connection, and the grant may have been written on another (of the
-// pool, or the releaser's for a handoff); the refresh, a write on WAIT's
+// pool, or the releaser's for a handoff); the renew, a write on WAIT's
 // connection after the grant in the replication stream, makes a replica
 // that has it have the grant too, and checks the lock is still q.Owner's.
 //
@@ -66,8 +66,8 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 func (d *Driver) waitAck(ctx context.Context, q *lockReq, op string) error {
 	n, err := d.wait(ctx, q)
 	switch {
-	case op == "refresh" && errors.Is(err, driver.ErrNotHeld):
-		return fmt.Errorf("redislock: refresh %q: %w", q.Name, err)
+	case op == "renew" && errors.Is(err, driver.ErrNotHeld):
+		return fmt.Errorf("redislock: renew %q: %w", q.Name, err)
 	case err != nil:
 		return fmt.Errorf("redislock: %s %q: waiting for replicas: %w", op, q.Name, errors.Join(err, ErrNotReplicated))
 	case n < int64(d.waitReplicas):
@@ -82,17 +82,17 @@ func (d *Driver) wait(ctx context.Context, q *lockReq) (int64, error) {
 	if _, ok := d.client.(*redis.ClusterClient); ok {
 		return 0, errors.New("WaitReplicas is not supported on a Redis Cluster client")
 	}
-	s, keys, args, n, err := d.call(ctx, q, opRefresh, d.channelArg)
+	s, keys, args, n, err := d.call(ctx, q, opRenew, d.channelArg)
 	if err != nil {
 		return 0, err
 	}
 	pipe := d.client.Pipeline()
-	refresh := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
+	renew := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
 	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
-	if n, err := refresh.Int64(); err != nil || n != 1 {
+	if n, err := renew.Int64(); err != nil || n != 1 {
 		return 0, errors.Join(err, errLostBeforeWait)
 	}
 	return wait.Int64()

@@ -92,7 +92,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatal("a handed-over lock returned before the replica had it")
 	}
 
-	// Kinds other than the mutex refresh with their own script.
+	// Kinds other than the mutex renew with their own script.
 	p := request("sem", 10*time.Second)
 	p.Mode, p.Limit = driver.Permit, 2
 	if _, err := d.TryLock(ctx, p); err != nil {
@@ -106,7 +106,7 @@ func TestWaitReplicas(t *testing.T) {
 	if _, err := d.TryLock(ctx, rn); err != nil {
 		t.Fatal(err)
 	}
-	if until, err := d.Refresh(ctx, rn); err != nil || time.Until(until) < 9*time.Second {
+	if until, err := d.Renew(ctx, rn); err != nil || time.Until(until) < 9*time.Second {
 		t.Fatalf("acknowledged renewal: until %v from now, %v", time.Until(until), err)
 	}
 	if err := replica.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
@@ -114,7 +114,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	short := newDriverOn(t, primary.Client(), &Options{Prefix: d.prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
 	waitDetached(t, primary)
-	until, err := short.Refresh(ctx, rn)
+	until, err := short.Renew(ctx, rn)
 	if !errors.Is(err, ErrNotReplicated) || errors.Is(err, driver.ErrNotHeld) || !until.IsZero() {
 		t.Fatalf("renewal without its replica: until %v, %v; want ErrNotReplicated only", until, err)
 	}

@@ -33,24 +33,24 @@ func TestRWTryLock(t *testing.T) {
 		t.Error("TryLock queued")
 	}
 
-	// Refresh and Unlock act only for the owner, in its mode.
+	// Renew and Unlock act only for the owner, in its mode.
 	wrongMode := r1
 	wrongMode.Mode = driver.Write
-	if _, err := d.Refresh(ctx, wrongMode); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh of a reader's owner as a writer: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, wrongMode); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew of a reader's owner as a writer: %v, want ErrNotHeld", err)
 	}
 	if err := d.Unlock(ctx, wrongMode); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Unlock of a reader's owner as a writer: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, r1); err != nil {
-		t.Errorf("Refresh by a reader: %v", err)
+	if _, err := d.Renew(ctx, r1); err != nil {
+		t.Errorf("Renew by a reader: %v", err)
 	}
 	mustUnlock(t, d, r1)
 	if err := d.Unlock(ctx, r1); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("second Unlock of a reader: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, r1); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh after Unlock: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, r1); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew after Unlock: %v, want ErrNotHeld", err)
 	}
 	mustNotLock(t, d, w)
 	mustUnlock(t, d, r2)
@@ -61,8 +61,8 @@ func TestRWTryLock(t *testing.T) {
 	}
 	mustNotLock(t, d, kindRequest(driver.Read, name, time.Second))
 	mustNotLock(t, d, kindRequest(driver.Write, name, time.Second))
-	if _, err := d.Refresh(ctx, w); err != nil {
-		t.Errorf("Refresh by the writer: %v", err)
+	if _, err := d.Renew(ctx, w); err != nil {
+		t.Errorf("Renew by the writer: %v", err)
 	}
 	mustUnlock(t, d, w)
 	mustLock(t, d, kindRequest(driver.Read, name, time.Second))

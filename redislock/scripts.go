@@ -20,8 +20,8 @@ var (
 	acquireLua string
 	//go:embed scripts/release.lua
 	releaseLua string
-	//go:embed scripts/refresh.lua
-	refreshLua string
+	//go:embed scripts/renew.lua
+	renewLua string
 	//go:embed scripts/kinds.lua
 	kindsLua string
 	//go:embed scripts/rw.lua
@@ -39,10 +39,10 @@ var (
 	// share, and kinds.lua, after it, those of the other kinds' scripts.
 	acquireScript = redisutil.NewScript(libLua + "\n" + acquireLua)
 	releaseScript = redisutil.NewScript(libLua + "\n" + releaseLua)
-	refreshScript = redisutil.NewScript(refreshLua)
+	renewScript   = redisutil.NewScript(renewLua)
 
 	// LayoutRedsync takes the lock with acquireScript in try mode and
-	// refreshes it with refreshScript; its release is its own.
+	// renews it with renewScript; its release is its own.
 	plainReleaseScript = redisutil.NewScript(plainReleaseLua)
 
 	kindsLib        = libLua + "\n" + kindsLua + "\n"

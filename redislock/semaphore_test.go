@@ -39,11 +39,11 @@ func TestSemaphoreTryLock(t *testing.T) {
 	if err := d.Unlock(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("Unlock by a non-holder: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh by a non-holder: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew by a non-holder: %v, want ErrNotHeld", err)
 	}
-	if _, err := d.Refresh(ctx, holders[0]); err != nil {
-		t.Errorf("Refresh by a holder: %v", err)
+	if _, err := d.Renew(ctx, holders[0]); err != nil {
+		t.Errorf("Renew by a holder: %v", err)
 	}
 	mustUnlock(t, d, holders[1])
 	if err := d.Unlock(ctx, holders[1]); !errors.Is(err, driver.ErrNotHeld) {
@@ -131,8 +131,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	crashed := permitRequest(name, 2, ttl)
 	mustLock(t, d, crashed)
 	mustTakeOver(t, ctx, w, counter, permitRequest(name, 2, 10*time.Second), start, ttl, "permit taken over")
-	if _, err := d.Refresh(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Refresh by the expired holder: %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, crashed); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Renew by the expired holder: %v, want ErrNotHeld", err)
 	}
 }
 

@@ -19,7 +19,7 @@ func drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
-// entryLifetime is how long a queue entry lives without a refresh, for a
+// entryLifetime is how long a queue entry lives without a renew, for a
 // lock of the given TTL (see Options.QueueTTL).
 func (d *Driver) entryLifetime(ttl time.Duration) time.Duration {
 	return min(d.queueTTL, max(ttl, minQueueTTL))

@@ -330,7 +330,7 @@ func TestCancelRacesHandoff(t *testing.T) {
 		rounds, acquired, cancelledQueued, cancelledHanded)
 }
 
-// TestDeadWaiterSkipped: a waiter that stopped refreshing its queue entry
+// TestDeadWaiterSkipped: a waiter that stopped renewing its queue entry
 // (it crashed) is passed over once the entry's lifetime ends.
 func TestDeadWaiterSkipped(t *testing.T) {
 	o := &Options{QueueTTL: 150 * time.Millisecond}
@@ -352,7 +352,7 @@ func TestDeadWaiterSkipped(t *testing.T) {
 	live := request(name, ttl)
 	res := lockAsync(ctx, newDriverOn(t, d.client, &Options{Prefix: d.prefix, QueueTTL: o.QueueTTL}), live)
 	waitQueued(t, d, name, 2)
-	time.Sleep(2 * o.QueueTTL) // the dead entry expires; the live one is refreshed
+	time.Sleep(2 * o.QueueTTL) // the dead entry expires; the live one is renewed
 	if err := d.Unlock(ctx, h); err != nil {
 		t.Fatal(err)
 	}

@@ -175,26 +175,26 @@ func mostCommon(s []string) int {
 	return best
 }
 
-// Refresh extends the lock to r.TTL on every node where r.Owner holds it,
+// Renew extends the lock to r.TTL on every node where r.Owner holds it,
 // all asked in parallel. When a quorum confirms it returns the new expiry:
 // the instant before sending, plus the TTL, less the drift allowance. The
 // error wraps driver.ErrNotHeld when fewer than a quorum can still hold it,
 // and driver.ErrNoQuorum (transient to dlock) when too few answered to tell.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	tg, err := d.resolve(r, true)
 	if err != nil {
 		return time.Time{}, err
 	}
 	start := time.Now()
-	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, refreshScript, d.all(), &tg, tg.ms, d.fenceTTL))
+	t := count(d.fanout(ctx, d.nodeTimeout, quorumOnes, renewScript, d.all(), &tg, tg.ms, d.fenceTTL))
 	switch {
 	case t.yes >= d.quorum:
 		return start.Add(tg.validity), nil
 	case t.yes+t.failed < d.quorum:
-		return time.Time{}, fmt.Errorf("redlock: refresh %q: %w: held on %d of %d nodes, %d needed",
+		return time.Time{}, fmt.Errorf("redlock: renew %q: %w: held on %d of %d nodes, %d needed",
 			r.Name, driver.ErrNotHeld, t.yes, len(d.clients), d.quorum)
 	}
-	return time.Time{}, d.noQuorum("refresh", r.Name, t.yes, "confirmed", t.firstErr)
+	return time.Time{}, d.noQuorum("renew", r.Name, t.yes, "confirmed", t.firstErr)
 }
 
 // Unlock deletes the lock on every node where r.Owner holds it, all asked
@@ -226,8 +226,8 @@ func (d *Driver) allowance(ttl time.Duration) time.Duration {
 
 // Resume implements driver.Resumer: a lock is a key with a TTL on each
 // node, which any process holding the acquisition's owner value may
-// refresh and release. It refreshes the lock, owner-checked, as Refresh
+// renew and release. It renews the lock, owner-checked, as Renew
 // does; a lock that expired or passed to another owner is left as it is.
 func (d *Driver) Resume(ctx context.Context, r driver.Request) (driver.Grant, error) {
-	return driver.ResumeByRefresh(ctx, d, r)
+	return driver.ResumeByRenew(ctx, d, r)
 }

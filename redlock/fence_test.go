@@ -322,8 +322,8 @@ func TestNoFencing(t *testing.T) {
 	if g.Token != 0 {
 		t.Errorf("token %d with fencing off, want 0", g.Token)
 	}
-	if _, err := d.Refresh(ctx, r); err != nil {
-		t.Errorf("Refresh: %v", err)
+	if _, err := d.Renew(ctx, r); err != nil {
+		t.Errorf("Renew: %v", err)
 	}
 	if err := d.Unlock(ctx, r); err != nil {
 		t.Errorf("Unlock: %v", err)

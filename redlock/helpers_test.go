@@ -136,14 +136,14 @@ func (c *cluster) ownersAfter(name string, ds ...*Driver) []string {
 
 // drain returns once each of d's nodes has answered every request d sent
 // it before the call. Each node runs d's requests in order, so it waits
-// for the answers to one more, sent to every node behind them: a refresh
+// for the answers to one more, sent to every node behind them: a renew
 // of a key no one holds, which writes nothing. A node that is down
 // answers with its error at once; one that does not answer within
 // drainBound fails the test.
 func drain(t testing.TB, d *Driver) {
 	t.Helper()
 	tg := target{lock: "dlock:test:drain", fence: "dlock:test:drain:fence", owner: "nobody"}
-	for _, r := range d.fanout(context.Background(), drainBound, allAnswer, refreshScript, d.all(), &tg, int64(1), "0") {
+	for _, r := range d.fanout(context.Background(), drainBound, allAnswer, renewScript, d.all(), &tg, int64(1), "0") {
 		if errors.Is(r.err, errNodeTimeout) {
 			t.Fatalf("node %d did not answer within %v", r.node, drainBound)
 		}

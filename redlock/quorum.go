@@ -371,16 +371,16 @@ var (
 	acquireLua string
 	//go:embed scripts/fence.lua
 	fenceLua string
-	//go:embed scripts/refresh.lua
-	refreshLua string
+	//go:embed scripts/renew.lua
+	renewLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 
 	acquireScript = redisutil.NewScript(acquireLua)
 	fenceScript   = redisutil.NewScript(fenceLua)
-	refreshScript = redisutil.NewScript(refreshLua)
+	renewScript   = redisutil.NewScript(renewLua)
 	releaseScript = redisutil.NewScript(releaseLua)
 )
 
 // allScripts lists them, for Prepare to load them all into a node at once.
-var allScripts = []*redisutil.Script{acquireScript, fenceScript, refreshScript, releaseScript}
+var allScripts = []*redisutil.Script{acquireScript, fenceScript, renewScript, releaseScript}

@@ -168,13 +168,13 @@ func TestMinorityAcquired(t *testing.T) {
 	}
 }
 
-// Refresh needs a quorum: with the lock gone from 3 nodes it is not held
+// Renew needs a quorum: with the lock gone from 3 nodes it is not held
 // any more; with 3 nodes unreachable the failure is transient.
-func TestRefreshQuorum(t *testing.T) {
+func TestRenewQuorum(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := t.Context()
 	d, clock := c.clockedDriver(t, nil)
-	name := uniqueName("refresh")
+	name := uniqueName("renew")
 	r := driver.Request{Name: name, Owner: newOwner(), TTL: 10 * time.Second}
 	_, err := tryLock(t, d, r)
 	if err != nil {
@@ -182,32 +182,32 @@ func TestRefreshQuorum(t *testing.T) {
 	}
 	var exp time.Time
 	for range 3 { // again if too few nodes answered in time (loaded machine)
-		clock.reset(refreshScript)
-		if exp, err = d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
+		clock.reset(renewScript)
+		if exp, err = d.Renew(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) {
 			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("Refresh: %v", err)
+		t.Fatalf("Renew: %v", err)
 	}
 	if limit := clock.earliest().Add(r.TTL - d.allowance(r.TTL)); exp.After(limit) {
-		t.Errorf("Refresh expiry %v after first send+TTL-drift %v", exp, limit)
+		t.Errorf("Renew expiry %v after first send+TTL-drift %v", exp, limit)
 	}
 
 	key := DefaultPrefix + "{" + name + "}"
 	for _, i := range []int{0, 1} {
 		c.admin[i].Del(ctx, key)
 	}
-	if _, err := d.Refresh(ctx, r); err != nil {
-		t.Errorf("Refresh with the lock on 3 of 5 nodes: %v", err)
+	if _, err := d.Renew(ctx, r); err != nil {
+		t.Errorf("Renew with the lock on 3 of 5 nodes: %v", err)
 	}
 	c.kill(2, 3)
-	if _, err := d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Refresh with the lock on 1 live node and 2 down = %v, want ErrNoQuorum (transient)", err)
+	if _, err := d.Renew(ctx, r); !errors.Is(err, dlock.ErrNoQuorum) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Renew with the lock on 1 live node and 2 down = %v, want ErrNoQuorum (transient)", err)
 	}
 	c.start(2, 3) // empty: the lock is gone there
-	if _, err := d.Refresh(ctx, r); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Refresh with the lock on 1 of 5 nodes = %v, want ErrNotHeld", err)
+	if _, err := d.Renew(ctx, r); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Renew with the lock on 1 of 5 nodes = %v, want ErrNotHeld", err)
 	}
 }
 

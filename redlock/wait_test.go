@@ -82,7 +82,7 @@ func TestWaitIsNotified(t *testing.T) {
 		_ = l.Release(ctx)
 	}()
 	time.Sleep(500 * time.Millisecond)
-	if err := lease.Refresh(ctx); err != nil { // a renewal, while the waiter waits
+	if err := lease.Renew(ctx); err != nil { // a renewal, while the waiter waits
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)

@@ -21,7 +21,7 @@ import (
 )
 
 // freezable is a Redis driver with an in-process pause hook: while its
-// client is frozen, Refresh blocks (whatever its context says) until the
+// client is frozen, Renew blocks (whatever its context says) until the
 // freeze ends, as the renewals of a process stopped by a long GC pause or
 // a debugger would. Everything else passes through.
 type freezable struct {
@@ -47,7 +47,7 @@ func (f *freezable) thaw() {
 	f.mu.Unlock()
 }
 
-func (f *freezable) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (f *freezable) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	f.mu.Lock()
 	thawed := f.thawed
 	f.mu.Unlock()
@@ -55,7 +55,7 @@ func (f *freezable) Refresh(ctx context.Context, r driver.Request) (time.Time, e
 		<-thawed
 		return time.Time{}, errors.New("frozen past the lease's validity")
 	}
-	return f.Driver.Refresh(ctx, r)
+	return f.Driver.Renew(ctx, r)
 }
 
 // TestInProcessPause is the paused-holder fault with an in-process hook

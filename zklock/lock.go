@@ -319,10 +319,10 @@ func (d *Driver) Unlock(ctx context.Context, r driver.Request) error {
 	return nil
 }
 
-// Refresh implements driver.Driver. A lock needs no renewal: it lives as
-// long as the session, which the ZooKeeper client keeps alive. Refresh
+// Renew implements driver.Driver. A lock needs no renewal: it lives as
+// long as the session, which the ZooKeeper client keeps alive. Renew
 // checks that the lock's node still exists and returns the zero time.
-func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, error) {
+func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error) {
 	d.mu.Lock()
 	n := d.held[r.Owner]
 	d.mu.Unlock()
@@ -338,7 +338,7 @@ func (d *Driver) Refresh(ctx context.Context, r driver.Request) (time.Time, erro
 	case errors.Is(err, errSessionEnded):
 		return time.Time{}, fmt.Errorf("%w: %q: %w", driver.ErrNotHeld, r.Name, err)
 	case err != nil:
-		return time.Time{}, fmt.Errorf("zklock: refresh %q: %w", r.Name, err)
+		return time.Time{}, fmt.Errorf("zklock: renew %q: %w", r.Name, err)
 	case !ok:
 		return time.Time{}, fmt.Errorf("%w: %q: the lock node is gone", driver.ErrNotHeld, r.Name)
 	}

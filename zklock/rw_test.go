@@ -277,7 +277,7 @@ func TestRWTokensIncrease(t *testing.T) {
 	}
 }
 
-// TestModeMismatch: Refresh and Unlock act only on the owner's lock in the
+// TestModeMismatch: Renew and Unlock act only on the owner's lock in the
 // mode it was taken in.
 func TestModeMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -290,15 +290,15 @@ func TestModeMismatch(t *testing.T) {
 	for _, m := range []driver.Mode{driver.Exclusive, driver.Write, driver.Permit, driver.Leader} {
 		other := r
 		other.Mode = m
-		if _, err := d.Refresh(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
-			t.Errorf("Refresh in mode %v of a read lock = %v, want ErrNotHeld", m, err)
+		if _, err := d.Renew(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Renew in mode %v of a read lock = %v, want ErrNotHeld", m, err)
 		}
 		if err := d.Unlock(ctx, other); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("Unlock in mode %v of a read lock = %v, want ErrNotHeld", m, err)
 		}
 	}
-	if _, err := d.Refresh(ctx, r); err != nil {
-		t.Errorf("Refresh: %v", err)
+	if _, err := d.Renew(ctx, r); err != nil {
+		t.Errorf("Renew: %v", err)
 	}
 	if err := d.Unlock(ctx, r); err != nil {
 		t.Errorf("Unlock: %v", err)

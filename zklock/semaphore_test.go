@@ -250,7 +250,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	if pc.Token() <= pb.Token() {
 		t.Errorf("token %d is not above the crashed holder's %d", pc.Token(), pb.Token())
 	}
-	if err := pa.Refresh(ctx); err != nil {
+	if err := pa.Renew(ctx); err != nil {
 		t.Errorf("the other holder's permit: %v", err)
 	}
 	_ = pa.Release(ctx)

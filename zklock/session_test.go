@@ -124,8 +124,8 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 	if _, err := b.TryAcquire(ctx, "short"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("TryAcquire by another client after the short loss = %v, want ErrNotAcquired", err)
 	}
-	if err := lease.Refresh(ctx); err != nil {
-		t.Errorf("Refresh after the short loss: %v", err)
+	if err := lease.Renew(ctx); err != nil {
+		t.Errorf("Renew after the short loss: %v", err)
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Errorf("Release after the short loss: %v", err)

@@ -58,7 +58,7 @@ func commands() []command {
 	return []command{
 		{"run", "run a command while holding a lock", cmdRun},
 		{"acquire", "take a lock that outlives the command, and print its handle", cmdAcquire},
-		{"extend", "extend the lock a handle holds", cmdExtend},
+		{"renew", "renew the lock a handle holds", cmdRenew},
 		{"release", "release the lock a handle holds", cmdRelease},
 		{"status", "show who holds which locks", cmdStatus},
 		{"bench", "measure a backend: latency, throughput, contended handoff", cmdBench},

@@ -20,10 +20,10 @@ const acquireHelp = `Usage: dlock acquire [flags] NAME
 
 Takes the lock NAME and prints its handle on stdout: one line, nothing
 else. The lock stays held after dlock exits, until "dlock release HANDLE",
-until its TTL runs out without a "dlock extend HANDLE", or until
+until its TTL runs out without a "dlock renew HANDLE", or until
 --max-hold, whichever comes first. Pass the handle to the later steps (an
 environment variable, a file): it holds the acquisition's owner value,
-which is what lets them extend and release the lock, and no credentials of
+which is what lets them renew and release the lock, and no credentials of
 the backend, which each step names with --backend.
 
 Waiting works as for dlock run: by default as long as it takes, --wait
@@ -37,29 +37,29 @@ that keeps it and listens on a socket in the per-user runtime directory
 ($XDG_RUNTIME_DIR/dlock, else /tmp/dlock-UID), named in the handle: the
 later steps must run on the same host as the same user. The holder exits,
 releasing the lock and removing its socket, at the release, at the TTL
-without an extend, at --max-hold, or when the lock is lost.
+without a renew, at --max-hold, or when the lock is lost.
 
 Exit codes: 0 acquired (the handle printed); 64 usage error or bad backend
 URL; 69 backend unreachable or failing, or no runtime directory; 75 busy.
 `
 
 const acquireExamples = `  H=$(dlock acquire --ttl 10m --max-hold 2h --backend redis://lock-host:6379 deploy-prod)
-  dlock extend --ttl 10m "$H"     # a later step, before the TTL runs out
+  dlock renew --ttl 10m "$H"     # a later step, before the TTL runs out
   dlock release "$H"              # the last step
 `
 
-const extendHelp = `Usage: dlock extend [flags] HANDLE
+const renewHelp = `Usage: dlock renew [flags] HANDLE
 
-Extends the lock HANDLE stands for (printed by dlock acquire) to --ttl from
+Renews the lock HANDLE stands for (printed by dlock acquire) to --ttl from
 now, if that acquisition still holds it. The lock stays held after dlock
 exits, as after dlock acquire. The handle's --max-hold still bounds it.
 
-Exit codes: 0 extended; 64 usage error, bad backend URL or handle; 69
+Exit codes: 0 renewed; 64 usage error, bad backend URL or handle; 69
 backend unreachable or failing; 76 the handle no longer holds the lock (it
 expired, another owner has it, or --max-hold ran out): nothing changed.
 `
 
-const extendExamples = `  dlock extend --ttl 10m "$H"
+const renewExamples = `  dlock renew --ttl 10m "$H"
 `
 
 const releaseHelp = `Usage: dlock release [flags] HANDLE
@@ -78,8 +78,8 @@ const releaseExamples = `  dlock release "$H"
 func cmdAcquire(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("acquire", acquireHelp, acquireExamples)
 	var o runOpts
-	o.lockFlags(f, "the lock's time to live on the store: how long it stays without a dlock extend",
-		"the longest the lock may be held, extensions included (default: no cap)")
+	o.lockFlags(f, "the lock's time to live on the store: how long it stays without a dlock renew",
+		"the longest the lock may be held, renewals included (default: no cap)")
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
 		return code
@@ -154,8 +154,8 @@ func parseHandle(s string) (cliHandle, error) {
 	return h, err
 }
 
-func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
-	f := newFlags("extend", extendHelp, extendExamples)
+func cmdRenew(ctx context.Context, sio *stdio, args []string) int {
+	f := newFlags("renew", renewHelp, renewExamples)
 	ttl := f.Duration("ttl", dlock.DefaultTTL, "the lock's new time to live, from now")
 	pos, code, ok := f.parse(sio, args)
 	if !ok {
@@ -169,7 +169,7 @@ func cmdExtend(ctx context.Context, sio *stdio, args []string) int {
 			if !h.Deadline.IsZero() && time.Now().After(h.Deadline) {
 				return fmt.Errorf("%w: its --max-hold deadline has passed", dlock.ErrMaxHold)
 			}
-			return askHolder(h, "extend", strconv.FormatInt(ttl.Milliseconds(), 10))
+			return askHolder(h, "renew", strconv.FormatInt(ttl.Milliseconds(), 10))
 		}
 		lease, err := locker.Resume(ctx, h.Handle, dlock.WithTTL(*ttl), dlock.WithAutoRenew(false))
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 
 // TestHandlePipeline is the pipeline story, each step a process of its
 // own: acquire prints a handle; a dlock run of the same name is busy
-// (75); extend keeps the lock past its first TTL; release frees it, and
+// (75); renew keeps the lock past its first TTL; release frees it, and
 // the next dlock run gets it. A handle used after its TTL ran out, when
 // another owner holds the lock, is refused (76) and the owner's lock is
 // untouched; a garbled handle, or one given with another backend's URL,
@@ -36,11 +36,11 @@ func TestHandlePipeline(t *testing.T) {
 	for label, backend := range backends {
 		t.Run(label, func(t *testing.T) {
 			name := uniqueName(t, "pipeline")
-			// The extend comes right after the acquire returns, well
+			// The renew comes right after the acquire returns, well
 			// within the first TTL (5 s against one CLI start); the
 			// check past the first TTL is timed from before the acquire
 			// started, so it is past that TTL however slow the machine,
-			// and well within the extension (30 s from the extend).
+			// and well within the renewal (30 s from the renew).
 			start := time.Now()
 			r := c.run("acquire", "--backend", backend, "--ttl", "5s", name)
 			if r.code != 0 {
@@ -53,14 +53,14 @@ func TestHandlePipeline(t *testing.T) {
 			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock") {
 				t.Errorf("handle %q: holder %q, %v; want one on the backends whose locks live in a process only", h, ch.holder, err)
 			}
-			if r := c.runRetrying("extend", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
-				t.Fatalf("dlock extend: exit %d: %s", r.code, r.stderr)
+			if r := c.runRetrying("renew", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
+				t.Fatalf("dlock renew: exit %d: %s", r.code, r.stderr)
 			}
 			foreign := backends["redis"]
 			if label == "redis" {
 				foreign = backends["file"]
 			}
-			for _, verb := range []string{"extend", "release"} {
+			for _, verb := range []string{"renew", "release"} {
 				if r := c.run(verb, "--backend", foreign, h); r.code != exitUsage {
 					t.Errorf("dlock %s with another backend's URL: exit %d, want %d: %s", verb, r.code, exitUsage, r.stderr)
 				}
@@ -73,7 +73,7 @@ func TestHandlePipeline(t *testing.T) {
 			}
 			time.Sleep(time.Until(start.Add(5*time.Second + 500*time.Millisecond))) // past the first TTL
 			if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != exitBusy {
-				t.Fatalf("dlock run after extend, past the first TTL: exit %d, want %d: %s", r.code, exitBusy, r.stderr)
+				t.Fatalf("dlock run after renew, past the first TTL: exit %d, want %d: %s", r.code, exitBusy, r.stderr)
 			}
 			if r := c.run("release", "--backend", backend, h); r.code != 0 {
 				t.Fatalf("dlock release: exit %d: %s", r.code, r.stderr)
@@ -93,18 +93,18 @@ func TestHandlePipeline(t *testing.T) {
 			}
 			stale := strings.TrimSpace(r.stdout)
 			time.Sleep(1500 * time.Millisecond)
-			holderGone(t, stale) // it let go at its TTL, without an extend
+			holderGone(t, stale) // it let go at its TTL, without a renew
 			p := c.start("run", "--backend", backend, "--no-wait", name, "--", "sh", "-c", "echo holding; exec sleep 30")
 			if line := p.line(30 * time.Second); line != "holding" {
 				t.Fatalf("the new owner's command printed %q", line)
 			}
-			for _, verb := range []string{"extend", "release"} {
+			for _, verb := range []string{"renew", "release"} {
 				if r := c.run(verb, "--backend", backend, stale); r.code != exitLost {
 					t.Errorf("dlock %s of a stale handle: exit %d, want %d: %s", verb, r.code, exitLost, r.stderr)
 				}
 			}
 			if r := c.run("run", "--backend", backend, "--no-wait", name, "--", "true"); r.code != exitBusy {
-				t.Errorf("the new owner's lock after stale extend and release: exit %d, want busy", r.code)
+				t.Errorf("the new owner's lock after stale renew and release: exit %d, want busy", r.code)
 			}
 			p.signal(syscall.SIGTERM)
 			p.wait(30 * time.Second)
@@ -130,7 +130,7 @@ func (c *cli) runRetrying(args ...string) result {
 	return r
 }
 
-// TestHandleMaxHold: a handle's --max-hold bounds its extensions on a
+// TestHandleMaxHold: a handle's --max-hold bounds its renewals on a
 // store's own lock (redis) and ends a detached holder on time, which lets
 // the lock go and leaves nothing behind (file).
 func TestHandleMaxHold(t *testing.T) {
@@ -147,8 +147,8 @@ func TestHandleMaxHold(t *testing.T) {
 			}
 			h := strings.TrimSpace(r.stdout)
 			time.Sleep(1300 * time.Millisecond)
-			if r := c.run("extend", "--backend", backend, "--ttl", "10s", h); r.code != exitLost {
-				t.Errorf("dlock extend past --max-hold: exit %d, want %d: %s", r.code, exitLost, r.stderr)
+			if r := c.run("renew", "--backend", backend, "--ttl", "10s", h); r.code != exitLost {
+				t.Errorf("dlock renew past --max-hold: exit %d, want %d: %s", r.code, exitLost, r.stderr)
 			}
 			if label == "file" {
 				holderGone(t, h)

@@ -156,7 +156,7 @@ func cmdHold(ctx context.Context, sio *stdio, args []string) int {
 	// prints, and pass it on.
 	var msg strings.Builder
 	fsio := &stdio{out: sio.out, err: &msg}
-	// The holder's --ttl bounds how long it waits for an extend; the
+	// The holder's --ttl bounds how long it waits for a renew; the
 	// lock's own TTL (a session's timeout, a lease's) bounds how long a
 	// holder that crashed keeps it, at most DefaultTTL.
 	locker, code := openLocker(ctx, fsio, "dlock acquire", f.backend(), dlock.WithLogger(log),
@@ -198,7 +198,7 @@ func trimCmd(s string) string {
 }
 
 // hold serves the holder's socket until the lease must end: a release, the
-// TTL without an extend, the lease's end (lost, --max-hold), a signal.
+// TTL without a renew, the lease's end (lost, --max-hold), a signal.
 // Then it releases the lease, if still held.
 func hold(ctx context.Context, ln net.Listener, lease *dlock.Lease, ttl time.Duration, sigs <-chan os.Signal) {
 	type request struct {
@@ -250,10 +250,10 @@ func hold(ctx context.Context, ln net.Listener, lease *dlock.Lease, ttl time.Dur
 			case lease.Err() != nil:
 				r.reply <- fmt.Sprintf("%s %v", holdGone, lease.Err())
 				return
-			case verb == "extend":
+			case verb == "renew":
 				ms, err := strconv.ParseInt(arg, 10, 64)
 				if err != nil || ms <= 0 {
-					r.reply <- "bad extend " + arg
+					r.reply <- "bad renew " + arg
 					continue
 				}
 				idle.Reset(time.Duration(ms) * time.Millisecond)
@@ -279,7 +279,7 @@ func hold(ctx context.Context, ln net.Listener, lease *dlock.Lease, ttl time.Dur
 				r.reply <- "bad request " + verb
 			}
 		case <-idle.C:
-			return // no extend within the TTL
+			return // no renew within the TTL
 		case <-lease.Done():
 			return
 		case <-sigs:

@@ -1,5 +1,5 @@
 -- Takes the lock, or reports its holder's remaining time; in wait mode it
--- also queues the caller (or refreshes its queue entry). Runs after
+-- also queues the caller (or renews its queue entry). Runs after
 -- lib.lua.
 --
 -- ARGV[1] owner        ARGV[2] ttl ms        ARGV[3] fence counter ttl ms

@@ -23,8 +23,8 @@ return run({
   token = function(owner)
     return leader.token(owner)
   end,
-  extend = function(_, _, ttl)
-    leader.extend(ttl)
+  renew = function(_, _, ttl)
+    leader.renew(ttl)
   end,
   drop = function()
     leader.drop()

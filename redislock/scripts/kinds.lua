@@ -11,7 +11,7 @@
 --           where tag is r (reader), w (writer), p (permit) or l (leader
 --           candidate), and value is a candidate's value (elections only)
 --
--- ARGV[1] op: "try", "wait", "refresh" or "release"
+-- ARGV[1] op: "try", "wait", "renew" or "release"
 -- ARGV[2] owner        ARGV[3] ttl ms        ARGV[4] fence counter ttl ms
 -- ARGV[5] lock name    ARGV[6] the caller's channel
 -- ARGV[7] queue entry lifetime ms            ARGV[8] tag
@@ -21,7 +21,7 @@
 --
 -- try and wait return {1, token} when the caller holds the lock, otherwise
 -- {0, ms until the earliest expiry of a holder in the way (-1: none
--- known), the fencing counter now}; refresh and release return 1 when the
+-- known), the fencing counter now}; renew and release return 1 when the
 -- caller held the lock, 0 otherwise.
 
 local now = now_ms()
@@ -60,7 +60,7 @@ end
 
 -- Admits waiters from the head of the queue for as long as k.admit allows
 -- the head's tag, dropping entries whose deadline has passed (their
--- waiters stopped refreshing them). Each admitted waiter gets the next
+-- waiters stopped renewing them). Each admitted waiter gets the next
 -- token and is told on its channel, except self (the caller, who learns
 -- from the reply). Returns self's token if self was admitted, else false.
 local function serve(k, name, fence_ttl, self)
@@ -121,7 +121,7 @@ local function zset_holders(zkey, tkey)
     end
     return tonumber(redis.call('HGET', tkey, owner) or '0')
   end
-  function h.extend(owner, ttl)
+  function h.renew(owner, ttl)
     redis.call('ZADD', zkey, 'XX', string.format('%.0f', now + tonumber(ttl)), owner)
     keep(zkey, ttl)
     keep(tkey, ttl)
@@ -164,7 +164,7 @@ local function hash_holder(key)
     end
     return tonumber(v[2] or '0')
   end
-  function h.extend(ttl)
+  function h.renew(ttl)
     redis.call('PEXPIRE', key, ttl)
   end
   function h.drop()
@@ -184,7 +184,7 @@ end
 --   admit(tag)                  may a waiter of this tag take the lock now?
 --   take(w, ttl, tag, value, token)   grant it
 --   token(owner, tag)           owner's token if it holds, else false
---   extend(owner, tag, ttl)     push owner's expiry to ttl from now
+--   renew(owner, tag, ttl)     push owner's expiry to ttl from now
 --   drop(owner, tag)            release owner's hold
 --   pttl()                      see the reply of try and wait
 --   finish()                    (optional) runs before the script returns
@@ -198,11 +198,11 @@ local function run(k)
   end
   k.cleanup()
 
-  if op == 'refresh' then
+  if op == 'renew' then
     if not k.token(owner, tag) then
       return 0
     end
-    k.extend(owner, tag, ttl)
+    k.renew(owner, tag, ttl)
     return 1
   end
 
@@ -227,7 +227,7 @@ local function run(k)
   -- was lost.
   local token = k.token(owner, tag)
   if token then
-    k.extend(owner, tag, ttl)
+    k.renew(owner, tag, ttl)
     if queued then
       dequeue(owner)
     end

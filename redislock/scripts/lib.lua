@@ -69,7 +69,7 @@ local function notify(channel, msg)
 end
 
 -- Gives the free lock to the first live waiter in the queue, dropping the
--- entries whose deadline has passed (their waiters stopped refreshing
+-- entries whose deadline has passed (their waiters stopped renewing
 -- them). The new holder is told on its channel, unless it is self (the
 -- caller, who learns from the reply). Returns the new holder and its
 -- token, or false when no live waiter is left.

@@ -32,11 +32,11 @@ return run({
     end
     return readers.token(owner)
   end,
-  extend = function(owner, tag, ttl)
+  renew = function(owner, tag, ttl)
     if tag == 'w' then
-      writer.extend(ttl)
+      writer.renew(ttl)
     else
-      readers.extend(owner, ttl)
+      readers.renew(owner, ttl)
     end
   end,
   drop = function(owner, tag)

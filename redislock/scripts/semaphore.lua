@@ -20,8 +20,8 @@ return run({
   token = function(owner)
     return holders.token(owner)
   end,
-  extend = function(owner, _, ttl)
-    holders.extend(owner, ttl)
+  renew = function(owner, _, ttl)
+    holders.renew(owner, ttl)
   end,
   drop = function(owner)
     holders.drop(owner)

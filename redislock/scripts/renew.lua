@@ -1,4 +1,4 @@
--- Extends the lock if the caller holds it. The fencing counter keeps the
+-- Renews the lock if the caller holds it. The fencing counter keeps the
 -- expiry it was seeded with (see next_token in lib.lua).
 --
 -- KEYS[1] the lock

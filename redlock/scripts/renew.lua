@@ -1,4 +1,4 @@
--- Extends the lock on one node if the caller holds it there, and keeps the
+-- Renews the lock on one node if the caller holds it there, and keeps the
 -- fencing counter alive with it.
 --
 -- KEYS[1] the lock          KEYS[2] the fencing counter
