@@ -40,21 +40,34 @@ func (u URL) String(name, def string) string {
 	return u.q.Get(name)
 }
 
-// Duration returns parameter name parsed by time.ParseDuration, or def.
-func (u URL) Duration(name string, def time.Duration) (time.Duration, error) {
+// param returns parameter name parsed by parse, or def when it is absent;
+// a value parse refuses is a *ParamError, saying "not "+what if what is
+// set, else parse's error.
+func param[T any](u URL, name string, def T, parse func(string) (T, error), what string) (T, error) {
 	u.used[name] = true
 	if !u.q.Has(name) {
 		return def, nil
 	}
 	v := u.q.Get(name)
-	d, err := time.ParseDuration(v)
-	if err == nil && d < 0 {
-		err = errors.New("must not be negative")
+	t, err := parse(v)
+	if err != nil && what != "" {
+		err = errors.New("not " + what)
 	}
 	if err != nil {
-		return 0, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: err}
+		return def, u.Err(name, v, err)
 	}
-	return d, nil
+	return t, nil
+}
+
+// Duration returns parameter name parsed by time.ParseDuration, or def.
+func (u URL) Duration(name string, def time.Duration) (time.Duration, error) {
+	return param(u, name, def, func(v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err == nil && d < 0 {
+			err = errors.New("must not be negative")
+		}
+		return d, err
+	}, "")
 }
 
 // PositiveDuration is Duration for a parameter that must be above zero.
@@ -68,30 +81,12 @@ func (u URL) PositiveDuration(name string, def time.Duration) (time.Duration, er
 
 // Int returns parameter name as a base-10 integer, or def.
 func (u URL) Int(name string, def int) (int, error) {
-	u.used[name] = true
-	if !u.q.Has(name) {
-		return def, nil
-	}
-	v := u.q.Get(name)
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: errors.New("not an integer")}
-	}
-	return n, nil
+	return param(u, name, def, strconv.Atoi, "an integer")
 }
 
 // Bool returns parameter name parsed by strconv.ParseBool, or def.
 func (u URL) Bool(name string, def bool) (bool, error) {
-	u.used[name] = true
-	if !u.q.Has(name) {
-		return def, nil
-	}
-	v := u.q.Get(name)
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, &ParamError{Scheme: u.Scheme, Param: name, Value: v, Err: errors.New("not a boolean")}
-	}
-	return b, nil
+	return param(u, name, def, strconv.ParseBool, "a boolean")
 }
 
 // Unknown returns a *ParamError for the first (in sorted order) parameter
