@@ -19,8 +19,7 @@ var next = locktest.NextLeader
 // hands over to a waiting candidate, a crash with nobody waiting, and a
 // new leader.
 func TestElection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	obs := newLocker(t, pglock.Options{})
 	a := newLocker(t, pglock.Options{})
 	b := newLocker(t, pglock.Options{Keepalive: 200 * time.Millisecond})
@@ -109,8 +108,7 @@ func TestElection(t *testing.T) {
 
 // TestObserveClosedByClose: closing the driver closes the channels.
 func TestObserveClosedByClose(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	l := newLocker(t, pglock.Options{})
 	a := newLocker(t, pglock.Options{})
 	name := "elect/close/" + randomHex(4)
@@ -140,8 +138,7 @@ func TestObserveClosedByClose(t *testing.T) {
 // TestObserveSlowReader: a reader that falls behind gets the latest
 // leader, never the same one twice in a row.
 func TestObserveSlowReader(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	l := newLocker(t, pglock.Options{})
 	name := "elect/slow/" + randomHex(4)
 	ch, err := l.Observe(ctx, name)
@@ -180,8 +177,7 @@ func TestObserveSlowReader(t *testing.T) {
 // TestKindsLeaveNoGoroutine: observers (with their wait on the server),
 // semaphore waiters and the listening connection end with the driver.
 func TestKindsLeaveNoGoroutine(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	holder := newLocker(t, pglock.Options{})
 	name := "leak/" + randomHex(4)
 	lead := mustLease(t)(holder.Campaign(ctx, name, "x"))

@@ -40,8 +40,9 @@ func dropTable(t string) error {
 }
 
 var (
-	randomHex = locktest.RandomHex
-	waitUntil = locktest.Eventually
+	randomHex   = locktest.RandomHex
+	waitUntil   = locktest.Eventually
+	testContext = locktest.Context
 )
 
 // config returns the test server's connection configuration.

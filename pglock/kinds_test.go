@@ -18,8 +18,7 @@ func rwKey(name string) int64 { return pglock.ModeKey(table, driver.Write, name,
 // TestKeysOfEachKind: the mutex, readers-writer lock, semaphore and
 // election called name are four locks.
 func TestKeysOfEachKind(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	l := newLocker(t, pglock.Options{})
 	name := "kinds/" + randomHex(4)
 	keys := map[int64]string{}
@@ -65,8 +64,7 @@ func mustLease(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
 // TestReadersOverlap: readers hold together, with distinct increasing
 // tokens; a writer excludes them and they exclude it.
 func TestReadersOverlap(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	a, b := newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})
 	name := "rw/overlap/" + randomHex(4)
 	r1 := mustLease(t)(a.TryAcquireRead(ctx, name))
@@ -109,8 +107,7 @@ func release(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
 // readers that come after it, on the server (PostgreSQL's lock queue), and
 // is served before them.
 func TestWriterPreference(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	a, b, c := newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})
 	adm := newAdmin(t)
 	name := "rw/pref/" + randomHex(4)
@@ -168,8 +165,7 @@ func TestWriterPreference(t *testing.T) {
 // admitted together when it leaves. Each reader has a driver of its own,
 // as processes would: a driver queues one reader per lock on the server.
 func TestConsecutiveReadersTogether(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	l := newLocker(t, pglock.Options{MaxIdle: 8})
 	adm := newAdmin(t)
 	name := "rw/together/" + randomHex(4)
@@ -267,8 +263,7 @@ func TestCancelledServerWaits(t *testing.T) {
 // semaphore of 3; never more than 3 hold at once, the limit is reached,
 // and tokens are distinct.
 func TestSemaphoreLimit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	const (
 		limit   = 3
 		workers = 32
@@ -331,8 +326,7 @@ func TestSemaphoreLimit(t *testing.T) {
 // TestTryPermit: TryAcquirePermit gets the free slots, then fails; the
 // slots one driver holds share its session.
 func TestTryPermit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	l := newLocker(t, pglock.Options{MaxIdle: 8})
 	adm := newAdmin(t)
 	name := "sem/try/" + randomHex(4)
@@ -369,8 +363,7 @@ func TestTryPermit(t *testing.T) {
 // TestPermitWaiterWokenByRelease: waiters blocked on other slots than the
 // one released are notified and take it.
 func TestPermitWaiterWokenByRelease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	a, b := newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})
 	name := "sem/wake/" + randomHex(4)
 	const limit = 4
@@ -449,8 +442,7 @@ func slotHolder(t *testing.T, adm *admin, name string, slot int) uint32 {
 // TestCrashedPermitReturns: a holder that crashes gives its permit to a
 // waiter, without any release.
 func TestCrashedPermitReturns(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	name := "sem/crash/" + randomHex(4)
 	const limit = 2
 	crasher := newLocker(t, pglock.Options{Keepalive: 200 * time.Millisecond})
@@ -521,8 +513,7 @@ func TestCrashedPermitReturns(t *testing.T) {
 // gets the permit another holder's crash frees, though no release
 // notifies it: it tries again once it has been blocked for its TTL.
 func TestCrashedPermitLoneWaiter(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	name := "sem/lone/" + randomHex(4)
 	const limit = 2
 	const ttl = time.Second
