@@ -74,15 +74,22 @@ func testTable(t testing.TB) string {
 	return table
 }
 
-// newLocker returns a Locker on a *sql.DB of its own, with the options o
-// (the table is filled in when empty) and the Locker options opts.
+// newLocker returns a Locker on a *sql.DB of its own, as lockerOn does,
+// and its driver.
 func newLocker(t testing.TB, o mysqllock.Options, opts ...dlock.Option) (*dlock.Locker, *mysqllock.Driver) {
+	t.Helper()
+	l := lockerOn(t, newDB(t, nil), o, opts...)
+	return l, l.Driver().(*mysqllock.Driver)
+}
+
+// lockerOn returns a Locker on db, with the options o (the table is filled
+// in when empty) and the Locker options opts; it is closed when t ends.
+func lockerOn(t testing.TB, db *sql.DB, o mysqllock.Options, opts ...dlock.Option) *dlock.Locker {
 	t.Helper()
 	if o.Table == "" {
 		o.Table = testTable(t)
 	}
-	l := locktest.Opened(t)(mysqllock.New(newDB(t, nil), &o, opts...))
-	return l, l.Driver().(*mysqllock.Driver)
+	return locktest.Opened(t)(mysqllock.New(db, &o, opts...))
 }
 
 // admin runs the operator's side of the tests on a connection pool of

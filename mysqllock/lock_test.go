@@ -117,11 +117,7 @@ func TestLongNames(t *testing.T) {
 func TestDedicatedConnection(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	db := newDB(t, nil)
-	l, err := mysqllock.New(db, &mysqllock.Options{Table: testTable(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := lockerOn(t, db, mysqllock.Options{})
 	d := l.Driver().(*mysqllock.Driver)
 	lease, err := l.Acquire(ctx, "dedicated")
 	if err != nil {
@@ -163,11 +159,7 @@ func TestConnectionRestored(t *testing.T) {
 	if err := db.QueryRow("SELECT @@SESSION.wait_timeout").Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	l, err := mysqllock.New(db, &mysqllock.Options{Table: testTable(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := lockerOn(t, db, mysqllock.Options{})
 	lease, err := l.Acquire(ctx, "restored", dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -200,10 +192,7 @@ func TestConnectionRestored(t *testing.T) {
 func TestCloseKeepsUserDB(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	db := newDB(t, nil)
-	l, err := mysqllock.New(db, &mysqllock.Options{Table: testTable(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := lockerOn(t, db, mysqllock.Options{})
 	lease, err := l.Acquire(ctx, "close")
 	if err != nil {
 		t.Fatal(err)

@@ -155,11 +155,7 @@ func TestCrashedProcess(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	table := testTable(t)
 	var socks sockets
-	a, err := mysqllock.New(newDB(t, &socks), &mysqllock.Options{Table: table, KeepAlive: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := lockerOn(t, newDB(t, &socks), mysqllock.Options{Table: table, KeepAlive: 100 * time.Millisecond})
 	b, _ := newLocker(t, mysqllock.Options{Table: table})
 	lease, err := a.Acquire(ctx, "crash")
 	if err != nil {
@@ -388,48 +384,41 @@ func TestStatementsLookFirst(t *testing.T) {
 // TestKillEndsLease: a lease, as a user holds it, ends after a KILL of its
 // connection, in each of 20 runs, by the watch on the socket: with a
 // keep-alive interval and a TTL of an hour, only the socket can explain
-// the end within ServerKill's hang bound of 2s.
+// the end within ServerKill's hang bound of 2s. So it is on the pool a
+// mysql:// URL makes, and on the caller's *sql.DB made from a mysql.Config
+// given to WatchSockets, whose sockets the driver watches as a URL
+// driver does.
 func TestKillEndsLease(t *testing.T) {
-	l, err := dlock.Open(testContext(t, 10*time.Second), serverURL(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	d := l.Driver().(*mysqllock.Driver)
-	adm := newAdmin(t)
-	locktest.ServerKill(t, l, "watch/lease", 20, 2*time.Second,
-		func(t *testing.T, lease *dlock.Lease) time.Time {
-			return adm.killNow(adm.holder(d.LockName(lease.Name())))
+	for _, c := range []struct {
+		pool string
+		open func(t *testing.T) *dlock.Locker
+	}{
+		{"url", func(t *testing.T) *dlock.Locker {
+			return locktest.Opened(t)(dlock.Open(testContext(t, 10*time.Second), serverURL(t, "table="+testTable(t)+"&keepalive=1h&ttl=1h")))
+		}},
+		{"callers-pool", func(t *testing.T) *dlock.Locker {
+			cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			socks := mysqllock.WatchSockets(cfg)
+			conn, err := mysql.NewConnector(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := sql.OpenDB(conn)
+			t.Cleanup(func() { _ = db.Close() })
+			return lockerOn(t, db, mysqllock.Options{KeepAlive: time.Hour, Sockets: socks}, dlock.WithTTL(time.Hour))
+		}},
+	} {
+		t.Run(c.pool, func(t *testing.T) {
+			l := c.open(t)
+			d := l.Driver().(*mysqllock.Driver)
+			adm := newAdmin(t)
+			locktest.ServerKill(t, l, "watch/"+c.pool, 20, 2*time.Second,
+				func(t *testing.T, lease *dlock.Lease) time.Time {
+					return adm.killNow(adm.holder(d.LockName(lease.Name())))
+				})
 		})
-}
-
-// TestKillEndsLeaseOnCallersPool: a driver on the caller's *sql.DB, made
-// from a mysql.Config given to WatchSockets, watches its locks' sockets
-// as a URL driver does: a lease ends after a KILL of its connection, in
-// each of 20 runs, within ServerKill's hang bound of 2s, which with a
-// keep-alive interval and a TTL of an hour only the socket can explain.
-func TestKillEndsLeaseOnCallersPool(t *testing.T) {
-	cfg, err := testenv.MySQLConfig(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
 	}
-	socks := mysqllock.WatchSockets(cfg)
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { _ = db.Close() })
-	o := &mysqllock.Options{Table: testTable(t), KeepAlive: time.Hour, Sockets: socks}
-	l, err := mysqllock.New(db, o, dlock.WithTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	d := l.Driver().(*mysqllock.Driver)
-	adm := newAdmin(t)
-	locktest.ServerKill(t, l, "watch/callers-pool", 20, 2*time.Second,
-		func(t *testing.T, lease *dlock.Lease) time.Time {
-			return adm.killNow(adm.holder(d.LockName(lease.Name())))
-		})
 }

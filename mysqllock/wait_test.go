@@ -87,27 +87,31 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	}
 }
 
+// heldElsewhere takes name with a Locker of its own on a table of the
+// test's own, and holds it until t ends; it returns the options of that
+// table, for the waiters, and the lock's name on the server.
+func heldElsewhere(t *testing.T, ctx context.Context, name string) (mysqllock.Options, string) {
+	t.Helper()
+	o := mysqllock.Options{Table: testTable(t)}
+	holder, d := newLocker(t, o)
+	lease, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lease.Release(ctx) })
+	return o, d.LockName(name)
+}
+
 // TestCancelFallback: when no connection is free for the KILL QUERY (the
 // pool is full), the cancelled wait closes its own connection instead,
 // within a bounded time, and the server drops the waiter soon after.
 func TestCancelFallback(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	o := mysqllock.Options{Table: testTable(t)}
-	holder, d := newLocker(t, o)
+	o, key := heldElsewhere(t, ctx, "fallback")
 	adm := newAdmin(t)
-	key := d.LockName("fallback")
-	lease, err := holder.Acquire(ctx, "fallback")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.Release(ctx)
 	db := newDB(t, nil)
 	db.SetMaxOpenConns(1)
-	waiter, err := mysqllock.New(db, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Close()
+	waiter := lockerOn(t, db, o)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -192,16 +196,9 @@ func TestWaitersQueueInProcess(t *testing.T) {
 // and leaves nothing queued on the server.
 func TestCloseEndsQueuedWaiters(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
-	o := mysqllock.Options{Table: testTable(t)}
-	holder, d := newLocker(t, o)
-	adm := newAdmin(t)
 	const name, n = "queue/close", 5
-	key := d.LockName(name)
-	lease, err := holder.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.Release(ctx)
+	o, key := heldElsewhere(t, ctx, name)
+	adm := newAdmin(t)
 	waiter, wd := newLocker(t, o)
 	errc := make(chan error, n)
 	for range n {

@@ -158,8 +158,7 @@ func (c *countingTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePr
 // TestOneRoundTrip: with a warm idle connection, an uncontended Acquire
 // sends one statement (the lock and its token together), and Release one.
 func TestOneRoundTrip(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	cfg := config(t)
 	tr := &countingTracer{}
 	cfg.Tracer = tr

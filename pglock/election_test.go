@@ -15,12 +15,33 @@ import (
 // next receives the next leader from ch, or fails t after limit.
 var next = locktest.NextLeader
 
+// closes fails t unless ch closes within 5s after at most pending values,
+// once what (which should close it) has happened.
+func closes(t *testing.T, ch <-chan dlock.LeaderInfo, pending int, what string) {
+	t.Helper()
+	limit := time.After(5 * time.Second)
+	for n := 0; ; n++ {
+		select {
+		case info, ok := <-ch:
+			if !ok {
+				return
+			}
+			if n == pending {
+				t.Errorf("%+v observed after %s", info, what)
+				return
+			}
+		case <-limit:
+			t.Errorf("%s did not close the channel", what)
+			return
+		}
+	}
+}
+
 // TestElection: Leader and Observe follow a campaign, a resignation that
 // hands over to a waiting candidate, a crash with nobody waiting, and a
 // new leader.
 func TestElection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	obs := newLocker(t, pglock.Options{})
 	a := newLocker(t, pglock.Options{})
 	b := newLocker(t, pglock.Options{Keepalive: 200 * time.Millisecond})
@@ -48,23 +69,13 @@ func TestElection(t *testing.T) {
 
 	// b waits; a resigns; b leads.
 	lbc := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := b.Campaign(ctx, name, "node-b")
-		if err != nil {
-			t.Error(err)
-		}
-		lbc <- l
-	}()
+	goTake(t, lbc, func() (*dlock.Lease, error) { return b.Campaign(ctx, name, "node-b") })
 	adm := newAdmin(t)
 	key := pglock.ModeKey(table, 4, name, 0)
 	if !waitUntil(5*time.Second, func() bool { _, n := adm.keyRows(t, key); return n >= 1 }) {
 		t.Fatal("the second candidate is not queued")
 	}
-	select {
-	case <-lbc:
-		t.Fatal("two leaders")
-	case <-time.After(50 * time.Millisecond):
-	}
+	quiet(t, lbc, 50*time.Millisecond, "two leaders")
 	release(t, ctx, la)
 	lb := <-lbc
 	// The observer sees node-b, maybe after the empty interval.
@@ -93,24 +104,13 @@ func TestElection(t *testing.T) {
 		t.Fatalf("observed %+v, want node-c with a token above %d", info, lb.Token())
 	}
 	ocancel()
-	select {
-	case _, ok := <-ch:
-		if ok {
-			// A value may have been pending; the close must follow.
-			if _, ok := <-ch; ok {
-				t.Error("the channel stays open after ctx ended")
-			}
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("the channel was not closed when ctx ended")
-	}
+	closes(t, ch, 1, "the end of ctx") // a value may have been pending
 	release(t, ctx, lc)
 }
 
 // TestObserveClosedByClose: closing the driver closes the channels.
 func TestObserveClosedByClose(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	l := newLocker(t, pglock.Options{})
 	a := newLocker(t, pglock.Options{})
 	name := "elect/close/" + randomHex(4)
@@ -126,22 +126,14 @@ func TestObserveClosedByClose(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case _, ok := <-ch:
-		if ok {
-			t.Error("a value after Close")
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("Close did not close the channel")
-	}
+	closes(t, ch, 0, "Close")
 	release(t, ctx, lead)
 }
 
 // TestObserveSlowReader: a reader that falls behind gets the latest
 // leader, never the same one twice in a row.
 func TestObserveSlowReader(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	l := newLocker(t, pglock.Options{})
 	name := "elect/slow/" + randomHex(4)
 	ch, err := l.Observe(ctx, name)
@@ -180,8 +172,7 @@ func TestObserveSlowReader(t *testing.T) {
 // TestKindsLeaveNoGoroutine: observers (with their wait on the server),
 // semaphore waiters and the listening connection end with the driver.
 func TestKindsLeaveNoGoroutine(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	holder := newLocker(t, pglock.Options{})
 	name := "leak/" + randomHex(4)
 	lead := mustLease(t)(holder.Campaign(ctx, name, "x"))

@@ -40,9 +40,32 @@ func dropTable(t string) error {
 }
 
 var (
-	randomHex = locktest.RandomHex
-	waitUntil = locktest.Eventually
+	randomHex   = locktest.RandomHex
+	waitUntil   = locktest.Eventually
+	testContext = locktest.Context
 )
+
+// goTake runs take in a goroutine that sends the lease it gets to got: nil
+// when take failed, which fails t.
+func goTake(t testing.TB, got chan<- *dlock.Lease, take func() (*dlock.Lease, error)) {
+	go func() {
+		l, err := take()
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+}
+
+// quiet fails t at once if ch delivers within d: what must not happen yet.
+func quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s (got %v)", what, v)
+	case <-time.After(d):
+	}
+}
 
 // config returns the test server's connection configuration.
 func config(t testing.TB) *pgx.ConnConfig {

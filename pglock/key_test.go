@@ -17,8 +17,7 @@ const keySQL = `SELECT ('x' || encode(substr(sha256(convert_to('dlock/' || $1::t
 // depends on the table and the name; a held lock shows in pg_locks under
 // its key's classid and objid.
 func TestKey(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	names := []string{"a", "orders/42", "A.b-c_d:e@f+g=h", strings.Repeat("y", dlock.MaxNameLen)}
 	tables := []string{pglock.DefaultTable, "locks.dlock_tokens", table}

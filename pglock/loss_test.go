@@ -22,8 +22,7 @@ import (
 // 10× a keep-alive interval and a check's timeout), and another client
 // gets the lock (at once: the server freed it with the session).
 func TestTerminateBackend(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	const keepalive = 200 * time.Millisecond
 	adm := newAdmin(t)
 	a := newLocker(t, pglock.Options{Keepalive: keepalive})
@@ -75,8 +74,7 @@ func TestTerminateBackend(t *testing.T) {
 // TestRenew: Renew finds the lock in pg_locks while it is held, and
 // reports it gone once its session was terminated.
 func TestRenew(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	// A long keep-alive interval: the loss must be found by Renew itself.
 	l := newLocker(t, pglock.Options{Keepalive: time.Hour}, dlock.WithTTL(time.Hour))
@@ -110,8 +108,7 @@ func TestRenew(t *testing.T) {
 // interval, 1s here; the test waits 15s). Nothing cancels anything for them: the processes
 // are gone.
 func TestKilledProcesses(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	adm := newAdmin(t)
 	name := "killed/" + randomHex(4)
 
@@ -201,8 +198,7 @@ func TestHelperProcess(t *testing.T) {
 // when its context ends, and the lock is freed once the connection is
 // free again (the driver closes it).
 func TestReleaseDoesNotWaitPastItsContext(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{})
 	l, err := dlock.New(d)
@@ -306,8 +302,7 @@ func (a *admin) alive(t testing.TB, pid uint32) bool {
 // connection (Renew, keep-alive pings) without taking bytes from pgx,
 // and still sees a later termination at once.
 func TestWatchSurvivesQueries(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{Keepalive: MinKeepaliveForTest})
 	r := driver.Request{Name: "watch/q/" + randomHex(4), Owner: randomHex(16)}
@@ -348,8 +343,7 @@ const MinKeepaliveForTest = pglock.MinKeepalive
 // loss must come from the look, with no query sent ("the server closed
 // the connection"), not from a failed query.
 func TestQueriesLookFirst(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	adm := newAdmin(t)
 	const byLook = "the server closed the connection holding the lock"
 	for _, path := range []string{"keep-alive", "renew", "unlock"} {

@@ -33,8 +33,7 @@ func testURL(t *testing.T, scheme string, kv ...string) string {
 }
 
 func TestOpen(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	app := "pglock-open-" + randomHex(4)
 	for _, scheme := range []string{"postgres", "postgresql"} {
@@ -86,8 +85,7 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	for _, c := range []struct{ kv []string }{
 		{[]string{"table", "Bad-Table"}},
 		{[]string{"table", "a.b.c"}},
@@ -125,8 +123,7 @@ func TestOpenErrors(t *testing.T) {
 // TestNoMigrate: with migrate=false the driver creates nothing; taking a
 // lock on a missing table says how to fix it; Migrate creates the table.
 func TestNoMigrate(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	tbl := "pglock_nomigrate_" + randomHex(4)
 	t.Cleanup(func() { _ = dropTable(tbl) })
 	l, err := dlock.Open(ctx, testURL(t, "", "table", tbl, "migrate", "false"))
@@ -257,8 +254,7 @@ func TestOpenSilentServer(t *testing.T) {
 // timeout gets DefaultConnectTimeout; one from a URL with connect_timeout
 // keeps it.
 func TestDefaultConnectTimeout(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testContext(t, 20*time.Second)
 	cfg := config(t)
 	cfg.ConnectTimeout = 0
 	d, err := pglock.NewDriver(ctx, cfg, &pglock.Options{Table: table})

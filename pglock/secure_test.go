@@ -24,8 +24,7 @@ import (
 func TestSecured(t *testing.T) {
 	pg := testenv.StartSecuredPG(t)
 	good := pg.URL(pg.User, pg.Password, pg.Database)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testContext(t, 10*time.Second)
 	ac, err := pgx.Connect(ctx, pg.URL("postgres", pg.AdminPassword, pg.Database))
 	if err != nil {
 		t.Fatal(err)

@@ -50,8 +50,7 @@ func (a *admin) connections(t testing.TB, app string) int {
 // 2000/DefaultSessionLocks sessions (rounded up), and the server sees no
 // more connections than those and the idle ones.
 func TestManyLocksFewConnections(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	ctx := testContext(t, 120*time.Second)
 	const n = 2000
 	adm := newAdmin(t)
 	d, app := appDriver(t, pglock.Options{})
@@ -89,8 +88,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, app).S
 // every lock on it at once (each Lost closes, Check and Release report the
 // loss, the server frees them), and no lock of another session.
 func TestLostSessionTakesItsLocks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	adm := newAdmin(t)
 	l := newLocker(t, pglock.Options{SessionLocks: 10, Keepalive: time.Hour})
 	d := l.Driver().(*pglock.Driver)
@@ -113,8 +111,7 @@ func TestLostSessionTakesItsLocks(t *testing.T) {
 // request, the driver a handful of connections, and each goroutine then
 // gets the lock in turn, alone, with a token above the last.
 func TestWaitersShareOneServerWait(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	ctx := testContext(t, 120*time.Second)
 	const waiters = 500
 	adm := newAdmin(t)
 	d, app := appDriver(t, pglock.Options{})
@@ -152,8 +149,7 @@ func TestWaitersShareOneServerWait(t *testing.T) {
 // at once, and the wait ends at the release); two readers of one driver
 // share the lock on two sessions.
 func TestOwnersOfOneDriverExclude(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{})
 	name := "shared/owners/" + randomHex(4)
@@ -168,11 +164,7 @@ func TestOwnersOfOneDriverExclude(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { _, err := d.Lock(ctx, b); got <- err }()
-	select {
-	case err := <-got:
-		t.Fatalf("Lock of a second owner returned %v while the first holds", err)
-	case <-time.After(200 * time.Millisecond):
-	}
+	quiet(t, got, 200*time.Millisecond, "Lock of a second owner returned while the first holds")
 	if err := d.Unlock(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -206,8 +198,7 @@ func TestOwnersOfOneDriverExclude(t *testing.T) {
 
 // TestSessionLocksURL: session_locks sets how many locks share a session.
 func TestSessionLocksURL(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	l, err := dlock.Open(ctx, testURL(t, "", "table", table, "session_locks", "2"))
 	if err != nil {
 		t.Fatal(err)

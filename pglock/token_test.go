@@ -1,7 +1,6 @@
 package pglock_test
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,8 +15,7 @@ import (
 // drivers, TryAcquire and Acquire, a deleted token row, and concurrent
 // acquisitions of other names; the row holds the last token.
 func TestTokensStrictlyIncrease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t, 60*time.Second)
 	adm := newAdmin(t)
 	lockers := []*dlock.Locker{newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{}), newLocker(t, pglock.Options{})}
 	name := "tokens/" + randomHex(4)
@@ -78,8 +76,7 @@ func TestTokensStrictlyIncrease(t *testing.T) {
 // TestTokenRowKeepsOrder: if the sequence were reset (by a careless
 // restore), the row still keeps a name's tokens increasing.
 func TestTokenRowKeepsOrder(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	tbl := "pglock_reset_" + randomHex(4)
 	t.Cleanup(func() { _ = dropTable(tbl) })
 	adm := newAdmin(t)

@@ -29,8 +29,7 @@ func begin(t *testing.T, ctx context.Context) pgx.Tx {
 // locks on the same name; they are released at commit and at rollback;
 // their tokens increase, and a rolled-back token is never handed out again.
 func TestTxLock(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	newDriver(t, pglock.Options{}) // creates the table
 	tt := pglock.TxTable(table)
 	name := "tx/" + randomHex(4)

@@ -84,8 +84,7 @@ func TestCancelledWaitLeavesNothingQueued(t *testing.T) {
 // acquisition of a name the same driver holds is refused, also after
 // connections went back to the idle set.
 func TestNotReentrant(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	d := newDriver(t, pglock.Options{})
 	l, err := dlock.New(d)
 	if err != nil {
@@ -195,8 +194,7 @@ func testManyHolders(t *testing.T, perSession int) {
 // acquisitions with ErrClosed and ends its held locks, which the server
 // then frees.
 func TestCloseEndsWaitsAndHolds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	a := newDriver(t, pglock.Options{})
 	b := newDriver(t, pglock.Options{})
@@ -240,8 +238,7 @@ func TestCloseEndsWaitsAndHolds(t *testing.T) {
 // a run-time setting bounds waits on the server; the wait then fails with
 // ErrNotAcquired and leaves nothing queued.
 func TestServerTimeoutsEndWaits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	a := newLocker(t, pglock.Options{})
 	name := "server-timeout/" + randomHex(4)
@@ -275,8 +272,7 @@ func TestServerTimeoutsEndWaits(t *testing.T) {
 // operator, a server restart, idle_session_timeout) is replaced on use;
 // the acquisition does not fail for it.
 func TestDeadIdleConnection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testContext(t, 30*time.Second)
 	adm := newAdmin(t)
 	d := newDriver(t, pglock.Options{})
 	pids := pglock.IdlePIDs(d)
