@@ -88,14 +88,14 @@
 //	                 past a handle's deadline
 //	ErrReleased      Lease.Err after Release (or Close of the Locker)
 //	ErrDetached      Lease.Err, with ErrReleased, after Detach
-//	ErrNotHeld       Renew, Release, Resume, ReleaseHandle: this owner does
-//	                 not hold the lock (it also matches how the lease ended)
+//	ErrNotHeld       Renew, Release, Detach, Resume, ReleaseHandle: this owner
+//	                 does not hold the lock (it also matches how the lease ended)
 //	ErrInvalidName   a name that breaks ValidateName
-//	ErrUnsupported   a kind of lock, or Detach and Resume, the backend lacks
+//	ErrUnsupported   a kind of lock, or handles (Detach, Resume), the backend lacks
 //	ErrClosed        a call on a closed Locker
 //	ErrNoQuorum      Redlock: too few nodes answered in time to decide
-//	ErrBadHandle     ParseHandle of text that is not a handle; Resume of
-//	                 another backend's handle
+//	ErrBadHandle     ParseHandle of text that is not a handle; Resume or
+//	                 ReleaseHandle of another backend's handle
 //
 // A bad URL parameter is a *ParamError naming it.
 //

@@ -53,10 +53,10 @@ func (h Handle) String() string {
 		base64.RawURLEncoding.EncodeToString([]byte(h.Name))}, ".")
 }
 
-// ParseHandle decodes a Handle encoded by Handle.String, now or before:
-// older handles had a tenth field, the socket of the dlock CLI's detached
-// holder, which must be empty here; one that names a holder process is
-// the CLI's (which still prints the field), for its renew and release.
+// ParseHandle decodes a Handle encoded by Handle.String, or as the dlock
+// CLI prints it, with a tenth field, the socket of its detached holder:
+// that field must be empty here, since a lock kept by a holder process is
+// reached only through the CLI's renew and release.
 // Text that is not a handle (garbled, truncated, of another version) is
 // an error matching ErrBadHandle that says what is wrong.
 func ParseHandle(s string) (Handle, error) {

@@ -122,9 +122,9 @@ const (
 	// Exclusive is the mutex: one holder at a time.
 	Exclusive Mode = iota
 	// Read is the shared side of a readers-writer lock: any number of
-	// readers hold it together while no writer does. Waiters are served in
-	// order of arrival, consecutive readers together, so a waiting writer
-	// blocks later readers (no writer starvation).
+	// readers hold it together while no writer does, and a waiting writer
+	// blocks later readers (no writer starvation). Where the store queues
+	// waiters, they are served in arrival order, consecutive readers together.
 	Read
 	// Write is the exclusive side of a readers-writer lock: one writer and
 	// no reader.
@@ -212,7 +212,7 @@ type Elector interface {
 // a TTL), so that another process, given the acquisition's Request, can
 // carry on holding the lock: dlock's Locker.Resume.
 type Resumer interface {
-	// Resume checks that r.Owner holds r.Name in r.Mode and extends the
+	// Resume checks that r.Owner holds r.Name in r.Mode and renews the
 	// lock to r.TTL, as Renew does, and returns its grant with the new
 	// expiry (Token left zero: the caller knows it). When r.Owner does not
 	// hold the lock, Resume returns an error wrapping ErrNotHeld and
@@ -221,7 +221,7 @@ type Resumer interface {
 }
 
 // ResumeByRenew is Resume for a driver whose Renew already checks the
-// owner and extends the lock: the grant of the renewed expiry.
+// owner and renews the lock: the grant of the renewed expiry.
 func ResumeByRenew(ctx context.Context, d Driver, r Request) (Grant, error) {
 	exp, err := d.Renew(ctx, r)
 	if err != nil {
