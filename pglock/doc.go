@@ -84,7 +84,7 @@
 //
 // A role needs CONNECT on its database and CREATE on the token table's
 // schema (or, with migrate=false, SELECT, INSERT, UPDATE on a table made by
-// Migrate); advisory locks need no privilege. Connect to the writer
+// Migrate and USAGE on its sequence); advisory locks need no privilege. Connect to the writer
 // endpoint (the primary) of a replicated service, never a reader endpoint.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/POSTGRES.md for the
