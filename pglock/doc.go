@@ -83,12 +83,12 @@
 //	postgres://locks:password@10.0.0.5:5432/locks?sslmode=verify-full&sslrootcert=/etc/dlock/ca.pem&sslcert=/etc/dlock/client.pem&sslkey=/etc/dlock/client-key.pem
 //
 // A role needs CONNECT on its database and CREATE on the token table's
-// schema (or, with migrate=false, SELECT, INSERT, UPDATE on a table made by
-// Migrate); advisory locks need no privilege. Connect to the writer
-// endpoint (the primary) of a replicated service, never a reader endpoint.
+// schema (or, with migrate=false, SELECT, INSERT, UPDATE on a table made
+// by Migrate and USAGE on its sequence); advisory locks need no privilege.
+// Use the writer endpoint (the primary) of a replicated service, never a
+// reader endpoint.
 //
 // See https://github.com/dlockgo/dlock/blob/main/docs/POSTGRES.md for the
-// key derivation, connection sharing, waiting and cancellation, the token
-// statement, loss detection, the lock kinds, the test of TLS and roles, the limits
-// and the measurements.
+// keys, connections, waiting, the token, loss, the lock kinds, the test of
+// TLS and roles, the limits and the measurements.
 package pglock

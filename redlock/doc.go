@@ -71,8 +71,8 @@
 // # Securing the store
 //
 // Give dlock an ACL user on each node limited to the prefix's keys and
-// channel and to the commands of its scripts (+scan for Inspect); with the
-// default prefix:
+// channel and to its scripts' commands (+scan for Inspect, +config|get for
+// the eviction check, skipped without it); with the default prefix:
 //
 //	ACL SETUSER locks on >password ~dlock:rl:* &dlock:rl:* +ping +evalsha
 //	    +eval +script|load +exists +get +set +del +incr +pexpire +pttl
