@@ -198,7 +198,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 			// while a store fails over): the lock may be another's by now.
 			// Release it, so that it passes on, and when waiting try again
 			// as a new acquisition: a new owner, the backoff from its start.
-			l.unlockBounded(ctx, req, "dlock: releasing a grant that arrived after its TTL")
+			l.unlockBounded(ctx, req, "dlock: releasing a grant that arrived after its TTL", "token", g.Token)
 			if !wait {
 				err = fmt.Errorf("dlock: acquire %q: %w: granted %v after the request, when its TTL %v had run out", name, ErrNotAcquired, end.Sub(start).Round(time.Millisecond), req.TTL)
 				break

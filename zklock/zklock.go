@@ -84,7 +84,7 @@ type Options struct {
 }
 
 // Driver is the ZooKeeper driver: a dlock driver.Driver, driver.Waiter,
-// driver.Moder (every mode) and driver.Elector over one ZooKeeper
+// driver.Moder (see Supports) and driver.Elector over one ZooKeeper
 // ensemble. Create it with NewDriver (or New, or dlock.Open with a zk://
 // URL). It owns one session at a time, shared by all its locks: when the
 // session ends (expired, out of reach past the session timeout, or the

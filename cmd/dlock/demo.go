@@ -17,7 +17,7 @@ import (
 
 const demoHelp = `Usage: dlock demo [flags]
 
-Plays the overselling story in three acts, in a few seconds:
+Plays the overselling story in three acts, in about a second:
 
  1. Without a lock, several workers sell from a limited stock: each reads
     the stock, takes a moment (a slow database round trip), then writes it

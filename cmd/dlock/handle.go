@@ -130,8 +130,7 @@ type cliHandle struct {
 }
 
 // String encodes h as Handle.String does, then a dot and the holder in
-// base64url (empty without a holder): a tenth field, kept so that the CLI
-// prints the same handles as its earlier versions.
+// base64url (empty without a holder) as a tenth field.
 func (h cliHandle) String() string {
 	return h.Handle.String() + "." + base64.RawURLEncoding.EncodeToString([]byte(h.holder))
 }
