@@ -52,14 +52,7 @@ func BenchmarkHandoffZK(b *testing.B) {
 				b.StopTimer()
 				h := startHolder(b, p.command(b, "hold", e.addr, "mutex", e.path("h"), b.TempDir(), p.name))
 				h.expect("acquired")
-				got := make(chan *dlock.Lease, 1)
-				go func() {
-					lease, err := l.Acquire(ctx, "h")
-					if err != nil {
-						b.Error(err)
-					}
-					got <- lease
-				}()
+				got := acquireAsync(b, func() (*dlock.Lease, error) { return l.Acquire(ctx, "h") })
 				e.waitChildren(b, "h", 2)
 				time.Sleep(50 * time.Millisecond)
 				b.StartTimer()
@@ -88,14 +81,7 @@ func BenchmarkHandoffZK(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				got := make(chan *dlock.Lease, 1)
-				go func() {
-					next, err := w.Acquire(ctx, "h")
-					if err != nil {
-						b.Error(err)
-					}
-					got <- next
-				}()
+				got := acquireAsync(b, func() (*dlock.Lease, error) { return w.Acquire(ctx, "h") })
 				e.waitChildren(b, "h", 2)
 				time.Sleep(10 * time.Millisecond)
 				b.StartTimer()

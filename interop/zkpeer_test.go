@@ -570,14 +570,7 @@ func TestZKElection(t *testing.T) {
 		}
 		// dlock queues behind the peer's leader, and takes over when
 		// it resigns.
-		won := make(chan *dlock.Lease, 1)
-		go func() {
-			lease, err := l.Campaign(ctx, "e", "dlock-c")
-			if err != nil {
-				t.Error(err)
-			}
-			won <- lease
-		}()
+		won := acquireAsync(t, func() (*dlock.Lease, error) { return l.Campaign(ctx, "e", "dlock-c") })
 		e.waitChildren(t, "e", 2)
 		h.release()
 		expectLeader("dlock-c")
@@ -607,14 +600,7 @@ func TestZKReadersShare(t *testing.T) {
 		e.waitChildren(t, "s", 1)
 		h := startHolder(t, p.command(t, "hold", e.addr, "read", e.path("s"), r.dir, p.name+"-r"))
 		e.waitChildren(t, "s", 2)
-		got := make(chan *dlock.Lease, 1)
-		go func() {
-			lease, err := l.AcquireRead(ctx, "s")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- lease
-		}()
+		got := acquireAsync(t, func() (*dlock.Lease, error) { return l.AcquireRead(ctx, "s") })
 		e.waitChildren(t, "s", 3)
 		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -639,6 +625,20 @@ func TestZKReadersShare(t *testing.T) {
 			t.Fatalf("%s's writer after both readers left: %q, want acquired", p.name, out)
 		}
 	})
+}
+
+// acquireAsync runs acquire in a goroutine of its own: the channel gives
+// its lease, or nil after an error, which fails tb.
+func acquireAsync(tb testing.TB, acquire func() (*dlock.Lease, error)) <-chan *dlock.Lease {
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lease, err := acquire()
+		if err != nil {
+			tb.Error(err)
+		}
+		got <- lease
+	}()
+	return got
 }
 
 // eachZKPeer runs f as a subtest per peer, with a fresh prefix, resource

@@ -32,16 +32,22 @@ func newLocker(t testing.TB, c *testenv.NATSCluster, o *natslock.Options, opts .
 // ends.
 func newDriver(t testing.TB, c *testenv.NATSCluster, o *natslock.Options) *natslock.Driver {
 	t.Helper()
-	js, err := jetstream.New(c.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := natslock.NewDriver(ctxTimeout(t, 30*time.Second), js, o)
+	d, err := natslock.NewDriver(ctxTimeout(t, 30*time.Second), jetStream(t, c), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// jetStream returns JetStream on a connection of its own.
+func jetStream(t testing.TB, c *testenv.NATSCluster) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(c.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func drv(l *dlock.Locker) *natslock.Driver { return l.Driver().(*natslock.Driver) }
@@ -50,11 +56,7 @@ func drv(l *dlock.Locker) *natslock.Driver { return l.Driver().(*natslock.Driver
 // at and changing keys behind the drivers' backs.
 func admin(t testing.TB, c *testenv.NATSCluster, bucket string) jetstream.KeyValue {
 	t.Helper()
-	js, err := jetstream.New(c.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctxTimeout(t, 10*time.Second), bucket)
+	kv, err := jetStream(t, c).KeyValue(ctxTimeout(t, 10*time.Second), bucket)
 	if err != nil {
 		t.Fatalf("bucket %q: %v", bucket, err)
 	}
@@ -64,14 +66,17 @@ func admin(t testing.TB, c *testenv.NATSCluster, bucket string) jetstream.KeyVal
 // conformance runs the suite on c with a bucket of replicas servers.
 func conformance(t *testing.T, c *testenv.NATSCluster, replicas int) {
 	o := &natslock.Options{Bucket: randomBucket(), Replicas: replicas}
-	kv := func() jetstream.KeyValue {
-		newDriver(t, c, o) // creates the bucket
-		return admin(t, c, o.Bucket)
-	}()
+	newDriver(t, c, o) // creates the bucket
+	runSuite(t, admin(t, c, o.Bucket), func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		return newLocker(t, c, o, opts...)
+	})
+}
+
+// runSuite runs the conformance suite over the Lockers of newLocker, on
+// the bucket kv, whose keys the takeaways purge.
+func runSuite(t *testing.T, kv jetstream.KeyValue, newLocker func(t *testing.T, opts ...dlock.Option) *dlock.Locker) {
 	locktest.Run(t, locktest.Harness{
-		NewLocker: func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
-			return newLocker(t, c, o, opts...)
-		},
+		NewLocker: newLocker,
 		TakeAway: func(t *testing.T, name string) {
 			if err := kv.Purge(ctxTimeout(t, 10*time.Second), "mutex."+natslock.EncodeName(name)); err != nil {
 				t.Fatalf("purge %q: %v", name, err)
@@ -110,10 +115,7 @@ func TestStreamLeaderKill(t *testing.T) {
 	for i := range lockers {
 		lockers[i] = newLocker(t, c, o, dlock.WithTTL(ttl))
 	}
-	js, err := jetstream.New(c.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, c)
 	stream := "KV_" + o.Bucket
 	var leader *testenv.NATSServer
 	locktest.RunLeaderKill(t, ctx, locktest.LeaderKill{
@@ -269,11 +271,7 @@ func TestTTLRoundsUp(t *testing.T) {
 	o := &natslock.Options{Bucket: randomBucket()}
 	d := newDriver(t, c, o)
 	ctx := ctxTimeout(t, 30*time.Second)
-	js, err := jetstream.New(c.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, "KV_"+o.Bucket)
+	s, err := jetStream(t, c).Stream(ctx, "KV_"+o.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,15 +83,12 @@ func TestOpen(t *testing.T) {
 func TestBucketWithoutTTL(t *testing.T) {
 	c := testenv.StartNATS(t, 1)
 	ctx := ctxTimeout(t, 30*time.Second)
-	js, err := jetstream.New(c.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, c)
 	bucket := randomBucket()
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = natslock.NewDriver(ctx, js, &natslock.Options{Bucket: bucket})
+	_, err := natslock.NewDriver(ctx, js, &natslock.Options{Bucket: bucket})
 	if err == nil || !strings.Contains(err.Error(), "no per-key TTL") || !strings.Contains(err.Error(), "LimitMarkerTTL") {
 		t.Errorf("NewDriver on a bucket without per-key TTL = %v, want an error saying so and how to fix it", err)
 	}

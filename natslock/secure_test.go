@@ -16,7 +16,6 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
-	"github.com/dlockgo/dlock/natslock"
 )
 
 // lockUserPublish and lockUserSubscribe are the least permissions
@@ -73,13 +72,9 @@ func TestSecured(t *testing.T) {
 // and releases, and a seed the server does not know is refused.
 func TestSecuredNKey(t *testing.T) {
 	const adminPassword = "admin-s3cret"
-	user, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := user.PublicKey()
+	user, pub := newKey(t, nkeys.CreateUser)
 	seed, _ := user.Seed()
-	other, _ := nkeys.CreateUser()
+	other, _ := newKey(t, nkeys.CreateUser)
 	otherSeed, _ := other.Seed()
 	dir := t.TempDir()
 	seedFile, otherFile := filepath.Join(dir, "locks.nk"), filepath.Join(dir, "other.nk")
@@ -129,10 +124,7 @@ func TestSecuredCreds(t *testing.T) {
 
 	runAsUser(t, c, url)
 
-	unknown, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
+	unknown, _ := newKey(t, nkeys.CreateAccount)
 	strangerCreds := userCreds(t, dir, "stranger", unknown, nil)
 	locktest.RefusesBadURLs(t, nil, []locktest.BadURL{
 		{What: "another bucket", URL: strings.Replace(url, "/locks?", "/others?", 1), Cause: "permission"},
@@ -146,21 +138,9 @@ func TestSecuredCreds(t *testing.T) {
 // accounts' JWTs from the start (a MEMORY resolver).
 func operatorMode(t *testing.T) (config string, account nkeys.KeyPair) {
 	t.Helper()
-	opKey, err := nkeys.CreateOperator()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sysKey, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	acctKey, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opPub, _ := opKey.PublicKey()
-	sysPub, _ := sysKey.PublicKey()
-	acctPub, _ := acctKey.PublicKey()
+	opKey, opPub := newKey(t, nkeys.CreateOperator)
+	_, sysPub := newKey(t, nkeys.CreateAccount)
+	acctKey, acctPub := newKey(t, nkeys.CreateAccount)
 
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "dlock-test"
@@ -170,32 +150,34 @@ func operatorMode(t *testing.T) (config string, account nkeys.KeyPair) {
 	ac := jwt.NewAccountClaims(acctPub)
 	ac.Name = "LOCKS"
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	opJWT, err := oc.Encode(opKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sysJWT, err := sc.Encode(opKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acctJWT, err := ac.Encode(opKey)
-	if err != nil {
-		t.Fatal(err)
+	sign := func(c jwt.Claims) string { // by the operator
+		s, err := c.Encode(opKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
 	config = fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %q\n  %s: %q\n}",
-		opJWT, sysPub, acctPub, acctJWT, sysPub, sysJWT)
+		sign(oc), sysPub, acctPub, sign(ac), sysPub, sign(sc))
 	return config, acctKey
+}
+
+// newKey makes a key pair with create and returns it and its public key.
+func newKey(t *testing.T, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string) {
+	t.Helper()
+	kp, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return kp, pub
 }
 
 // userCreds writes the .creds file of a new user of account, with
 // permissions (nil: all), signed by account, and returns its path.
 func userCreds(t *testing.T, dir, name string, account nkeys.KeyPair, permissions *jwt.Permissions) string {
 	t.Helper()
-	user, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := user.PublicKey()
+	user, pub := newKey(t, nkeys.CreateUser)
 	seed, _ := user.Seed()
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = name
@@ -226,16 +208,7 @@ func runAsUser(t *testing.T, c *testenv.NATSCluster, url string) {
 		t.Fatal(err)
 	}
 	_ = first.Close()
-	kv := admin(t, c, "locks")
-	locktest.Run(t, locktest.Harness{
-		NewLocker: locktest.Opener(url),
-		TakeAway: func(t *testing.T, name string) {
-			if err := kv.Purge(ctxTimeout(t, 10*time.Second), "mutex."+natslock.EncodeName(name)); err != nil {
-				t.Fatalf("purge %q: %v", name, err)
-			}
-		},
-		TTL: time.Second,
-	})
+	runSuite(t, admin(t, c, "locks"), locktest.Opener(url))
 }
 
 // lockAndRelease opens url twice, as two processes would: a lock one

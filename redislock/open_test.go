@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock"
-	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/redislock"
 )
 
@@ -101,33 +101,30 @@ func TestOpenURLErrors(t *testing.T) {
 		{"redis+cluster://127.0.0.1:1?pool_size=-1", "pool_size"},
 		{"rediss+cluster://127.0.0.1:1?prefix=a}", "prefix"},
 	}
+	ctx := locktest.Context(t, time.Minute)
 	for _, tt := range tests {
-		t.Run(tt.url, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			l, err := dlock.Open(ctx, tt.url)
-			if err == nil {
-				l.Close()
-				t.Fatal("Open succeeded")
-			}
-			var pe *driver.ParamError
-			if !errors.As(err, &pe) {
-				t.Fatalf("error %v (%T), want a *ParamError", err, err)
-			}
-			if pe.Param != tt.param {
-				t.Errorf("ParamError names %q, want %q: %v", pe.Param, tt.param, err)
-			}
-		})
+		locktest.OpenFails(t, ctx, tt.url, tt.param)
 	}
 }
 
-func TestOpenUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// closedAddrs returns n loopback addresses, distinct, on which nothing
+// listens: ports that were open together and are closed again.
+func closedAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	closed := ln.Addr().String()
-	ln.Close()
+	return addrs
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	closed := closedAddrs(t, 1)[0]
 	for _, scheme := range []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
@@ -148,7 +145,7 @@ func TestOpenUnreachable(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("error %q shows the password", err)
 		}
-		if errors.As(err, new(*driver.ParamError)) {
+		if errors.As(err, new(*dlock.ParamError)) {
 			t.Errorf("unreachable server reported as a bad parameter: %v", err)
 		}
 	}
@@ -193,12 +190,7 @@ func FuzzURL(f *testing.F) {
 // and every Open returns by its context's deadline. The bounds are hang
 // bounds, ten times what each case is expected to take.
 func TestOpenFailsFast(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := closedAddrs(t, 1)[0]
 	silent := testenv.SilentServer(t)
 	plain := testenv.RedisAddr(t)
 	open := func(t *testing.T, ctx context.Context, raw string, bound time.Duration) error {
@@ -229,19 +221,8 @@ func TestOpenFailsFast(t *testing.T) {
 		}
 	})
 	t.Run("all sentinels refused", func(t *testing.T) {
-		// Two ports closed at once, so that they differ.
-		var closedPair [2]string
-		var lns [2]net.Listener
-		for i := range lns {
-			if lns[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				t.Fatal(err)
-			}
-			closedPair[i] = lns[i].Addr().String()
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		err = open(t, context.Background(), "redis+sentinel://"+closedPair[0]+","+closedPair[1]+"?master_name=m", time.Second)
+		closedPair := closedAddrs(t, 2)
+		err := open(t, context.Background(), "redis+sentinel://"+closedPair[0]+","+closedPair[1]+"?master_name=m", time.Second)
 		if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "every server listed") {
 			t.Errorf("error %q does not say that every sentinel refused the connection", err)
 		}

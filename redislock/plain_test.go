@@ -13,6 +13,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // plainDriver returns a driver in LayoutRedsync on c with the options o
@@ -366,11 +367,7 @@ func TestPlainURL(t *testing.T) {
 		{"poll_interval=100ms", "poll_interval"},
 		{"layout=dlock&prefix=", "prefix"},
 	} {
-		_, err := dlock.Open(ctx, "redis://"+addr+"?"+bad.query)
-		var pe *dlock.ParamError
-		if !errors.As(err, &pe) || pe.Param != bad.param {
-			t.Errorf("?%s: %v, want a *dlock.ParamError naming %s", bad.query, err, bad.param)
-		}
+		locktest.OpenFails(t, ctx, "redis://"+addr+"?"+bad.query, bad.param)
 	}
 }
 

@@ -188,18 +188,10 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // right when its TTL ends, after a handful of re-checks, not by polling.
 func TestCrashedHolder(t *testing.T) {
 	d := newDriver(t, nil)
-	w, counter := countingDriver(t, d)
-	ctx := ctxTimeout(t, 20*time.Second)
-	name := "crashed"
 	ttl := 600 * time.Millisecond
-
-	start := time.Now()
-	if _, err := d.TryLock(ctx, request(name, ttl)); err != nil {
-		t.Fatal(err)
-	}
 	// One script to queue, one when the subscription is confirmed, then
 	// about one re-check per third of the TTL.
-	mustTakeOver(t, ctx, w, counter, request(name, ttl), start, ttl, "taken over")
+	mustTakeOver(t, d, request("crashed", ttl), request("crashed", ttl), "taken over")
 }
 
 // countingDriver returns another driver on d's prefix, over a client of its
@@ -213,12 +205,17 @@ func countingDriver(t *testing.T, d *Driver) (*Driver, *scriptCounter) {
 	return newDriverOn(t, c, &Options{Prefix: d.prefix}), counter
 }
 
-// mustTakeOver waits until w gets r, and checks that it did once a crashed
-// holder's TTL ran out (not before ttl after start; within messageBound
-// after it, a hang bound) and without polling: at most 8 scripts run while
-// waiting.
-func mustTakeOver(t *testing.T, ctx context.Context, w *Driver, counter *scriptCounter, r driver.Request, start time.Time, ttl time.Duration, what string) {
+// mustTakeOver takes crashed on d, which then never renews nor releases
+// it, and waits until another driver gets r. It checks that it did once
+// crashed's TTL ran out (not before; within messageBound after it, a hang
+// bound) and without polling: at most 8 scripts run while waiting.
+func mustTakeOver(t *testing.T, d *Driver, crashed, r driver.Request, what string) {
 	t.Helper()
+	ctx := ctxTimeout(t, 20*time.Second)
+	ttl := crashed.TTL
+	start := time.Now()
+	mustLock(t, d, crashed)
+	w, counter := countingDriver(t, d)
 	got := <-lockAsync(ctx, w, r)
 	if got.err != nil {
 		t.Fatal(got.err)

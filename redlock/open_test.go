@@ -51,21 +51,8 @@ func TestOpenBadURL(t *testing.T) {
 		{"redlock://" + nodes3 + "?fence_ttl=0s", "fence_ttl"},
 		{"redlock://" + nodes3 + "?ttl=1ms", "ttl"}, // dlock's own parameter
 	} {
-		l, err := dlock.Open(t.Context(), tc.url)
-		if err == nil {
-			_ = l.Close()
-			t.Errorf("Open(%q) succeeded, want an error", tc.url)
-			continue
-		}
-		pe, ok := errors.AsType[*dlock.ParamError](err)
-		if !ok {
-			t.Errorf("Open(%q) = %v, want a *ParamError", tc.url, err)
-			continue
-		}
-		if pe.Param != tc.param {
-			t.Errorf("Open(%q): ParamError names %q, want %q (%v)", tc.url, pe.Param, tc.param, err)
-		}
-		if pe.Scheme != "redlock" {
+		err := locktest.OpenFails(t, t.Context(), tc.url, tc.param)
+		if pe, ok := errors.AsType[*dlock.ParamError](err); ok && pe.Scheme != "redlock" {
 			t.Errorf("Open(%q): ParamError.Scheme = %q", tc.url, pe.Scheme)
 		}
 	}

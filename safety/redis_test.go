@@ -40,6 +40,16 @@ func nextFresh(ctx context.Context, w *workers, hold time.Duration) (enter, bool
 	}
 }
 
+// grantAfter waits d and then for a section that has just started (a
+// grant within the last 30 ms); it is false when the run ends first.
+func grantAfter(ctx context.Context, w *workers, d time.Duration) bool {
+	if !sleepCtx(ctx, d) {
+		return false
+	}
+	_, ok := nextFresh(ctx, w, 30*time.Millisecond)
+	return ok
+}
+
 // proxy starts a fault proxy to target, closed when t ends.
 func proxy(t *testing.T, target string) *faultproxy.Proxy {
 	t.Helper()
@@ -130,11 +140,8 @@ func failoverRound(t *testing.T, waitReplicas int) Result {
 	wl := workload{url: url, clients: 3, dur: scale(3*time.Second, 5*time.Second), ttl: ttl, hold: hold, guard: true}
 	killed := false
 	r, _ := run(t, wl, func(ctx context.Context, w *workers) {
-		if !sleepCtx(ctx, wl.dur/3) {
-			return
-		}
 		// Right after a grant: before the delayed link carried it.
-		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
+		if !grantAfter(ctx, w, wl.dur/3) {
 			return
 		}
 		primary.Kill()
@@ -220,10 +227,7 @@ func killAfterGrant(t *testing.T, wl workload, kill func(ctx context.Context) bo
 	t.Helper()
 	var killedAt time.Time
 	r, w := run(t, wl, func(ctx context.Context, w *workers) {
-		if !sleepCtx(ctx, wl.dur/5) {
-			return
-		}
-		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
+		if !grantAfter(ctx, w, wl.dur/5) {
 			return
 		}
 		if kill(ctx) {
@@ -339,10 +343,7 @@ func reshardRound(t *testing.T) Result {
 		ttl: 500 * time.Millisecond, hold: 750 * time.Millisecond, guard: true, name: name}
 	moved := false
 	r, _ := run(t, wl, func(ctx context.Context, w *workers) {
-		if !sleepCtx(ctx, wl.dur/5) {
-			return
-		}
-		if _, ok := nextFresh(ctx, w, 30*time.Millisecond); !ok {
+		if !grantAfter(ctx, w, wl.dur/5) {
 			return
 		}
 		err := cs.MoveSlot(ctx, slot, from, to, func(n int) {

@@ -32,7 +32,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlockgo/dlock"
@@ -105,10 +104,10 @@ func run(rawURL, name string, ttl, timeout, limit time.Duration, look string) er
 
 	// Done is watched beside the looks, as a careful user would: when it
 	// closes tells how late the wake-up came compared with the first look.
-	var doneAt atomic.Int64
+	doneAt := make(chan int64, 1)
 	go func() {
 		<-lease.Done()
-		doneAt.Store(time.Now().UnixNano())
+		doneAt <- time.Now().UnixNano()
 	}()
 
 	if err := out.Encode(event{Kind: "holding", Token: lease.Token(), At: time.Now().UnixNano()}); err != nil {
@@ -155,15 +154,10 @@ func run(rawURL, name string, ttl, timeout, limit time.Duration, look string) er
 	}
 	// Let Done's goroutine report, within reason: a lease whose Err says
 	// lost must close Done too.
+	var done int64
 	select {
-	case <-lease.Done():
+	case done = <-doneAt:
 	case <-time.After(5 * time.Second):
-	}
-	for range 100 {
-		if doneAt.Load() != 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), timeout)
 	_ = lease.Release(rctx) // fails after a loss, as expected
@@ -174,7 +168,7 @@ func run(rawURL, name string, ttl, timeout, limit time.Duration, look string) er
 		ErrAt:    errAt,
 		Err:      lookErr.Error(),
 		Lost:     errors.Is(lookErr, dlock.ErrLost),
-		DoneAt:   doneAt.Load(),
+		DoneAt:   done,
 		Looks:    looks,
 		Gap:      gap,
 		AfterGap: afterGap,
