@@ -252,10 +252,7 @@ func cutRun(t *testing.T, links *peerLinks, l, f *testenv.ZKServer, timeout time
 		t.Fatal(err)
 	}
 	defer other.Close()
-	lease, err := holder.Acquire(ctx, "cut")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(holder.Acquire(ctx, "cut"))
 	base := time.Now()
 	var lastHeld atomic.Int64 // time.Duration since base
 	observed := make(chan struct{})

@@ -31,10 +31,7 @@ func TestOpen(t *testing.T) {
 	if d.Prefix() != prefix {
 		t.Errorf("Prefix() = %q, want %q", d.Prefix(), prefix)
 	}
-	lease, err := l.Acquire(ctx, "open")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "open"))
 	if _, granted, _ := d.SessionInfo(); granted != 3*time.Second {
 		t.Errorf("granted session timeout %v, want the URL's 3s", granted)
 	}
@@ -111,10 +108,7 @@ func TestClosedDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := l.Acquire(ctx, "closed")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "closed"))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,14 +153,11 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	for i := range 5 {
 		before := testenv.Goroutines(pkgPath)
 		l, _ := newLocker(t, servers, testPrefix(), 0)
-		_, err := l.Acquire(ctx, "close")
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t)(l.Acquire(ctx, "close"))
 		// A second lock contends with the first: its acquisition watches
 		// the holder's node until its context ends.
 		wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err = l.Acquire(wctx, "close")
+		_, err := l.Acquire(wctx, "close")
 		wcancel()
 		if err == nil {
 			t.Fatal("a second Acquire of a held lock succeeded")

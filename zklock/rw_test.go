@@ -20,10 +20,7 @@ func TestRWReadersTogether(t *testing.T) {
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
-	mutex, err := w.TryAcquire(ctx, "rw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mutex := must(t)(w.TryAcquire(ctx, "rw"))
 	var leases []*dlock.Lease
 	var last uint64
 	for i := range 5 {
@@ -72,10 +69,7 @@ func TestRWWriterPreference(t *testing.T) {
 	r1, _ := newLocker(t, servers, prefix, 5*time.Second)
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
 	r2, _ := newLocker(t, servers, prefix, 5*time.Second)
-	first, err := r1.AcquireRead(ctx, "pref")
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := must(t)(r1.AcquireRead(ctx, "pref"))
 	type event struct {
 		who  string
 		at   time.Time
@@ -148,10 +142,7 @@ func testRWWatchOnlyWhatIsNeeded(t *testing.T, servers []string) {
 	adm := newAdmin(t, servers)
 	dir := prefix + "/#rw/herd"
 	h, _ := newLocker(t, servers, prefix, 5*time.Second)
-	w0, err := h.AcquireWrite(ctx, "herd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w0 := must(t)(h.AcquireWrite(ctx, "herd"))
 	kinds := []string{"R1", "R2", "R3", "W4", "R5", "R6"}
 	drivers := make([]*zklock.Driver, len(kinds))
 	got := make([]chan *dlock.Lease, len(kinds))

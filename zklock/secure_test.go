@@ -40,10 +40,7 @@ func TestSecured(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		lease, err := l.Acquire(ctx, "guarded")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(l.Acquire(ctx, "guarded"))
 		defer lease.Release(ctx)
 		nodes := adm.locks(prefix, "guarded")
 		if len(nodes) != 1 {
