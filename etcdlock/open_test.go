@@ -30,10 +30,7 @@ func TestOpen(t *testing.T) {
 	if d.Scheme() != "etcd" || d.Prefix() != prefix+"/jobs" {
 		t.Errorf("Scheme, Prefix = %q, %q; want etcd, %s/jobs", d.Scheme(), d.Prefix(), prefix)
 	}
-	lease, err := l.Acquire(ctx, "nightly")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "nightly"))
 	if lease.TTL() != 3*time.Second {
 		t.Errorf("TTL from the URL = %v, want 3s", lease.TTL())
 	}

@@ -188,10 +188,7 @@ func TestCrashedHolderLearnsFirst(t *testing.T) {
 	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
 		a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 		b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		lease, err := a.Acquire(ctx, "crash")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(a.Acquire(ctx, "crash"))
 		var lostAt atomic.Int64
 		go func() {
 			<-lease.Done()
@@ -200,10 +197,7 @@ func TestCrashedHolderLearnsFirst(t *testing.T) {
 		time.Sleep(ttl / 2) // crash between two keep-alives
 		_ = drv(a).Client().Close()
 		crashed := time.Now()
-		other, err := b.Acquire(ctx, "crash")
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := must(t)(b.Acquire(ctx, "crash"))
 		gotAt := time.Now()
 		lost := lostAt.Load()
 		if lost == 0 {

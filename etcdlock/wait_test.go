@@ -143,10 +143,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	counter := newWatchCounter()
 	l := newLocker(t, eps, prefix)
 	counter.install(drv(l))
-	holder, err := l.Acquire(ctx, "q")
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := must(t)(l.Acquire(ctx, "q"))
 	got := make(chan string, 2)
 	acquireAs := func(who string, wctx context.Context) {
 		lease, err := l.Acquire(wctx, "q")
