@@ -256,8 +256,7 @@ func TestOneTransaction(t *testing.T) {
 func TestTTLRoundsUp(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	admin := testenv.EtcdClient(t, eps)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 20*time.Second)
 	l := newLocker(t, eps, randomPrefix())
 	for _, c := range []struct {
 		ttl  time.Duration

@@ -18,8 +18,7 @@ import (
 func TestOpen(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	admin := testenv.EtcdClient(t, eps)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 20*time.Second)
 	prefix := randomPrefix()
 	l, err := dlock.Open(ctx, "etcd://"+strings.Join(eps, ",")+"/"+prefix+"/jobs?ttl=3s&dial_timeout=2s&request_timeout=3s")
 	if err != nil {

@@ -183,8 +183,7 @@ func TestWaiterSessionExpires(t *testing.T) {
 func TestCrashedHolderLearnsFirst(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
 		a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 		b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
@@ -242,8 +241,7 @@ func TestCheckDeadline(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 
 	const ttl = 2 * time.Second
 	reqs := []driver.Request{

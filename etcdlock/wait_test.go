@@ -223,8 +223,7 @@ func TestManyWaiters(t *testing.T) {
 	if raceEnabled {
 		waiters = 250
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Duration(waiters)*perWaiter+30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 2*time.Duration(waiters)*perWaiter+30*time.Second)
 	lockers := make([]*dlock.Locker, drivers)
 	for i := range lockers {
 		lockers[i] = newLocker(t, eps, prefix)

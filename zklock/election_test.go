@@ -26,8 +26,7 @@ func TestElection(t *testing.T) {
 }
 
 func testElection(t *testing.T, servers []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
 	const timeout = 2 * time.Second
@@ -134,8 +133,7 @@ func testElection(t *testing.T, servers []string) {
 // TestObserveEnds: Observe channels close when the driver closes, and
 // their goroutines end, whether or not the reader keeps up.
 func TestObserveEnds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	before := runtime.NumGoroutine()

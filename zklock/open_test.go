@@ -15,8 +15,7 @@ import (
 )
 
 func TestOpen(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	addr := testenv.ZKAddr(t)
 	prefix := testPrefix()
 	l, err := dlock.Open(ctx, "zk://"+addr+","+addr+prefix+"?session_timeout=3s&ttl=5s")
@@ -147,8 +146,7 @@ const pkgPath = "github.com/dlockgo/dlock/zklock"
 // goroutines is left: the session's (its monitor, the close of its
 // connection), the watch of a held node, an acquisition given up.
 func TestCloseLeavesNoGoroutine(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	for i := range 5 {
 		before := testenv.Goroutines(pkgPath)

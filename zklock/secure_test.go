@@ -1,7 +1,6 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"net/url"
 	"testing"
@@ -33,8 +32,7 @@ func TestSecured(t *testing.T) {
 	})
 
 	t.Run("OthersCannotTouch", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
+		ctx := locktest.Context(t, 20*time.Second)
 		l, err := dlock.Open(ctx, good)
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -222,8 +223,7 @@ func TestReconnectResendsWatches(t *testing.T) {
 // has seen as much: with a zxid beyond the server's, the server refuses the
 // session; with the true one, it takes it back, lock and all.
 func TestReconnectSendsZxid(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	const timeout = 20 * time.Second
 	a, da := newLocker(t, servers, testPrefix(), timeout)
@@ -417,8 +417,7 @@ func TestReleaseDuringConnectionLoss(t *testing.T) {
 // its connection closed, the lock is still held); then a waiter gets it
 // (a hang bound of the test's 60s, 15× the session timeout).
 func TestKilledProcess(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	addr := testenv.ZKAddr(t)
 	prefix := testPrefix()
 	const timeout = 4 * time.Second
