@@ -1,7 +1,6 @@
 package etcdlock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -22,8 +21,7 @@ func TestLeaderStop(t *testing.T) {
 	cluster := testenv.StartEtcd(t, testenv.EtcdOptions{Members: 3})
 	eps := cluster.Endpoints()
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 90*time.Second)
 	const ttl = 3 * time.Second
 	lockers := make([]*dlock.Locker, 4)
 	for i := range lockers {

@@ -259,10 +259,7 @@ func TestConcurrencyMutexCrashedHolder(t *testing.T) {
 	t.Run("dlock holder", func(t *testing.T) {
 		pfx := prefix + "/a"
 		holder := concLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		lease, err := holder.Acquire(ctx, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(holder.Acquire(ctx, "a"))
 		key := holderKeyOf(t, admin, pfx, lease)
 		m := concurrency.NewMutex(concSession(t, eps, 10), pfx)
 		done := concLock(ctx, m)
@@ -327,17 +324,14 @@ func TestConcurrencyMutexOwnKeysOnly(t *testing.T) {
 	const name = "own"
 	pfx := prefix + "/" + name
 	l := concLocker(t, eps, prefix)
-	first, err := l.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := must(t)(l.Acquire(ctx, name))
 	held := concQueue(t, admin, pfx)
 	try := concurrency.NewMutex(concSession(t, eps, 10), pfx)
 	if err := try.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("concurrency TryLock while dlock holds = %v, want ErrLocked", err)
 	}
 	cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = concurrency.NewMutex(concSession(t, eps, 10), pfx).Lock(cctx)
+	err := concurrency.NewMutex(concSession(t, eps, 10), pfx).Lock(cctx)
 	ccancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("concurrency Lock with a short deadline while dlock holds = %v, want its deadline", err)
@@ -474,10 +468,7 @@ func TestConcurrencyElection(t *testing.T) {
 	}
 
 	a := concLocker(t, eps, prefix)
-	la, err := a.Campaign(ctx, name, "dlock-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := must(t)(a.Campaign(ctx, name, "dlock-a"))
 	agree("dlock-a", la.Token())
 
 	b := concurrency.NewElection(concSession(t, eps, 10), pfx)
@@ -787,10 +778,7 @@ func TestEtcdctlElect(t *testing.T) {
 	obs, dch := observeNobody(t, ctx, eps, prefix, name)
 
 	a := concLocker(t, eps, prefix)
-	la, err := a.Campaign(ctx, name, "dlock-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := must(t)(a.Campaign(ctx, name, "dlock-a"))
 	listen := testenv.Etcdctl(t, eps, "elect", "-l", pfx)
 	listened := lines(t, listen)
 	if err := listen.Start(); err != nil {

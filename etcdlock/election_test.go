@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // next receives from an Observe channel, failing t after 30s (a hang
@@ -36,8 +37,7 @@ func next(t *testing.T, ch <-chan dlock.LeaderInfo, what string) dlock.LeaderInf
 func TestElectionObserve(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	const ttl = 2 * time.Second
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
@@ -66,10 +66,7 @@ func TestElectionObserve(t *testing.T) {
 		}
 	}
 
-	la, err := a.Campaign(ctx, "svc", "a:1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := must(t)(a.Campaign(ctx, "svc", "a:1"))
 	check(dlock.LeaderInfo{Value: "a:1", Token: la.Token()}, "a elected")
 	// The mutex and the semaphore called svc are other locks.
 	if m, err := b.TryAcquire(ctx, "svc"); err != nil {
@@ -126,8 +123,7 @@ func TestElectionObserve(t *testing.T) {
 // TestObserveClosesWithDriver: Close ends every observer; none leaks.
 func TestObserveClosesWithDriver(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 20*time.Second)
 	l, err := dlock.New(drv(newLocker(t, eps, randomPrefix())))
 	if err != nil {
 		t.Fatal(err)

@@ -85,10 +85,7 @@ func TestLayoutKeys(t *testing.T) {
 		if d.Prefix() != c.prefix || d.Layout() != etcdlock.LayoutConcurrency {
 			t.Errorf("path %q: Prefix, Layout = %q, %q; want %q, concurrency", c.path, d.Prefix(), d.Layout(), c.prefix)
 		}
-		lease, err := l.Acquire(ctx, r+"/job")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(l.Acquire(ctx, r+"/job"))
 		kvs := queue(t, admin, c.pfx+"/")
 		lid := etcdlock.SessionLease(d, lease.TTL())
 		want := c.pfx + "/" + strconv.FormatInt(int64(lid), 16)
@@ -176,10 +173,7 @@ func TestLayoutInspect(t *testing.T) {
 	prefix := randomPrefix()
 	l := concLocker(t, eps, prefix)
 	other := drv(concLocker(t, eps, prefix))
-	a, err := l.Acquire(ctx, "jobs/a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := must(t)(l.Acquire(ctx, "jobs/a"))
 	s := newSession(t, eps)
 	m := concurrency.NewMutex(s, prefix+"/jobs/b")
 	if err := m.Lock(ctx); err != nil {
@@ -254,20 +248,14 @@ func TestLayoutsDoNotExclude(t *testing.T) {
 	ctx := t.Context()
 	prefix := randomPrefix()
 	native, conc := newLocker(t, eps, prefix), concLocker(t, eps, prefix)
-	held, err := native.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := must(t)(native.Acquire(ctx, "x"))
 	if _, err := conc.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("layout concurrency TryAcquire while layout dlock holds on the same prefix = %v, want ErrNotAcquired", err)
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, err = conc.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held = must(t)(conc.Acquire(ctx, "x"))
 	both, err := native.TryAcquire(ctx, "x")
 	if err != nil {
 		t.Fatalf("layout dlock TryAcquire while layout concurrency holds = %v; want it to succeed: it does not read that layout's keys", err)

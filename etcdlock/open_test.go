@@ -18,8 +18,7 @@ import (
 func TestOpen(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	admin := testenv.EtcdClient(t, eps)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 20*time.Second)
 	prefix := randomPrefix()
 	l, err := dlock.Open(ctx, "etcd://"+strings.Join(eps, ",")+"/"+prefix+"/jobs?ttl=3s&dial_timeout=2s&request_timeout=3s")
 	if err != nil {
@@ -30,10 +29,7 @@ func TestOpen(t *testing.T) {
 	if d.Scheme() != "etcd" || d.Prefix() != prefix+"/jobs" {
 		t.Errorf("Scheme, Prefix = %q, %q; want etcd, %s/jobs", d.Scheme(), d.Prefix(), prefix)
 	}
-	lease, err := l.Acquire(ctx, "nightly")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "nightly"))
 	if lease.TTL() != 3*time.Second {
 		t.Errorf("TTL from the URL = %v, want 3s", lease.TTL())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // queue returns the keys under a queue prefix (for example
@@ -110,8 +111,7 @@ func (p pending) notYet(t testing.TB, who string) {
 func TestRWReadersTogether(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	a, b := newLocker(t, eps, prefix), newLocker(t, eps, prefix)
 	var readers []*dlock.Lease
 	tokens := map[uint64]bool{}
@@ -238,8 +238,7 @@ func TestRWWaitersWatchOnlyWhatTheyNeed(t *testing.T) {
 func TestRWTokensAndExclusion(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	lockers := make([]*dlock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = newLocker(t, eps, prefix)

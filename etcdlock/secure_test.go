@@ -56,8 +56,7 @@ func TestSecured(t *testing.T) {
 	})
 
 	t.Run("OnlyItsPrefix", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		ctx := locktest.Context(t, 10*time.Second)
 		l, err := dlock.Open(ctx, mk("locks", etcdLockPW, "other", tlsArgs...))
 		if err == nil {
 			_, err = l.TryAcquire(ctx, "x")
@@ -71,8 +70,7 @@ func TestSecured(t *testing.T) {
 	// With layout=concurrency and no prefix, Open reads a key the role
 	// need not cover; each lock is checked on its own range.
 	t.Run("ConcurrencyNoPrefix", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		ctx := locktest.Context(t, 10*time.Second)
 		l, err := dlock.Open(ctx, mk("locks", etcdLockPW, "", append(tlsArgs, "layout", "concurrency")...))
 		if err != nil {
 			t.Fatalf("Open without a prefix, by a user whose role covers %q only: %v", prefix, err)

@@ -149,14 +149,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	c := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-	pa, err := a.AcquirePermit(ctx, "crash", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := b.AcquirePermit(ctx, "crash", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pa := must(t)(a.AcquirePermit(ctx, "crash", 2))
+	pb := must(t)(b.AcquirePermit(ctx, "crash", 2))
 	defer pb.Release(ctx)
 	w := start(func() (*dlock.Lease, error) { return c.AcquirePermit(ctx, "crash", 2) })
 	w.notYet(t, "the waiter")
@@ -190,10 +184,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	eps, admin, prefix, ctx := fixture(t, 30*time.Second)
 	q := prefix + "/#sem/c/#"
 	l := newLocker(t, eps, prefix)
-	h, err := l.AcquirePermit(ctx, "c", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := must(t)(l.AcquirePermit(ctx, "c", 1))
 	mctx, mcancel := context.WithCancel(ctx)
 	mid := start(func() (*dlock.Lease, error) { return l.AcquirePermit(mctx, "c", 1) })
 	waitQueue(t, admin, q, 2)

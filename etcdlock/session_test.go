@@ -183,15 +183,11 @@ func TestWaiterSessionExpires(t *testing.T) {
 func TestCrashedHolderLearnsFirst(t *testing.T) {
 	eps := testenv.EtcdEndpoints(t)
 	prefix := randomPrefix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
 		a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 		b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		lease, err := a.Acquire(ctx, "crash")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(a.Acquire(ctx, "crash"))
 		var lostAt atomic.Int64
 		go func() {
 			<-lease.Done()
@@ -200,10 +196,7 @@ func TestCrashedHolderLearnsFirst(t *testing.T) {
 		time.Sleep(ttl / 2) // crash between two keep-alives
 		_ = drv(a).Client().Close()
 		crashed := time.Now()
-		other, err := b.Acquire(ctx, "crash")
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := must(t)(b.Acquire(ctx, "crash"))
 		gotAt := time.Now()
 		lost := lostAt.Load()
 		if lost == 0 {
@@ -248,8 +241,7 @@ func TestCheckDeadline(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 
 	const ttl = 2 * time.Second
 	reqs := []driver.Request{

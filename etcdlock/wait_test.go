@@ -143,10 +143,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	counter := newWatchCounter()
 	l := newLocker(t, eps, prefix)
 	counter.install(drv(l))
-	holder, err := l.Acquire(ctx, "q")
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := must(t)(l.Acquire(ctx, "q"))
 	got := make(chan string, 2)
 	acquireAs := func(who string, wctx context.Context) {
 		lease, err := l.Acquire(wctx, "q")
@@ -226,8 +223,7 @@ func TestManyWaiters(t *testing.T) {
 	if raceEnabled {
 		waiters = 250
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Duration(waiters)*perWaiter+30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 2*time.Duration(waiters)*perWaiter+30*time.Second)
 	lockers := make([]*dlock.Locker, drivers)
 	for i := range lockers {
 		lockers[i] = newLocker(t, eps, prefix)

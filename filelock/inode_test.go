@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestFileReplacedWhileLocking: when the lock file is removed or replaced
@@ -108,8 +109,7 @@ func TestFileRemovedWhileHeld(t *testing.T) {
 // TestWaiterFollowsReplacedFile: a waiter kept open on a file that is then
 // removed notices it and takes the new file.
 func TestWaiterFollowsReplacedFile(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 10*time.Second)
 	dir := t.TempDir()
 	a, _ := newLocker(t, dir, dlock.WithTTL(time.Minute))
 	b, _ := newLocker(t, dir)

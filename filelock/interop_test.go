@@ -2,7 +2,6 @@ package filelock_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"os/exec"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestFlockCommand: util-linux flock(1) on a lock file excludes dlock, and
@@ -19,8 +19,7 @@ func TestFlockCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("flock(1) not found (%v): install util-linux, as %s does", err, testenv.ServicesScript)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	dir := t.TempDir()
 	l, _ := newLocker(t, dir)
 	_ = mustTry(t, ctx, l, "shell/job").Release(ctx) // create the file

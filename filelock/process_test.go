@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // The subprocess tests re-run this test binary as lock holders: with
@@ -177,8 +178,7 @@ func parseUint(t *testing.T, s string) uint64 {
 // both to a waiter that was already waiting and to a TryAcquire right after
 // the process is gone.
 func TestProcessKilledHolder(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	dir := t.TempDir()
 	l, _ := newLocker(t, dir)
 	if runtime.GOOS == "linux" {

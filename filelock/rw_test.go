@@ -14,6 +14,7 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/filelock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 func must(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
@@ -99,8 +100,7 @@ func TestFileReadersOverlap(t *testing.T) {
 // TestFileWriterPreference: a writer waiting behind a reader blocks later
 // readers and gets the lock first.
 func TestFileWriterPreference(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 20*time.Second)
 	dir := t.TempDir()
 	a, _ := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
@@ -186,8 +186,7 @@ func TestFileRWCancel(t *testing.T) {
 
 // TestFileRWCrash: a crashed reader's share goes with its files.
 func TestFileRWCrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 10*time.Second)
 	dir := t.TempDir()
 	a, da := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
@@ -206,8 +205,7 @@ func TestFileRWCrash(t *testing.T) {
 // TestFileRWMutualExclusion: writers alone, readers together, under
 // contention from several drivers.
 func TestFileRWMutualExclusion(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	dir := t.TempDir()
 	var readers, writers, maxReaders atomic.Int32
 	var wg sync.WaitGroup
@@ -266,8 +264,7 @@ func TestFileRWMutualExclusion(t *testing.T) {
 // nobody; a second one gets the lock when the reader leaves, before a
 // reader that came after it.
 func TestProcessWriterPreference(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	dir := t.TempDir()
 	l, _ := newLocker(t, dir)
 	r := must(t)(l.AcquireRead(ctx, "rw"))

@@ -1,7 +1,6 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -19,8 +18,7 @@ func owner(i int) string { return fmt.Sprintf("%032x", i+1) }
 // TestCheckEveryKind: every kind of lock the driver grants carries a
 // Check, nil while the session is valid, that costs no allocation.
 func TestCheckEveryKind(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	d := newDriver(t, []string{testenv.ZKAddr(t)}, testPrefix(), 2*time.Second)
 	for i, r := range []driver.Request{
 		{Name: "mutex", Mode: driver.Exclusive},
@@ -51,8 +49,7 @@ func TestCheckEveryKind(t *testing.T) {
 // end, decided at the call (no goroutine runs between the calls), stays
 // so, and ends the session: the lock's loss is signalled at once.
 func TestCheckAtDeadline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	const timeout = 2 * time.Second
 	d := newDriver(t, []string{testenv.ZKAddr(t)}, testPrefix(), timeout)
 	g, err := d.Lock(ctx, driver.Request{Name: "deadline", Owner: owner(1)})

@@ -26,8 +26,7 @@ func TestElection(t *testing.T) {
 }
 
 func testElection(t *testing.T, servers []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
 	const timeout = 2 * time.Second
@@ -46,16 +45,10 @@ func testElection(t *testing.T, servers []string) {
 		t.Fatalf("first value %+v before any candidate, want the zero LeaderInfo", info)
 	}
 	// The mutex of the same name has nothing to do with the election.
-	mutex, err := c.TryAcquire(ctx, "elect")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mutex := must(t)(c.TryAcquire(ctx, "elect"))
 	defer func() { _ = mutex.Release(ctx) }()
 
-	la, err := a.Campaign(ctx, "elect", "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := must(t)(a.Campaign(ctx, "elect", "node-a"))
 	if info := next(t, ch, 5*time.Second); info != (dlock.LeaderInfo{Value: "node-a", Token: la.Token()}) {
 		t.Fatalf("observed %+v, want node-a with token %d", info, la.Token())
 	}
@@ -140,8 +133,7 @@ func testElection(t *testing.T, servers []string) {
 // TestObserveEnds: Observe channels close when the driver closes, and
 // their goroutines end, whether or not the reader keeps up.
 func TestObserveEnds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	before := runtime.NumGoroutine()
@@ -167,10 +159,7 @@ func TestObserveEnds(t *testing.T) {
 	// Leaders come and go; the unread channel must not block anything.
 	var last dlock.LeaderInfo
 	for i := range 3 {
-		lease, err := cand.Campaign(ctx, "ends", "v"+string(rune('0'+i)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(cand.Campaign(ctx, "ends", "v"+string(rune('0'+i))))
 		last = dlock.LeaderInfo{Value: "v" + string(rune('0'+i)), Token: lease.Token()}
 		if info := next(t, read, 5*time.Second); info != last {
 			t.Fatalf("observed %+v, want %+v", info, last)

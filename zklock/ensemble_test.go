@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -20,8 +21,7 @@ import (
 // two holders, tokens keep strictly increasing, and the lock is granted
 // again once a new leader is elected, within a bounded time.
 func TestLeaderChange(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 120*time.Second)
 	c := testenv.StartZK(t, 3)
 	servers := c.Addrs()
 	prefix := testPrefix()
@@ -252,10 +252,7 @@ func cutRun(t *testing.T, links *peerLinks, l, f *testenv.ZKServer, timeout time
 		t.Fatal(err)
 	}
 	defer other.Close()
-	lease, err := holder.Acquire(ctx, "cut")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(holder.Acquire(ctx, "cut"))
 	base := time.Now()
 	var lastHeld atomic.Int64 // time.Duration since base
 	observed := make(chan struct{})

@@ -15,8 +15,7 @@ import (
 )
 
 func TestOpen(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	addr := testenv.ZKAddr(t)
 	prefix := testPrefix()
 	l, err := dlock.Open(ctx, "zk://"+addr+","+addr+prefix+"?session_timeout=3s&ttl=5s")
@@ -31,10 +30,7 @@ func TestOpen(t *testing.T) {
 	if d.Prefix() != prefix {
 		t.Errorf("Prefix() = %q, want %q", d.Prefix(), prefix)
 	}
-	lease, err := l.Acquire(ctx, "open")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "open"))
 	if _, granted, _ := d.SessionInfo(); granted != 3*time.Second {
 		t.Errorf("granted session timeout %v, want the URL's 3s", granted)
 	}
@@ -111,10 +107,7 @@ func TestClosedDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := l.Acquire(ctx, "closed")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(l.Acquire(ctx, "closed"))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,5 +137,34 @@ func TestOpenTLSToPlainServer(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Open took %v, more than 1s", took)
+	}
+}
+
+const pkgPath = "github.com/dlockgo/dlock/zklock"
+
+// TestCloseLeavesNoGoroutine: once Close returns, none of the driver's
+// goroutines is left: the session's (its monitor, the close of its
+// connection), the watch of a held node, an acquisition given up.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	ctx := locktest.Context(t, 60*time.Second)
+	servers := []string{testenv.ZKAddr(t)}
+	for i := range 5 {
+		before := testenv.Goroutines(pkgPath)
+		l, _ := newLocker(t, servers, testPrefix(), 0)
+		must(t)(l.Acquire(ctx, "close"))
+		// A second lock contends with the first: its acquisition watches
+		// the holder's node until its context ends.
+		wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err := l.Acquire(wctx, "close")
+		wcancel()
+		if err == nil {
+			t.Fatal("a second Acquire of a held lock succeeded")
+		}
+		if err := l.Close(); err != nil {
+			t.Fatalf("run %d: Close: %v", i, err)
+		}
+		if left := testenv.NewGoroutines(before, pkgPath); left != "" {
+			t.Fatalf("run %d: goroutines of the driver left after Close:\n%s", i, left)
+		}
 	}
 }

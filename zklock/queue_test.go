@@ -20,10 +20,7 @@ func TestFIFO(t *testing.T) {
 	f := newFixture(t, 60*time.Second)
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	holder, _ := f.locker()
-	lease, err := holder.Acquire(ctx, "fifo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(holder.Acquire(ctx, "fifo"))
 	const waiters = 10
 	var (
 		mu    sync.Mutex
@@ -62,10 +59,7 @@ func TestNoHerd(t *testing.T) {
 	f := newFixture(t, 60*time.Second)
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	holder, _ := f.locker()
-	lease, err := holder.Acquire(ctx, "herd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(holder.Acquire(ctx, "herd"))
 	const waiters = 20
 	drivers := make([]*zklock.Driver, waiters)
 	lockers := make([]*dlock.Locker, waiters)
@@ -180,10 +174,7 @@ func TestNestedNames(t *testing.T) {
 	ctx := f.ctx
 	a, _ := f.locker()
 	b, _ := f.locker()
-	child, err := a.Acquire(ctx, "nest/child")
-	if err != nil {
-		t.Fatal(err)
-	}
+	child := must(t)(a.Acquire(ctx, "nest/child"))
 	parent, err := a.TryAcquire(ctx, "nest")
 	if err != nil {
 		t.Fatalf("TryAcquire of the parent name while its child name is held: %v", err)
@@ -211,10 +202,7 @@ func TestGivingUpLeavesNoNode(t *testing.T) {
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	a, _ := f.locker()
 	b, _ := f.locker()
-	lease, err := a.Acquire(ctx, "give-up")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(a.Acquire(ctx, "give-up"))
 	check := func(what string) {
 		t.Helper()
 		if n := len(adm.locks(prefix, "give-up")); n != 1 {
@@ -227,7 +215,7 @@ func TestGivingUpLeavesNoNode(t *testing.T) {
 	check("a failed TryAcquire")
 
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = b.Acquire(wctx, "give-up")
+	_, err := b.Acquire(wctx, "give-up")
 	wcancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its deadline = %v", err)
@@ -258,10 +246,7 @@ func TestWaiterNodeTakenAway(t *testing.T) {
 	a, _ := f.locker()
 	b, _ := f.locker()
 	c, _ := f.locker()
-	held, err := a.Acquire(ctx, "waiter-gone")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := must(t)(a.Acquire(ctx, "waiter-gone"))
 	var holders peak
 	var wg sync.WaitGroup
 	take := func(l *dlock.Locker, who string) {

@@ -1,7 +1,6 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,21 +8,18 @@ import (
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
 // TestRWReadersTogether: readers hold the lock together, a writer cannot
 // have it meanwhile, and the readers-writer lock "x" is not the mutex "x".
 func TestRWReadersTogether(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
-	mutex, err := w.TryAcquire(ctx, "rw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mutex := must(t)(w.TryAcquire(ctx, "rw"))
 	var leases []*dlock.Lease
 	var last uint64
 	for i := range 5 {
@@ -63,8 +59,7 @@ func TestRWReadersTogether(t *testing.T) {
 // TestRWWriterPreference: a waiting writer stops the readers that come
 // after it; it goes first, then they do.
 func TestRWWriterPreference(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
@@ -72,10 +67,7 @@ func TestRWWriterPreference(t *testing.T) {
 	r1, _ := newLocker(t, servers, prefix, 5*time.Second)
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
 	r2, _ := newLocker(t, servers, prefix, 5*time.Second)
-	first, err := r1.AcquireRead(ctx, "pref")
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := must(t)(r1.AcquireRead(ctx, "pref"))
 	type event struct {
 		who  string
 		at   time.Time
@@ -142,16 +134,12 @@ func TestRWWatchOnlyWhatIsNeeded(t *testing.T) {
 }
 
 func testRWWatchOnlyWhatIsNeeded(t *testing.T, servers []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	prefix := testPrefix()
 	adm := newAdmin(t, servers)
 	dir := prefix + "/#rw/herd"
 	h, _ := newLocker(t, servers, prefix, 5*time.Second)
-	w0, err := h.AcquireWrite(ctx, "herd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w0 := must(t)(h.AcquireWrite(ctx, "herd"))
 	kinds := []string{"R1", "R2", "R3", "W4", "R5", "R6"}
 	drivers := make([]*zklock.Driver, len(kinds))
 	got := make([]chan *dlock.Lease, len(kinds))
@@ -240,8 +228,7 @@ func testRWWatchOnlyWhatIsNeeded(t *testing.T, servers []string) {
 // TestRWTokensIncrease takes the lock for reading and writing in turn
 // from three clients: tokens strictly increase.
 func TestRWTokensIncrease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	var lockers []*dlock.Locker
@@ -280,8 +267,7 @@ func TestRWTokensIncrease(t *testing.T) {
 // TestModeMismatch: Renew and Unlock act only on the owner's lock in the
 // mode it was taken in.
 func TestModeMismatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 30*time.Second)
 	d := newDriver(t, []string{testenv.ZKAddr(t)}, testPrefix(), 5*time.Second)
 	r := driver.Request{Name: "mode", Owner: "0123456789abcdef0123456789abcdef", Mode: driver.Read}
 	if _, err := d.TryLock(ctx, r); err != nil {

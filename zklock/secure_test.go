@@ -1,7 +1,6 @@
 package zklock_test
 
 import (
-	"context"
 	"errors"
 	"net/url"
 	"testing"
@@ -33,17 +32,13 @@ func TestSecured(t *testing.T) {
 	})
 
 	t.Run("OthersCannotTouch", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
+		ctx := locktest.Context(t, 20*time.Second)
 		l, err := dlock.Open(ctx, good)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		lease, err := l.Acquire(ctx, "guarded")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(l.Acquire(ctx, "guarded"))
 		defer lease.Release(ctx)
 		nodes := adm.locks(prefix, "guarded")
 		if len(nodes) != 1 {

@@ -83,18 +83,9 @@ func TestSemaphoreTry(t *testing.T) {
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	a, _ := f.locker()
 	b, _ := f.locker()
-	mutex, err := a.TryAcquire(ctx, "try")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, err := a.TryAcquirePermit(ctx, "try", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2, err := b.TryAcquirePermit(ctx, "try", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mutex := must(t)(a.TryAcquire(ctx, "try"))
+	p1 := must(t)(a.TryAcquirePermit(ctx, "try", 2))
+	p2 := must(t)(b.TryAcquirePermit(ctx, "try", 2))
 	if _, err := b.TryAcquirePermit(ctx, "try", 2); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a third permit of 2 = %v, want ErrNotAcquired", err)
 	}
@@ -130,10 +121,7 @@ func TestSemaphoreNoHerd(t *testing.T) {
 	h, _ := f.locker()
 	var held []*dlock.Lease // the current holders, oldest first
 	for range limit {
-		lease, err := h.AcquirePermit(ctx, "herd", limit)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(h.AcquirePermit(ctx, "herd", limit))
 		held = append(held, lease)
 	}
 	drivers := make([]*zklock.Driver, waiters)
@@ -215,14 +203,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	a, _ := newLocker(t, servers, prefix, timeout)
 	b, db := newLocker(t, servers, prefix, timeout)
 	c, _ := newLocker(t, servers, prefix, timeout)
-	pa, err := a.AcquirePermit(ctx, "crash", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := b.AcquirePermit(ctx, "crash", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pa := must(t)(a.AcquirePermit(ctx, "crash", 2))
+	pb := must(t)(b.AcquirePermit(ctx, "crash", 2))
 	got := make(chan *dlock.Lease, 1)
 	go func() {
 		l, err := c.AcquirePermit(ctx, "crash", 2)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -27,10 +28,7 @@ func TestCrashedHolder(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 2 * time.Second
 	_, a, da, b := f.pair(timeout, false)
-	lease, err := a.Acquire(ctx, "crash")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(a.Acquire(ctx, "crash"))
 	got := make(chan *dlock.Lease, 1)
 	go func() {
 		l, err := b.Acquire(ctx, "crash")
@@ -90,10 +88,7 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 5 * time.Second
 	p, a, da, b := f.pair(timeout, true)
-	lease, err := a.Acquire(ctx, "short")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(a.Acquire(ctx, "short"))
 	id, _, _ := da.SessionInfo()
 	p.Cut()
 	time.Sleep(500 * time.Millisecond)
@@ -145,10 +140,7 @@ func TestReconnectResendsWatches(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 10 * time.Second
 	_, a, da, b := f.pair(timeout, false)
-	held, err := b.Acquire(ctx, "resend")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := must(t)(b.Acquire(ctx, "resend"))
 	got := make(chan error, 1)
 	go func() {
 		l, err := a.Acquire(ctx, "resend")
@@ -163,10 +155,7 @@ func TestReconnectResendsWatches(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	mine, err := a.Acquire(ctx, "resend-mine")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mine := must(t)(a.Acquire(ctx, "resend-mine"))
 	time.Sleep(100 * time.Millisecond) // past the 25ms after which its node is watched
 	id, _, _ := da.SessionInfo()
 	if da.Zxid() <= 0 {
@@ -234,15 +223,11 @@ func TestReconnectResendsWatches(t *testing.T) {
 // has seen as much: with a zxid beyond the server's, the server refuses the
 // session; with the true one, it takes it back, lock and all.
 func TestReconnectSendsZxid(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	servers := []string{testenv.ZKAddr(t)}
 	const timeout = 20 * time.Second
 	a, da := newLocker(t, servers, testPrefix(), timeout)
-	lease, err := a.Acquire(ctx, "zxid")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(a.Acquire(ctx, "zxid"))
 	seen := da.Zxid()
 	if seen <= 0 {
 		t.Fatalf("zxid %d after the acquisition, want the server's", seen)
@@ -283,10 +268,7 @@ func TestLongConnectionLossLosesLock(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 2 * time.Second
 	p, a, da, b := f.pair(timeout, true)
-	lease, err := a.Acquire(ctx, "long")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(a.Acquire(ctx, "long"))
 	id, _, _ := da.SessionInfo()
 	got := make(chan *dlock.Lease, 1)
 	lostFirst := make(chan bool, 1) // whether the holder's Done was closed when the waiter got the lock
@@ -352,10 +334,7 @@ func TestWaiterRidesOutConnectionLoss(t *testing.T) {
 	ctx := f.ctx
 	const timeout = time.Second
 	p, a, da, b := f.pair(timeout, true)
-	held, err := b.Acquire(ctx, "ride")
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := must(t)(b.Acquire(ctx, "ride"))
 	id, _, _ := da.SessionInfo()
 	got := make(chan error, 1)
 	go func() {
@@ -397,10 +376,7 @@ func TestReleaseDuringConnectionLoss(t *testing.T) {
 	p, a, da, b := f.pair(timeout, true)
 
 	for _, patient := range []bool{true, false} {
-		lease, err := a.Acquire(ctx, "release")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := must(t)(a.Acquire(ctx, "release"))
 		id, _, _ := da.SessionInfo()
 		p.Cut()
 		released := make(chan error, 1)
@@ -416,7 +392,7 @@ func TestReleaseDuringConnectionLoss(t *testing.T) {
 		time.Sleep(time.Second)
 		p.Restore()
 		restored := time.Now()
-		err = <-released
+		err := <-released
 		switch {
 		case patient && err != nil:
 			t.Errorf("Release waiting through the connection loss: %v", err)
@@ -441,8 +417,7 @@ func TestReleaseDuringConnectionLoss(t *testing.T) {
 // its connection closed, the lock is still held); then a waiter gets it
 // (a hang bound of the test's 60s, 15× the session timeout).
 func TestKilledProcess(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := locktest.Context(t, 60*time.Second)
 	addr := testenv.ZKAddr(t)
 	prefix := testPrefix()
 	const timeout = 4 * time.Second
@@ -489,10 +464,7 @@ func TestKilledProcess(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 	}
-	lease, err := b.Acquire(ctx, "killed")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := must(t)(b.Acquire(ctx, "killed"))
 	t.Logf("lock of a killed process taken %v after the kill (session timeout %v)", time.Since(killed).Round(time.Millisecond), timeout)
 	if lease.Token() <= token {
 		t.Errorf("token %d is not above the killed holder's %d", lease.Token(), token)
