@@ -47,10 +47,10 @@ type heldZK struct{ l *zk.Lock }
 func (h heldZK) Release(context.Context) error { return h.l.Unlock() }
 
 // benchImpls returns the implementations, with clients that last until b
-// (the parent benchmark) ends.
-func benchImpls(b *testing.B) []benchImpl {
+// (the parent benchmark) ends, on locks under prefix: clients that contend
+// must share it.
+func benchImpls(b *testing.B, prefix string) []benchImpl {
 	servers := []string{testenv.ZKAddr(b)}
-	prefix := testPrefix()
 
 	locker, _ := newLocker(b, servers, prefix, 10*time.Second)
 	zklockImpl := benchImpl{name: "zklock", take: func(ctx context.Context, name string) (locktest.Held, error) {
@@ -85,7 +85,7 @@ func removeTree(c *zk.Conn, p string) {
 }
 
 func BenchmarkUncontended(b *testing.B) {
-	for _, impl := range benchImpls(b) {
+	for _, impl := range benchImpls(b, testPrefix()) {
 		b.Run(impl.name, func(b *testing.B) {
 			ctx := context.Background()
 			locktest.BenchCycle(b, ctx, func(ctx context.Context) (locktest.Held, error) { return impl.take(ctx, "uncontended") })
@@ -94,7 +94,7 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 func BenchmarkParallel(b *testing.B) {
-	for _, impl := range benchImpls(b) {
+	for _, impl := range benchImpls(b, testPrefix()) {
 		b.Run(impl.name, func(b *testing.B) {
 			ctx := context.Background()
 			if err := impl.cycle(ctx, "warm-up"); err != nil {
@@ -107,7 +107,7 @@ func BenchmarkParallel(b *testing.B) {
 }
 
 func BenchmarkContended8(b *testing.B) {
-	impls := benchImpls(b)
+	impls := benchImpls(b, testPrefix())
 	for k := range impls {
 		b.Run(impls[k].name, func(b *testing.B) {
 			contend(b, func(int) benchImpl { return impls[k] })
@@ -117,8 +117,9 @@ func BenchmarkContended8(b *testing.B) {
 
 func BenchmarkContended8Sessions(b *testing.B) {
 	var clients [contenders][]benchImpl
+	prefix := testPrefix()
 	for w := range clients {
-		clients[w] = benchImpls(b)
+		clients[w] = benchImpls(b, prefix)
 	}
 	for k := range clients[0] {
 		b.Run(clients[0][k].name, func(b *testing.B) {
