@@ -17,6 +17,8 @@
 #              Sentinel-managed primary with replicas and sentinels, a
 #              Redis Cluster) start redis-server, redis-sentinel and
 #              redis-cli --cluster themselves on free loopback ports.
+#   S3         versitygw (an S3 gateway over a directory) in /usr/local/bin,
+#              for the servers the s3lock tests start themselves
 #   Test networks  iproute2 and nftables: the safety suite's partitions
 #              run servers in network namespaces of its own (10.213.N.0/24
 #              on a bridge dlkbrN it makes and removes), as root; gcc
@@ -131,3 +133,16 @@ if ! nats_ok; then
 fi
 nats_ok || { echo "services: /usr/local/bin/nats-server is not 2.11 or later" >&2; exit 1; }
 echo "services: $(/usr/local/bin/nats-server --version)"
+
+# S3: the s3lock tests start versitygw gateways of their own
+# (internal/testenv/s3.go), each over a temporary directory.
+versitygw_version=v1.8.0
+versitygw_ok() {
+  go version -m /usr/local/bin/versitygw 2>/dev/null | grep -qE "^\s+mod\s+github.com/versity/versitygw\s+$versitygw_version\s"
+}
+if ! versitygw_ok; then
+  echo "services: installing versitygw $versitygw_version in /usr/local/bin"
+  GOBIN=/usr/local/bin go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+fi
+versitygw_ok || { echo "services: /usr/local/bin/versitygw is not $versitygw_version" >&2; exit 1; }
+echo "services: versitygw $versitygw_version"

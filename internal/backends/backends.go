@@ -13,5 +13,6 @@ import (
 	_ "github.com/dlockgo/dlock/pglock"
 	_ "github.com/dlockgo/dlock/redislock"
 	_ "github.com/dlockgo/dlock/redlock"
+	_ "github.com/dlockgo/dlock/s3lock"
 	_ "github.com/dlockgo/dlock/zklock"
 )
