@@ -200,6 +200,14 @@ func TestResumedHolder(t *testing.T) {
 			return resumeCase{url: "nats://" + c.URL() + "/dlock-resume", ttl: keyTTL, pause: 2 * keyTTL,
 				fault: "paused 2×TTL (1s), key expired"}
 		},
+		"s3": func(t *testing.T) resumeCase {
+			// The store judges expiry on its clock, in whole seconds: the
+			// other client gets the lock at most a second after the TTL
+			// (2 s, the shortest s3lock takes) since the last renewal.
+			srv := testenv.StartS3(t)
+			return resumeCase{url: srv.URL("dlock-resume"), ttl: 2 * time.Second, pause: 4 * time.Second,
+				fault: "paused 2×TTL (2s), record expired on the store's clock"}
+		},
 		"file": func(t *testing.T) resumeCase {
 			// A flock has no TTL, and a stopped holder keeps it: the one
 			// way it loses the lock is the lock file's removal (another
@@ -222,7 +230,8 @@ func TestResumedHolder(t *testing.T) {
 	// spends nearly all its time waiting for a lock to expire, and
 	// t.Parallel would let only GOMAXPROCS of them wait together.
 	var wg sync.WaitGroup
-	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "nats", "postgres", "mysql", "file"} {
+	testenv.SetS3Env(t)
+	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "nats", "s3", "postgres", "mysql", "file"} {
 		setup := cases[name]
 		wg.Go(func() {
 			t.Run(name, func(t *testing.T) { resumeBackend(t, bin, name, setup(t)) })

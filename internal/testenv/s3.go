@@ -60,15 +60,10 @@ func StartS3(t testing.TB) *S3Server {
 	return s
 }
 
-// Env returns the environment an AWS SDK (and so an s3:// URL) takes the
-// server's credentials and region from.
-func (s *S3Server) Env() []string {
-	return []string{"AWS_ACCESS_KEY_ID=" + S3Access, "AWS_SECRET_ACCESS_KEY=" + S3Secret, "AWS_REGION=" + s3Region}
-}
-
-// SetEnv sets Env in the test's environment (t.Setenv: the test must not
-// be parallel).
-func (s *S3Server) SetEnv(t *testing.T) {
+// SetS3Env sets, in the test's environment, the credentials and region
+// of the servers StartS3 starts, for an AWS SDK and the processes the
+// test starts (t.Setenv: the test must not be parallel).
+func SetS3Env(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", S3Access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", S3Secret)
 	t.Setenv("AWS_REGION", s3Region)
