@@ -23,8 +23,10 @@ import (
 // is a usage error (64).
 func TestHandlePipeline(t *testing.T) {
 	c := newCLI(t)
+	testenv.SetS3Env(t)
 	backends := map[string]string{
 		"redis":   "redis://" + testenv.RedisAddr(t),
+		"s3":      testenv.StartS3(t).URL("dlock-cli"),
 		"redlock": "redlock://" + testenv.Addrs(testenv.StartRedisN(t, 3, testenv.RedisOptions{})) + "?node_timeout=50ms",
 		// Held by the detached holder:
 		"zk":       "zk://" + testenv.ZKAddr(t) + "/dlocktest/cli-" + newID(),
@@ -50,7 +52,7 @@ func TestHandlePipeline(t *testing.T) {
 			if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(h, "dlock1.") {
 				t.Fatalf("dlock acquire printed %q, want one handle line", r.stdout)
 			}
-			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock") {
+			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock" || label == "s3") {
 				t.Errorf("handle %q: holder %q, %v; want one on the backends whose locks live in a process only", h, ch.holder, err)
 			}
 			if r := c.runRetrying("renew", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
@@ -86,13 +88,19 @@ func TestHandlePipeline(t *testing.T) {
 				t.Errorf("a second release: exit %d, want %d: %s", r.code, exitLost, r.stderr)
 			}
 
-			// A handle past its TTL, the lock another's.
-			r = c.run("acquire", "--backend", backend, "--ttl", "1s", name)
+			// A handle past its TTL, the lock another's. The store of s3
+			// counts in whole seconds: its shortest TTL is 2 s, and it may
+			// see a lock expire up to 2 s after that.
+			ttl, gone := time.Second, 1500*time.Millisecond
+			if label == "s3" {
+				ttl, gone = 2*time.Second, 4500*time.Millisecond
+			}
+			r = c.run("acquire", "--backend", backend, "--ttl", ttl.String(), name)
 			if r.code != 0 {
 				t.Fatalf("dlock acquire: exit %d: %s", r.code, r.stderr)
 			}
 			stale := strings.TrimSpace(r.stdout)
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(gone)
 			holderGone(t, stale) // it let go at its TTL, without a renew
 			p := c.start("run", "--backend", backend, "--no-wait", name, "--", "sh", "-c", "echo holding; exec sleep 30")
 			if line := p.line(30 * time.Second); line != "holding" {

@@ -39,8 +39,8 @@ func forEachBackend(t *testing.T, test func(t *testing.T, c *cli, backend []stri
 // once: exactly one runs its command, the others exit with the busy code
 // and one line on stderr. The winner's command holds until the losers are
 // done, so the outcome does not depend on how fast processes start. Also
-// on a Sentinel-managed Redis, a Redis Cluster and a NATS JetStream
-// server, opened by their URLs.
+// on a Sentinel-managed Redis, a Redis Cluster, a NATS JetStream server
+// and an S3 store (versitygw), opened by their URLs.
 func TestRunOneOfThree(t *testing.T) {
 	backends := backendsUnderTest(t)
 	ps := testenv.StartSentinel(t, testenv.SentinelOptions{})
@@ -49,6 +49,8 @@ func TestRunOneOfThree(t *testing.T) {
 	a := cs.Addrs()
 	backends["redis-cluster"] = []string{"--backend", "redis+cluster://" + a[0] + "?addr=" + a[1] + "&addr=" + a[2]}
 	backends["nats"] = []string{"--backend", "nats://" + testenv.StartNATS(t, 1).URL() + "/dlock-cli"}
+	testenv.SetS3Env(t)
+	backends["s3"] = []string{"--backend", testenv.StartS3(t).URL("dlock-cli")}
 	for label, backend := range backends {
 		t.Run(label, func(t *testing.T) {
 			c := newCLI(t)
