@@ -69,6 +69,7 @@ func SetS3Env(t *testing.T) {
 	t.Setenv("AWS_REGION", s3Region)
 	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true") // never ask the network for a role
 }
 
 // URL returns an s3:// URL of the server's bucket under prefix.
