@@ -53,24 +53,26 @@ func (c resumeCase) pauseOf(i int) time.Duration {
 // resumeResult is what one run of TestResumedHolder measured. Times are
 // UnixNano of the host's clock, shared by the test and the holder.
 type resumeResult struct {
-	last        int64  // the holder's last look that found the lease held
-	otherStart  int64  // when the other client's successful TryAcquire started
-	otherEnd    int64  // when it returned
-	cont        int64  // just before SIGCONT was sent
-	errAt       int64  // when the holder's first look that found it ended returned
-	doneAt      int64  // when the holder saw Done close (0: not within 5s)
-	afterResume int64  // looks after the pause that still found the lease held
-	gap         int64  // the holder's longest time between two looks
-	stoppedAt   int64  // when the test saw the holder stopped
-	stopped     int64  // how long the holder was stopped, as the test saw it
-	lost        bool   // whether that first error matched dlock.ErrLost
-	err         string // its text
+	last        int64     // the holder's last look that found the lease held
+	otherStart  int64     // when the other client's successful TryAcquire started
+	otherEnd    int64     // when it returned
+	cont        int64     // just before SIGCONT was sent
+	errAt       int64     // when the holder's first look that found it ended returned
+	doneAt      int64     // when the holder saw Done close (0: not within 5s)
+	afterResume int64     // looks after the pause that still found the lease held
+	gap         int64     // the holder's longest time between two looks
+	stoppedAt   int64     // when the test saw the holder stopped
+	stopped     int64     // how long the holder was stopped, as the test saw it
+	lost        bool      // whether that first error matched dlock.ErrLost
+	err         string    // its text
+	tokens      [2]uint64 // the holder's token and the other client's
 }
 
 // unsafe reports why the run broke the promise ("" if it did not): the
 // holder looked and found its lease held after the other client had
-// started the acquisition that got the lock, or its first error after the
-// resume was not ErrLost.
+// started the acquisition that got the lock, its first error after the
+// resume was not ErrLost, or the other client's token was not above the
+// holder's.
 func (r resumeResult) unsafe() string {
 	var why []string
 	if r.last >= r.otherStart {
@@ -81,6 +83,9 @@ func (r resumeResult) unsafe() string {
 	}
 	if !r.lost {
 		why = append(why, fmt.Sprintf("the first error does not match ErrLost: %s", r.err))
+	}
+	if r.tokens[1] <= r.tokens[0] {
+		why = append(why, fmt.Sprintf("the other client's token %d is not above the holder's %d", r.tokens[1], r.tokens[0]))
 	}
 	return strings.Join(why, "; ")
 }
@@ -447,9 +452,11 @@ func resumeRun(bin, look string, c resumeCase, pause time.Duration, other *dlock
 		}
 	}
 
-	if _, err := next("holding", 30*time.Second); err != nil {
+	held, err := next("holding", 30*time.Second)
+	if err != nil {
 		return r, err
 	}
+	r.tokens[0] = held.Token
 	// Let it loop a while first, and land the pause at a different point
 	// of the renewal cycle each run.
 	time.Sleep(10*time.Millisecond + rand.N(c.ttl/3))
@@ -479,6 +486,7 @@ func resumeRun(bin, look string, c resumeCase, pause time.Duration, other *dlock
 		return r, err
 	}
 	r.otherStart, r.otherEnd = lease.start.UnixNano(), lease.end.UnixNano()
+	r.tokens[1] = lease.Token()
 
 	select {
 	case e := <-events:
@@ -589,6 +597,7 @@ func buildHolder(t *testing.T) string {
 // holderEvent is one line of the holder's output (safety/internal/holder).
 type holderEvent struct {
 	Kind     string `json:"k"`
+	Token    uint64 `json:"t"`
 	At       int64  `json:"at"`
 	Last     int64  `json:"last"`
 	ErrAt    int64  `json:"err_at"`
