@@ -22,6 +22,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // These tests run dlock in LayoutConcurrency beside etcd's own
@@ -259,7 +260,7 @@ func TestConcurrencyMutexCrashedHolder(t *testing.T) {
 	t.Run("dlock holder", func(t *testing.T) {
 		pfx := prefix + "/a"
 		holder := concLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		lease := must(t)(holder.Acquire(ctx, "a"))
+		lease := locktest.Must(t)(holder.Acquire(ctx, "a"))
 		key := holderKeyOf(t, admin, pfx, lease)
 		m := concurrency.NewMutex(concSession(t, eps, 10), pfx)
 		done := concLock(ctx, m)
@@ -324,7 +325,7 @@ func TestConcurrencyMutexOwnKeysOnly(t *testing.T) {
 	const name = "own"
 	pfx := prefix + "/" + name
 	l := concLocker(t, eps, prefix)
-	first := must(t)(l.Acquire(ctx, name))
+	first := locktest.Must(t)(l.Acquire(ctx, name))
 	held := concQueue(t, admin, pfx)
 	try := concurrency.NewMutex(concSession(t, eps, 10), pfx)
 	if err := try.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
@@ -468,7 +469,7 @@ func TestConcurrencyElection(t *testing.T) {
 	}
 
 	a := concLocker(t, eps, prefix)
-	la := must(t)(a.Campaign(ctx, name, "dlock-a"))
+	la := locktest.Must(t)(a.Campaign(ctx, name, "dlock-a"))
 	agree("dlock-a", la.Token())
 
 	b := concurrency.NewElection(concSession(t, eps, 10), pfx)
@@ -778,7 +779,7 @@ func TestEtcdctlElect(t *testing.T) {
 	obs, dch := observeNobody(t, ctx, eps, prefix, name)
 
 	a := concLocker(t, eps, prefix)
-	la := must(t)(a.Campaign(ctx, name, "dlock-a"))
+	la := locktest.Must(t)(a.Campaign(ctx, name, "dlock-a"))
 	listen := testenv.Etcdctl(t, eps, "elect", "-l", pfx)
 	listened := lines(t, listen)
 	if err := listen.Start(); err != nil {

@@ -66,7 +66,7 @@ func TestElectionObserve(t *testing.T) {
 		}
 	}
 
-	la := must(t)(a.Campaign(ctx, "svc", "a:1"))
+	la := locktest.Must(t)(a.Campaign(ctx, "svc", "a:1"))
 	check(dlock.LeaderInfo{Value: "a:1", Token: la.Token()}, "a elected")
 	// The mutex and the semaphore called svc are other locks.
 	if m, err := b.TryAcquire(ctx, "svc"); err != nil {

@@ -41,18 +41,6 @@ func fixture(t *testing.T, limit time.Duration) ([]string, *clientv3.Client, str
 	return eps, testenv.EtcdClient(t, eps), randomPrefix(), ctx
 }
 
-// must returns the lease of an acquisition, failing t if it failed:
-// must(t)(l.Acquire(ctx, name)).
-func must(t testing.TB) func(*dlock.Lease, error) *dlock.Lease {
-	return func(l *dlock.Lease, err error) *dlock.Lease {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-}
-
 func drv(l *dlock.Locker) *etcdlock.Driver { return l.Driver().(*etcdlock.Driver) }
 
 // holderKey returns the key that holds name: the oldest under it. Its
@@ -141,7 +129,7 @@ func TestLostWhenLeaseRevoked(t *testing.T) {
 	const ttl = 3 * time.Second
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-	lease := must(t)(a.Acquire(ctx, "job"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "job"))
 	if !lease.Expires().IsZero() {
 		t.Errorf("Expires() = %v, want the zero time: the session, not the watchdog, keeps etcd locks", lease.Expires())
 	}
@@ -218,13 +206,13 @@ func TestOneTransaction(t *testing.T) {
 	}
 	defer l.Close()
 
-	first := must(t)(l.Acquire(ctx, "warm-up"))
+	first := locktest.Must(t)(l.Acquire(ctx, "warm-up"))
 	_ = first.Release(ctx)
 	if got := calls(); got["LeaseGrant"] != 1 {
 		t.Errorf("first acquisition: calls %v, want one LeaseGrant for the session", got)
 	}
 	for i := range 5 {
-		lease := must(t)(l.Acquire(ctx, "job"))
+		lease := locktest.Must(t)(l.Acquire(ctx, "job"))
 		if got := calls(); len(got) != 1 || got["Txn"] != 1 {
 			t.Errorf("acquire %d: calls %v, want one Txn", i, got)
 		}
@@ -237,7 +225,7 @@ func TestOneTransaction(t *testing.T) {
 	}
 
 	holder := newLocker(t, eps, prefix)
-	held := must(t)(holder.Acquire(ctx, "job"))
+	held := locktest.Must(t)(holder.Acquire(ctx, "job"))
 	defer held.Release(ctx)
 	calls()
 	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -262,7 +250,7 @@ func TestTTLRoundsUp(t *testing.T) {
 		ttl  time.Duration
 		want int64
 	}{{1500 * time.Millisecond, 2}, {2 * time.Second, 2}, {30 * time.Second, 30}, {10 * time.Millisecond, 1}} {
-		lease := must(t)(l.Acquire(ctx, "ttl", dlock.WithTTL(c.ttl)))
+		lease := locktest.Must(t)(l.Acquire(ctx, "ttl", dlock.WithTTL(c.ttl)))
 		id := etcdlock.SessionLease(drv(l), c.ttl)
 		resp, err := admin.TimeToLive(ctx, id)
 		if err != nil {
@@ -287,7 +275,7 @@ func TestKeysAreReused(t *testing.T) {
 	l := newLocker(t, eps, prefix)
 	var first string
 	for i := range 5 {
-		lease := must(t)(l.Acquire(ctx, "again"))
+		lease := locktest.Must(t)(l.Acquire(ctx, "again"))
 		key := string(holderKey(t, admin, prefix, "again").Key)
 		if i == 0 {
 			first = key
@@ -298,7 +286,7 @@ func TestKeysAreReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held := must(t)(l.Acquire(ctx, "again"))
+	held := locktest.Must(t)(l.Acquire(ctx, "again"))
 	waiter := make(chan *dlock.Lease, 1)
 	go func() {
 		lease, err := l.Acquire(ctx, "again")
@@ -325,7 +313,7 @@ func TestKeysAreReused(t *testing.T) {
 	if err := second.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	again := must(t)(l.Acquire(ctx, "again"))
+	again := locktest.Must(t)(l.Acquire(ctx, "again"))
 	if key := string(holderKey(t, admin, prefix, "again").Key); key != first {
 		t.Errorf("after both released, the next acquisition wrote %q, want the freed first slot %q", key, first)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/etcdlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // concLocker returns a Locker in LayoutConcurrency on a client of its
@@ -85,7 +86,7 @@ func TestLayoutKeys(t *testing.T) {
 		if d.Prefix() != c.prefix || d.Layout() != etcdlock.LayoutConcurrency {
 			t.Errorf("path %q: Prefix, Layout = %q, %q; want %q, concurrency", c.path, d.Prefix(), d.Layout(), c.prefix)
 		}
-		lease := must(t)(l.Acquire(ctx, r+"/job"))
+		lease := locktest.Must(t)(l.Acquire(ctx, r+"/job"))
 		kvs := queue(t, admin, c.pfx+"/")
 		lid := etcdlock.SessionLease(d, lease.TTL())
 		want := c.pfx + "/" + strconv.FormatInt(int64(lid), 16)
@@ -173,7 +174,7 @@ func TestLayoutInspect(t *testing.T) {
 	prefix := randomPrefix()
 	l := concLocker(t, eps, prefix)
 	other := drv(concLocker(t, eps, prefix))
-	a := must(t)(l.Acquire(ctx, "jobs/a"))
+	a := locktest.Must(t)(l.Acquire(ctx, "jobs/a"))
 	s := newSession(t, eps)
 	m := concurrency.NewMutex(s, prefix+"/jobs/b")
 	if err := m.Lock(ctx); err != nil {
@@ -248,14 +249,14 @@ func TestLayoutsDoNotExclude(t *testing.T) {
 	ctx := t.Context()
 	prefix := randomPrefix()
 	native, conc := newLocker(t, eps, prefix), concLocker(t, eps, prefix)
-	held := must(t)(native.Acquire(ctx, "x"))
+	held := locktest.Must(t)(native.Acquire(ctx, "x"))
 	if _, err := conc.TryAcquire(ctx, "x"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("layout concurrency TryAcquire while layout dlock holds on the same prefix = %v, want ErrNotAcquired", err)
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held = must(t)(conc.Acquire(ctx, "x"))
+	held = locktest.Must(t)(conc.Acquire(ctx, "x"))
 	both, err := native.TryAcquire(ctx, "x")
 	if err != nil {
 		t.Fatalf("layout dlock TryAcquire while layout concurrency holds = %v; want it to succeed: it does not read that layout's keys", err)

@@ -29,7 +29,7 @@ func TestOpen(t *testing.T) {
 	if d.Scheme() != "etcd" || d.Prefix() != prefix+"/jobs" {
 		t.Errorf("Scheme, Prefix = %q, %q; want etcd, %s/jobs", d.Scheme(), d.Prefix(), prefix)
 	}
-	lease := must(t)(l.Acquire(ctx, "nightly"))
+	lease := locktest.Must(t)(l.Acquire(ctx, "nightly"))
 	if lease.TTL() != 3*time.Second {
 		t.Errorf("TTL from the URL = %v, want 3s", lease.TTL())
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/etcdlock"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestSemaphoreNeverOverLimit: 32 goroutines on 4 clients take permits of
@@ -149,8 +150,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 	c := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-	pa := must(t)(a.AcquirePermit(ctx, "crash", 2))
-	pb := must(t)(b.AcquirePermit(ctx, "crash", 2))
+	pa := locktest.Must(t)(a.AcquirePermit(ctx, "crash", 2))
+	pb := locktest.Must(t)(b.AcquirePermit(ctx, "crash", 2))
 	defer pb.Release(ctx)
 	w := start(func() (*dlock.Lease, error) { return c.AcquirePermit(ctx, "crash", 2) })
 	w.notYet(t, "the waiter")
@@ -184,7 +185,7 @@ func TestSemaphoreCancelledWaiter(t *testing.T) {
 	eps, admin, prefix, ctx := fixture(t, 30*time.Second)
 	q := prefix + "/#sem/c/#"
 	l := newLocker(t, eps, prefix)
-	h := must(t)(l.AcquirePermit(ctx, "c", 1))
+	h := locktest.Must(t)(l.AcquirePermit(ctx, "c", 1))
 	mctx, mcancel := context.WithCancel(ctx)
 	mid := start(func() (*dlock.Lease, error) { return l.AcquirePermit(mctx, "c", 1) })
 	waitQueue(t, admin, q, 2)

@@ -187,7 +187,7 @@ func TestCrashedHolderLearnsFirst(t *testing.T) {
 	for _, ttl := range []time.Duration{time.Second, 3 * time.Second} {
 		a := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
 		b := newLocker(t, eps, prefix, dlock.WithTTL(ttl))
-		lease := must(t)(a.Acquire(ctx, "crash"))
+		lease := locktest.Must(t)(a.Acquire(ctx, "crash"))
 		var lostAt atomic.Int64
 		go func() {
 			<-lease.Done()
@@ -196,7 +196,7 @@ func TestCrashedHolderLearnsFirst(t *testing.T) {
 		time.Sleep(ttl / 2) // crash between two keep-alives
 		_ = drv(a).Client().Close()
 		crashed := time.Now()
-		other := must(t)(b.Acquire(ctx, "crash"))
+		other := locktest.Must(t)(b.Acquire(ctx, "crash"))
 		gotAt := time.Now()
 		lost := lostAt.Load()
 		if lost == 0 {

@@ -143,7 +143,7 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	counter := newWatchCounter()
 	l := newLocker(t, eps, prefix)
 	counter.install(drv(l))
-	holder := must(t)(l.Acquire(ctx, "q"))
+	holder := locktest.Must(t)(l.Acquire(ctx, "q"))
 	got := make(chan string, 2)
 	acquireAs := func(who string, wctx context.Context) {
 		lease, err := l.Acquire(wctx, "q")

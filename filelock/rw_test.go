@@ -17,16 +17,6 @@ import (
 	"github.com/dlockgo/dlock/locktest"
 )
 
-func must(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
-	return func(l *dlock.Lease, err error) *dlock.Lease {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-}
-
 func releaseAll(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
 	t.Helper()
 	for _, l := range leases {
@@ -55,7 +45,7 @@ func TestRWFiles(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := newLocker(t, dir)
 	m := mustTry(t, ctx, l, "a/b")
-	w := must(t)(l.TryAcquireWrite(ctx, "a/b"))
+	w := locktest.Must(t)(l.TryAcquireWrite(ctx, "a/b"))
 	for _, suffix := range []string{filelock.RWSuffix, filelock.GateSuffix, filelock.SeqSuffix} {
 		f := "a%b" + suffix
 		if _, err := os.Stat(filepath.Join(dir, f)); suffix != filelock.GateSuffix && err != nil {
@@ -75,8 +65,8 @@ func TestFileReadersOverlap(t *testing.T) {
 	dir := t.TempDir()
 	a, _ := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
-	r1 := must(t)(a.TryAcquireRead(ctx, "rw"))
-	r2 := must(t)(b.TryAcquireRead(ctx, "rw"))
+	r1 := locktest.Must(t)(a.TryAcquireRead(ctx, "rw"))
+	r2 := locktest.Must(t)(b.TryAcquireRead(ctx, "rw"))
 	if r2.Token() <= r1.Token() {
 		t.Errorf("reader tokens %d then %d", r1.Token(), r2.Token())
 	}
@@ -84,7 +74,7 @@ func TestFileReadersOverlap(t *testing.T) {
 		t.Errorf("TryAcquireWrite with readers in = %v", err)
 	}
 	releaseAll(t, ctx, r1, r2)
-	w := must(t)(a.TryAcquireWrite(ctx, "rw"))
+	w := locktest.Must(t)(a.TryAcquireWrite(ctx, "rw"))
 	if w.Token() <= r2.Token() {
 		t.Errorf("writer token %d after %d", w.Token(), r2.Token())
 	}
@@ -105,7 +95,7 @@ func TestFileWriterPreference(t *testing.T) {
 	a, _ := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
 	c, _ := newLocker(t, dir)
-	r1 := must(t)(a.AcquireRead(ctx, "rw"))
+	r1 := locktest.Must(t)(a.AcquireRead(ctx, "rw"))
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
@@ -158,7 +148,7 @@ func TestFileRWCancel(t *testing.T) {
 	defer filelock.SetBackstop(30 * time.Second)()
 	a, _ := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
-	r := must(t)(a.TryAcquireRead(ctx, "rw"))
+	r := locktest.Must(t)(a.TryAcquireRead(ctx, "rw"))
 	wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer wcancel()
 	start := time.Now()
@@ -168,16 +158,16 @@ func TestFileRWCancel(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the wait ended %v after its 100ms deadline's start: not by the deadline, with a backstop of 30 s", took)
 	}
-	r2 := must(t)(b.TryAcquireRead(ctx, "rw")) // the gate is open again
+	r2 := locktest.Must(t)(b.TryAcquireRead(ctx, "rw")) // the gate is open again
 	releaseAll(t, ctx, r, r2)
-	w := must(t)(a.TryAcquireWrite(ctx, "rw"))
+	w := locktest.Must(t)(a.TryAcquireWrite(ctx, "rw"))
 	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer rcancel()
 	if _, err := b.AcquireRead(rctx, "rw"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("AcquireRead = %v, want DeadlineExceeded", err)
 	}
 	releaseAll(t, ctx, w)
-	w2 := must(t)(b.TryAcquireWrite(ctx, "rw"))
+	w2 := locktest.Must(t)(b.TryAcquireWrite(ctx, "rw"))
 	releaseAll(t, ctx, w2)
 	if n := filelock.Waiters(); n != 0 {
 		t.Errorf("%d waiters left registered", n)
@@ -190,7 +180,7 @@ func TestFileRWCrash(t *testing.T) {
 	dir := t.TempDir()
 	a, da := newLocker(t, dir)
 	b, _ := newLocker(t, dir)
-	must(t)(a.TryAcquireRead(ctx, "rw"))
+	locktest.Must(t)(a.TryAcquireRead(ctx, "rw"))
 	got := acquireAsync(t, func() (*dlock.Lease, error) { return b.AcquireWrite(ctx, "rw") })
 	time.Sleep(50 * time.Millisecond)
 	da.Crash()
@@ -267,7 +257,7 @@ func TestProcessWriterPreference(t *testing.T) {
 	ctx := locktest.Context(t, 60*time.Second)
 	dir := t.TempDir()
 	l, _ := newLocker(t, dir)
-	r := must(t)(l.AcquireRead(ctx, "rw"))
+	r := locktest.Must(t)(l.AcquireRead(ctx, "rw"))
 	readerOut := func() bool {
 		lease, err := l.TryAcquireRead(ctx, "rw")
 		if err == nil {

@@ -85,6 +85,18 @@ func NextLeader(t testing.TB, ch <-chan dlock.LeaderInfo, limit time.Duration) d
 	return dlock.LeaderInfo{}
 }
 
+// Must returns the lease of an acquisition, failing t if it failed:
+// locktest.Must(t)(l.Acquire(ctx, name)).
+func Must(t testing.TB) func(*dlock.Lease, error) *dlock.Lease {
+	return func(l *dlock.Lease, err error) *dlock.Lease {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
 // OpenFails checks that dlock.Open of url fails with a *dlock.ParamError
 // naming param (a Locker it opens nonetheless is closed), and returns the
 // error.

@@ -45,10 +45,10 @@ func testElection(t *testing.T, servers []string) {
 		t.Fatalf("first value %+v before any candidate, want the zero LeaderInfo", info)
 	}
 	// The mutex of the same name has nothing to do with the election.
-	mutex := must(t)(c.TryAcquire(ctx, "elect"))
+	mutex := locktest.Must(t)(c.TryAcquire(ctx, "elect"))
 	defer func() { _ = mutex.Release(ctx) }()
 
-	la := must(t)(a.Campaign(ctx, "elect", "node-a"))
+	la := locktest.Must(t)(a.Campaign(ctx, "elect", "node-a"))
 	if info := next(t, ch, 5*time.Second); info != (dlock.LeaderInfo{Value: "node-a", Token: la.Token()}) {
 		t.Fatalf("observed %+v, want node-a with token %d", info, la.Token())
 	}
@@ -159,7 +159,7 @@ func TestObserveEnds(t *testing.T) {
 	// Leaders come and go; the unread channel must not block anything.
 	var last dlock.LeaderInfo
 	for i := range 3 {
-		lease := must(t)(cand.Campaign(ctx, "ends", "v"+string(rune('0'+i))))
+		lease := locktest.Must(t)(cand.Campaign(ctx, "ends", "v"+string(rune('0'+i))))
 		last = dlock.LeaderInfo{Value: "v" + string(rune('0'+i)), Token: lease.Token()}
 		if info := next(t, read, 5*time.Second); info != last {
 			t.Fatalf("observed %+v, want %+v", info, last)

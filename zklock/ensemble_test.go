@@ -252,7 +252,7 @@ func cutRun(t *testing.T, links *peerLinks, l, f *testenv.ZKServer, timeout time
 		t.Fatal(err)
 	}
 	defer other.Close()
-	lease := must(t)(holder.Acquire(ctx, "cut"))
+	lease := locktest.Must(t)(holder.Acquire(ctx, "cut"))
 	base := time.Now()
 	var lastHeld atomic.Int64 // time.Duration since base
 	observed := make(chan struct{})

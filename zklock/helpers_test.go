@@ -50,18 +50,6 @@ func newLocker(t testing.TB, servers []string, prefix string, timeout time.Durat
 	return locktest.New(t, d, opts...), d
 }
 
-// must returns the lease of an acquisition, failing t if it failed:
-// must(t)(l.Acquire(ctx, name)).
-func must(t testing.TB) func(*dlock.Lease, error) *dlock.Lease {
-	return func(l *dlock.Lease, err error) *dlock.Lease {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-}
-
 // A fixture is the start of a test: a context that ends after its limit, a
 // fresh prefix on the servers, and an admin connection to look at the tree.
 type fixture struct {

@@ -30,7 +30,7 @@ func TestOpen(t *testing.T) {
 	if d.Prefix() != prefix {
 		t.Errorf("Prefix() = %q, want %q", d.Prefix(), prefix)
 	}
-	lease := must(t)(l.Acquire(ctx, "open"))
+	lease := locktest.Must(t)(l.Acquire(ctx, "open"))
 	if _, granted, _ := d.SessionInfo(); granted != 3*time.Second {
 		t.Errorf("granted session timeout %v, want the URL's 3s", granted)
 	}
@@ -107,7 +107,7 @@ func TestClosedDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := must(t)(l.Acquire(ctx, "closed"))
+	lease := locktest.Must(t)(l.Acquire(ctx, "closed"))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	for i := range 5 {
 		before := testenv.Goroutines(pkgPath)
 		l, _ := newLocker(t, servers, testPrefix(), 0)
-		must(t)(l.Acquire(ctx, "close"))
+		locktest.Must(t)(l.Acquire(ctx, "close"))
 		// A second lock contends with the first: its acquisition watches
 		// the holder's node until its context ends.
 		wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)

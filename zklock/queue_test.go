@@ -20,7 +20,7 @@ func TestFIFO(t *testing.T) {
 	f := newFixture(t, 60*time.Second)
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	holder, _ := f.locker()
-	lease := must(t)(holder.Acquire(ctx, "fifo"))
+	lease := locktest.Must(t)(holder.Acquire(ctx, "fifo"))
 	const waiters = 10
 	var (
 		mu    sync.Mutex
@@ -59,7 +59,7 @@ func TestNoHerd(t *testing.T) {
 	f := newFixture(t, 60*time.Second)
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	holder, _ := f.locker()
-	lease := must(t)(holder.Acquire(ctx, "herd"))
+	lease := locktest.Must(t)(holder.Acquire(ctx, "herd"))
 	const waiters = 20
 	drivers := make([]*zklock.Driver, waiters)
 	lockers := make([]*dlock.Locker, waiters)
@@ -174,7 +174,7 @@ func TestNestedNames(t *testing.T) {
 	ctx := f.ctx
 	a, _ := f.locker()
 	b, _ := f.locker()
-	child := must(t)(a.Acquire(ctx, "nest/child"))
+	child := locktest.Must(t)(a.Acquire(ctx, "nest/child"))
 	parent, err := a.TryAcquire(ctx, "nest")
 	if err != nil {
 		t.Fatalf("TryAcquire of the parent name while its child name is held: %v", err)
@@ -202,7 +202,7 @@ func TestGivingUpLeavesNoNode(t *testing.T) {
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	a, _ := f.locker()
 	b, _ := f.locker()
-	lease := must(t)(a.Acquire(ctx, "give-up"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "give-up"))
 	check := func(what string) {
 		t.Helper()
 		if n := len(adm.locks(prefix, "give-up")); n != 1 {
@@ -246,7 +246,7 @@ func TestWaiterNodeTakenAway(t *testing.T) {
 	a, _ := f.locker()
 	b, _ := f.locker()
 	c, _ := f.locker()
-	held := must(t)(a.Acquire(ctx, "waiter-gone"))
+	held := locktest.Must(t)(a.Acquire(ctx, "waiter-gone"))
 	var holders peak
 	var wg sync.WaitGroup
 	take := func(l *dlock.Locker, who string) {

@@ -19,7 +19,7 @@ func TestRWReadersTogether(t *testing.T) {
 	servers := []string{testenv.ZKAddr(t)}
 	prefix := testPrefix()
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
-	mutex := must(t)(w.TryAcquire(ctx, "rw"))
+	mutex := locktest.Must(t)(w.TryAcquire(ctx, "rw"))
 	var leases []*dlock.Lease
 	var last uint64
 	for i := range 5 {
@@ -67,7 +67,7 @@ func TestRWWriterPreference(t *testing.T) {
 	r1, _ := newLocker(t, servers, prefix, 5*time.Second)
 	w, _ := newLocker(t, servers, prefix, 5*time.Second)
 	r2, _ := newLocker(t, servers, prefix, 5*time.Second)
-	first := must(t)(r1.AcquireRead(ctx, "pref"))
+	first := locktest.Must(t)(r1.AcquireRead(ctx, "pref"))
 	type event struct {
 		who  string
 		at   time.Time
@@ -139,7 +139,7 @@ func testRWWatchOnlyWhatIsNeeded(t *testing.T, servers []string) {
 	adm := newAdmin(t, servers)
 	dir := prefix + "/#rw/herd"
 	h, _ := newLocker(t, servers, prefix, 5*time.Second)
-	w0 := must(t)(h.AcquireWrite(ctx, "herd"))
+	w0 := locktest.Must(t)(h.AcquireWrite(ctx, "herd"))
 	kinds := []string{"R1", "R2", "R3", "W4", "R5", "R6"}
 	drivers := make([]*zklock.Driver, len(kinds))
 	got := make([]chan *dlock.Lease, len(kinds))

@@ -38,7 +38,7 @@ func TestSecured(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		lease := must(t)(l.Acquire(ctx, "guarded"))
+		lease := locktest.Must(t)(l.Acquire(ctx, "guarded"))
 		defer lease.Release(ctx)
 		nodes := adm.locks(prefix, "guarded")
 		if len(nodes) != 1 {

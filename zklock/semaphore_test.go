@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/zklock"
 )
 
@@ -83,9 +84,9 @@ func TestSemaphoreTry(t *testing.T) {
 	ctx, prefix, adm := f.ctx, f.prefix, f.adm
 	a, _ := f.locker()
 	b, _ := f.locker()
-	mutex := must(t)(a.TryAcquire(ctx, "try"))
-	p1 := must(t)(a.TryAcquirePermit(ctx, "try", 2))
-	p2 := must(t)(b.TryAcquirePermit(ctx, "try", 2))
+	mutex := locktest.Must(t)(a.TryAcquire(ctx, "try"))
+	p1 := locktest.Must(t)(a.TryAcquirePermit(ctx, "try", 2))
+	p2 := locktest.Must(t)(b.TryAcquirePermit(ctx, "try", 2))
 	if _, err := b.TryAcquirePermit(ctx, "try", 2); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a third permit of 2 = %v, want ErrNotAcquired", err)
 	}
@@ -121,7 +122,7 @@ func TestSemaphoreNoHerd(t *testing.T) {
 	h, _ := f.locker()
 	var held []*dlock.Lease // the current holders, oldest first
 	for range limit {
-		lease := must(t)(h.AcquirePermit(ctx, "herd", limit))
+		lease := locktest.Must(t)(h.AcquirePermit(ctx, "herd", limit))
 		held = append(held, lease)
 	}
 	drivers := make([]*zklock.Driver, waiters)
@@ -203,8 +204,8 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 	a, _ := newLocker(t, servers, prefix, timeout)
 	b, db := newLocker(t, servers, prefix, timeout)
 	c, _ := newLocker(t, servers, prefix, timeout)
-	pa := must(t)(a.AcquirePermit(ctx, "crash", 2))
-	pb := must(t)(b.AcquirePermit(ctx, "crash", 2))
+	pa := locktest.Must(t)(a.AcquirePermit(ctx, "crash", 2))
+	pb := locktest.Must(t)(b.AcquirePermit(ctx, "crash", 2))
 	got := make(chan *dlock.Lease, 1)
 	go func() {
 		l, err := c.AcquirePermit(ctx, "crash", 2)

@@ -28,7 +28,7 @@ func TestCrashedHolder(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 2 * time.Second
 	_, a, da, b := f.pair(timeout, false)
-	lease := must(t)(a.Acquire(ctx, "crash"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "crash"))
 	got := make(chan *dlock.Lease, 1)
 	go func() {
 		l, err := b.Acquire(ctx, "crash")
@@ -88,7 +88,7 @@ func TestShortConnectionLossKeepsLock(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 5 * time.Second
 	p, a, da, b := f.pair(timeout, true)
-	lease := must(t)(a.Acquire(ctx, "short"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "short"))
 	id, _, _ := da.SessionInfo()
 	p.Cut()
 	time.Sleep(500 * time.Millisecond)
@@ -140,7 +140,7 @@ func TestReconnectResendsWatches(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 10 * time.Second
 	_, a, da, b := f.pair(timeout, false)
-	held := must(t)(b.Acquire(ctx, "resend"))
+	held := locktest.Must(t)(b.Acquire(ctx, "resend"))
 	got := make(chan error, 1)
 	go func() {
 		l, err := a.Acquire(ctx, "resend")
@@ -155,7 +155,7 @@ func TestReconnectResendsWatches(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	mine := must(t)(a.Acquire(ctx, "resend-mine"))
+	mine := locktest.Must(t)(a.Acquire(ctx, "resend-mine"))
 	time.Sleep(100 * time.Millisecond) // past the 25ms after which its node is watched
 	id, _, _ := da.SessionInfo()
 	if da.Zxid() <= 0 {
@@ -227,7 +227,7 @@ func TestReconnectSendsZxid(t *testing.T) {
 	servers := []string{testenv.ZKAddr(t)}
 	const timeout = 20 * time.Second
 	a, da := newLocker(t, servers, testPrefix(), timeout)
-	lease := must(t)(a.Acquire(ctx, "zxid"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "zxid"))
 	seen := da.Zxid()
 	if seen <= 0 {
 		t.Fatalf("zxid %d after the acquisition, want the server's", seen)
@@ -268,7 +268,7 @@ func TestLongConnectionLossLosesLock(t *testing.T) {
 	ctx := f.ctx
 	const timeout = 2 * time.Second
 	p, a, da, b := f.pair(timeout, true)
-	lease := must(t)(a.Acquire(ctx, "long"))
+	lease := locktest.Must(t)(a.Acquire(ctx, "long"))
 	id, _, _ := da.SessionInfo()
 	got := make(chan *dlock.Lease, 1)
 	lostFirst := make(chan bool, 1) // whether the holder's Done was closed when the waiter got the lock
@@ -334,7 +334,7 @@ func TestWaiterRidesOutConnectionLoss(t *testing.T) {
 	ctx := f.ctx
 	const timeout = time.Second
 	p, a, da, b := f.pair(timeout, true)
-	held := must(t)(b.Acquire(ctx, "ride"))
+	held := locktest.Must(t)(b.Acquire(ctx, "ride"))
 	id, _, _ := da.SessionInfo()
 	got := make(chan error, 1)
 	go func() {
@@ -376,7 +376,7 @@ func TestReleaseDuringConnectionLoss(t *testing.T) {
 	p, a, da, b := f.pair(timeout, true)
 
 	for _, patient := range []bool{true, false} {
-		lease := must(t)(a.Acquire(ctx, "release"))
+		lease := locktest.Must(t)(a.Acquire(ctx, "release"))
 		id, _, _ := da.SessionInfo()
 		p.Cut()
 		released := make(chan error, 1)
@@ -464,7 +464,7 @@ func TestKilledProcess(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 	}
-	lease := must(t)(b.Acquire(ctx, "killed"))
+	lease := locktest.Must(t)(b.Acquire(ctx, "killed"))
 	t.Logf("lock of a killed process taken %v after the kill (session timeout %v)", time.Since(killed).Round(time.Millisecond), timeout)
 	if lease.Token() <= token {
 		t.Errorf("token %d is not above the killed holder's %d", lease.Token(), token)

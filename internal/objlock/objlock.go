@@ -117,14 +117,11 @@ func New(s Store, c Config) *Driver {
 // Scheme implements driver.Schemer.
 func (d *Driver) Scheme() string { return d.cfg.Scheme }
 
-// Store returns the driver's store.
-func (d *Driver) Store() Store { return d.store }
-
-// Key returns the object key of the mutex called name: its slashes are
+// key returns the object key of the mutex called name: its slashes are
 // written %2F, so that no lock's key is a folder of another's (stores on
 // a file system, such as versitygw's POSIX backend, refuse an object "a"
 // beside "a/b").
-func (d *Driver) Key(name string) string {
+func (d *Driver) key(name string) string {
 	return d.cfg.Prefix + "mutex/" + strings.ReplaceAll(name, "/", "%2F")
 }
 
@@ -160,7 +157,7 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	if err := d.check(r); err != nil {
 		return driver.Grant{}, err
 	}
-	key := d.Key(r.Name)
+	key := d.key(r.Name)
 	start := time.Now()
 	o, found, now, err := d.store.Read(ctx, key)
 	if err != nil {
@@ -264,7 +261,7 @@ func (d *Driver) rewrite(ctx context.Context, r driver.Request, free bool) error
 			return d.wrap(r, act, err)
 		}
 	}
-	h.key = d.Key(r.Name)
+	h.key = d.key(r.Name)
 	o, found, now, err := d.store.Read(ctx, h.key)
 	if err != nil {
 		return d.errorf("%s %q: read %s: %w", act, r.Name, h.key, err)
@@ -348,10 +345,10 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if d.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	base := d.Key("")
-	keys, err := d.store.List(ctx, d.Key(prefix))
+	base := d.key("")
+	keys, err := d.store.List(ctx, d.key(prefix))
 	if err != nil {
-		return nil, d.errorf("inspect: list %s: %w", d.Key(prefix), err)
+		return nil, d.errorf("inspect: list %s: %w", d.key(prefix), err)
 	}
 	var out []driver.LockInfo
 	for _, key := range keys {
