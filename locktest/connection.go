@@ -358,3 +358,28 @@ func UnlockAll(t testing.TB, ctx context.Context, d driver.Driver, rs []driver.R
 		}
 	}
 }
+
+// RestartKeeps is the check, for a backend whose locks live on the
+// store's disk, that a lock held while the store restarts is still held
+// afterwards: a holds the mutex name across restart; then its lease
+// renews, b cannot take the lock, and once a releases it b takes it with
+// a higher token.
+func RestartKeeps(t *testing.T, ctx context.Context, a, b *dlock.Locker, name string, restart func()) {
+	t.Helper()
+	lease := acquire(t, ctx, a, name)
+	restart()
+	if err := lease.Renew(ctx); err != nil {
+		t.Fatalf("Renew after the restart: %v", err)
+	}
+	if _, err := b.TryAcquire(ctx, name); err == nil {
+		t.Fatal("another client took the lock after the restart")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire(t, ctx, b, name)
+	if next.Token() <= lease.Token() {
+		t.Errorf("token after the restart %d, want above %d", next.Token(), lease.Token())
+	}
+	_ = next.Release(ctx)
+}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/objlock"
 )
 
 func init() {
@@ -29,18 +28,12 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	if u.User != nil {
 		return nil, u.Err("user", u.User.Username(), errors.New("credentials come from the AWS SDK's chain (environment, shared config), not the URL"))
 	}
-	endpoint := u.String("endpoint", "")
-	if endpoint != "" {
-		if e, err := url.Parse(endpoint); err != nil || e.Scheme == "" || e.Host == "" {
-			return nil, u.Err("endpoint", endpoint, errors.New("not an absolute http(s) URL"))
-		}
-	}
-	region := u.String("region", "")
-	pathStyle, err := u.Bool("path_style", false)
+	prefix, endpoint, probe, err := objlock.URL(u)
 	if err != nil {
 		return nil, err
 	}
-	probe, err := u.Bool("probe", true)
+	region := u.String("region", "")
+	pathStyle, err := u.Bool("path_style", false)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +54,6 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 		}
 		o.UsePathStyle = pathStyle
 	})
-	prefix := strings.TrimPrefix(u.Path, "/")
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
 	d, err := NewDriver(ctx, client, u.Host, &Options{Prefix: prefix, NoProbe: !probe})
 	if err != nil {
 		return nil, fmt.Errorf("s3lock: open %s: %w", u.Redacted(), err)

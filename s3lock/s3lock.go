@@ -3,7 +3,6 @@ package s3lock
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"io"
 	"net/http"
@@ -54,13 +53,13 @@ func NewDriver(ctx context.Context, client *s3.Client, bucket string, o *Options
 	if o != nil {
 		opt = *o
 	}
-	d := &Driver{objlock.New(&store{c: client, bucket: bucket}, objlock.Config{Scheme: "s3", Prefix: opt.Prefix, Grain: time.Second})}
-	if !opt.NoProbe {
-		if err := d.Probe(ctx, rand.Text(), `"00000000000000000000000000000000"`); err != nil {
-			return nil, err
-		}
+	d, err := objlock.Open(ctx, &store{c: client, bucket: bucket},
+		objlock.Config{Scheme: "s3", Package: "s3lock", Prefix: opt.Prefix, Grain: time.Second},
+		opt.NoProbe, `"00000000000000000000000000000000"`)
+	if err != nil {
+		return nil, err
 	}
-	return d, nil
+	return &Driver{d}, nil
 }
 
 // New returns a Locker over NewDriver(ctx, client, bucket, o).
@@ -78,23 +77,23 @@ type store struct {
 	bucket string
 }
 
-func (s *store) Read(ctx context.Context, key string) (objlock.Object, bool, time.Time, error) {
+func (s *store) Read(ctx context.Context, key string) (objlock.Object, bool, objlock.Now, error) {
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
 		if status(err) == http.StatusNotFound {
-			now, derr := errorDate(err)
-			return objlock.Object{}, false, now, derr
+			date, derr := errorDate(err)
+			return objlock.Object{}, false, objlock.HTTPDate(date), derr
 		}
-		return objlock.Object{}, false, time.Time{}, err
+		return objlock.Object{}, false, objlock.Now{}, err
 	}
 	defer out.Body.Close()
 	body, err := io.ReadAll(out.Body)
 	if err != nil {
-		return objlock.Object{}, false, time.Time{}, err
+		return objlock.Object{}, false, objlock.Now{}, err
 	}
-	now, err := serverTime(out.ResultMetadata)
+	date, err := serverTime(out.ResultMetadata)
 	o := objlock.Object{Body: body, Version: aws.ToString(out.ETag), Modified: aws.ToTime(out.LastModified)}
-	return o, true, now, err
+	return o, true, objlock.HTTPDate(date), err
 }
 
 func (s *store) Write(ctx context.Context, key string, body []byte, version string) (string, error) {

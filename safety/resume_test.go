@@ -120,6 +120,9 @@ func TestResumedHolder(t *testing.T) {
 	// overdue: either way the keep-alive check races the first look, in
 	// different ways.
 	connPauses := []time.Duration{100 * time.Millisecond, 2 * ttl}
+	// A gs:// URL names its server in the environment, which the cases,
+	// run at once, share: the one GCS server starts here.
+	gcs := testenv.StartGCS(t)
 	cases := map[string]func(t *testing.T) resumeCase{
 		"redis": func(t *testing.T) resumeCase {
 			return resumeCase{url: "redis://" + testenv.RedisAddr(t), ttl: ttl, pause: 2 * ttl,
@@ -213,6 +216,17 @@ func TestResumedHolder(t *testing.T) {
 			return resumeCase{url: srv.URL("dlock-resume"), ttl: 2 * time.Second, pause: 4 * time.Second,
 				fault: "paused 2×TTL (2s), record expired on the store's clock"}
 		},
+		"azblob": func(t *testing.T) resumeCase {
+			// As s3: expiry on the store's clock, in whole seconds.
+			srv := testenv.StartAzure(t)
+			return resumeCase{url: srv.URL("dlock-resume"), ttl: 2 * time.Second, pause: 4 * time.Second,
+				fault: "paused 2×TTL (2s), record expired on the store's clock"}
+		},
+		"gs": func(t *testing.T) resumeCase {
+			// As s3, on the server STORAGE_EMULATOR_HOST names (below).
+			return resumeCase{url: gcs.URL("dlock-resume"), ttl: 2 * time.Second, pause: 4 * time.Second,
+				fault: "paused 2×TTL (2s), record expired on the store's clock"}
+		},
 		"file": func(t *testing.T) resumeCase {
 			// A flock has no TTL, and a stopped holder keeps it: the one
 			// way it loses the lock is the lock file's removal (another
@@ -236,7 +250,9 @@ func TestResumedHolder(t *testing.T) {
 	// t.Parallel would let only GOMAXPROCS of them wait together.
 	var wg sync.WaitGroup
 	testenv.SetS3Env(t)
-	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "nats", "s3", "postgres", "mysql", "file"} {
+	testenv.SetAzureEnv(t)
+	gcs.SetEnv(t)
+	for _, name := range []string{"zookeeper", "etcd", "redis", "redlock", "nats", "s3", "azblob", "gs", "postgres", "mysql", "file"} {
 		setup := cases[name]
 		wg.Go(func() {
 			t.Run(name, func(t *testing.T) { resumeBackend(t, bin, name, setup(t)) })

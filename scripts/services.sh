@@ -19,6 +19,13 @@
 #              redis-cli --cluster themselves on free loopback ports.
 #   S3         versitygw (an S3 gateway over a directory) in /usr/local/bin,
 #              for the servers the s3lock tests start themselves
+#   Azure Blob Azurite (Microsoft's Blob service emulator, on the machine's
+#              Node.js) in /opt/azurite, azurite-blob linked into
+#              /usr/local/bin, for the servers the azurelock tests start
+#              themselves
+#   GCS        fake-gcs-server (a Google Cloud Storage emulator) in
+#              /usr/local/bin, for the servers the gcslock tests start
+#              themselves
 #   Test networks  iproute2 and nftables: the safety suite's partitions
 #              run servers in network namespaces of its own (10.213.N.0/24
 #              on a bridge dlkbrN it makes and removes), as root; gcc
@@ -146,3 +153,33 @@ if ! versitygw_ok; then
 fi
 versitygw_ok || { echo "services: /usr/local/bin/versitygw is not $versitygw_version" >&2; exit 1; }
 echo "services: versitygw $versitygw_version"
+
+# Azure Blob: the azurelock tests start Azurite blob services of their own
+# (internal/testenv/azure.go), each over a temporary directory.
+azurite_version=3.37.0
+azurite_ok() {
+  [ "$(/usr/local/bin/azurite-blob --version 2>/dev/null)" = "$azurite_version" ]
+}
+if ! azurite_ok; then
+  command -v npm >/dev/null || { apt-get install -y -q nodejs npm >/dev/null; }
+  echo "services: installing Azurite $azurite_version in /opt/azurite"
+  npm install --prefix /opt/azurite --no-audit --no-fund --loglevel=error "azurite@$azurite_version"
+  ln -sf /opt/azurite/node_modules/.bin/azurite-blob /usr/local/bin/azurite-blob
+fi
+azurite_ok || { echo "services: /usr/local/bin/azurite-blob is not $azurite_version" >&2; exit 1; }
+echo "services: Azurite $azurite_version"
+
+# Google Cloud Storage: the gcslock tests start fake-gcs-servers of their
+# own (internal/testenv/gcs.go), each over a temporary directory. The
+# driver needs no conditional delete or patch, which this version does
+# not check.
+fakegcs_version=v1.56.1
+fakegcs_ok() {
+  go version -m /usr/local/bin/fake-gcs-server 2>/dev/null | grep -qE "^\s+mod\s+github.com/fsouza/fake-gcs-server\s+$fakegcs_version\s"
+}
+if ! fakegcs_ok; then
+  echo "services: installing fake-gcs-server $fakegcs_version in /usr/local/bin"
+  GOBIN=/usr/local/bin go install "github.com/fsouza/fake-gcs-server@$fakegcs_version"
+fi
+fakegcs_ok || { echo "services: /usr/local/bin/fake-gcs-server is not $fakegcs_version" >&2; exit 1; }
+echo "services: fake-gcs-server $fakegcs_version"

@@ -24,9 +24,14 @@ import (
 func TestHandlePipeline(t *testing.T) {
 	c := newCLI(t)
 	testenv.SetS3Env(t)
+	testenv.SetAzureEnv(t)
+	gcs := testenv.StartGCS(t)
+	gcs.SetEnv(t)
 	backends := map[string]string{
 		"redis":   "redis://" + testenv.RedisAddr(t),
 		"s3":      testenv.StartS3(t).URL("dlock-cli"),
+		"azblob":  testenv.StartAzure(t).URL("dlock-cli"),
+		"gs":      gcs.URL("dlock-cli"),
 		"redlock": "redlock://" + testenv.Addrs(testenv.StartRedisN(t, 3, testenv.RedisOptions{})) + "?node_timeout=50ms",
 		// Held by the detached holder:
 		"zk":       "zk://" + testenv.ZKAddr(t) + "/dlocktest/cli-" + newID(),
@@ -52,7 +57,7 @@ func TestHandlePipeline(t *testing.T) {
 			if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(h, "dlock1.") {
 				t.Fatalf("dlock acquire printed %q, want one handle line", r.stdout)
 			}
-			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock" || label == "s3") {
+			if ch, err := parseHandle(h); err != nil || (ch.holder == "") != (label == "redis" || label == "redlock" || objectStore(label)) {
 				t.Errorf("handle %q: holder %q, %v; want one on the backends whose locks live in a process only", h, ch.holder, err)
 			}
 			if r := c.runRetrying("renew", "--backend", backend, "--ttl", "30s", h); r.code != 0 {
@@ -88,11 +93,11 @@ func TestHandlePipeline(t *testing.T) {
 				t.Errorf("a second release: exit %d, want %d: %s", r.code, exitLost, r.stderr)
 			}
 
-			// A handle past its TTL, the lock another's. The store of s3
+			// A handle past its TTL, the lock another's. An object store
 			// counts in whole seconds: its shortest TTL is 2 s, and it may
 			// see a lock expire up to 2 s after that.
 			ttl, gone := time.Second, 1500*time.Millisecond
-			if label == "s3" {
+			if objectStore(label) {
 				ttl, gone = 2*time.Second, 4500*time.Millisecond
 			}
 			r = c.run("acquire", "--backend", backend, "--ttl", ttl.String(), name)
@@ -259,3 +264,7 @@ func TestHandleHolderField(t *testing.T) {
 		t.Errorf("a garbled holder: %v, want ErrBadHandle", err)
 	}
 }
+
+// objectStore reports whether the backend labelled label is an object
+// store's, whose times are in whole seconds.
+func objectStore(label string) bool { return label == "s3" || label == "azblob" || label == "gs" }

@@ -40,7 +40,8 @@ func forEachBackend(t *testing.T, test func(t *testing.T, c *cli, backend []stri
 // and one line on stderr. The winner's command holds until the losers are
 // done, so the outcome does not depend on how fast processes start. Also
 // on a Sentinel-managed Redis, a Redis Cluster, a NATS JetStream server
-// and an S3 store (versitygw), opened by their URLs.
+// and S3 (versitygw), Azure Blob (Azurite) and Google Cloud Storage
+// (fake-gcs-server) stores, opened by their URLs.
 func TestRunOneOfThree(t *testing.T) {
 	backends := backendsUnderTest(t)
 	ps := testenv.StartSentinel(t, testenv.SentinelOptions{})
@@ -51,6 +52,11 @@ func TestRunOneOfThree(t *testing.T) {
 	backends["nats"] = []string{"--backend", "nats://" + testenv.StartNATS(t, 1).URL() + "/dlock-cli"}
 	testenv.SetS3Env(t)
 	backends["s3"] = []string{"--backend", testenv.StartS3(t).URL("dlock-cli")}
+	testenv.SetAzureEnv(t)
+	backends["azblob"] = []string{"--backend", testenv.StartAzure(t).URL("dlock-cli")}
+	gcs := testenv.StartGCS(t)
+	gcs.SetEnv(t)
+	backends["gs"] = []string{"--backend", gcs.URL("dlock-cli")}
 	for label, backend := range backends {
 		t.Run(label, func(t *testing.T) {
 			c := newCLI(t)

@@ -5,8 +5,10 @@
 package backends
 
 import (
+	_ "github.com/dlockgo/dlock/azurelock"
 	_ "github.com/dlockgo/dlock/etcdlock"
 	_ "github.com/dlockgo/dlock/filelock"
+	_ "github.com/dlockgo/dlock/gcslock"
 	_ "github.com/dlockgo/dlock/memlock"
 	_ "github.com/dlockgo/dlock/mysqllock"
 	_ "github.com/dlockgo/dlock/natslock"

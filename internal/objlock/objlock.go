@@ -10,26 +10,31 @@
 //     the read). Of two racing acquirers one write succeeds.
 //   - Expiry is judged on the store's clock: the object's last-modified
 //     time plus the holder's TTL against the time of the store's
-//     response, both as precise as the store gives them (Config.Grain),
-//     so that no two clients' clocks need agree. The holder counts its
-//     own validity on its clock from before its write.
+//     response, both as precise as the store gives them (Config.Grain,
+//     Now), so that no two clients' clocks need agree. The holder counts
+//     its own validity on its clock from before its write.
 //   - Renew and release are conditional writes on the version the
 //     holder last wrote; a failed condition means the lock is gone.
 //     Release leaves a free record that keeps the token counter.
 //   - Tokens: each grant's is the last one plus one. A lock object that
-//     is missing (new, or deleted by an operator) is created a grain
-//     after the read that found it missing, with the store's time of
-//     that grain in microseconds as its token: above every token of an
-//     earlier object of the name, which was created, by the same rule,
-//     before that read's grain began. So the first acquisition of a name
-//     waits one grain.
+//     is missing (new, or deleted by an operator) gets as its token the
+//     latest the store's time may be at the read that found it missing
+//     (Now.Max, in microseconds), and is created once the store's time
+//     has passed it: every token of an earlier object of the name is
+//     below that time, for that object was created, by the same rule,
+//     after its first token's time, and each later grant took a write of
+//     more than a microsecond. So the first acquisition of a name waits
+//     for the store's clock to pass Now.Max (a second, for stores that
+//     give HTTP dates).
 package objlock
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,11 +58,19 @@ type Object struct {
 	Modified time.Time
 }
 
+// Now is the store's time at a response, as bounds: its clock read at
+// least Min and less than Max.
+type Now struct{ Min, Max time.Time }
+
+// HTTPDate is the Now of a response whose Date header, in whole seconds,
+// is date.
+func HTTPDate(date time.Time) Now { return Now{date, date.Add(time.Second)} }
+
 // Store is what a backend implements over its store's client.
 type Store interface {
 	// Read returns the object at key, found false when there is none, and
 	// the store's time of its response.
-	Read(ctx context.Context, key string) (o Object, found bool, now time.Time, err error)
+	Read(ctx context.Context, key string) (o Object, found bool, now Now, err error)
 	// Write writes body at key if the object's version is version, or,
 	// for version "", if there is no object; otherwise it returns an
 	// error wrapping ErrCondition. It returns the new version.
@@ -70,12 +83,14 @@ type Store interface {
 
 // Config is what a backend tells the shared driver about its store.
 type Config struct {
-	// Scheme names the backend ("s3"), for errors, metrics and logs.
+	// Scheme names the backend's URL scheme ("s3"), for metrics and logs.
 	Scheme string
+	// Package names the backend's package ("s3lock"), for errors.
+	Package string
 	// Prefix is prepended to every object key the driver writes.
 	Prefix string
-	// Grain is the precision of the store's times (last-modified and
-	// response times): a second for stores that give HTTP dates.
+	// Grain is the precision of the store's last-modified times: a
+	// second for stores that give HTTP dates.
 	Grain time.Duration
 }
 
@@ -114,6 +129,37 @@ func New(s Store, c Config) *Driver {
 	return &Driver{store: s, cfg: c, holds: map[string]hold{}}
 }
 
+// Open returns a driver over s, once it has passed a Probe with the
+// version wrong, unless noProbe.
+func Open(ctx context.Context, s Store, c Config, noProbe bool, wrong string) (*Driver, error) {
+	d := New(s, c)
+	if !noProbe {
+		if err := d.Probe(ctx, rand.Text(), wrong); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// URL reads what the URLs of the object stores share: the key prefix
+// (the path, without its leading slash and with a trailing one), the
+// endpoint parameter (empty, or an absolute URL) and probe (true by
+// default).
+func URL(u driver.URL) (prefix, endpoint string, probe bool, err error) {
+	prefix = strings.TrimPrefix(u.Path, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	endpoint = u.String("endpoint", "")
+	if endpoint != "" {
+		if e, perr := url.Parse(endpoint); perr != nil || e.Scheme == "" || e.Host == "" {
+			return "", "", false, u.Err("endpoint", endpoint, errors.New("not an absolute http(s) URL"))
+		}
+	}
+	probe, err = u.Bool("probe", true)
+	return prefix, endpoint, probe, err
+}
+
 // Scheme implements driver.Schemer.
 func (d *Driver) Scheme() string { return d.cfg.Scheme }
 
@@ -126,7 +172,7 @@ func (d *Driver) key(name string) string {
 }
 
 func (d *Driver) errorf(format string, args ...any) error {
-	return fmt.Errorf(d.cfg.Scheme+"lock: "+format, args...)
+	return fmt.Errorf(d.cfg.Package+": "+format, args...)
 }
 
 // check refuses what the driver cannot serve.
@@ -144,9 +190,9 @@ func (d *Driver) check(r driver.Request) error {
 
 // left is how long the lock in rec, last written at modified, may still
 // be held at the store's time now; at most 0 once it has certainly
-// expired. Both times are truncated to the grain, so a grain is added.
-func (d *Driver) left(rec record, modified, now time.Time) time.Duration {
-	return modified.Add(rec.ttl() + d.cfg.Grain).Sub(now)
+// expired. modified is truncated to the grain, so a grain is added.
+func (d *Driver) left(rec record, modified time.Time, now Now) time.Duration {
+	return modified.Add(rec.ttl() + d.cfg.Grain).Sub(now.Min)
 }
 
 // TryLock implements driver.Driver: one read of the lock's object, then a
@@ -165,16 +211,16 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 	}
 	var token uint64
 	if !found {
-		// A new object's token is the store's time at the next grain, and
-		// it is created once that time has come: every earlier object of
-		// the name was created, by the same rule, at least a grain before
-		// this read saw it gone, with tokens below that time.
-		token = uint64(now.Truncate(d.cfg.Grain).Add(d.cfg.Grain).UnixMicro())
-		if err := sleep(ctx, d.cfg.Grain+d.cfg.Grain/100); err != nil {
+		// A new object's token is the latest the store's time may be now,
+		// and it is created once that time has come (see the package
+		// documentation); 1% more for clocks that run at different rates.
+		token = uint64(now.Max.UnixMicro()) + 1
+		wait := now.Max.Sub(now.Min)
+		if err := sleep(ctx, wait+wait/100); err != nil {
 			return driver.Grant{}, err
 		}
 	} else {
-		rec, err := d.decode(key, o.Body)
+		rec, err := d.decode(key, o)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -268,7 +314,7 @@ func (d *Driver) rewrite(ctx context.Context, r driver.Request, free bool) error
 	}
 	var rec record
 	if found {
-		if rec, err = d.decode(h.key, o.Body); err != nil {
+		if rec, err = d.decode(h.key, o); err != nil {
 			return err
 		}
 	}
@@ -328,12 +374,15 @@ func encode(r record) []byte {
 	return b
 }
 
-// decode reads a lock object's body; another body is an error naming the
+// decode reads a lock object; another body is an error naming the
 // object, so that a prefix shared with other data is seen at once.
-func (d *Driver) decode(key string, b []byte) (record, error) {
+func (d *Driver) decode(key string, o Object) (record, error) {
 	var r record
-	if err := json.Unmarshal(b, &r); err != nil || r.Token == 0 {
-		return record{}, d.errorf("object %s is not a dlock lock (%.40q)", key, b)
+	if err := json.Unmarshal(o.Body, &r); err != nil || r.Token == 0 {
+		return record{}, d.errorf("object %s is not a dlock lock (%.40q)", key, o.Body)
+	}
+	if o.Modified.IsZero() {
+		return record{}, d.errorf("object %s: the store gave no last-modified time, by which the lock's expiry is judged", key)
 	}
 	return r, nil
 }
@@ -356,7 +405,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		if err != nil {
 			return nil, d.errorf("inspect: read %s: %w", key, err)
 		}
-		rec, err := d.decode(key, o.Body)
+		rec, err := d.decode(key, o)
 		if !found || err != nil || rec.Owner == "" {
 			continue
 		}

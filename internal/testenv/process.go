@@ -89,6 +89,15 @@ func (p *process) Kill() {
 	p.cmd, p.exited = nil, nil
 }
 
+// signal sends sig to the process, if it runs.
+func (p *process) signal(sig os.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
 // Running reports whether the process runs.
 func (p *process) Running() bool {
 	p.mu.Lock()
