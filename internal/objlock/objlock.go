@@ -1,5 +1,5 @@
-// Package objlock is the lock the object-storage backends share (s3lock
-// and the other object stores): one object per lock, whose body records
+// Package objlock is the lock the object-storage backends share (s3lock,
+// azurelock, gcslock): one object per lock, whose body records
 // the holder, its fencing token and its TTL, changed only by writes the
 // store makes conditional on the object's version (an ETag, a
 // generation). Each backend supplies a Store over its client; this
