@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -441,5 +442,64 @@ func TestAcquireRetryPause(t *testing.T) {
 	defer cancel()
 	if _, err := l.Acquire(wait, "renewed"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Acquire until ctx ends: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// busyDriver finds every lock held, and records when each try came.
+type busyDriver struct {
+	mu    sync.Mutex
+	tries []time.Time
+}
+
+func (d *busyDriver) TryLock(_ context.Context, r driver.Request) (driver.Grant, error) {
+	d.mu.Lock()
+	d.tries = append(d.tries, time.Now())
+	d.mu.Unlock()
+	return driver.Grant{}, &driver.HeldError{Name: r.Name}
+}
+func (d *busyDriver) Renew(context.Context, driver.Request) (time.Time, error) {
+	return time.Time{}, driver.ErrNotHeld
+}
+func (d *busyDriver) Unlock(context.Context, driver.Request) error { return driver.ErrNotHeld }
+func (d *busyDriver) Close() error                                 { return nil }
+
+// TestOpenPollBounds: poll_min and poll_max set the waits between the
+// tries of a driver that polls (each at least half of poll_min: the
+// backoff draws from [d/2, d]), and bad values are *ParamErrors naming
+// the parameter.
+func TestOpenPollBounds(t *testing.T) {
+	d := &busyDriver{}
+	dlock.Register("polltest", func(context.Context, driver.URL) (driver.Driver, error) { return d, nil })
+	ctx := context.Background()
+	l, err := dlock.Open(ctx, "polltest://x?poll_min=40ms&poll_max=40ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(wait, "busy"); err == nil {
+		t.Fatal("Acquire of a lock always held succeeded")
+	}
+	d.mu.Lock()
+	tries := slices.Clone(d.tries)
+	d.mu.Unlock()
+	if len(tries) < 2 {
+		t.Fatalf("%d tries in 300ms, want at least 2", len(tries))
+	}
+	for i := 1; i < len(tries); i++ {
+		if gap := tries[i].Sub(tries[i-1]); gap < 20*time.Millisecond {
+			t.Errorf("try %d came %v after the last, below poll_min/2 = 20ms", i, gap)
+		}
+	}
+	for _, c := range []struct{ url, param string }{
+		{"polltest://x?poll_min=0s", "poll_min"},
+		{"polltest://x?poll_min=soon", "poll_min"},
+		{"polltest://x?poll_min=10ms&poll_max=5ms", "poll_max"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		if pe, ok := errors.AsType[*dlock.ParamError](err); !ok || pe.Param != c.param {
+			t.Errorf("Open(%q) = %v, want a *ParamError naming %s", c.url, err, c.param)
+		}
 	}
 }

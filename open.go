@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -83,8 +84,10 @@ func Schemes() []string {
 // parameters; every backend also accepts these, which set the Locker's
 // defaults:
 //
-//	ttl=30s     the lock's time to live (WithTTL)
-//	renew=true  automatic renewal (WithAutoRenew)
+//	ttl=30s        the lock's time to live (WithTTL)
+//	renew=true     automatic renewal (WithAutoRenew)
+//	poll_min=2ms   the bounds of the waits between tries, on backends that
+//	poll_max=250ms poll (WithBackoff(ExponentialBackoff(poll_min, poll_max)))
 //
 // Options given to Open take precedence over URL parameters. An unknown
 // scheme is an error listing the registered ones; a bad parameter is a
@@ -124,9 +127,36 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
 		}
 		urlOpts = append(urlOpts, WithAutoRenew(on))
 	}
+	if du.Has("poll_min") || du.Has("poll_max") {
+		b, err := pollBounds(du)
+		if err != nil {
+			return nil, err
+		}
+		urlOpts = append(urlOpts, WithBackoff(b))
+	}
 	d, err := opener(ctx, du)
 	if err != nil {
 		return nil, err
 	}
 	return newLocker(d, u.Scheme, append(urlOpts, opts...))
+}
+
+// pollBounds reads the URL parameters poll_min and poll_max into an
+// ExponentialBackoff.
+func pollBounds(du driver.URL) (Backoff, error) {
+	lo, err := du.Duration("poll_min", DefaultMinBackoff)
+	if err != nil {
+		return nil, err
+	}
+	hi, err := du.Duration("poll_max", max(DefaultMaxBackoff, lo))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case lo <= 0:
+		return nil, du.Err("poll_min", du.String("poll_min", ""), errors.New("not above zero"))
+	case hi < lo:
+		return nil, du.Err("poll_max", du.String("poll_max", ""), fmt.Errorf("below poll_min %v", lo))
+	}
+	return ExponentialBackoff(lo, hi), nil
 }

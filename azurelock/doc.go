@@ -27,8 +27,9 @@
 // is added). Credentials come from the environment, as the Azure CLI
 // names them, never from the URL: AZURE_STORAGE_CONNECTION_STRING, or
 // else AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY (a shared key).
-// Parameters, besides dlock's own ttl (30s by default, 2s at least) and
-// renew:
+// Parameters, besides dlock's own ttl (30s by default, 2s at least),
+// renew, and poll_min and poll_max (the bounds of a waiter's polls, 2ms
+// and 250ms by default):
 //
 //	account=       the storage account, instead of AZURE_STORAGE_ACCOUNT
 //	endpoint=      the service URL, by default https://<account>.blob.core.windows.net/

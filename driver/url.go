@@ -23,6 +23,11 @@ type URL struct {
 	used   map[string]bool
 }
 
+// OpenParams are the parameters dlock.Open reads itself, for every
+// backend, before the backend's Opener sees the URL; a backend that hands
+// its URL's query to a client library leaves them out.
+var OpenParams = []string{"ttl", "renew", "poll_min", "poll_max"}
+
 // NewURL wraps u. The query is parsed once.
 func NewURL(u *url.URL) URL {
 	return URL{URL: u, q: u.Query(), used: map[string]bool{}}

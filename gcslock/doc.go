@@ -28,7 +28,8 @@
 // credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's, the metadata
 // server), never from the URL; STORAGE_EMULATOR_HOST points the client at
 // an emulator. Parameters, besides dlock's own ttl (30s by default, 2s at
-// least) and renew:
+// least), renew, and poll_min and poll_max (the bounds of a waiter's
+// polls, 2ms and 250ms by default):
 //
 //	endpoint=      the JSON API's URL, for a store other than Google's
 //	probe=true     check at Open that the store refuses failed conditions (Options.NoProbe)

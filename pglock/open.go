@@ -21,11 +21,9 @@ func init() {
 	dlock.Register("postgresql", open)
 }
 
-// ownParams (pglock's) and dlockParams (dlock.Open's) do not go to pgx.
-var (
-	ownParams   = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
-	dlockParams = []string{"ttl", "renew"}
-)
+// ownParams (pglock's) and driver.OpenParams (dlock.Open's) do not go to
+// pgx.
+var ownParams = []string{"table", "keepalive", "max_idle", "session_locks", "migrate", "server_keepalive"}
 
 // open is the Opener of postgres:// and postgresql:// URLs.
 func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
@@ -70,7 +68,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	// a run-time setting, which the server checks when the driver connects.
 	rest := *u.URL
 	q := rest.Query()
-	for _, k := range slices.Concat(ownParams, dlockParams) {
+	for _, k := range slices.Concat(ownParams, driver.OpenParams) {
 		q.Del(k)
 	}
 	rest.RawQuery = q.Encode()

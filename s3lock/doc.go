@@ -27,7 +27,8 @@
 // the AWS SDK's default chain (AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared config files, an
 // instance or task role), never from the URL. Parameters, besides dlock's
-// own ttl (30s by default, 2s at least) and renew:
+// own ttl (30s by default, 2s at least), renew, and poll_min and
+// poll_max (the bounds of a waiter's polls, 2ms and 250ms by default):
 //
 //	region=        the bucket's region
 //	endpoint=      the store's URL, for S3-compatible stores (http://127.0.0.1:7070)
