@@ -72,12 +72,7 @@
 //
 // # Settings of the storage account
 //
-// Blob versioning and soft delete may be on: each write of a lock blob
-// then keeps a previous version, which a lifecycle rule should delete
-// after a while. A lifecycle rule that deletes or tiers base blobs must
-// allow more than the TTL since a lock blob's last modification (a held
-// lock is written every third of its TTL), else it deletes held locks;
-// keep lock blobs in the Hot tier. Least privileges: read and write on
-// the lock blobs (Storage Blob Data Contributor on the container, or a
-// SAS with r, w, d on the prefix), and list for Inspect (dlock status).
+// Versioning, lifecycle rules, storage classes and the least privileges
+// the driver needs are in docs/OBJECTSTORES.md of the module's
+// repository, under "Settings".
 package azurelock

@@ -71,16 +71,7 @@
 //
 // # Settings of the bucket
 //
-// Object versioning may be on: each write of a lock object then keeps a
-// noncurrent version, which a lifecycle rule (daysSinceNoncurrentTime or
-// numNewerVersions) should delete. A lifecycle rule that deletes live
-// objects must allow more than the TTL since a lock object's last update
-// (a held lock is written every third of its TTL), else it deletes held
-// locks. Keep lock objects in the Standard class: the other classes have
-// minimum storage durations that every rewrite of a lock object is
-// charged for, and a retention policy or object holds forbid the
-// rewrites a lock needs. Least privileges: storage.objects.get, create,
-// delete (the probe's and the clock's objects, and the replace of a lock
-// object) and list (for Inspect, dlock status) on the bucket, e.g. the
-// role Storage Object User.
+// Versioning, lifecycle rules, storage classes and the least privileges
+// the driver needs are in docs/OBJECTSTORES.md of the module's
+// repository, under "Settings".
 package gcslock

@@ -64,12 +64,7 @@
 //
 // # Settings of the bucket
 //
-// Versioning may be on or off: each write makes a new version, so with it
-// on a lifecycle rule should expire noncurrent versions of the lock
-// objects. A lifecycle rule that expires current objects must allow more
-// than the TTL since a lock object's last write (a held lock is written
-// every third of its TTL), else it deletes held locks. Least privileges:
-// s3:GetObject, s3:PutObject on <prefix>mutex/* and <prefix>probe/*,
-// s3:DeleteObject on <prefix>probe/* (the probe's object), and
-// s3:ListBucket with the prefix for Inspect (dlock status).
+// Versioning, lifecycle rules, storage classes and the least privileges
+// the driver needs are in docs/OBJECTSTORES.md of the module's
+// repository, under "Settings".
 package s3lock
