@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 )
 
@@ -84,5 +85,27 @@ func BenchmarkDriverKinds(b *testing.B) {
 	d := newDriver(b, nil)
 	for _, m := range []driver.Mode{driver.Exclusive, driver.Read, driver.Write, driver.Permit, driver.Leader} {
 		b.Run(m.String(), func(b *testing.B) { benchDriver(b, d, kindRequest(m, "bench/driver", 30*time.Second)) })
+	}
+}
+
+// BenchmarkReplica: acquire+release through a Locker on a primary with one
+// replica of the benchmark's own, on loopback: "default" waits for the
+// replica's acknowledgement of each grant (WAIT), "off" does not
+// (WaitReplicas -1, URL wait_replicas=0). The difference is what the
+// default costs where there are replicas.
+func BenchmarkReplica(b *testing.B) {
+	primary := testenv.StartRedis(b, testenv.RedisOptions{})
+	startReplica(b, primary)
+	for _, c := range []struct {
+		name string
+		wait int
+	}{{"default", 0}, {"off", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			d := newDriverOn(b, primary.Client(), &Options{WaitReplicas: c.wait})
+			locktest.BenchCycle(b, context.Background(), locktest.Kind(locktest.New(b, d), "mutex", "bench/replica"))
+			if want := int64(1 + c.wait); d.waitReplicas.Load() != want {
+				b.Fatalf("waited for %d replicas, want %d", d.waitReplicas.Load(), want)
+			}
+		})
 	}
 }

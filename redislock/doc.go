@@ -64,8 +64,10 @@
 //	poll_interval=100ms mean interval of a waiter's attempts while the lock is held
 //	                    (Options.PollInterval); layout=redsync only
 //	fence_ttl=168h      lifetime of a fencing counter from its seeding (Options.FenceTTL)
-//	wait_replicas=0     replicas that must acknowledge a grant or renewal (WAIT)
-//	                    before it returns (Options.WaitReplicas); not on a Cluster
+//	wait_replicas=      replicas that must acknowledge a grant or renewal (WAIT)
+//	                    before it returns (Options.WaitReplicas); by default 1 where
+//	                    the primary (or a Cluster master) has replicas, else none;
+//	                    0 turns the wait off
 //	wait_timeout=1s     bound of that wait (Options.WaitTimeout)
 //	dial_timeout=5s     connection timeout, a TLS handshake included (go-redis DialTimeout)
 //	read_timeout=3s     reply timeout (go-redis ReadTimeout)
@@ -104,7 +106,8 @@
 //
 // This is a single-primary lock: replication is asynchronous, so a
 // failover to a replica that lacked the latest writes can let two clients
-// hold the lock at once and repeat tokens (WaitReplicas narrows this). A
+// hold the lock at once and repeat tokens (WaitReplicas, on by default where
+// there are replicas, narrows this). A
 // maxmemory-policy other than noeviction can evict lock keys: the driver
 // logs a warning when it finds one. Use package redlock or a consensus
 // store where that matters. Route go-redis's own logs with SlogLogger.
@@ -121,8 +124,11 @@
 //	    +rpush +lpop +lindex +lrem +llen +zadd +zrem +zscore +zcard +zrange
 //	    +zrangebyscore +zremrangebyscore +publish +spublish +scan
 //
-// plus +wait for wait_replicas, +command|info on a Redis Cluster, and
-// +config|get for the eviction check (without it the check is skipped).
+// plus +wait and +info for the wait for replicas (without +info a Driver
+// cannot tell whether the primary has replicas: it logs a warning and
+// does not wait, unless wait_replicas says how many), +command|info on a
+// Redis Cluster, and +config|get for the eviction check (without it the
+// check is skipped).
 // In layout=redsync, with ~orders/* standing for the shared names'
 // pattern (~<prefix>* with a prefix), and the same additions:
 //

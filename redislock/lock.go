@@ -207,8 +207,12 @@ func (d *Driver) Renew(ctx context.Context, r driver.Request) (time.Time, error)
 		return time.Time{}, err
 	}
 	start := time.Now()
-	if d.waitReplicas > 0 {
-		if err := d.waitAck(ctx, &q, "renew"); err != nil {
+	replicas, err := d.replicasToWait(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redislock: renew %q: %w", r.Name, err)
+	}
+	if replicas > 0 {
+		if err := d.waitAck(ctx, &q, replicas, "renew"); err != nil {
 			return time.Time{}, err
 		}
 		return start.Add(q.ttl), nil

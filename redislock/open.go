@@ -280,8 +280,11 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.WaitReplicas, err = u.Int("wait_replicas", 0); err != nil {
 		return nil, err
 	}
-	if o.WaitReplicas < 0 {
+	switch {
+	case o.WaitReplicas < 0:
 		return nil, u.Err("wait_replicas", strconv.Itoa(o.WaitReplicas), errors.New("must not be negative"))
+	case o.WaitReplicas == 0 && u.Has("wait_replicas"):
+		o.WaitReplicas = -1 // an explicit 0 turns the wait off
 	}
 	if o.WaitTimeout, err = u.PositiveDuration("wait_timeout", DefaultWaitTimeout); err != nil {
 		return nil, err

@@ -69,12 +69,17 @@ type Options struct {
 	// docs/REDIS.md). Zero or negative means DefaultFenceTTL.
 	FenceTTL time.Duration
 
-	// WaitReplicas, when positive, makes every acquisition and renewal wait
-	// until that many replicas acknowledged it (Redis WAIT): without them
+	// WaitReplicas is how many replicas must acknowledge every
+	// acquisition and renewal (Redis WAIT) before it returns: without them
 	// within WaitTimeout, an acquisition is released and a renewal fails,
 	// both matching ErrNotReplicated (the lease keeps the validity of the
-	// last acknowledged renewal). What it closes of the failover race: see
-	// Sentinel in docs/REDIS.md. Not for Redis Cluster clients. Default 0.
+	// last acknowledged renewal). Zero, the default, means one where the
+	// server has replicas and none where it has not: the Driver asks once,
+	// at its first acquisition or renewal (INFO replication on the
+	// primary, a Sentinel-managed one included; CLUSTER SLOTS on a
+	// Cluster). Negative turns the wait off (URL wait_replicas=0). What
+	// the wait closes of the failover race, and what it costs: see
+	// Sentinel in docs/REDIS.md.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
@@ -126,7 +131,9 @@ type Driver struct {
 	ownReady <-chan struct{}
 
 	shardState   atomic.Int32             // shardUnknown, shardOn or shardOff (see useShards)
-	waitReplicas int                      // Options.WaitReplicas
+	waitReplicas atomic.Int64             // replicas to wait for; waitUnknown until asked (see replicasToWait)
+	waitAsk      sync.Mutex               // held while the server is asked
+	log          *slog.Logger             // Options.Logger, or slog.Default()
 	waitTimeout  int64                    // Options.WaitTimeout, in milliseconds
 	lastTTL      atomic.Pointer[boxedTTL] // the script arguments of the last TTL used (see resolve)
 
@@ -170,7 +177,10 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 		pollInterval: redisutil.PositiveOr(opt.PollInterval, DefaultPollInterval),
 	}
 	d.channelArg = d.channel
-	d.waitReplicas, d.waitTimeout = waitOptions(opt)
+	d.log = logger(&opt)
+	n, timeout := waitOptions(opt)
+	d.waitReplicas.Store(n)
+	d.waitTimeout = timeout
 	return d
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,13 +21,84 @@ const DefaultWaitTimeout = time.Second
 // lock was released: nothing is held.
 var ErrNotReplicated = errors.New("redislock: grant not acknowledged by enough replicas")
 
-// waitOptions returns the replica count and the WAIT timeout in
-// milliseconds from o, with defaults applied.
-func waitOptions(o Options) (int, int64) {
-	if o.WaitReplicas <= 0 {
-		return 0, 0
+// waitUnknown is the replica count of a Driver that has not yet asked the
+// server whether it has replicas (Options.WaitReplicas zero).
+const waitUnknown = -1
+
+// waitOptions returns the replica count (waitUnknown for the automatic
+// default) and the WAIT timeout in milliseconds from o.
+func waitOptions(o Options) (int64, int64) {
+	timeout := max(redisutil.PositiveOr(o.WaitTimeout, DefaultWaitTimeout).Milliseconds(), 1)
+	switch {
+	case o.WaitReplicas < 0:
+		return 0, timeout
+	case o.WaitReplicas == 0:
+		return waitUnknown, timeout
 	}
-	return o.WaitReplicas, max(redisutil.PositiveOr(o.WaitTimeout, DefaultWaitTimeout).Milliseconds(), 1)
+	return int64(o.WaitReplicas), timeout
+}
+
+// replicasToWait returns how many replicas a grant or renewal waits for:
+// Options.WaitReplicas, or for its zero value 1 if the server has
+// replicas, which the first call asks (and a call that fails to ask asks
+// again).
+func (d *Driver) replicasToWait(ctx context.Context) (int64, error) {
+	if n := d.waitReplicas.Load(); n != waitUnknown {
+		return n, nil
+	}
+	d.waitAsk.Lock()
+	defer d.waitAsk.Unlock()
+	if n := d.waitReplicas.Load(); n != waitUnknown {
+		return n, nil
+	}
+	has, err := hasReplicas(ctx, d.client)
+	if err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
+		// A user whose ACL lacks INFO (or CLUSTER SLOTS): the Driver
+		// cannot know, and does not wait.
+		d.log.Warn("redislock: not waiting for replicas: the server refused to say whether it has any; grant the user +info, or set wait_replicas", "error", err)
+		has, err = false, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redislock: asking the server for its replicas (Options.WaitReplicas): %w", err)
+	}
+	var n int64
+	if has {
+		n = 1
+	}
+	d.waitReplicas.Store(n)
+	return n, nil
+}
+
+// hasReplicas reports whether the server behind c has a replica: a
+// Cluster, one of a master in CLUSTER SLOTS; a primary, connected_slaves
+// in INFO replication.
+func hasReplicas(ctx context.Context, c redis.UniversalClient) (bool, error) {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; CLUSTER SLOTS answers on every version
+		slots, err := c.ClusterSlots(ctx).Result()
+		if err != nil {
+			return false, err
+		}
+		for _, s := range slots {
+			if len(s.Nodes) > 1 {
+				return true, nil
+			}
+		}
+		return false, nil
+	case *redis.Client:
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return false, err
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				return v != "0", nil
+			}
+		}
+		return false, nil
+	}
+	return false, nil // a Ring: no replicas to ask for
 }
 
 // replicated passes on the grant g of an acquisition once d.waitReplicas
@@ -36,10 +108,14 @@ func waitOptions(o Options) (int, int64) {
 // on which the lock is free (and the fencing counter behind). WAIT closes
 // most of that window; what remains is in Sentinel in docs/REDIS.md.
 func (d *Driver) replicated(ctx context.Context, q *lockReq, g driver.Grant) (driver.Grant, error) {
-	if d.waitReplicas <= 0 {
+	n, err := d.replicasToWait(ctx)
+	if err != nil {
+		return driver.Grant{}, d.abandon(ctx, q, err)
+	}
+	if n == 0 {
 		return g, nil
 	}
-	if err := d.waitAck(ctx, q, "lock"); err != nil {
+	if err := d.waitAck(ctx, q, n, "lock"); err != nil {
 		return driver.Grant{}, d.abandon(ctx, q, err)
 	}
 	return g, nil
@@ -63,37 +139,59 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 // lock, whose lease keeps the validity of the last acknowledged one: a
 // primary cut off from its replicas and the sentinels still accepts
 // renewals, but the replica they promote has only the last it received.
-func (d *Driver) waitAck(ctx context.Context, q *lockReq, op string) error {
-	n, err := d.wait(ctx, q)
+func (d *Driver) waitAck(ctx context.Context, q *lockReq, replicas int64, op string) error {
+	n, err := d.wait(ctx, q, replicas)
 	switch {
 	case op == "renew" && errors.Is(err, driver.ErrNotHeld):
 		return fmt.Errorf("redislock: renew %q: %w", q.Name, err)
 	case err != nil:
 		return fmt.Errorf("redislock: %s %q: waiting for replicas: %w", op, q.Name, errors.Join(err, ErrNotReplicated))
-	case n < int64(d.waitReplicas):
+	case n < replicas:
 		return fmt.Errorf("redislock: %s %q: %d of %d replicas acknowledged within %dms: %w",
-			op, q.Name, n, d.waitReplicas, d.waitTimeout, ErrNotReplicated)
+			op, q.Name, n, replicas, d.waitTimeout, ErrNotReplicated)
 	}
 	return nil
 }
 
-// wait is waitAck's pipeline; it returns WAIT's count of replicas.
-func (d *Driver) wait(ctx context.Context, q *lockReq) (int64, error) {
-	if _, ok := d.client.(*redis.ClusterClient); ok {
-		return 0, errors.New("WaitReplicas is not supported on a Redis Cluster client")
-	}
+// wait is waitAck's pipeline; it returns WAIT's count of replicas. On a
+// Cluster it runs on the master of the lock's slot, whose replicas WAIT
+// counts, and waits out a slot's move as run does (reloading the slot
+// map, which a pipeline sent to one node does not do by itself).
+func (d *Driver) wait(ctx context.Context, q *lockReq, replicas int64) (int64, error) {
 	s, keys, args, n, err := d.call(ctx, q, opRenew, d.channelArg)
 	if err != nil {
 		return 0, err
 	}
-	pipe := d.client.Pipeline()
-	renew := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
-	wait := pipe.Do(ctx, "WAIT", d.waitReplicas, d.waitTimeout)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+	var tryAgainUntil time.Time
+	for {
+		var pipe redis.Pipeliner
+		if c, ok := d.client.(*redis.ClusterClient); ok {
+			node, err := c.MasterForKey(ctx, keys[0])
+			if err != nil {
+				return 0, err
+			}
+			pipe = node.Pipeline()
+		} else {
+			pipe = d.client.Pipeline()
+		}
+		renew := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
+		wait := pipe.Do(ctx, "WAIT", replicas, d.waitTimeout)
+		_, err := pipe.Exec(ctx)
+		if c, ok := d.client.(*redis.ClusterClient); ok && err != nil && movingSlot(err) {
+			if tryAgainUntil.IsZero() {
+				tryAgainUntil = time.Now().Add(tryAgainFor)
+			}
+			c.ReloadState(ctx)
+			if time.Now().Before(tryAgainUntil) && sleep(ctx, tryAgainPause) {
+				continue
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+		if n, err := renew.Int64(); err != nil || n != 1 {
+			return 0, errors.Join(err, errLostBeforeWait)
+		}
+		return wait.Int64()
 	}
-	if n, err := renew.Int64(); err != nil || n != 1 {
-		return 0, errors.Join(err, errLostBeforeWait)
-	}
-	return wait.Int64()
 }

@@ -16,7 +16,7 @@ import (
 
 // startReplica starts a redis-server replicating primary and waits until
 // it is in sync.
-func startReplica(t *testing.T, primary *testenv.RedisServer) *testenv.RedisServer {
+func startReplica(t testing.TB, primary *testenv.RedisServer) *testenv.RedisServer {
 	t.Helper()
 	replica := testenv.StartRedis(t, testenv.RedisOptions{})
 	c := replica.Client()
@@ -134,6 +134,48 @@ func TestWaitReplicas(t *testing.T) {
 	}
 }
 
+// TestWaitReplicasDefault: with Options.WaitReplicas zero a Driver waits
+// for one replica where the primary has one (a grant that returns is on
+// the replica), and for none where it has none or the wait is off.
+func TestWaitReplicasDefault(t *testing.T) {
+	primary := testenv.StartRedis(t, testenv.RedisOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	take := func(d *Driver, name string) driver.Request {
+		t.Helper()
+		r := request(name, 10*time.Second)
+		if _, err := d.TryLock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	alone := newDriverOn(t, primary.Client(), nil)
+	take(alone, "alone")
+	if n := alone.waitReplicas.Load(); n != 0 {
+		t.Fatalf("a primary without replicas: waits for %d", n)
+	}
+
+	replica := startReplica(t, primary).Client()
+	d := newDriverOn(t, primary.Client(), nil)
+	for i := range 20 { // the race without WAIT would be lost now and then
+		r := take(d, "default")
+		if n := d.waitReplicas.Load(); n != 1 {
+			t.Fatalf("a primary with a replica: waits for %d, want 1", n)
+		}
+		if v, err := replica.Get(ctx, d.keys("default")[0]).Result(); err != nil || v != r.Owner {
+			t.Fatalf("acquisition %d returned before the replica had it (%q, %v)", i, v, err)
+		}
+		if err := d.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off := newDriverOn(t, primary.Client(), &Options{WaitReplicas: -1})
+	take(off, "off")
+	if n := off.waitReplicas.Load(); n != 0 {
+		t.Fatalf("the wait turned off: waits for %d", n)
+	}
+}
+
 func TestWaitOptionsFromURL(t *testing.T) {
 	o, err := driverOptions(parseURL(t, "redis://127.0.0.1:6379?wait_replicas=2&wait_timeout=250ms"))
 	if err != nil {
@@ -141,6 +183,12 @@ func TestWaitOptionsFromURL(t *testing.T) {
 	}
 	if o.WaitReplicas != 2 || o.WaitTimeout != 250*time.Millisecond {
 		t.Fatalf("options %+v, want WaitReplicas 2, WaitTimeout 250ms", o)
+	}
+	for raw, want := range map[string]int{"": 0, "wait_replicas=0": -1, "wait_replicas=1": 1} {
+		o, err := driverOptions(parseURL(t, "redis://127.0.0.1:6379?"+raw))
+		if err != nil || o.WaitReplicas != want {
+			t.Errorf("%q: WaitReplicas %d, %v; want %d (0 the automatic default, -1 off)", raw, o.WaitReplicas, err, want)
+		}
 	}
 	for _, bad := range []string{"wait_replicas=-1", "wait_replicas=x", "wait_timeout=0s"} {
 		if _, err := driverOptions(parseURL(t, "redis://127.0.0.1:6379?"+bad)); err == nil {

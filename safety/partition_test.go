@@ -504,16 +504,20 @@ func checkCuts(t *testing.T, r Result, times partTimes) {
 // over to a replica, and the other clients follow them there.
 func TestSentinelPartition(t *testing.T) {
 	const ttl, hold = 500 * time.Millisecond, 200 * time.Millisecond
+	// 0: the wait turned off (wait_replicas=0); 1: the default, which
+	// waits for one replica where the primary has replicas.
 	for _, waitReplicas := range []int{0, 1} {
-		t.Run(fmt.Sprintf("wait_replicas=%d", waitReplicas), func(t *testing.T) {
+		t.Run(map[int]string{0: "wait_replicas=0", 1: "default"}[waitReplicas], func(t *testing.T) {
 			nt := testenv.StartNet(t, 7)
 			ps := testenv.StartSentinel(t, testenv.SentinelOptions{Hosts: nt.Hosts[:6]})
 			primary, holder := nt.Hosts[0], nt.Hosts[6]
 			url := "redis+sentinel://" + strings.Join(ps.SentinelAddrs(), ",") + "?master_name=" + testenv.SentinelMaster + "&" + redisClientParams
 			fault := "primary and holder cut off from the replicas and sentinels for 5s"
-			if waitReplicas > 0 {
-				url += fmt.Sprintf("&wait_replicas=%d&wait_timeout=300ms", waitReplicas)
-				fault += fmt.Sprintf(", WaitReplicas %d", waitReplicas)
+			url += "&wait_timeout=300ms"
+			if waitReplicas == 0 {
+				url += "&wait_replicas=0"
+			} else {
+				fault += ", the default (WaitReplicas 1)"
 			}
 			wl := workload{
 				url:     url,
