@@ -162,10 +162,11 @@ func (d *Driver) wait(ctx context.Context, q *lockReq, replicas int64) (int64, e
 	if err != nil {
 		return 0, err
 	}
+	cluster, _ := d.client.(*redis.ClusterClient)
 	var tryAgainUntil time.Time
 	for {
 		var pipe redis.Pipeliner
-		if c, ok := d.client.(*redis.ClusterClient); ok {
+		if c := cluster; c != nil {
 			node, err := c.MasterForKey(ctx, keys[0])
 			if err != nil {
 				return 0, err
@@ -177,11 +178,11 @@ func (d *Driver) wait(ctx context.Context, q *lockReq, replicas int64) (int64, e
 		renew := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
 		wait := pipe.Do(ctx, "WAIT", replicas, d.waitTimeout)
 		_, err := pipe.Exec(ctx)
-		if c, ok := d.client.(*redis.ClusterClient); ok && err != nil && movingSlot(err) {
+		if cluster != nil && err != nil && movingSlot(err) {
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
 			}
-			c.ReloadState(ctx)
+			cluster.ReloadState(ctx)
 			if time.Now().Before(tryAgainUntil) && sleep(ctx, tryAgainPause) {
 				continue
 			}
