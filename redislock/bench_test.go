@@ -89,23 +89,32 @@ func BenchmarkDriverKinds(b *testing.B) {
 }
 
 // BenchmarkReplica: acquire+release through a Locker on a primary with one
-// replica of the benchmark's own, on loopback: "default" waits for the
-// replica's acknowledgement of each grant (WAIT), "off" does not
-// (WaitReplicas -1, URL wait_replicas=0). The difference is what the
-// default costs where there are replicas.
+// replica of the benchmark's own, on loopback, from one goroutine (S1) and
+// from 16 on names of their own (S2): "default" waits for the replica's
+// acknowledgement of each grant (WAIT), "off" does not (WaitReplicas -1,
+// URL wait_replicas=0). The difference is what the default costs where
+// there are replicas.
 func BenchmarkReplica(b *testing.B) {
 	primary := testenv.StartRedis(b, testenv.RedisOptions{})
 	startReplica(b, primary)
-	for _, c := range []struct {
-		name string
-		wait int
-	}{{"default", 0}, {"off", -1}} {
-		b.Run(c.name, func(b *testing.B) {
-			d := newDriverOn(b, primary.Client(), &Options{WaitReplicas: c.wait})
-			locktest.BenchCycle(b, context.Background(), locktest.Kind(locktest.New(b, d), "mutex", "bench/replica"))
-			if want := int64(1 + c.wait); d.waitReplicas.Load() != want {
-				b.Fatalf("waited for %d replicas, want %d", d.waitReplicas.Load(), want)
-			}
-		})
+	ctx := context.Background()
+	for _, sc := range []string{"S1", "S2"} {
+		for _, c := range []struct {
+			name string
+			wait int
+		}{{"default", 0}, {"off", -1}} {
+			b.Run(sc+"/"+c.name, func(b *testing.B) {
+				d := newDriverOn(b, primary.Client(), &Options{WaitReplicas: c.wait})
+				l := locktest.New(b, d)
+				if sc == "S1" {
+					locktest.BenchCycle(b, ctx, locktest.Kind(l, "mutex", "bench/replica"))
+				} else {
+					locktest.BenchParallel(b, 16, "bench/replica/", func(name string) error { return locktest.Cycle(ctx, l, name) })
+				}
+				if want := int64(1 + c.wait); d.waitReplicas.Load() != want {
+					b.Fatalf("waited for %d replicas, want %d", d.waitReplicas.Load(), want)
+				}
+			})
+		}
 	}
 }

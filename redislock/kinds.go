@@ -40,7 +40,8 @@ var (
 	dlockListed = []*kind{mutexKind, writeKind, permitKind, leaderKind} // by Inspect
 )
 
-// Operations of the scripts (acquire.lua's mode is opTry or opWait),
+// Operations of the scripts (the kinds' scripts take one as ARGV[1]; the
+// mutex's acquire.lua is in wait mode when given a channel),
 // boxed once so that passing them allocates nothing.
 var (
 	opTry     any = "try"

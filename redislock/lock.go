@@ -84,9 +84,9 @@ func (d *Driver) call(ctx context.Context, q *lockReq, op, channel any) (s *redi
 	}
 	switch {
 	case op == opTry:
-		return acquireScript, q.keys[:2], [11]any{q.Owner, b.ms, d.fenceTTL, opTry}, 4, nil
+		return acquireScript, q.keys[:2], [11]any{q.Owner, b.ms, d.fenceTTL}, 3, nil
 	case op == opWait:
-		return acquireScript, q.keys, [11]any{q.Owner, b.ms, d.fenceTTL, opWait, channel, b.life}, 6, nil
+		return acquireScript, q.keys, [11]any{q.Owner, b.ms, d.fenceTTL, channel, b.life}, 5, nil
 	case op == opRenew:
 		return renewScript, q.keys[:1], [11]any{q.Owner, b.ms}, 2, nil
 	case k.plain:

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,8 +38,8 @@ var (
 
 	// lib.lua holds the functions that the mutex's acquire and release
 	// share, and kinds.lua, after it, those of the other kinds' scripts.
-	acquireScript = redisutil.NewScript(libLua + "\n" + acquireLua)
-	releaseScript = redisutil.NewScript(libLua + "\n" + releaseLua)
+	acquireScript = redisutil.NewScript(withLib(acquireLua))
+	releaseScript = redisutil.NewScript(withLib(releaseLua))
 	renewScript   = redisutil.NewScript(renewLua)
 
 	// LayoutRedsync takes the lock with acquireScript in try mode and
@@ -51,6 +52,15 @@ var (
 	electionScript  = redisutil.NewScript(kindsLib + electionLua)
 	leaderScript    = redisutil.NewScript(leaderLua)
 )
+
+// withLib puts lib.lua into src where src says --@lib.
+func withLib(src string) string {
+	const mark = "\n--@lib\n"
+	if !strings.Contains(src, mark) {
+		panic("redislock: a script lacks its --@lib line")
+	}
+	return strings.Replace(src, mark, "\n"+libLua+"\n", 1)
+}
 
 // run sends one call of s through the driver's client with the caller's
 // ctx, as go-redis's Script.Run does: EVALSHA, then EVAL (which caches it

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/internal/testenv"
+	"github.com/dlockgo/dlock/locktest"
 )
 
 // TestTokenSurvivesRestart: Redis without persistence loses the fencing
@@ -138,5 +139,58 @@ func TestSubscriptionReconnects(t *testing.T) {
 	w.queueTTL = quietTTL
 	if lat := cycle("after resubscribing", false, quietTTL); lat > messageBound {
 		t.Errorf("took %v, with re-checks 30 s apart: the grant did not come by message", lat)
+	}
+}
+
+// TestFreeLockSkipsQueue: a free lock taken and released through a
+// Locker, with nobody waiting, costs SET NX PX and INCR to take and
+// EXISTS of the queue and an owner-checked DEL to release: no command
+// writes a queue key and nothing is published. The counter a first
+// acquisition creates gets its expiry.
+func TestFreeLockSkipsQueue(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := srv.Client()
+	d := newDriverOn(t, c, nil)
+	l := locktest.New(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cycle := func() {
+		t.Helper()
+		lease, err := l.Acquire(ctx, "free")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the scripts and asks once whether there are replicas
+	if ttl, err := c.PTTL(ctx, d.keys("free")[1]).Result(); err != nil || ttl <= 0 {
+		t.Fatalf("the new counter's PTTL is %v (%v), want its expiry", ttl, err)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for range n {
+		cycle()
+	}
+	stats, err := commandStats(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"evalsha": 2 * n, "set": n, "incr": n, "exists": n, "get": n, "del": n}
+	for name, st := range stats {
+		if name == "config|resetstat" {
+			continue
+		}
+		if st.calls != want[name] {
+			t.Errorf("%s ran %d times in %d acquire+release cycles, want %d", name, st.calls, n, want[name])
+		}
+	}
+	for name, calls := range want {
+		if stats[name].calls != calls {
+			t.Errorf("%s ran %d times in %d cycles, want %d", name, stats[name].calls, n, calls)
+		}
 	}
 }

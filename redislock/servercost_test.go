@@ -87,31 +87,46 @@ func serverCost(b *testing.B, c *redis.Client, op func(), commands ...string) {
 		op()
 	}
 	b.StopTimer()
-	info, err := c.Info(ctx, "commandstats").Result()
+	stats, err := commandStats(ctx, c)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var usec float64
-	for _, line := range strings.Split(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_")), ":")
-		if !ok || !contains(commands, name) {
-			continue
-		}
-		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				usec += n
-			}
-		}
+	for _, name := range commands {
+		usec += stats[name].usec
 	}
 	b.ReportMetric(usec/float64(b.N), "server-us/op")
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct {
+	calls int64
+	usec  float64
+}
+
+// commandStats reads INFO commandstats: the calls and usec of each command
+// since the last CONFIG RESETSTAT, by lower-case name.
+func commandStats(ctx context.Context, c *redis.Client) (map[string]cmdStat, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
 	}
-	return false
+	stats := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_")), ":")
+		if !ok {
+			continue
+		}
+		var st cmdStat
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				st.usec, _ = strconv.ParseFloat(v, 64)
+			}
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		stats[name] = st
+	}
+	return stats, nil
 }

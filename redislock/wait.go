@@ -46,7 +46,8 @@ func (lt *lazyTimer) stop() {
 }
 
 // Lock takes the lock, waiting as long as ctx allows, first come first
-// served: the waiter joins the lock's queue in Redis and is handed the lock
+// served: a first attempt takes a free lock as TryLock does; if it is
+// held, the waiter joins the lock's queue in Redis and is handed the lock
 // by a release (see Waiting and Lock kinds in docs/REDIS.md; in
 // LayoutRedsync, lockPlain). When ctx ends or the driver closes first, Lock
 // cleans up (see abandon) and returns ctx's error or driver.ErrClosed; if
@@ -70,12 +71,17 @@ func (d *Driver) Lock(ctx context.Context, r driver.Request) (driver.Grant, erro
 	if q.kind.plain {
 		return d.lockPlain(ctx, &q, &timer)
 	}
+	// A first attempt that does not queue: a free lock costs one script
+	// that touches no queue key, and no subscription.
+	if _, g, err := d.try(ctx, &q, opTry, nil); err == nil || !errors.Is(err, driver.ErrNotAcquired) {
+		return g, err
+	}
 	recheck := min(d.entryLifetime(q.ttl), q.ttl) / 3
 	wait := timer.after
 
-	// Subscribe and register before the first script: a grant may follow
-	// it at once. It comes on the driver's channel, or on a Redis 7
-	// Cluster on the name's shard channel.
+	// Held: subscribe and register before the first script that queues: a
+	// grant may follow it at once. It comes on the driver's channel, or on
+	// a Redis 7 Cluster on the name's shard channel.
 	channel := d.channelArg
 	var ready <-chan struct{}
 	ok := false

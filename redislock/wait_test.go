@@ -342,7 +342,7 @@ func TestDeadWaiterSkipped(t *testing.T) {
 	// The dead waiter queues once and is never heard of again.
 	dead := request(name, ttl)
 	k := d.keys(name)
-	if err := redis.NewScript(acquireScript.Source()).Run(ctx, d.client, k[:], dead.Owner, ttl.Milliseconds(), d.fenceTTL, opWait,
+	if err := redis.NewScript(acquireScript.Source()).Run(ctx, d.client, k[:], dead.Owner, ttl.Milliseconds(), d.fenceTTL,
 		d.prefix+"w:dead", d.entryLifetime(ttl).Milliseconds()).Err(); err != nil {
 		t.Fatal(err)
 	}

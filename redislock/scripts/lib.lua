@@ -1,6 +1,7 @@
--- Shared functions, put before acquire.lua, release.lua and (with
--- kinds.lua) the kinds' scripts: the one copy of the fencing counter's
--- seeding and of the queue's handling.
+-- Shared functions, put in acquire.lua and release.lua where they say
+-- --@lib (after their common paths, which need none of them), and before
+-- (with kinds.lua) the kinds' scripts: the one copy of the fencing
+-- counter's seeding and of the queue's handling.
 --
 -- Keys of one lock (one hash slot: they share the "{name}" tag):
 --   KEYS[1] the lock: owner value, with the lease's expiry
@@ -14,19 +15,24 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Advances the fencing counter and returns the new token. A missing counter
--- (never used, expired, or lost in a restart without persistence) is
--- recreated by INCR as 1, and then seeded from the server's clock in
--- microseconds, built as a string so no float rounding is involved, with
--- its expiry (fence_ttl ms): INCR keeps a key's expiry, so only seeding
--- sets it. Tokens grow by one per acquisition, far slower than the clock,
--- so a reseeded counter is still above every token issued before.
+-- next_token advances the fencing counter and returns the new token. A
+-- missing counter (never used, expired, or lost in a restart without
+-- persistence) is recreated by INCR as 1, and then seed_token seeds it
+-- from the server's clock in microseconds, built as a string so no float
+-- rounding is involved, with its expiry (fence_ttl ms), and returns the
+-- token after the seed: INCR keeps a key's expiry, so only seeding sets
+-- it. Tokens grow by one per acquisition, far slower than the clock, so a
+-- reseeded counter is still above every token issued before.
+local function seed_token(fence_ttl)
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', fence_ttl)
+  return redis.call('INCR', KEYS[2])
+end
+
 local function next_token(fence_ttl)
   local token = redis.call('INCR', KEYS[2])
   if token == 1 then
-    local t = redis.call('TIME')
-    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', fence_ttl)
-    token = redis.call('INCR', KEYS[2])
+    return seed_token(fence_ttl)
   end
   return token
 end

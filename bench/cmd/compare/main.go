@@ -233,7 +233,7 @@ func run() error {
 		harness.WriteCosts(w, costs, *cost)
 	}
 	fmt.Fprintf(w, "\n### Targets\n\n")
-	harness.WriteTargets(w, results, kinds)
+	harness.WriteTargets(w, results, costs, kinds)
 	return nil
 }
 
