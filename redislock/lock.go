@@ -137,12 +137,32 @@ func (d *Driver) TryLock(ctx context.Context, r driver.Request) (driver.Grant, e
 
 // try makes one acquisition attempt of q, op opTry (never queue) or
 // opWait (queue, or renew the entry, whose grant goes to channel), and
-// returns its outcome with the replicated Grant, or the error: a
-// *driver.HeldError when another holds the lock; after any other error
-// (which the script may have preceded) nothing is held or queued.
+// returns its outcome with the Grant, or the error: a *driver.HeldError
+// when another holds the lock; after any other error (which the script
+// may have preceded) nothing is held or queued. Where the Driver waits
+// for replicas, WAIT follows the script in one pipeline, so that it
+// counts the replicas that have the grant the script wrote on that
+// connection; a grant too few acknowledged is released and fails with
+// ErrNotReplicated.
 func (d *Driver) try(ctx context.Context, q *lockReq, op, channel any) (attempt, driver.Grant, error) {
 	start := time.Now()
-	a, err := acquireReply(d.do(ctx, q, op, channel))
+	replicas, err := d.replicasToWait(ctx)
+	if err != nil {
+		return attempt{}, driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", q.Name, err)
+	}
+	var cmd *redis.Cmd
+	acked, waitErr := replicas, error(nil)
+	if replicas > 0 {
+		cmd, acked, waitErr = d.scriptAndWait(ctx, q, op, channel, replicas)
+	} else {
+		cmd = d.do(ctx, q, op, channel)
+	}
+	var a attempt
+	if cmd == nil {
+		err = waitErr
+	} else {
+		a, err = acquireReply(cmd)
+	}
 	if err != nil {
 		return attempt{}, driver.Grant{}, d.abandon(ctx, q, fmt.Errorf("redislock: lock %q: %w", q.Name, err))
 	}
@@ -150,8 +170,10 @@ func (d *Driver) try(ctx context.Context, q *lockReq, op, channel any) (attempt,
 	if !a.got {
 		return a, driver.Grant{}, &driver.HeldError{Name: q.Name, Remaining: a.remaining(0)}
 	}
-	g, err := d.replicated(ctx, q, driver.Grant{Token: a.token, Expires: start.Add(q.ttl)})
-	return a, g, err
+	if err := d.notReplicated(q, "lock", waitErr, acked, replicas); err != nil {
+		return a, driver.Grant{}, d.abandon(ctx, q, err)
+	}
+	return a, driver.Grant{Token: a.token, Expires: start.Add(q.ttl)}, nil
 }
 
 // attempt is the outcome of one acquisition script call.

@@ -101,9 +101,9 @@ func hasReplicas(ctx context.Context, c redis.UniversalClient) (bool, error) {
 	return false, nil // a Ring: no replicas to ask for
 }
 
-// replicated passes on the grant g of an acquisition once d.waitReplicas
-// replicas have it (see waitAck), and otherwise releases the lock and
-// fails with ErrNotReplicated. Redis replicates asynchronously: a primary
+// replicated passes on the grant g of a handoff, which the releaser's
+// script wrote, once d.waitReplicas replicas have it (see waitAck), and
+// otherwise releases the lock and fails with ErrNotReplicated. Redis replicates asynchronously: a primary
 // that dies before its replicas received a grant leaves a promoted replica
 // on which the lock is free (and the fencing counter behind). WAIT closes
 // most of that window; what remains is in Sentinel in docs/REDIS.md.
@@ -134,6 +134,7 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 // pool, or the releaser's for a handoff); the renew, a write on WAIT's
 // connection after the grant in the replication stream, makes a replica
 // that has it have the grant too, and checks the lock is still q.Owner's.
+// (An acquisition's own script runs in WAIT's pipeline: see try.)
 //
 // A renewal the replicas did not acknowledge fails without ending the
 // lock, whose lease keeps the validity of the last acknowledged one: a
@@ -141,9 +142,16 @@ var errLostBeforeWait = fmt.Errorf("the lock was gone before the replicas were a
 // renewals, but the replica they promote has only the last it received.
 func (d *Driver) waitAck(ctx context.Context, q *lockReq, replicas int64, op string) error {
 	n, err := d.wait(ctx, q, replicas)
-	switch {
-	case op == "renew" && errors.Is(err, driver.ErrNotHeld):
+	if op == "renew" && errors.Is(err, driver.ErrNotHeld) {
 		return fmt.Errorf("redislock: renew %q: %w", q.Name, err)
+	}
+	return d.notReplicated(q, op, err, n, replicas)
+}
+
+// notReplicated is the error of op ("lock" or "renew") on q's lock whose
+// WAIT failed with err or counted n of the replicas asked for, or nil.
+func (d *Driver) notReplicated(q *lockReq, op string, err error, n, replicas int64) error {
+	switch {
 	case err != nil:
 		return fmt.Errorf("redislock: %s %q: waiting for replicas: %w", op, q.Name, errors.Join(err, ErrNotReplicated))
 	case n < replicas:
@@ -153,31 +161,57 @@ func (d *Driver) waitAck(ctx context.Context, q *lockReq, replicas int64, op str
 	return nil
 }
 
-// wait is waitAck's pipeline; it returns WAIT's count of replicas. On a
-// Cluster it runs on the master of the lock's slot, whose replicas WAIT
-// counts, and waits out a slot's move as run does (reloading the slot
-// map, which a pipeline sent to one node does not do by itself).
+// wait is waitAck's pipeline; it returns WAIT's count of replicas.
 func (d *Driver) wait(ctx context.Context, q *lockReq, replicas int64) (int64, error) {
-	s, keys, args, n, err := d.call(ctx, q, opRenew, d.channelArg)
+	renew, n, err := d.scriptAndWait(ctx, q, opRenew, d.channelArg, replicas)
 	if err != nil {
 		return 0, err
 	}
+	if v, err := renew.Int64(); err != nil || v != 1 {
+		return 0, errors.Join(err, errLostBeforeWait)
+	}
+	return n, nil
+}
+
+// scriptAndWait runs the script of op on q's lock (see call) and WAIT for
+// replicas after it, on one connection (a pipeline), and returns the
+// script's command and WAIT's count; err is the script's error, or else
+// WAIT's. On a Cluster it runs on the master of the lock's slot, whose
+// replicas WAIT counts, and waits out a slot's move as run does
+// (reloading the slot map, which a pipeline sent to one node does not do
+// by itself). It sends EVALSHA, and EVAL after NOSCRIPT, as run does.
+func (d *Driver) scriptAndWait(ctx context.Context, q *lockReq, op, channel any, replicas int64) (*redis.Cmd, int64, error) {
+	s, keys, args, n, err := d.call(ctx, q, op, channel)
+	if err != nil {
+		return nil, 0, err
+	}
 	cluster, _ := d.client.(*redis.ClusterClient)
 	var tryAgainUntil time.Time
+	byEval := false
 	for {
 		var pipe redis.Pipeliner
 		if c := cluster; c != nil {
 			node, err := c.MasterForKey(ctx, keys[0])
 			if err != nil {
-				return 0, err
+				return nil, 0, err
 			}
 			pipe = node.Pipeline()
 		} else {
 			pipe = d.client.Pipeline()
 		}
-		renew := pipe.Eval(ctx, s.Source(), keys, args[:n]...)
+		var script *redis.Cmd
+		if byEval {
+			script = pipe.Eval(ctx, s.Source(), keys, args[:n]...)
+		} else {
+			script = pipe.EvalSha(ctx, s.Hash(), keys, args[:n]...)
+		}
 		wait := pipe.Do(ctx, "WAIT", replicas, d.waitTimeout)
-		_, err := pipe.Exec(ctx)
+		_, _ = pipe.Exec(ctx) // each command keeps its own error
+		err := script.Err()
+		if !byEval && isNoScript(err) {
+			byEval = true
+			continue
+		}
 		if cluster != nil && err != nil && movingSlot(err) {
 			if tryAgainUntil.IsZero() {
 				tryAgainUntil = time.Now().Add(tryAgainFor)
@@ -188,11 +222,9 @@ func (d *Driver) wait(ctx context.Context, q *lockReq, replicas int64) (int64, e
 			}
 		}
 		if err != nil {
-			return 0, err
+			return script, 0, err
 		}
-		if n, err := renew.Int64(); err != nil || n != 1 {
-			return 0, errors.Join(err, errLostBeforeWait)
-		}
-		return wait.Int64()
+		count, err := wait.Int64()
+		return script, count, err
 	}
 }

@@ -83,7 +83,7 @@ func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, ar
 		switch {
 		case err == nil:
 			return cmd
-		case cmdArgs[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")):
+		case cmdArgs[0] == "evalsha" && isNoScript(err):
 			cmdArgs[0], cmdArgs[1] = "eval", s.Src
 		case movingSlot(err):
 			// TRYAGAIN: the keys are split between two primaries; MOVED,
@@ -101,6 +101,12 @@ func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, ar
 			return cmd
 		}
 	}
+}
+
+// isNoScript reports whether err is the server's NOSCRIPT: it lacks the
+// script (a restart, SCRIPT FLUSH), which EVAL then loads again.
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
 // movingSlot reports whether err is a Cluster's refusal to run a command

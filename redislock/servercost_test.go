@@ -19,12 +19,18 @@ var rawDelete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then r
 // script: the least a lock with fencing tokens asks of the server.
 var rawFencedAcquire = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0`)
 
+// scriptedAcquire is SET NX PX in a script taking three arguments (owner,
+// a prefix length for re-obtaining, the TTL), the shape of bsm/redislock's
+// obtain script when the lock is free.
+var scriptedAcquire = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return redis.status_reply('OK') end return false`)
+
 // BenchmarkServerCost: the server's time per uncontended acquire+release
 // (server-us/op, from INFO commandstats on a private redis-server: the
 // usec of the commands the client sent, which include those a script
 // runs), for a Locker, for the raw loop of SET NX PX and a delete script,
-// and for that loop with a fencing token (raw-fenced: SET NX PX and INCR
-// in one script, then the delete script). Rerun with
+// for that loop with the SET in a script as bsm/redislock sends it
+// (scripted), and for that loop with a fencing token (raw-fenced: SET NX
+// PX and INCR in one script, then the delete script). Rerun with
 //
 //	go test -run '^$' -bench ServerCost -count 5 ./redislock/
 func BenchmarkServerCost(b *testing.B) {
@@ -59,6 +65,19 @@ func BenchmarkServerCost(b *testing.B) {
 				b.Fatal(err)
 			}
 		}, "set", "evalsha", "eval")
+	})
+	b.Run("scripted", func(b *testing.B) {
+		_ = rawDelete.Load(ctx, c).Err()
+		_ = scriptedAcquire.Load(ctx, c).Err()
+		keys := []string{"cost"}
+		serverCost(b, c, func() {
+			if err := scriptedAcquire.Run(ctx, c, keys, "me", 2, 10000).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := rawDelete.Run(ctx, c, keys, "me").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, "evalsha", "eval")
 	})
 	b.Run("raw-fenced", func(b *testing.B) {
 		_ = rawDelete.Load(ctx, c).Err()
