@@ -177,6 +177,10 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, ErrClosed
 	}
 	req.TTL = cfg.ttl
+	if wait {
+		l.m.waits(1)
+		defer l.m.waits(-1)
+	}
 	// A driver.Waiter is asked to wait; another is tried again after a
 	// pause while the lock is busy (see pause).
 	start := time.Now()

@@ -37,14 +37,18 @@ type metrics struct {
 	renewals metric.Int64Counter
 	lost     metric.Int64Counter
 	held     metric.Int64UpDownCounter
+	waiting  metric.Int64UpDownCounter
 
-	backend  metric.MeasurementOption
-	byResult map[string]metric.MeasurementOption
-	renewOK  metric.MeasurementOption
-	renewErr metric.MeasurementOption
-	released metric.MeasurementOption
-	lostOpt  metric.MeasurementOption
-	byReason map[string]metric.MeasurementOption // dlock.lost, by reason
+	backend metric.MeasurementOption
+	// onBackend is backend as an Add's options, built once: a variadic
+	// argument list built at each call escapes to the heap.
+	onBackend []metric.AddOption
+	byResult  map[string]metric.MeasurementOption
+	renewOK   metric.MeasurementOption
+	renewErr  metric.MeasurementOption
+	released  metric.MeasurementOption
+	lostOpt   metric.MeasurementOption
+	byReason  map[string]metric.MeasurementOption // dlock.lost, by reason
 }
 
 // Why a lease was lost: the values of dlock.lost's reason attribute.
@@ -84,9 +88,12 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 		metric.WithDescription("Leases lost while held, by reason."))
 	x.held, _ = m.Int64UpDownCounter("dlock.held", metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases currently held by this process."))
+	x.waiting, _ = m.Int64UpDownCounter("dlock.waiting", metric.WithUnit("{call}"),
+		metric.WithDescription("Acquire calls of this process in progress: waiting for a lock, or making their first attempt."))
 
 	b := attribute.String("backend", backend)
 	x.backend = metric.WithAttributeSet(attribute.NewSet(b))
+	x.onBackend = []metric.AddOption{x.backend}
 	x.byResult = map[string]metric.MeasurementOption{}
 	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
 		x.byResult[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", r)))
@@ -110,6 +117,12 @@ func (m *metrics) acquired(result string, waited time.Duration) {
 	if result == resultAcquired {
 		m.held.Add(ctx, 1, m.backend)
 	}
+}
+
+// waits adds n (1 when an Acquire call starts, -1 when it returns) to
+// dlock.waiting.
+func (m *metrics) waits(n int64) {
+	m.waiting.Add(context.Background(), n, m.onBackend...)
 }
 
 func (m *metrics) renewed(ok bool) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 )
@@ -193,4 +194,14 @@ func TestFreeLockSkipsQueue(t *testing.T) {
 			t.Errorf("%s ran %d times in %d cycles, want %d", name, stats[name].calls, n, calls)
 		}
 	}
+}
+
+// TestWaitingGauge: dlock.waiting counts a Locker's waiting Acquire calls
+// and comes back to zero however they end.
+func TestWaitingGauge(t *testing.T) {
+	c := testenv.RedisClient(t)
+	prefix := testPrefix(t, c)
+	locktest.WaitingGauge(t, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
+		return locktest.New(t, newDriverOn(t, c, &Options{Prefix: prefix}), opts...)
+	})
 }
