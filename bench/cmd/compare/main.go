@@ -180,23 +180,36 @@ func run() error {
 		}
 	}
 
+	// The cost pass runs once per round too, every implementation under
+	// every kind in each; its figures are the medians of the rounds.
 	var costs []harness.Cost
 	if *cost > 0 {
+		type key struct{ kind, impl string }
+		byKey := map[key][]harness.Cost{}
+		for r := range *rounds {
+			for _, k := range kinds {
+				for _, s := range specs {
+					if _, ok := impls[s.Name]; !ok {
+						continue
+					}
+					if g.limit > 0 {
+						waitQuiet(exclude, sharedPort, g.limit, g.wait)
+					}
+					c, err := harness.MeasureCost(ctx, s, env, costAddr, natsPid, k, *cost)
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "cost of %s %s: %v\n", k, s.Name, err)
+						continue
+					}
+					fmt.Fprintf(os.Stderr, "round %d cost %-10s %-15s %8.0f ops/s client %v/op server %v/op\n", r+1, k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
+					byKey[key{k, s.Name}] = append(byKey[key{k, s.Name}], c)
+				}
+			}
+		}
 		for _, k := range kinds {
 			for _, s := range specs {
-				if _, ok := impls[s.Name]; !ok {
-					continue
+				if cs := byKey[key{k, s.Name}]; len(cs) > 0 {
+					costs = append(costs, harness.MedianCost(cs))
 				}
-				if g.limit > 0 {
-					waitQuiet(exclude, sharedPort, g.limit, g.wait)
-				}
-				c, err := harness.MeasureCost(ctx, s, env, costAddr, natsPid, k, *cost)
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "cost of %s %s: %v\n", k, s.Name, err)
-					continue
-				}
-				fmt.Fprintf(os.Stderr, "cost %-10s %-15s %8.0f ops/s client %v/op server %v/op\n", k, s.Name, c.OpsPerSec, c.ClientPerOp, c.ServerPerOp)
-				costs = append(costs, c)
 			}
 		}
 	}

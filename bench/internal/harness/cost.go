@@ -143,9 +143,37 @@ func commandStats(ctx context.Context, addrs []string) (cmdStats, error) {
 	})
 }
 
+// MedianCost is the median of each figure of cs, measurements of one
+// implementation under one context kind (cs[0]'s names and node count).
+func MedianCost(cs []Cost) Cost {
+	med := func(f func(Cost) float64) float64 {
+		v := make([]float64, len(cs))
+		for i, c := range cs {
+			v[i] = f(c)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	d := func(f func(Cost) time.Duration) time.Duration {
+		return time.Duration(med(func(c Cost) float64 { return float64(f(c)) }))
+	}
+	out := cs[0]
+	out.OpsPerSec = med(func(c Cost) float64 { return c.OpsPerSec })
+	out.ClientPerOp = d(func(c Cost) time.Duration { return c.ClientPerOp })
+	out.ServerPerOp = d(func(c Cost) time.Duration { return c.ServerPerOp })
+	out.Scripts = med(func(c Cost) float64 { return c.Scripts })
+	out.Others = med(func(c Cost) float64 { return c.Others })
+	out.ScriptTime = d(func(c Cost) time.Duration { return c.ScriptTime })
+	out.OthersTime = d(func(c Cost) time.Duration { return c.OthersTime })
+	return out
+}
+
 // WriteCosts writes the CPU-cost table.
 func WriteCosts(w io.Writer, cs []Cost, d time.Duration) {
-	fmt.Fprintf(w, "**CPU per operation** — S2 again for %v, every server private (so the servers' CPU is this implementation's alone): Redis's from INFO cpu, the nats-server's from /proc/<pid>/stat (10 ms ticks); the Redis command counts and times are from INFO commandstats, where a script's time includes the commands it calls, and those are also counted among the other commands (– for the nats-server, which has no such counts)\n\n", d)
+	fmt.Fprintf(w, "**CPU per operation** — S2 again for %v in each round (the medians of the rounds), every server private (so the servers' CPU is this implementation's alone): Redis's from INFO cpu, the nats-server's from /proc/<pid>/stat (10 ms ticks); the Redis command counts and times are from INFO commandstats, where a script's time includes the commands it calls, and those are also counted among the other commands (– for the nats-server, which has no such counts)\n\n", d)
 	fmt.Fprintf(w, "| ctx | impl | ops/s | client CPU µs/op | server CPU µs/op (all nodes) | total µs/op | scripts/op | script time µs/op | other commands/op | their time µs/op |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cs {
 		stats := "– | – | – | –"
