@@ -146,17 +146,7 @@ func commandStats(ctx context.Context, addrs []string) (cmdStats, error) {
 // MedianCost is the median of each figure of cs, measurements of one
 // implementation under one context kind (cs[0]'s names and node count).
 func MedianCost(cs []Cost) Cost {
-	med := func(f func(Cost) float64) float64 {
-		v := make([]float64, len(cs))
-		for i, c := range cs {
-			v[i] = f(c)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	med := func(f func(Cost) float64) float64 { return medianOf(cs, f) }
 	d := func(f func(Cost) time.Duration) time.Duration {
 		return time.Duration(med(func(c Cost) float64 { return float64(f(c)) }))
 	}

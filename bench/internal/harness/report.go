@@ -50,9 +50,14 @@ func Combine(rounds []Result) Result {
 }
 
 func medianF(rs []Result, f func(Result) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
+	return medianOf(rs, f)
+}
+
+// medianOf is the median of f over xs.
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
 	}
 	slices.Sort(v)
 	if len(v)%2 == 1 {
