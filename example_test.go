@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock"
@@ -241,4 +242,29 @@ func ExampleLocker_TryCampaign() {
 	}
 	// Output:
 	// host-2 follows "host-1:8080"
+}
+
+// A name class labels every metric about a lock with a bounded class of
+// its name, so that a dashboard can tell the contended order locks from
+// the nightly report's lock; the names themselves never become labels.
+func ExampleWithNameClass() {
+	ctx := context.Background()
+	byPrefix := func(name string) string {
+		class, _, _ := strings.Cut(name, "/") // "orders/42" -> "orders"
+		return class
+	}
+	locker, err := dlock.Open(ctx, "mem://example-class", dlock.WithNameClass(byPrefix))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	lease, err := locker.Acquire(ctx, "orders/42")
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("holding", lease.Name(), "measured as class", byPrefix(lease.Name()))
+	// Output:
+	// holding orders/42 measured as class orders
 }

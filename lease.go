@@ -25,6 +25,7 @@ import (
 // A Lease is safe for concurrent use. It must not be copied.
 type Lease struct {
 	l         *Locker
+	ms        *metricSets // its metrics' attribute sets
 	req       driver.Request
 	token     uint64
 	autoRenew bool
@@ -52,9 +53,10 @@ type Lease struct {
 	cancelOp context.CancelFunc // aborts an automatic renewal in flight
 }
 
-func newLease(l *Locker, req driver.Request, g driver.Grant, autoRenew bool, maxHold time.Duration) *Lease {
+func newLease(l *Locker, req driver.Request, g driver.Grant, ms *metricSets, autoRenew bool, maxHold time.Duration) *Lease {
 	s := &Lease{
 		l:         l,
+		ms:        ms,
 		req:       req,
 		token:     g.Token,
 		autoRenew: autoRenew,

@@ -72,7 +72,7 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 	for m := range l.modes {
 		l.modes[m] = supportOf(d, driver.Mode(m))
 	}
-	l.m = newMetrics(cfg.meter, backend)
+	l.m = newMetrics(cfg.meter, backend, cfg.nameClass)
 	l.log = cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)).With("backend", backend)
 	return l, nil
 }
@@ -177,9 +177,10 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, ErrClosed
 	}
 	req.TTL = cfg.ttl
+	ms := l.m.sets(name)
 	if wait {
-		l.m.waits(1)
-		defer l.m.waits(-1)
+		l.m.waits(ms, 1)
+		defer l.m.waits(ms, -1)
 	}
 	// A driver.Waiter is asked to wait; another is tried again after a
 	// pause while the lock is busy (see pause).
@@ -233,7 +234,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 				err = errors.Join(ctx.Err(), err)
 			}
 		}
-		l.m.acquired(result, waited)
+		l.m.acquired(ms, result, waited)
 		if result == resultError {
 			l.log.WarnContext(ctx, "dlock: acquire failed", "name", name, "error", err)
 		}
@@ -242,8 +243,8 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
 	}
-	l.m.acquired(resultAcquired, waited)
-	lease := newLease(l, req, g, cfg.autoRenew, cfg.maxHold)
+	l.m.acquired(ms, resultAcquired, waited)
+	lease := newLease(l, req, g, ms, cfg.autoRenew, cfg.maxHold)
 	if l.log.Enabled(ctx, slog.LevelDebug) {
 		l.log.DebugContext(ctx, "dlock: acquired", "name", name, "token", g.Token, "waited", waited)
 	}

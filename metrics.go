@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,8 +29,9 @@ var (
 )
 
 // metrics holds the instruments of one Locker. Lock names are never
-// attribute values: they are unbounded. Attribute sets are built once so
-// the hot path allocates nothing for them.
+// attribute values: they are unbounded; a name class (WithNameClass) is.
+// Attribute sets are built once per class so the hot path allocates
+// nothing for them.
 type metrics struct {
 	wait     metric.Float64Histogram
 	hold     metric.Float64Histogram
@@ -38,8 +40,28 @@ type metrics struct {
 	lost     metric.Int64Counter
 	held     metric.Int64UpDownCounter
 	waiting  metric.Int64UpDownCounter
+	folded   metric.Int64Counter
 
-	backend metric.MeasurementOption
+	backend attribute.KeyValue
+	plain   *metricSets // without a class
+	classOf func(name string) string
+	mu      sync.RWMutex
+	classes map[string]*metricSets // at most maxNameClasses
+}
+
+// maxNameClasses bounds the distinct classes a Locker's WithNameClass
+// function may give; the names of any further class are counted in
+// foldedClass.
+const maxNameClasses = 100
+
+// foldedClass is the class attribute of the names whose class came after
+// maxNameClasses others.
+const foldedClass = "_other"
+
+// metricSets are the attribute sets of the measurements about locks of
+// one name class (or, in plain, of every lock when there are no classes).
+type metricSets struct {
+	backend metric.MeasurementOption // the backend (and class)
 	// onBackend is backend as an Add's options, built once: a variadic
 	// argument list built at each call escapes to the heap.
 	onBackend []metric.AddOption
@@ -49,6 +71,56 @@ type metrics struct {
 	released  metric.MeasurementOption
 	lostOpt   metric.MeasurementOption
 	byReason  map[string]metric.MeasurementOption // dlock.lost, by reason
+}
+
+// newMetricSets builds the sets with base (the backend, and a class).
+func newMetricSets(base ...attribute.KeyValue) *metricSets {
+	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(kv, base...)...))
+	}
+	x := &metricSets{backend: with(), byResult: map[string]metric.MeasurementOption{}, byReason: map[string]metric.MeasurementOption{}}
+	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
+		x.byResult[r] = with(attribute.String("result", r))
+	}
+	x.onBackend = []metric.AddOption{x.backend}
+	x.renewOK = with(attribute.String("result", "ok"))
+	x.renewErr = with(attribute.String("result", "error"))
+	x.released = with(attribute.String("end", "released"))
+	x.lostOpt = with(attribute.String("end", "lost"))
+	for _, r := range []string{lostExpired, lostGone, lostBackend, lostMaxHold} {
+		x.byReason[r] = with(attribute.String("reason", r))
+	}
+	return x
+}
+
+// sets returns the attribute sets for the lock called name: its class's,
+// made on first use, or plain without WithNameClass.
+func (m *metrics) sets(name string) *metricSets {
+	if m.classOf == nil {
+		return m.plain
+	}
+	class := m.classOf(name)
+	m.mu.RLock()
+	x, ok := m.classes[class]
+	m.mu.RUnlock()
+	if ok {
+		return x
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if x, ok := m.classes[class]; ok {
+		return x
+	}
+	if len(m.classes) >= maxNameClasses {
+		m.folded.Add(context.Background(), 1, m.plain.onBackend...)
+		if x, ok := m.classes[foldedClass]; ok {
+			return x
+		}
+		class = foldedClass
+	}
+	x = newMetricSets(m.backend, attribute.String("class", class))
+	m.classes[class] = x
+	return x
 }
 
 // Why a lease was lost: the values of dlock.lost's reason attribute.
@@ -66,12 +138,12 @@ const (
 	lostMaxHold = "max_hold"
 )
 
-func newMetrics(mp metric.MeterProvider, backend string) *metrics {
+func newMetrics(mp metric.MeterProvider, backend string, classOf func(string) string) *metrics {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/dlockgo/dlock")
-	var x metrics
+	x := metrics{classOf: classOf, classes: map[string]*metricSets{}}
 	// Instrument creation only fails on invalid names, which are constants
 	// here; a failed instrument is a no-op one, so the errors are ignored.
 	x.wait, _ = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
@@ -90,57 +162,45 @@ func newMetrics(mp metric.MeterProvider, backend string) *metrics {
 		metric.WithDescription("Leases currently held by this process."))
 	x.waiting, _ = m.Int64UpDownCounter("dlock.waiting", metric.WithUnit("{call}"),
 		metric.WithDescription("Acquire calls of this process in progress: waiting for a lock, or making their first attempt."))
-
-	b := attribute.String("backend", backend)
-	x.backend = metric.WithAttributeSet(attribute.NewSet(b))
-	x.onBackend = []metric.AddOption{x.backend}
-	x.byResult = map[string]metric.MeasurementOption{}
-	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
-		x.byResult[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", r)))
-	}
-	x.renewOK = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", "ok")))
-	x.renewErr = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("result", "error")))
-	x.released = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "released")))
-	x.lostOpt = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("end", "lost")))
-	x.byReason = map[string]metric.MeasurementOption{}
-	for _, r := range []string{lostExpired, lostGone, lostBackend, lostMaxHold} {
-		x.byReason[r] = metric.WithAttributeSet(attribute.NewSet(b, attribute.String("reason", r)))
-	}
+	x.folded, _ = m.Int64Counter("dlock.name_class.folded", metric.WithUnit("{name}"),
+		metric.WithDescription("Lock names whose class came after the Locker's first 100 classes, measured as class _other."))
+	x.backend = attribute.String("backend", backend)
+	x.plain = newMetricSets(x.backend)
 	return &x
 }
 
-func (m *metrics) acquired(result string, waited time.Duration) {
+func (m *metrics) acquired(x *metricSets, result string, waited time.Duration) {
 	ctx := context.Background()
-	opt := m.byResult[result]
+	opt := x.byResult[result]
 	m.wait.Record(ctx, waited.Seconds(), opt)
 	m.acquires.Add(ctx, 1, opt)
 	if result == resultAcquired {
-		m.held.Add(ctx, 1, m.backend)
+		m.held.Add(ctx, 1, x.backend)
 	}
 }
 
 // waits adds n (1 when an Acquire call starts, -1 when it returns) to
 // dlock.waiting.
-func (m *metrics) waits(n int64) {
-	m.waiting.Add(context.Background(), n, m.onBackend...)
+func (m *metrics) waits(x *metricSets, n int64) {
+	m.waiting.Add(context.Background(), n, x.onBackend...)
 }
 
-func (m *metrics) renewed(ok bool) {
-	opt := m.renewErr
+func (m *metrics) renewed(x *metricSets, ok bool) {
+	opt := x.renewErr
 	if ok {
-		opt = m.renewOK
+		opt = x.renewOK
 	}
 	m.renewals.Add(context.Background(), 1, opt)
 }
 
 // ended records a lease's end: lost is why it was lost, "" for a release.
-func (m *metrics) ended(lost string, held time.Duration) {
+func (m *metrics) ended(x *metricSets, lost string, held time.Duration) {
 	ctx := context.Background()
-	m.held.Add(ctx, -1, m.backend)
-	opt := m.released
+	m.held.Add(ctx, -1, x.backend)
+	opt := x.released
 	if lost != "" {
-		m.lost.Add(ctx, 1, m.byReason[lost])
-		opt = m.lostOpt
+		m.lost.Add(ctx, 1, x.byReason[lost])
+		opt = x.lostOpt
 	}
 	m.hold.Record(ctx, held.Seconds(), opt)
 }

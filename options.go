@@ -29,6 +29,7 @@ type config struct {
 	backoff   Backoff
 	logger    *slog.Logger
 	meter     metric.MeterProvider
+	nameClass func(name string) string
 	err       error
 }
 
@@ -98,6 +99,18 @@ func WithBackoff(b Backoff) Option {
 // and lost leases. The default logs nothing. Locker option.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// WithNameClass adds to every metric about a lock the attribute class,
+// class(name) for the lock's name: a short, bounded label such as
+// "orders" for "orders/42", so that an operator can tell which kind of
+// lock waits or is lost (lock names themselves are never attributes: they
+// are unbounded). A Locker keeps the first 100 distinct classes its
+// function returns; the names of any other class are measured as class
+// "_other" and counted in dlock.name_class.folded. class is called once
+// per acquisition, and must be safe for concurrent use. Locker option.
+func WithNameClass(class func(name string) string) Option {
+	return func(c *config) { c.nameClass = class }
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider that receives

@@ -66,7 +66,7 @@ func (s *Lease) end(cause error, lost string) bool {
 		s.timer.Stop()
 	}
 	s.l.track(s, false)
-	s.l.m.ended(lost, time.Since(s.base))
+	s.l.m.ended(s.ms, lost, time.Since(s.base))
 	if lost != "" {
 		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
 	}
@@ -194,7 +194,7 @@ func (s *Lease) tick() {
 // ends the lease on ErrNotHeld.
 func (s *Lease) renew(ctx context.Context) error {
 	exp, err := s.l.drv.Renew(ctx, s.req)
-	s.l.m.renewed(err == nil)
+	s.l.m.renewed(s.ms, err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			s.end(s.lostError("renewal found the lock gone", err), lostGone)
