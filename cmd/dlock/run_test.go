@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -488,16 +486,7 @@ func TestRunServesMetrics(t *testing.T) {
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("no 'serving metrics' log line with a loopback address; stderr: %s", p.stderr)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
-	}
-	text := string(body)
+	text := scrape(t, addr)
 	for _, want := range []string{
 		`dlock_acquisitions_total{backend="file",otel_scope_name="github.com/dlockgo/dlock"`,
 		`result="acquired"} 1`,
