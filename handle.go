@@ -205,7 +205,7 @@ func (l *Locker) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, 
 		return nil, fmt.Errorf("dlock: resume %q: %w", h.Name, err)
 	}
 	g.Token = h.Token
-	return newLease(l, req, g, l.m.sets(req.Name), cfg.autoRenew, cfg.maxHold), nil
+	return newLease(l, req, g, l.observer(ctx, l.m.sets(req.Name)), cfg.autoRenew, cfg.maxHold), nil
 }
 
 // handleDriver checks that h's lock can be taken over on this Locker (a

@@ -25,7 +25,7 @@ import (
 // A Lease is safe for concurrent use. It must not be copied.
 type Lease struct {
 	l         *Locker
-	ms        *metricSets // its metrics' attribute sets
+	obs       *leaseObs // its metrics' attribute sets, and the caller's span
 	req       driver.Request
 	token     uint64
 	autoRenew bool
@@ -53,10 +53,10 @@ type Lease struct {
 	cancelOp context.CancelFunc // aborts an automatic renewal in flight
 }
 
-func newLease(l *Locker, req driver.Request, g driver.Grant, ms *metricSets, autoRenew bool, maxHold time.Duration) *Lease {
+func newLease(l *Locker, req driver.Request, g driver.Grant, obs *leaseObs, autoRenew bool, maxHold time.Duration) *Lease {
 	s := &Lease{
 		l:         l,
-		ms:        ms,
+		obs:       obs,
 		req:       req,
 		token:     g.Token,
 		autoRenew: autoRenew,
@@ -185,6 +185,14 @@ func (s *Lease) Renew(ctx context.Context) error {
 // owner's lock. If the store cannot be reached, the lease still ends and
 // the store frees the lock when its TTL or session ends; the error says so.
 func (s *Lease) Release(ctx context.Context) error {
+	ctx, span := s.startRelease(ctx)
+	err := s.release(ctx)
+	endRelease(span, err)
+	return err
+}
+
+// release is Release without its span.
+func (s *Lease) release(ctx context.Context) error {
 	if !s.stopSupervision() {
 		return s.heldErr()
 	}

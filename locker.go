@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"maps"
 	"slices"
@@ -29,6 +30,7 @@ type Locker struct {
 	backend string
 	cfg     config
 	m       *metrics
+	tracer  trace.Tracer // nil: no tracing
 	log     *slog.Logger
 
 	// modes is what the driver answered, at New, for each mode of
@@ -73,6 +75,9 @@ func newLocker(d driver.Driver, backend string, opts []Option) (*Locker, error) 
 		l.modes[m] = supportOf(d, driver.Mode(m))
 	}
 	l.m = newMetrics(cfg.meter, backend, cfg.nameClass)
+	if cfg.tracer != nil {
+		l.tracer = cfg.tracer.Tracer(tracerName)
+	}
 	l.log = cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)).With("backend", backend)
 	return l, nil
 }
@@ -178,6 +183,9 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 	}
 	req.TTL = cfg.ttl
 	ms := l.m.sets(name)
+	obs := l.observer(ctx, ms)
+	ctx, span := l.startAcquire(ctx, req, wait, ms)
+	tries := 0
 	if wait {
 		l.m.waits(ms, 1)
 		defer l.m.waits(ms, -1)
@@ -189,6 +197,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 	var err error
 	var end time.Time // when the last try returned
 	for attempt := 1; ; attempt++ {
+		tries++
 		if attempt == 1 {
 			req.Owner = newOwner()
 		}
@@ -235,6 +244,7 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 			}
 		}
 		l.m.acquired(ms, result, waited)
+		endAcquire(span, result, tries, waited, 0, err)
 		if result == resultError {
 			l.log.WarnContext(ctx, "dlock: acquire failed", "name", name, "error", err)
 		}
@@ -244,7 +254,8 @@ func (l *Locker) acquire(ctx context.Context, req driver.Request, opts []Option,
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, err)
 	}
 	l.m.acquired(ms, resultAcquired, waited)
-	lease := newLease(l, req, g, ms, cfg.autoRenew, cfg.maxHold)
+	endAcquire(span, resultAcquired, tries, waited, g.Token, nil)
+	lease := newLease(l, req, g, obs, cfg.autoRenew, cfg.maxHold)
 	if l.log.Enabled(ctx, slog.LevelDebug) {
 		l.log.DebugContext(ctx, "dlock: acquired", "name", name, "token", g.Token, "waited", waited)
 	}

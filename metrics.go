@@ -61,6 +61,8 @@ const foldedClass = "_other"
 // metricSets are the attribute sets of the measurements about locks of
 // one name class (or, in plain, of every lock when there are no classes).
 type metricSets struct {
+	class   string                   // "" without classes
+	obs     *leaseObs                // for a lease with these sets and no span
 	backend metric.MeasurementOption // the backend (and class)
 	// onBackend is backend as an Add's options, built once: a variadic
 	// argument list built at each call escapes to the heap.
@@ -83,6 +85,7 @@ func newMetricSets(base ...attribute.KeyValue) *metricSets {
 		x.byResult[r] = with(attribute.String("result", r))
 	}
 	x.onBackend = []metric.AddOption{x.backend}
+	x.obs = &leaseObs{ms: x}
 	x.renewOK = with(attribute.String("result", "ok"))
 	x.renewErr = with(attribute.String("result", "error"))
 	x.released = with(attribute.String("end", "released"))
@@ -119,6 +122,7 @@ func (m *metrics) sets(name string) *metricSets {
 		class = foldedClass
 	}
 	x = newMetricSets(m.backend, attribute.String("class", class))
+	x.class = class
 	m.classes[class] = x
 	return x
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTTL is the time to live of a lock when no WithTTL option is given.
@@ -30,6 +31,7 @@ type config struct {
 	logger    *slog.Logger
 	meter     metric.MeterProvider
 	nameClass func(name string) string
+	tracer    trace.TracerProvider
 	err       error
 }
 
@@ -111,6 +113,18 @@ func WithLogger(l *slog.Logger) Option {
 // per acquisition, and must be safe for concurrent use. Locker option.
 func WithNameClass(class func(name string) string) Option {
 	return func(c *config) { c.nameClass = class }
+}
+
+// WithTracerProvider turns tracing on, with the OpenTelemetry tracer
+// provider tp: a span dlock.acquire for each Acquire or TryAcquire call (a
+// child of the span in its context, with the backend, mode, result,
+// attempts, time waited, and the token or the error), a span
+// dlock.release for each Release, and events dlock.renewal_failed and
+// dlock.lost on the span of the context the lease was acquired with (see
+// docs/OBSERVABILITY.md). No span is made per renewal. The default is no
+// tracing, which costs nothing. Locker option.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracer = tp }
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider that receives

@@ -66,8 +66,9 @@ func (s *Lease) end(cause error, lost string) bool {
 		s.timer.Stop()
 	}
 	s.l.track(s, false)
-	s.l.m.ended(s.ms, lost, time.Since(s.base))
+	s.l.m.ended(s.obs.ms, lost, time.Since(s.base))
 	if lost != "" {
+		s.traceLost(lost, cause)
 		s.l.log.Error("dlock: lease lost", "name", s.req.Name, "token", s.token, "error", cause)
 	}
 	// Done closes last, so that whoever wakes on it sees the metrics and
@@ -186,6 +187,7 @@ func (s *Lease) tick() {
 	s.lastErr = err
 	if err != nil {
 		s.l.log.Warn("dlock: renewal failed", "name", s.req.Name, "token", s.token, "error", err)
+		s.traceRenewalFailed(err)
 	}
 	s.arm()
 }
@@ -194,7 +196,7 @@ func (s *Lease) tick() {
 // ends the lease on ErrNotHeld.
 func (s *Lease) renew(ctx context.Context) error {
 	exp, err := s.l.drv.Renew(ctx, s.req)
-	s.l.m.renewed(s.ms, err == nil)
+	s.l.m.renewed(s.obs.ms, err == nil)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			s.end(s.lostError("renewal found the lock gone", err), lostGone)
