@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
@@ -204,4 +207,48 @@ func TestWaitingGauge(t *testing.T) {
 	locktest.WaitingGauge(t, func(t *testing.T, opts ...dlock.Option) *dlock.Locker {
 		return locktest.New(t, newDriverOn(t, c, &Options{Prefix: prefix}), opts...)
 	})
+}
+
+// TestTracing: with a tracer provider, an acquisition on Redis is a
+// dlock.acquire span with its token under the caller's span, a release a
+// dlock.release span, and an operator's delete of the lock a dlock.lost
+// event (reason gone) on the caller's span.
+func TestTracing(t *testing.T) {
+	c := testenv.RedisClient(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	d := newDriverOn(t, c, nil)
+	l := locktest.New(t, d, dlock.WithTracerProvider(tp), dlock.WithTTL(300*time.Millisecond))
+	ctx, request := tp.Tracer("test").Start(locktest.Context(t, time.Minute), "request")
+	if err := locktest.Must(t)(l.Acquire(ctx, "traced")).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease := locktest.Must(t)(l.Acquire(ctx, "traced"))
+	if err := c.Del(ctx, d.keys("traced")[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	case <-ctx.Done():
+		t.Fatal("the lease whose lock was deleted did not end")
+	}
+	request.End()
+	names := map[string]int{}
+	for _, s := range rec.Ended() {
+		names[s.Name()]++
+		if s.Name() == "request" {
+			for _, e := range s.Events() {
+				if e.Name == "dlock.lost" {
+					names["dlock.lost event"]++
+				}
+			}
+			continue
+		}
+		if s.Parent().SpanID() != request.SpanContext().SpanID() {
+			t.Errorf("%s is not a child of the caller's span", s.Name())
+		}
+	}
+	if names["dlock.acquire"] != 2 || names["dlock.release"] != 1 || names["dlock.lost event"] != 1 {
+		t.Errorf("spans and events %v, want 2 dlock.acquire, 1 dlock.release, 1 dlock.lost event", names)
+	}
 }
