@@ -75,12 +75,17 @@ type metricSets struct {
 	byReason  map[string]metric.MeasurementOption // dlock.lost, by reason
 }
 
-// newMetricSets builds the sets with base (the backend, and a class).
-func newMetricSets(base ...attribute.KeyValue) *metricSets {
+// newMetricSets builds the sets of the backend attribute and class (none
+// when "").
+func newMetricSets(backend attribute.KeyValue, class string) *metricSets {
+	base := []attribute.KeyValue{backend}
+	if class != "" {
+		base = append(base, attribute.String("class", class))
+	}
 	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributeSet(attribute.NewSet(append(kv, base...)...))
 	}
-	x := &metricSets{backend: with(), byResult: map[string]metric.MeasurementOption{}, byReason: map[string]metric.MeasurementOption{}}
+	x := &metricSets{class: class, backend: with(), byResult: map[string]metric.MeasurementOption{}, byReason: map[string]metric.MeasurementOption{}}
 	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
 		x.byResult[r] = with(attribute.String("result", r))
 	}
@@ -121,8 +126,7 @@ func (m *metrics) sets(name string) *metricSets {
 		}
 		class = foldedClass
 	}
-	x = newMetricSets(m.backend, attribute.String("class", class))
-	x.class = class
+	x = newMetricSets(m.backend, class)
 	m.classes[class] = x
 	return x
 }
@@ -169,7 +173,7 @@ func newMetrics(mp metric.MeterProvider, backend string, classOf func(string) st
 	x.folded, _ = m.Int64Counter("dlock.name_class.folded", metric.WithUnit("{name}"),
 		metric.WithDescription("Lock names whose class came after the Locker's first 100 classes, measured as class _other."))
 	x.backend = attribute.String("backend", backend)
-	x.plain = newMetricSets(x.backend)
+	x.plain = newMetricSets(x.backend, "")
 	return &x
 }
 

@@ -76,20 +76,20 @@ func (l *Locker) observer(ctx context.Context, ms *metricSets) *leaseObs {
 
 // traceRenewalFailed adds a dlock.renewal_failed event to the span the
 // lease reports to.
-func (s *Lease) traceRenewalFailed(err error) {
-	if c := s.obs.caller; c != nil {
-		c.AddEvent("dlock.renewal_failed", trace.WithAttributes(
-			attribute.String("dlock.backend", s.l.backend), attribute.String("error", err.Error())))
-	}
-}
+func (s *Lease) traceRenewalFailed(err error) { s.traceEvent("dlock.renewal_failed", err) }
 
 // traceLost adds a dlock.lost event, with its reason, to the span the
 // lease reports to.
 func (s *Lease) traceLost(reason string, cause error) {
+	s.traceEvent("dlock.lost", cause, attribute.String("dlock.reason", reason))
+}
+
+// traceEvent adds the event name, with the backend, err and attrs, to the
+// span the lease reports to, if any.
+func (s *Lease) traceEvent(name string, err error, attrs ...attribute.KeyValue) {
 	if c := s.obs.caller; c != nil {
-		c.AddEvent("dlock.lost", trace.WithAttributes(
-			attribute.String("dlock.backend", s.l.backend), attribute.String("dlock.reason", reason),
-			attribute.String("error", cause.Error())))
+		attrs = append(attrs, attribute.String("dlock.backend", s.l.backend), attribute.String("error", err.Error()))
+		c.AddEvent(name, trace.WithAttributes(attrs...))
 	}
 }
 

@@ -103,10 +103,11 @@ func hasReplicas(ctx context.Context, c redis.UniversalClient) (bool, error) {
 
 // replicated passes on the grant g of a handoff, which the releaser's
 // script wrote, once d.waitReplicas replicas have it (see waitAck), and
-// otherwise releases the lock and fails with ErrNotReplicated. Redis replicates asynchronously: a primary
-// that dies before its replicas received a grant leaves a promoted replica
-// on which the lock is free (and the fencing counter behind). WAIT closes
-// most of that window; what remains is in Sentinel in docs/REDIS.md.
+// otherwise releases the lock and fails with ErrNotReplicated. Redis
+// replicates asynchronously: a primary that dies before its replicas
+// received a grant leaves a promoted replica on which the lock is free
+// (and the fencing counter behind). WAIT closes most of that window; what
+// remains is in Sentinel in docs/REDIS.md.
 func (d *Driver) replicated(ctx context.Context, q *lockReq, g driver.Grant) (driver.Grant, error) {
 	n, err := d.replicasToWait(ctx)
 	if err != nil {
@@ -186,8 +187,7 @@ func (d *Driver) scriptAndWait(ctx context.Context, q *lockReq, op, channel any,
 		return nil, 0, err
 	}
 	cluster, _ := d.client.(*redis.ClusterClient)
-	var tryAgainUntil time.Time
-	byEval := false
+	var r retrier
 	for {
 		var pipe redis.Pipeliner
 		if c := cluster; c != nil {
@@ -200,7 +200,7 @@ func (d *Driver) scriptAndWait(ctx context.Context, q *lockReq, op, channel any,
 			pipe = d.client.Pipeline()
 		}
 		var script *redis.Cmd
-		if byEval {
+		if r.byEval {
 			script = pipe.Eval(ctx, s.Source(), keys, args[:n]...)
 		} else {
 			script = pipe.EvalSha(ctx, s.Hash(), keys, args[:n]...)
@@ -208,18 +208,11 @@ func (d *Driver) scriptAndWait(ctx context.Context, q *lockReq, op, channel any,
 		wait := pipe.Do(ctx, "WAIT", replicas, d.waitTimeout)
 		_, _ = pipe.Exec(ctx) // each command keeps its own error
 		err := script.Err()
-		if !byEval && isNoScript(err) {
-			byEval = true
-			continue
-		}
 		if cluster != nil && err != nil && movingSlot(err) {
-			if tryAgainUntil.IsZero() {
-				tryAgainUntil = time.Now().Add(tryAgainFor)
-			}
 			cluster.ReloadState(ctx)
-			if time.Now().Before(tryAgainUntil) && sleep(ctx, tryAgainPause) {
-				continue
-			}
+		}
+		if r.again(ctx, err, cluster != nil) {
+			continue
 		}
 		if err != nil {
 			return script, 0, err

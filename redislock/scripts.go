@@ -76,31 +76,45 @@ func (d *Driver) run(ctx context.Context, s *redisutil.Script, keys []string, ar
 		cmdArgs[3+i] = &keys[i]
 	}
 	copy(cmdArgs[3+len(keys):], args)
-	var tryAgainUntil time.Time
+	var r retrier
 	for {
 		cmd := d.process(ctx, cmdArgs)
-		err := cmd.Err()
-		switch {
-		case err == nil:
-			return cmd
-		case cmdArgs[0] == "evalsha" && isNoScript(err):
-			cmdArgs[0], cmdArgs[1] = "eval", s.Src
-		case movingSlot(err):
-			// TRYAGAIN: the keys are split between two primaries; MOVED,
-			// ASK: redirected more often than go-redis follows; CLUSTERDOWN:
-			// failing over. The script did not run: wait out the move
-			// (go-redis's own retries give up within a second), at most
-			// for tryAgainFor.
-			if tryAgainUntil.IsZero() {
-				tryAgainUntil = time.Now().Add(tryAgainFor)
-			}
-			if !time.Now().Before(tryAgainUntil) || !sleep(ctx, tryAgainPause) {
-				return cmd
-			}
-		default:
+		if !r.again(ctx, cmd.Err(), true) {
 			return cmd
 		}
+		if r.byEval {
+			cmdArgs[0], cmdArgs[1] = "eval", s.Src
+		}
 	}
+}
+
+// retrier decides whether a script call that failed is sent again: by
+// EVAL (byEval) once the server answers NOSCRIPT, or, where slots move,
+// after a pause while a Cluster's slot moves (TRYAGAIN: the keys are
+// split between two primaries; MOVED, ASK: redirected more often than
+// go-redis follows; CLUSTERDOWN: failing over). The script did not run:
+// the move is waited out (go-redis's own retries give up within a
+// second), at most for tryAgainFor in all.
+type retrier struct {
+	byEval bool
+	until  time.Time
+}
+
+// again reports whether to send the call that failed with err again.
+func (r *retrier) again(ctx context.Context, err error, slotsMove bool) bool {
+	switch {
+	case err == nil:
+		return false
+	case !r.byEval && isNoScript(err):
+		r.byEval = true
+		return true
+	case slotsMove && movingSlot(err):
+		if r.until.IsZero() {
+			r.until = time.Now().Add(tryAgainFor)
+		}
+		return time.Now().Before(r.until) && sleep(ctx, tryAgainPause)
+	}
+	return false
 }
 
 // isNoScript reports whether err is the server's NOSCRIPT: it lacks the
