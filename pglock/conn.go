@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/dlockgo/dlock/internal/bg"
+	"github.com/dlockgo/dlock/internal/sockwatch"
 )
 
 // cancelGrace bounds the wait for a cancel to take before the cut instead.
@@ -89,6 +90,9 @@ func (d *Driver) dial(ctx context.Context) (*conn, error) {
 		nc, err := dialFunc(ctx, network, addr)
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: d.keepalive, Interval: d.keepalive, Count: 3})
+		}
+		if err == nil {
+			nc = sockwatch.Follow(nc, frames) // pgx reads through the watch (newSockWatch)
 		}
 		if err == nil && !connected.Load() {
 			c.raw = nc // the last dial of the connect is the one pgx keeps

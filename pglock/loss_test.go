@@ -2,17 +2,21 @@ package pglock_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
 	"github.com/dlockgo/dlock/pglock"
 )
@@ -284,6 +288,76 @@ func TestCheckSeesCloseWithoutKeeper(t *testing.T) {
 	d := newDriver(t, pglock.Options{Keepalive: time.Hour})
 	pglock.NoKeeper(d, true)
 	locktest.DriverKill{Driver: d, Requests: kindRequests("peek/" + randomHex(4)), Kill: adm.terminator(d)}.CheckSeesKill(t)
+}
+
+// TestFatalReadWithReply: a backend terminated while a query of its
+// session was in flight sends the query's reply, then its FATAL, then
+// lets the lock go and closes; here both frames come in one segment and
+// the close comes late (a proxy holds them, then delivers the frames and
+// keeps the FIN). pgx reads both with the reply and stops at the reply's
+// end, leaving the FATAL unparsed in its buffer, with nothing left in the
+// socket and the connection still established: the query (Renew's check)
+// must not report the lock held, and the look after it must find the
+// loss, from the frame as pgx read it.
+func TestFatalReadWithReply(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	adm := newAdmin(t)
+	cfg := config(t)
+	px := testenv.StartProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	host, port, err := net.SplitHostPort(px.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Fallbacks = host, nil
+	if p, err := strconv.Atoi(port); err != nil {
+		t.Fatal(err)
+	} else {
+		cfg.Port = uint16(p)
+	}
+	d, err := pglock.NewDriver(ctx, cfg, &pglock.Options{Table: table, Keepalive: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	pglock.NoKeeper(d, true)
+
+	r := driver.Request{Name: "fatal/" + randomHex(4), Owner: randomHex(16)}
+	g, err := d.TryLock(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := pglock.HolderPID(d, r.Owner)
+	// A first Renew prepares its statement: the next is one round trip.
+	if _, err := d.Renew(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	px.Hold()
+	renewed := make(chan error, 1)
+	go func() { _, err := d.Renew(ctx, r); renewed <- err }()
+	readyForQuery := []byte("Z\x00\x00\x00\x05")
+	if !px.WaitHeld(10*time.Second, func(b []byte) bool { return bytes.HasSuffix(b[:max(len(b)-1, 0)], readyForQuery) }) {
+		t.Fatal("no reply to Renew's query within 10s")
+	}
+	adm.terminateNow(t, pid)
+	if !waitUntil(5*time.Second, func() bool { return !adm.alive(t, pid) }) {
+		t.Fatalf("backend %d still alive 5s after pg_terminate_backend", pid)
+	}
+	if !px.WaitClosed(5*time.Second, 1) {
+		t.Fatal("the terminated backend's connection did not end within 5s")
+	}
+	px.Deliver()
+	select {
+	case err := <-renewed:
+		// Its reply said held, but came with the FATAL: the lock is gone.
+		if !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("Renew whose reply came with the FATAL = %v, want ErrNotHeld", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Renew did not return")
+	}
+	if err := g.Check(time.Now()); err == nil {
+		t.Fatal("Check after the FATAL was read with the reply found the lock held")
+	}
 }
 
 // alive reports whether pid is a backend of the server.

@@ -158,6 +158,8 @@ func (d *Driver) check(ctx context.Context, h *hold) error {
 	case !held:
 		err = fmt.Errorf("pglock: %q: the session no longer holds the lock", h.Name)
 		h.End(err)
+	case s.Ended(): // the server's FATAL came with the reply
+		err = s.EndLost(s.C.Gone(0))
 	default:
 		s.Release()
 		return nil

@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"crypto/tls"
+	"encoding/binary"
 	"net"
 
 	"github.com/dlockgo/dlock/internal/sockwatch"
@@ -25,9 +26,20 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 			raw = nil
 		}
 	}
-	w := sockwatch.New(raw, opaque, sessionEnded)
-	w.JudgeBusy(fatalFrame)
-	return w
+	return sockwatch.New(raw, opaque, sessionEnded)
+}
+
+// frames is the protocol's framing for sockwatch.Follow: a type byte and
+// a length that counts itself but not the type; a FATAL or PANIC
+// ErrorResponse ends the session whatever query runs, and the backend
+// sends it before it lets the session's locks go. A look while a query
+// runs finds it whether pgx has read it or it is still queued behind the
+// query's reply.
+var frames = sockwatch.Framing{
+	Header: 5,
+	Len:    func(h []byte) int { return 1 + int(binary.BigEndian.Uint32(h[1:5])) },
+	Judge:  7,
+	Ends:   fatalFrame,
 }
 
 // sessionEnded judges a frame that came while no query ran: an
@@ -36,9 +48,9 @@ func newSockWatch(raw, top net.Conn) *sockwatch.Watch {
 // ParameterStatus) at the keeper's next ping.
 func sessionEnded(frame []byte) bool { return frame[0] == 'E' }
 
-// fatalFrame judges the stream's first bytes while a query runs: an
-// ErrorResponse ('E', length, severity field 'S') of severity FATAL or
-// PANIC ends the session whatever the query; an ERROR may be its reply.
+// fatalFrame judges a frame's first bytes: an ErrorResponse ('E', length,
+// severity field 'S') of severity FATAL or PANIC ends the session
+// whatever the query; an ERROR may be its reply.
 func fatalFrame(f []byte) bool {
 	return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && (f[6] == 'F' || f[6] == 'P')
 }

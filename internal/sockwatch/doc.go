@@ -21,8 +21,11 @@
 // word (a busy bit and the looks in flight) keeps its peek away from a
 // running statement's reply and lets looks run side by side; during a
 // statement, Look reads only the TCP state (getsockopt TCP_INFO), which
-// shows a server's close (FIN or reset) whatever bytes came before. It
-// does not allocate. Take looks too, so that no statement starts on a
+// shows a server's close (FIN or reset) whatever bytes came before, and,
+// where the driver reads through a Stream (Follow), judges the frames
+// still queued from where the driver's reads left off; a Stream also
+// notes a frame that ends the session as the driver reads it. It does
+// not allocate. Take looks too, so that no statement starts on a
 // connection a look found the server had closed.
 //
 // Sockets are watched on Linux only; elsewhere a Watch watches nothing

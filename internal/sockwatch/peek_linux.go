@@ -39,3 +39,15 @@ func peerClosed(fd uintptr) bool {
 		uintptr(unsafe.Pointer(&state[0])), uintptr(unsafe.Pointer(&n)), 0)
 	return e == 0 && n >= 1 && state[0] != tcpEstablished
 }
+
+// recv is read(fd, buf) on a non-blocking socket: EAGAIN when it has
+// nothing to read, n == 0 with no error at the end of the stream. It
+// retries on EINTR.
+func recv(fd uintptr, buf []byte) (n int, errno syscall.Errno) {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+		if e != syscall.EINTR {
+			return int(r), e
+		}
+	}
+}

@@ -12,3 +12,6 @@ func peek(fd uintptr, buf []byte) (int, syscall.Errno) { return 0, syscall.EAGAI
 
 // peerClosed is never called where canPeek is false.
 func peerClosed(fd uintptr) bool { return false }
+
+// recv is never called where canPeek is false.
+func recv(fd uintptr, buf []byte) (int, syscall.Errno) { return 0, syscall.EAGAIN }

@@ -40,17 +40,12 @@ type Watch struct {
 	wait, take lookSlot // wait's callback is readFn
 	readFn     func(fd uintptr) bool
 
-	// closed is set for good once closedFn found the TCP state closed.
-	closed   atomic.Bool
-	closedFn func(fd uintptr)
-
-	// busyEnded (see JudgeBusy) judges the first bytes while a statement
-	// has the socket; judgeFn is closedFn plus that peek, into bbuf, owned
-	// by one look at a time (bbusy).
-	busyEnded func(frame []byte) bool
-	judgeFn   func(fd uintptr)
-	bbuf      [8]byte
-	bbusy     atomic.Bool
+	// stream is raw as a Stream the driver reads through, unless opaque.
+	stream *Stream
+	// closed is set for good once stateFn found the session ended while a
+	// statement had the socket.
+	closed  atomic.Bool
+	stateFn func(fd uintptr)
 }
 
 // A lookSlot is one look's own buffer and callback, so that concurrent
@@ -101,20 +96,14 @@ var longAgo = time.Unix(1, 0)
 // system, or a syscall.RawConn from raw, nothing is watched (Watched).
 func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 	w := &Watch{raw: raw, opaque: opaque, ended: ended}
+	if s, ok := raw.(*Stream); ok && !opaque {
+		w.stream = s
+	}
 	w.cond.L = &w.mu
 	w.state.Store(stBusy) // until the lock is held: see Start
-	if !canPeek || raw == nil {
+	if w.rc = rawConn(raw); w.rc == nil {
 		return w
 	}
-	sc, ok := raw.(syscall.Conn)
-	if !ok {
-		return w
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return w
-	}
-	w.rc = rc
 	w.readFn = func(fd uintptr) bool {
 		v, errno := w.lookAt(fd, w.wait.buf[:])
 		if v == VQuiet {
@@ -124,36 +113,25 @@ func New(raw net.Conn, opaque bool, ended func(frame []byte) bool) *Watch {
 		return true
 	}
 	w.take.fn = func(fd uintptr) { w.take.res, w.take.err = w.lookAt(fd, w.take.buf[:]) }
-	w.closedFn = func(fd uintptr) {
-		if peerClosed(fd) {
-			w.closed.Store(true)
-		}
-	}
-	w.judgeFn = func(fd uintptr) {
-		w.closedFn(fd)
-		if n, errno := peek(fd, w.bbuf[:]); errno == 0 && n > 0 && w.busyEnded(w.bbuf[:n]) {
+	w.stateFn = func(fd uintptr) {
+		if peerClosed(fd) || w.stream != nil && w.stream.queuedEnd(fd) {
 			w.closed.Store(true)
 		}
 	}
 	return w
 }
 
-// JudgeBusy sets a test of the socket's first bytes that holds even while
-// a statement has it: true only for a frame that ends the session whatever
-// the statement, such as PostgreSQL's FATAL ErrorResponse, sent before the
-// server frees the session's locks and closes the connection. Looks during
-// a statement then peek too, so that a holder resumed with a statement in
-// flight sees such a frame at once. It must not allocate nor keep frame,
-// and is set before Start; an opaque watch ignores it.
-func (w *Watch) JudgeBusy(ended func(frame []byte) bool) {
-	if !w.opaque {
-		w.busyEnded = ended
-	}
-}
-
 // Watched reports whether the socket is watched: if not, Look finds
 // VQuiet, and Wait must not be called.
 func (w *Watch) Watched() bool { return w.rc != nil }
+
+// Ended reports whether the watch has found that the server ended the
+// session while a statement had the socket (its close, or on a Stream a
+// frame that ends the session, read with the statement's reply or queued
+// behind it), without looking again.
+func (w *Watch) Ended() bool {
+	return w.closed.Load() || w.stream != nil && w.stream.ended.Load()
+}
 
 // Start lets looks begin: the lock is held and no statement runs.
 func (w *Watch) Start() { w.state.Store(0) }
@@ -186,6 +164,9 @@ func (w *Watch) lookAt(fd uintptr, buf []byte) (Verdict, syscall.Errno) {
 func (w *Watch) Look() (Verdict, syscall.Errno) {
 	if w.rc == nil {
 		return VQuiet, 0
+	}
+	if w.stream != nil && w.stream.ended.Load() {
+		return VGone, 0 // the driver read the frame that ends the session
 	}
 	i := 0
 	for {
@@ -222,15 +203,13 @@ func (w *Watch) Look() (Verdict, syscall.Errno) {
 // statement's, the TCP state is not. A server that sent its FIN (or a
 // reset) has ended the session whatever the statement reads first, so a
 // holder resumed with a keep-alive check in flight finds the loss at its
-// first Check, before the check's goroutine runs. One getsockopt.
+// first Check, before the check's goroutine runs: one getsockopt. On a
+// Stream, a frame that ends the session ends it too, whether the driver
+// has read it or it is queued behind the statement's reply: one peek,
+// judged from where the driver's reads left off (see Stream).
 func (w *Watch) lookState() (Verdict, syscall.Errno) {
 	if !w.closed.Load() {
-		fn := w.closedFn
-		if w.busyEnded != nil && w.bbusy.CompareAndSwap(false, true) {
-			fn = w.judgeFn
-			defer w.bbusy.Store(false)
-		}
-		if err := w.rc.Control(fn); err != nil {
+		if err := w.rc.Control(w.stateFn); err != nil {
 			return VGone, 0 // closed on this side: see Look
 		}
 	}
@@ -279,6 +258,8 @@ func (w *Watch) Wait(deadline time.Time) (Event, syscall.Errno) {
 		switch {
 		case w.stopped:
 			return EvStopped, 0
+		case w.stream != nil && w.stream.ended.Load():
+			return EvGone, 0 // the driver read the frame that ends the session
 		case !deadline.IsZero() && !time.Now().Before(deadline):
 			return EvDeadline, 0
 		}

@@ -1,8 +1,11 @@
 package sockwatch
 
 import (
+	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -341,34 +344,154 @@ func TestLookWhileBusy(t *testing.T) {
 	}
 }
 
-// TestJudgeBusy: with JudgeBusy, a look while a statement has the socket
-// finds a session-ending frame before the server's close, and leaves a
-// frame the test does not judge (the statement's own error) to the
-// statement.
-func TestJudgeBusy(t *testing.T) {
+// pgFraming is PostgreSQL's framing, as pglock gives it: a type byte and
+// a length that counts itself; a FATAL ErrorResponse ends the session.
+var pgFraming = Framing{
+	Header: 5,
+	Len:    func(h []byte) int { return 1 + int(binary.BigEndian.Uint32(h[1:5])) },
+	Judge:  7,
+	Ends:   func(f []byte) bool { return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && f[6] == 'F' },
+}
+
+// Frames of the tests: a query's reply (EmptyQueryResponse, then
+// ReadyForQuery), a query's own error, and the FATAL a terminated backend
+// sends.
+const (
+	reply   = "I\x00\x00\x00\x04Z\x00\x00\x00\x05I"
+	errorE  = "E\x00\x00\x00\x0cSERROR\x00\x00"
+	fatalE  = "E\x00\x00\x00\x0cSFATAL\x00\x00"
+	noticeN = "N\x00\x00\x00\x05x"
+)
+
+// TestFramesScan: the frame follower finds a session-ending frame however
+// the stream is cut into reads, only where one is, and never in a frame's
+// body (a FATAL inside a notice's text).
+func TestFramesScan(t *testing.T) {
+	for _, c := range []struct {
+		stream string
+		want   bool
+	}{
+		{reply + fatalE, true},
+		{reply + errorE, false},
+		{errorE + reply + noticeN + fatalE + reply, true},
+		{"N\x00\x00\x00\x0e" + fatalE[:10] + reply, false}, // a FATAL's bytes in a body
+		{reply + reply + reply, false},
+	} {
+		for cut := 0; cut <= len(c.stream); cut++ {
+			for cut2 := cut; cut2 <= len(c.stream); cut2++ {
+				var fs frames
+				a := fs.scan([]byte(c.stream[:cut]), &pgFraming)
+				b := fs.scan([]byte(c.stream[cut:cut2]), &pgFraming)
+				d := fs.scan([]byte(c.stream[cut2:]), &pgFraming)
+				if got := a || b || d; got != c.want {
+					t.Fatalf("%q read as %d, %d, rest bytes: ended = %v, want %v", c.stream, cut, cut2-cut, got, c.want)
+				}
+				if fs.hn != 0 || fs.total != 0 || fs.rest != 0 {
+					t.Fatalf("%q read as %d, %d, rest: not at a frame's start after the last frame: %+v", c.stream, cut, cut2-cut, fs)
+				}
+			}
+		}
+	}
+}
+
+// TestStreamLooks: on a Stream, a look while a statement has the socket
+// finds a FATAL queued behind the statement's reply (not only at the
+// head), or already read by the driver, which then parses it (or does not
+// yet, having stopped at the reply's end); an ERROR, the statement's own
+// reply, is left to the statement. No look allocates, nor does a read.
+func TestStreamLooks(t *testing.T) {
 	if !canPeek {
 		t.Skip("no peek on this system")
 	}
-	fatal := func(f []byte) bool { return len(f) >= 7 && f[0] == 'E' && f[5] == 'S' && f[6] == 'F' }
 	for _, c := range []struct {
-		frame string
-		want  Verdict
+		name   string
+		sent   string // what the server sends during the statement
+		read   int    // bytes the driver reads before the look
+		idle   bool   // the statement ends (Resume) before the look
+		want   Verdict
+		closed bool // whether the stream then ends at the server's close
 	}{
-		{"E\x00\x00\x00\x20SFATAL\x00", VGone},
-		{"E\x00\x00\x00\x20SERROR\x00", VQuiet},
+		{"fatal queued behind the reply", reply + fatalE, 0, false, VGone, false},
+		{"fatal queued, part of the reply read", reply + fatalE, 3, false, VGone, false},
+		{"fatal read with the reply", reply + fatalE, len(reply + fatalE), false, VGone, false},
+		{"fatal read with the reply, statement over", reply + fatalE, len(reply + fatalE), true, VGone, false},
+		{"error, the statement's", errorE, 0, false, VQuiet, false},
+		{"error read, statement over", errorE + reply, len(errorE + reply), true, VQuiet, false},
 	} {
-		ours, server := socketPair(t)
-		w := New(ours, false, endsOnE)
-		w.JudgeBusy(fatal)
-		w.Start()
-		w.Pause()
-		_, _ = server.Write([]byte(c.frame))
-		time.Sleep(20 * time.Millisecond)
-		if v, _ := w.Look(); v != c.want {
-			t.Errorf("look while busy at %q = %v, want %v", c.frame, v, c.want)
+		t.Run(c.name, func(t *testing.T) {
+			ours, server := socketPair(t)
+			s := Follow(ours, pgFraming)
+			w := New(s, false, endsOnE)
+			w.Start()
+			w.Pause() // a statement has the socket
+			if _, err := server.Write([]byte(c.sent)); err != nil {
+				t.Fatal(err)
+			}
+			// The bytes are there once a peek sees them all.
+			buf := make([]byte, 64)
+			for {
+				var n int
+				if err := w.rc.Control(func(fd uintptr) { n, _ = peek(fd, buf) }); err != nil {
+					t.Fatal(err)
+				}
+				if n == len(c.sent) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if c.read > 0 {
+				_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got := make([]byte, c.read)
+				if _, err := io.ReadFull(s, got); err != nil || string(got) != c.sent[:c.read] {
+					t.Fatalf("the driver read %q, %v; want %q", got, err, c.sent[:c.read])
+				}
+			}
+			if c.idle {
+				w.Resume()
+			}
+			if v, _ := w.Look(); v != c.want {
+				t.Fatalf("look = %v, want %v", v, c.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { w.Look() }); n != 0 {
+				t.Errorf("a look allocates %v times, want 0", n)
+			}
+		})
+	}
+}
+
+// TestStreamRead: a Stream reads as its connection does: the bytes, a
+// read deadline's timeout, the end of the stream; without allocating.
+func TestStreamRead(t *testing.T) {
+	if !canPeek {
+		t.Skip("no peek on this system")
+	}
+	ours, server := socketPair(t)
+	s := Follow(ours, pgFraming)
+	if _, ok := s.(*Stream); !ok {
+		t.Fatalf("Follow of a TCP connection = %T, want a *Stream", s)
+	}
+	buf := make([]byte, 64)
+	_ = s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := s.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("read past its deadline: %v is not a net.Error timeout", err)
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	sent := []byte(reply)
+	n := testing.AllocsPerRun(100, func() {
+		if _, err := server.Write(sent); err != nil {
+			t.Fatal(err)
 		}
-		if n := testing.AllocsPerRun(100, func() { w.Look() }); n != 0 {
-			t.Errorf("a busy look allocates %v times, want 0", n)
+		if _, err := io.ReadFull(s, buf[:len(reply)]); err != nil || string(buf[:len(reply)]) != reply {
+			t.Fatalf("read %q, %v; want %q", buf[:len(reply)], err, reply)
 		}
+	})
+	if n != 0 {
+		t.Errorf("a read allocates %v times, want 0", n)
+	}
+	_ = server.Close()
+	if _, err := s.Read(buf); err != io.EOF {
+		t.Fatalf("read at the end of the stream: %v, want io.EOF", err)
 	}
 }

@@ -103,6 +103,11 @@ func (s *Session[C, K, X]) Take(ctx context.Context) error {
 	return nil
 }
 
+// Ended reports whether the watch has found the session ended by the
+// server while the caller's statement ran (see sockwatch.Watch.Ended):
+// its reply, even one that says the lock is held, predates the loss.
+func (s *Session[C, K, X]) Ended() bool { return s.w.Ended() }
+
 // Release gives the socket back to the watch, and the use slot back.
 func (s *Session[C, K, X]) Release() {
 	s.w.Resume()
