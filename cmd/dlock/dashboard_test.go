@@ -48,7 +48,7 @@ func TestDashboardMatchesExport(t *testing.T) {
 	open := func() *dlock.Locker {
 		class := func(name string) string { c, _, _ := strings.Cut(name, "/"); return c }
 		return locktest.Opened(t)(dlock.Open(ctx, "redis://"+testenv.RedisAddr(t)+"?prefix="+prefix,
-			dlock.WithMeterProvider(m.provider), dlock.WithNameClass(class), dlock.WithTTL(time.Second)))
+			dlock.WithMeterProvider(m.Provider), dlock.WithNameClass(class), dlock.WithTTL(time.Second)))
 	}
 	a, b := open(), open()
 	held := locktest.Must(t)(a.Acquire(ctx, "orders/1"))

@@ -182,7 +182,7 @@ func runLocked(ctx context.Context, sio *stdio, f *flags, log *slog.Logger, o ru
 			return failf(sio, exitUsage, f.cmd, "--metrics-addr %s: %v", o.metricsAddr, err)
 		}
 		defer srv.Close()
-		opts = append(opts, dlock.WithMeterProvider(srv.provider))
+		opts = append(opts, dlock.WithMeterProvider(srv.Provider))
 	}
 	backend := f.backend()
 	locker, code := openLocker(ctx, sio, f.cmd, backend, opts...)
