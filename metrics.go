@@ -127,8 +127,27 @@ func (m *metrics) sets(name string) *metricSets {
 		class = foldedClass
 	}
 	x = newMetricSets(m.backend, class)
+	m.zero(x)
 	m.classes[class] = x
 	return x
+}
+
+// zero adds 0 to each counter series of x, once as x is made, so that
+// the series exist before their first event: Prometheus's increase() and
+// rate() count from a series' first sample, and would miss the first loss
+// (or failure) of each reason if that event created the series.
+func (m *metrics) zero(x *metricSets) {
+	ctx := context.Background()
+	for _, opt := range x.byResult {
+		m.acquires.Add(ctx, 0, opt)
+	}
+	for _, opt := range x.byReason {
+		m.lost.Add(ctx, 0, opt)
+	}
+	m.renewals.Add(ctx, 0, x.renewOK)
+	m.renewals.Add(ctx, 0, x.renewErr)
+	m.held.Add(ctx, 0, x.backend)
+	m.waiting.Add(ctx, 0, x.backend)
 }
 
 // Why a lease was lost: the values of dlock.lost's reason attribute.
@@ -174,6 +193,11 @@ func newMetrics(mp metric.MeterProvider, backend string, classOf func(string) st
 		metric.WithDescription("Lock names whose class came after the Locker's first 100 classes, measured as class _other."))
 	x.backend = attribute.String("backend", backend)
 	x.plain = newMetricSets(x.backend, "")
+	if classOf == nil {
+		x.zero(x.plain) // with classes, each class's sets are zeroed as made
+	} else {
+		x.folded.Add(context.Background(), 0, x.plain.onBackend...)
+	}
 	return &x
 }
 

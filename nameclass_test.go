@@ -74,6 +74,47 @@ func TestNameClass(t *testing.T) {
 	}
 }
 
+// TestSeriesBeforeEvents: a Locker's counter series (acquisitions by
+// result, losses by reason, renewals by result) and gauges exist at 0
+// before their first event, without classes from the start and with them
+// from a class's first lock, so that Prometheus's increase() counts the
+// first loss of each reason (it counts from a series' first sample).
+func TestSeriesBeforeEvents(t *testing.T) {
+	for _, classes := range []bool{false, true} {
+		reader := sdkmetric.NewManualReader()
+		opts := []dlock.Option{dlock.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))}
+		if classes {
+			opts = append(opts, dlock.WithNameClass(orderClass))
+		}
+		l := newMem(t, memlock.NewStore(), opts...)
+		if classes {
+			if _, err := l.TryAcquire(context.Background(), "orders/1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		zeros := map[string]int{} // zero-valued series by instrument
+		for _, m := range collect(t, reader) {
+			if data, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range data.DataPoints {
+					if p.Value == 0 {
+						zeros[m.Name]++
+					}
+				}
+			}
+		}
+		want := map[string]int{"dlock.lost": 4, "dlock.renewals": 2, "dlock.acquisitions": 4, "dlock.waiting": 1, "dlock.held": 1}
+		if classes {
+			// orders/1 is held: one acquisition, and the gauge at 1.
+			want["dlock.acquisitions"], want["dlock.held"], want["dlock.name_class.folded"] = 3, 0, 1
+		}
+		for name, n := range want {
+			if zeros[name] != n {
+				t.Errorf("classes %v: %s has %d series at 0, want %d (all: %v)", classes, name, zeros[name], n, zeros)
+			}
+		}
+	}
+}
+
 // BenchmarkAcquireReleaseMetered is BenchmarkAcquireRelease with the
 // OpenTelemetry SDK recording every metric, without and with a name
 // class.
