@@ -152,3 +152,19 @@ var (
 func requestFor(name string) driver.Request {
 	return driver.Request{Name: name, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second}
 }
+
+// securedAdmin opens a *sql.DB of the secured server's administrator,
+// over TLS with the PKI's client certificate, closed when t ends.
+func securedAdmin(t testing.TB, my *testenv.SecuredMySQL) *sql.DB {
+	t.Helper()
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = my.Admin, my.AdminPassword, "tcp", my.Addr, my.Database
+	cfg.TLS = my.PKI.ClientTLS(t)
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}

@@ -1,10 +1,7 @@
 package mysqllock_test
 
 import (
-	"database/sql"
 	"testing"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlockgo/dlock/internal/testenv"
 	"github.com/dlockgo/dlock/locktest"
@@ -19,15 +16,7 @@ import (
 // error that names the cause and shows no password.
 func TestSecured(t *testing.T) {
 	my := testenv.StartSecuredMySQL(t)
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = my.Admin, my.AdminPassword, "tcp", my.Addr, my.Database
-	cfg.TLS = my.PKI.ClientTLS(t)
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(c)
-	t.Cleanup(func() { _ = db.Close() })
+	db := securedAdmin(t, my)
 
 	t.Run("Conformance", func(t *testing.T) {
 		runSuiteAs(t, &admin{t: t, db: db}, locktest.Opener(my.URL(my.User, my.Password)))

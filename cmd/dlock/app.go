@@ -61,6 +61,7 @@ func commands() []command {
 		{"renew", "renew the lock a handle holds", cmdRenew},
 		{"release", "release the lock a handle holds", cmdRelease},
 		{"status", "show who holds which locks", cmdStatus},
+		{"doctor", "check a store's settings against dlock's guarantees", cmdDoctor},
 		{"bench", "measure a backend: latency, throughput, contended handoff", cmdBench},
 		{"demo", "show overselling without a lock, with one, and with a fencing guard", cmdDemo},
 		{"version", "print dlock's version", cmdVersion},
