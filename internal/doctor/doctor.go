@@ -43,7 +43,34 @@ func Clock(ctx context.Context, ttl time.Duration, doc string, now func(context.
 		}
 		worst = max(worst, rtt)
 	}
-	return []driver.Finding{RoundTrip(best, worst, ttl), skewFinding(skew, best/2, doc)}, nil
+	return []driver.Finding{RoundTrip(best, worst, ttl), Skew(skew, best/2, doc)}, nil
+}
+
+// RoundTrips times Samples calls of f, each one round trip to the store,
+// and returns the fastest and the slowest; the error is the first call's
+// (later ones end the sampling).
+func RoundTrips(ctx context.Context, f func(context.Context) error) (best, worst time.Duration, err error) {
+	for i := range Samples {
+		start := time.Now()
+		err := f(ctx)
+		rtt := time.Since(start)
+		if err != nil {
+			if i == 0 {
+				return 0, 0, err
+			}
+			break
+		}
+		if i == 0 || rtt < best {
+			best = rtt
+		}
+		worst = max(worst, rtt)
+	}
+	return best, worst, nil
+}
+
+// NoClock is the clock finding of a store that tells no time.
+func NoClock(why, doc string) driver.Finding {
+	return driver.Finding{Check: "clock", Found: "not read: " + why, Doc: doc}
 }
 
 // RoundTrip judges the round trip to the store (fastest and slowest of
@@ -67,9 +94,10 @@ func RoundTrip(best, worst, ttl time.Duration) driver.Finding {
 	return f
 }
 
-// skewFinding judges the store's clock, skew ahead of this host's within
-// ±uncertain.
-func skewFinding(skew, uncertain time.Duration, doc string) driver.Finding {
+// Skew judges the store's clock, skew ahead of this host's within
+// ±uncertain, for a backend whose clock reading is not one round trip
+// (Clock does both for those where it is).
+func Skew(skew, uncertain time.Duration, doc string) driver.Finding {
 	f := driver.Finding{
 		Check: "clock",
 		Found: fmt.Sprintf("the store's clock is %v ahead of this host's (±%v)", round(skew), round(uncertain)),
