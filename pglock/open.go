@@ -71,7 +71,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	for _, k := range slices.Concat(ownParams, driver.OpenParams) {
 		q.Del(k)
 	}
-	rest.RawQuery = q.Encode()
+	rest.RawQuery = pgxQuery(q)
 	cfg, err := pgx.ParseConfig(rest.String())
 	if err != nil {
 		return nil, parseError(u, &rest, q, err)
@@ -83,11 +83,19 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	return d, nil
 }
 
+// pgxQuery encodes q for pgx, which unescapes a URL's query as a path
+// (a "+" stays a "+"): spaces as %20, not as url.Values.Encode's "+",
+// which would turn options=-c%20x%3Dy into a setting named "+x". Encode
+// escapes a literal "+" as %2B, so every "+" it leaves was a space.
+func pgxQuery(q url.Values) string {
+	return strings.ReplaceAll(q.Encode(), "+", "%20")
+}
+
 // parseError names the parameter that pgx fails to parse alone, or the URL.
 func parseError(u driver.URL, rest *url.URL, q url.Values, err error) error {
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		one := *rest
-		one.RawQuery = url.Values{k: q[k]}.Encode()
+		one.RawQuery = pgxQuery(url.Values{k: q[k]})
 		if _, e := pgx.ParseConfig(one.String()); e != nil {
 			return u.Err(k, q.Get(k), err)
 		}

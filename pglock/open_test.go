@@ -39,7 +39,8 @@ func TestOpen(t *testing.T) {
 	for _, scheme := range []string{"postgres", "postgresql"} {
 		l, err := dlock.Open(ctx, testURL(t, scheme,
 			"table", table, "keepalive", "2s", "max_idle", "1", "migrate", "true", "ttl", "5s", "renew", "false",
-			"application_name", app, "search_path", "public", "tcp_keepalives_count", "7"))
+			"application_name", app, "search_path", "public", "tcp_keepalives_count", "7",
+			"options", "-c statement_timeout=4321"))
 		if err != nil {
 			t.Fatalf("%s: %v", scheme, err)
 		}
@@ -69,6 +70,7 @@ func TestOpen(t *testing.T) {
 			"client_connection_check_interval": "2s",     // from keepalive=2s
 			"tcp_keepalives_count":             "7",      // the URL's own, kept
 			"search_path":                      "public", // a run-time setting passed through
+			"statement_timeout":                "4321ms", // options, whose space must reach pgx as one
 		} {
 			if got, err := pglock.Setting(ctx, d, setting); err != nil || got != want {
 				t.Errorf("%s: %s = %q (%v), want %q", scheme, setting, got, err, want)
