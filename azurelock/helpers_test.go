@@ -51,6 +51,10 @@ func objectStore(srv *testenv.AzureServer) locktest.ObjectStore {
 
 func TestConformance(t *testing.T) { objectStore(testenv.StartAzure(t)).Conformance(t) }
 
+// TestDiagnose: dlock doctor's checks pass the store (see also
+// TestProbeRefusesIgnoredConditions, which fails a careless one).
+func TestDiagnose(t *testing.T) { objectStore(testenv.StartAzure(t)).Diagnose(t) }
+
 // TestServerRestart: a lock held while the store restarts (on the same
 // directory) is still held afterwards. Azurite is stopped, not killed: it
 // keeps its blobs' metadata in memory and writes it to disk at exit, so a

@@ -69,6 +69,8 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 			case http.MethodDelete:
 				w.WriteHeader(http.StatusAccepted)
+			case http.MethodGet, http.MethodHead: // Diagnose reads a missing object
+				w.WriteHeader(http.StatusNotFound)
 			default:
 				w.WriteHeader(http.StatusNotImplemented)
 			}

@@ -57,6 +57,10 @@ func objectStore(srv *testenv.GCSServer) locktest.ObjectStore {
 
 func TestConformance(t *testing.T) { objectStore(testenv.StartGCS(t)).Conformance(t) }
 
+// TestDiagnose: dlock doctor's checks pass the store (see also
+// TestProbeRefusesIgnoredConditions, which fails a careless one).
+func TestDiagnose(t *testing.T) { objectStore(testenv.StartGCS(t)).Diagnose(t) }
+
 // TestServerRestart: a lock held while the store restarts (on the same
 // directory) is still held afterwards.
 func TestServerRestart(t *testing.T) {

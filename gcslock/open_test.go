@@ -61,6 +61,8 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 				n, time.Now().UTC().Format(time.RFC3339Nano), base64.StdEncoding.EncodeToString(sum))
 		case http.MethodDelete:
 			w.WriteHeader(http.StatusNoContent)
+		case http.MethodGet, http.MethodHead: // Diagnose reads a missing object
+			w.WriteHeader(http.StatusNotFound)
 		default:
 			w.WriteHeader(http.StatusNotImplemented)
 		}

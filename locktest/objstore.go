@@ -28,6 +28,19 @@ type ObjectStore struct {
 	Read func(t testing.TB, key string) (body []byte, found bool)
 }
 
+// Diagnose is dlock doctor's check of a store set up well: no check
+// fails, and conditional writes are honoured.
+func (s ObjectStore) Diagnose(t *testing.T) {
+	d, ok := s.NewLocker(t, ObjectPrefix()).Driver().(driver.Diagnoser)
+	if !ok {
+		t.Fatal("the driver has no Diagnose")
+	}
+	fs := Diagnose(t, d, ObjectTTL)
+	NoFail(t, fs)
+	WantFinding(t, fs, "conditional writes", driver.OK, "refused")
+	WantFinding(t, fs, "clock", driver.OK, "the store's clock")
+}
+
 // ObjectTTL is the conformance suite's TTL on an object store: two
 // grains of the stores' one-second times, the shortest the drivers take.
 const ObjectTTL = 2 * time.Second
@@ -106,8 +119,9 @@ func (s ObjectStore) BenchContended8(b *testing.B) {
 // ProbeRefuses is the check that NewDriver refuses a store that ignores
 // the conditions of its writes (a double of the store that the test
 // serves): open, with the probe, must fail with an error naming
-// If-None-Match; without it, it must succeed; and the probe must leave
-// no object (left returns how many the double holds).
+// If-None-Match; without it, it must succeed, and Diagnose (dlock
+// doctor) must fail the store's conditional writes; and neither may
+// leave an object (left returns how many the double holds).
 func ProbeRefuses(t *testing.T, open func(ctx context.Context, probe bool) (driver.Driver, error), left func() int) {
 	t.Helper()
 	ctx := Context(t, 30*time.Second)
@@ -119,6 +133,8 @@ func ProbeRefuses(t *testing.T, open func(ctx context.Context, probe bool) (driv
 	if err != nil {
 		t.Fatalf("NewDriver without the probe: %v", err)
 	}
+	// dlock doctor's check finds the same.
+	WantFinding(t, Diagnose(t, d.(driver.Diagnoser), ObjectTTL), "conditional writes", driver.Fail, "ignores If-None-Match")
 	_ = d.Close()
 	if n := left(); n != 0 {
 		t.Errorf("the probe left %d objects", n)

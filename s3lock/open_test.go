@@ -49,6 +49,8 @@ func TestProbeRefusesIgnoredConditions(t *testing.T) {
 				w.Header().Set("ETag", `"`+strconv.Itoa(n)+`"`)
 			case http.MethodDelete:
 				w.WriteHeader(http.StatusNoContent)
+			case http.MethodGet, http.MethodHead: // Diagnose reads a missing object
+				w.WriteHeader(http.StatusNotFound)
 			default:
 				w.WriteHeader(http.StatusNotImplemented)
 			}

@@ -115,6 +115,7 @@ type hold struct {
 type Driver struct {
 	store  Store
 	cfg    Config
+	wrong  string // a version no object has, for Probe (Open's)
 	closed atomic.Bool
 
 	mu    sync.Mutex
@@ -133,6 +134,7 @@ func New(s Store, c Config) *Driver {
 // version wrong, unless noProbe.
 func Open(ctx context.Context, s Store, c Config, noProbe bool, wrong string) (*Driver, error) {
 	d := New(s, c)
+	d.wrong = wrong
 	if !noProbe {
 		if err := d.Probe(ctx, rand.Text(), wrong); err != nil {
 			return nil, err
@@ -425,6 +427,10 @@ func (d *Driver) Close() error {
 	return nil
 }
 
+// errIgnored marks Probe's errors for a store that ignored a condition;
+// its text is empty, so that it adds nothing to theirs.
+var errIgnored = errors.New("")
+
 // Probe checks that the store honours conditional writes, on an object of
 // its own under the driver's prefix: a second create of it, and a replace
 // on wrong, a version the object does not have, must both fail. A store
@@ -436,10 +442,10 @@ func (d *Driver) Probe(ctx context.Context, id, wrong string) error {
 		return d.errorf("probe: create %s: %w", key, err)
 	}
 	if _, err := d.store.Write(ctx, key, []byte("{}"), ""); !errors.Is(err, ErrCondition) {
-		return d.errorf("probe: a second create of %s was not refused (%v): the store ignores If-None-Match, so two owners could hold one lock", key, err)
+		return d.errorf("probe: a second create of %s was not refused (%v): the store ignores If-None-Match, so two owners could hold one lock%w", key, err, errIgnored)
 	}
 	if _, err := d.store.Write(ctx, key, []byte("{}"), wrong); !errors.Is(err, ErrCondition) {
-		return d.errorf("probe: a replace of %s on a wrong version was not refused (%v): the store ignores If-Match, so two owners could hold one lock", key, err)
+		return d.errorf("probe: a replace of %s on a wrong version was not refused (%v): the store ignores If-Match, so two owners could hold one lock%w", key, err, errIgnored)
 	}
 	return nil
 }
@@ -449,4 +455,5 @@ var (
 	_ driver.Resumer   = (*Driver)(nil)
 	_ driver.Inspector = (*Driver)(nil)
 	_ driver.Schemer   = (*Driver)(nil)
+	_ driver.Diagnoser = (*Driver)(nil)
 )
