@@ -43,6 +43,7 @@
 //	                    (Options.Storage); with memory the sequence, and so the
 //	                    tokens, start again from 1 when every server restarts
 //	marker_ttl=1m       how long markers of released and expired keys stay (Options.MarkerTTL), 1s at least
+//	create=true         create the bucket if it does not exist; false fails instead (Options.NoCreate)
 //	request_timeout=2s  bound of each request (Options.RequestTimeout)
 //	dial_timeout=5s     how long connecting to a server may take (nats.Timeout)
 //	client_name=        the connection's name, shown by the server's monitoring

@@ -61,6 +61,11 @@ type Options struct {
 	// second; zero means DefaultMarkerTTL.
 	MarkerTTL time.Duration
 
+	// NoCreate makes NewDriver fail, with an error matching
+	// jetstream.ErrBucketNotFound, when the bucket does not exist, instead
+	// of creating it (dlock doctor opens so, to write nothing).
+	NoCreate bool
+
 	// RequestTimeout bounds each request (within the caller's context),
 	// so that a publish to a stream whose leader just died, which gets no
 	// answer, is retried or reported in time. Zero or negative means
@@ -179,6 +184,9 @@ func (d *Driver) bind(ctx context.Context, opt Options) error {
 	ctx, cancel := context.WithTimeout(ctx, bindTimeout)
 	defer cancel()
 	kv, err := d.js.KeyValue(ctx, opt.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && opt.NoCreate {
+		return fmt.Errorf("natslock: bucket %q does not exist, and create=false (Options.NoCreate) keeps the driver from creating it: %w", opt.Bucket, err)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = d.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:         opt.Bucket,

@@ -202,7 +202,7 @@ func readable(path string) error {
 }
 
 // driverOptions reads the parameters of the driver itself: the path (the
-// bucket), replicas, storage, marker_ttl and request_timeout.
+// bucket), replicas, storage, marker_ttl, create and request_timeout.
 func driverOptions(u driver.URL) (*Options, error) {
 	o := &Options{Bucket: strings.Trim(u.Path, "/")}
 	if o.Bucket == "" {
@@ -232,6 +232,11 @@ func driverOptions(u driver.URL) (*Options, error) {
 	if o.MarkerTTL < time.Second {
 		return nil, u.Err("marker_ttl", o.MarkerTTL.String(), errors.New("must be at least 1s, the server's least TTL"))
 	}
+	create, err := u.Bool("create", true)
+	if err != nil {
+		return nil, err
+	}
+	o.NoCreate = !create
 	if o.RequestTimeout, err = u.PositiveDuration("request_timeout", DefaultRequestTimeout); err != nil {
 		return nil, err
 	}

@@ -120,6 +120,7 @@ func TestURLErrors(t *testing.T) {
 		{"nats://" + h + "?marker_ttl=500ms", "marker_ttl"},
 		{"nats://" + h + "?marker_ttl=soon", "marker_ttl"},
 		{"nats://" + h + "?request_timeout=0s", "request_timeout"},
+		{"nats://" + h + "?create=maybe", "create"},
 		{"nats://" + h + "?dial_timeout=0s", "dial_timeout"},
 		{"nats://" + h + "?ttl=1ms", "ttl"},
 		{"nats://:secret@" + h, "userinfo"},
@@ -137,6 +138,16 @@ func TestURLErrors(t *testing.T) {
 			t.Errorf("Open(%q): the error %q shows the password", bad.url, err)
 		}
 	}
+	// create=false opens an existing bucket, and refuses a missing one
+	// rather than creating it.
+	missing := "nats://" + h + "/nope" + locktest.RandomHex(4) + "?create=false"
+	if _, err := dlock.Open(ctx, missing); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("Open(%q) = %v, want an error matching jetstream.ErrBucketNotFound", missing, err)
+	}
+	l := locktest.Opened(t)(dlock.Open(ctx, "nats://"+h+"/made"))
+	_ = l.Close()
+	l = locktest.Opened(t)(dlock.Open(ctx, "nats://"+h+"/made?create=false"))
+	_ = l.Close()
 	if _, err := dlock.Open(ctx, fmt.Sprintf("nats://u:secret@127.0.0.1:%d?dial_timeout=200ms", 1)); err == nil ||
 		strings.Contains(err.Error(), "secret") {
 		t.Errorf("Open of a closed port = %v, want an error without the password", err)

@@ -22,7 +22,8 @@ host's; each adds its own: a Redis that may evict lock keys, or is a
 replica; a PostgreSQL standby or read-only session; a read-only MySQL.
 The URL is the argument, else --backend, else $DLOCK_BACKEND. It only
 reads: it takes no lock and changes no setting (on PostgreSQL it opens
-with migrate=false).
+with migrate=false, on NATS with create=false: a missing bucket is an
+error, exit 69).
 
 Exit status: 0 when no check fails (warnings do not), 1 when one fails,
 69 when the store cannot be reached (or its backend has no checks), 64
@@ -44,10 +45,10 @@ type doctorEntry struct {
 	Doc      string `json:"doc,omitempty"`
 }
 
-// readOnlyParams are the URL parameters doctor adds, by scheme, so that
-// opening the store writes nothing (pglock creates its token table at
-// open unless told not to).
-var readOnlyParams = map[string]string{"postgres": "migrate", "postgresql": "migrate"}
+// readOnlyParams are the URL parameters doctor sets to false, by scheme,
+// so that opening the store writes nothing: pglock creates its token
+// table, and natslock its bucket, at open unless told not to.
+var readOnlyParams = map[string]string{"postgres": "migrate", "postgresql": "migrate", "nats": "create"}
 
 func cmdDoctor(ctx context.Context, sio *stdio, args []string) int {
 	f := newFlags("doctor", doctorHelp, doctorExamples)
