@@ -46,7 +46,11 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]driver.Find
 		fs = append(fs, s.Findings...)
 		replicas = s.Replicas
 	}
-	return append(fs, d.replicaWait(ctx, replicas)), nil
+	fs = append(fs, d.replicaWait(ctx, replicas))
+	if d.sentinel != nil {
+		fs = append(fs, d.diagnoseSentinel(ctx)...)
+	}
+	return fs, nil
 }
 
 // replicaWait judges whether grants wait for a replica's acknowledgement,

@@ -57,6 +57,7 @@ func open(ctx context.Context, u driver.URL) (driver.Driver, error) {
 	checkEviction(ctx, c, logger(o))
 	d := buildDriver(c, o)
 	d.ownClient = true
+	d.sentinel = w.failover
 	return d, nil
 }
 
@@ -99,6 +100,8 @@ type openCheck struct {
 	bound  time.Duration
 	listed []string // the URL's servers
 	others bool     // a refusal by a server the URL does not list is definitive
+
+	failover *redis.FailoverOptions // the client's, for a redis+sentinel:// URL
 }
 
 // newClient builds the client of the URL's topology, and says what it
@@ -119,8 +122,8 @@ func newClient(u driver.URL) (redis.UniversalClient, string, *openCheck, error) 
 		}
 		// The primary's address comes from the sentinels: its refusal is
 		// definitive too.
-		w.listed, w.others = o.Addrs, true
-		return redis.NewFailoverClient(o.Failover()), "the primary " + o.MasterName + " via " + strings.Join(o.Addrs, ","), w, nil
+		w.listed, w.others, w.failover = o.Addrs, true, o.Failover()
+		return redis.NewFailoverClient(w.failover), "the primary " + o.MasterName + " via " + strings.Join(o.Addrs, ","), w, nil
 	case "+cluster":
 		if err := clusterOptions(u, o); err != nil {
 			return nil, "", nil, err

@@ -139,6 +139,8 @@ type Driver struct {
 
 	stopCheck context.CancelFunc // cancels the eviction check
 	checking  sync.WaitGroup     // counts it, for Close to wait for
+
+	sentinel *redis.FailoverOptions // a redis+sentinel:// URL's, for Diagnose; nil otherwise
 }
 
 // NewDriver returns a driver that uses client, with the options o (nil
