@@ -18,8 +18,9 @@ Checks a store's settings against what dlock's guarantees assume, and
 prints one line per check: ok, warn or fail, what it found, why it matters
 for a lock, the setting to change and the docs section. Every backend
 checks the round trip (against --ttl) and the store's clock against this
-host's; each adds its own: a Redis that may evict lock keys, or is a
-replica; a PostgreSQL standby or read-only session; a read-only MySQL.
+host's where the store tells time; each adds its own (a Redis that may
+evict lock keys, a PostgreSQL standby, an etcd without a leader, a NATS
+bucket on one server of a cluster...: docs/CLI.md lists them).
 The URL is the argument, else --backend, else $DLOCK_BACKEND. It only
 reads: it takes no lock and changes no setting (on PostgreSQL it opens
 with migrate=false, on NATS with create=false: a missing bucket is an
