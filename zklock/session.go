@@ -126,13 +126,9 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	s.mu.Lock()
 	s.tcp = c
 	s.mu.Unlock()
-	if cfg := s.d.opt.TLS; cfg != nil {
+	if cfg := s.d.tlsConfig(addr); cfg != nil {
 		// ZooKeeper's secure client port: the handshake within the dial's
-		// timeout, each server's certificate checked against its host.
-		if cfg.ServerName == "" {
-			cfg = cfg.Clone()
-			cfg.ServerName, _, _ = net.SplitHostPort(addr)
-		}
+		// timeout.
 		tc := tls.Client(c, cfg)
 		_ = c.SetDeadline(time.Now().Add(timeout))
 		if err := tc.Handshake(); err != nil {
@@ -153,6 +149,18 @@ func (s *session) dialTCP(network, addr string, timeout time.Duration) (net.Conn
 	}
 	s.dialErr.Store(nil)
 	return newTrackedConn(c, s), nil
+}
+
+// tlsConfig returns the TLS configuration of a connection to the server
+// at addr, whose certificate is checked against addr's host unless
+// Options.TLS names the server; nil without TLS.
+func (d *Driver) tlsConfig(addr string) *tls.Config {
+	cfg := d.opt.TLS
+	if cfg != nil && cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	return cfg
 }
 
 // event receives the zk.Conn's events; it must not block.
