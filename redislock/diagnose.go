@@ -15,9 +15,10 @@ import (
 
 // Diagnose implements driver.Diagnoser: the round trip and the server's
 // clock (TIME), then each server's eviction policy, persistence and role
-// (every primary of a Cluster), the Cluster's slot coverage, and whether
-// grants wait for a replica where the primary has replicas. It only
-// reads.
+// (every primary of a Cluster), the Cluster's slot coverage, whether
+// grants wait for a replica where the primary has replicas, and, opened
+// from a redis+sentinel URL, the sentinels (see diagnoseSentinel). It
+// only reads.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]driver.Finding, error) {
 	fs, err := doctor.Clock(ctx, ttl, "docs/REDIS.md", func(ctx context.Context) (time.Time, error) {
 		return d.client.Time(ctx).Result()

@@ -2,8 +2,11 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/testenv"
@@ -48,13 +51,22 @@ func TestDiagnose(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := startCluster(t)
-		// The Driver asks once whether grants must wait: after the
-		// replicas are listed with their primaries.
-		if !locktest.Eventually(20*time.Second, func() bool {
-			has, err := hasReplicas(context.Background(), c)
-			return err == nil && has
+		// The Driver asks once whether grants must wait, of whichever node
+		// answers: only after every node lists the replicas.
+		if !locktest.Eventually(30*time.Second, func() bool {
+			err := c.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
+				//lint:ignore SA1019 CLUSTER SLOTS, as hasReplicas asks
+				slots, err := n.ClusterSlots(ctx).Result()
+				for _, s := range slots {
+					if len(s.Nodes) < 2 && err == nil {
+						err = errors.New("a slot range without a replica")
+					}
+				}
+				return err
+			})
+			return err == nil
 		}) {
-			t.Fatal("CLUSTER SLOTS lists no replica 20s after the cluster started")
+			t.Fatal("not every node's CLUSTER SLOTS lists the replicas 30s after the cluster started")
 		}
 		fs := locktest.Diagnose(t, newDriverOn(t, c, nil), ttl)
 		locktest.NoFail(t, fs)

@@ -33,7 +33,7 @@ for a bad URL.
 
 const doctorExamples = `  dlock doctor redis://127.0.0.1:6379
   dlock doctor --json postgres://127.0.0.1/app
-  dlock doctor --ttl 5s redis+sentinel://10.0.0.1:26379/mymaster
+  dlock doctor --ttl 5s "redis+sentinel://10.0.0.1:26379?master_name=mymaster"
 `
 
 // doctorEntry is one element of dlock doctor --json.
