@@ -179,9 +179,9 @@ func (d *Driver) written(info *jetstream.StreamInfo) driver.Finding {
 		Found: fmt.Sprintf("%s, created %s, %d writes so far (dlock doctor's included)", d.bucket, info.Created.UTC().Format(time.RFC3339), info.State.LastSeq)}
 	if info.State.LastSeq == 0 {
 		f.Severity = driver.Warn
-		f.Found = fmt.Sprintf("%s has never been written to: created %v before this check (opening creates a missing bucket)",
+		f.Found = fmt.Sprintf("%s has never been written to: created %v before this check",
 			d.bucket, info.TimeStamp.Sub(info.Created).Round(time.Second))
-		f.Why = "Clients exclude each other only within one bucket: if this one did not exist, the URL's bucket name may not be the one the other clients use, and opening just created it with the URL's replicas and storage"
+		f.Why = "Clients exclude each other only within one bucket: one nobody has written to may have been created by a client whose URL names another bucket than the others use (a client's first open creates a missing bucket, with its URL's replicas and storage)"
 		f.Fix = "Name the bucket the other clients use in the URL's path; delete a bucket created by mistake (nats kv del " + d.bucket + ")"
 	}
 	return f
