@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/doctor"
 )
 
 // Diagnose runs d's Diagnose for locks of time to live ttl, within a
-// minute, failing t on an error or on a finding that is not complete (no
+// minute, logging each finding as dlock doctor prints it, and failing t
+// on an error or on a finding that is not complete (no
 // check name or text; a warning or failure without why, fix and docs).
 func Diagnose(t testing.TB, d driver.Diagnoser, ttl time.Duration) []driver.Finding {
 	t.Helper()
@@ -21,6 +23,7 @@ func Diagnose(t testing.TB, d driver.Diagnoser, ttl time.Duration) []driver.Find
 		t.Fatalf("Diagnose: %v", err)
 	}
 	for _, f := range fs {
+		t.Log(doctor.Line(f))
 		if f.Check == "" || f.Found == "" {
 			t.Errorf("a finding without check or text: %+v", f)
 		}

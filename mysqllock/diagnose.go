@@ -3,10 +3,13 @@ package mysqllock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlockgo/dlock/driver"
 	"github.com/dlockgo/dlock/internal/doctor"
@@ -78,11 +81,34 @@ func (d *Driver) tableFinding(ctx context.Context, c *sql.Conn, doc string) driv
 		f.Severity, f.Found = driver.Warn, "cannot read: "+err.Error()
 		f.Why = "Whether grants can write their fencing tokens is not known"
 	case n > 0:
-		f.Found = d.table + " exists"
+		// The grant's own upsert, of a name no lock has, rolled back: the
+		// privileges a grant needs (INSERT, UPDATE), tried, not read from
+		// grant tables that roles and wildcards make hard to judge.
+		err = tryBump(ctx, c, d.sql.bump+literal("#doctor")+bumpEnd)
+		f.Found = d.table + " exists; a grant's write to it succeeds (rolled back)"
+		if err != nil {
+			f.Severity = driver.Fail
+			f.Found = d.table + " exists, but a grant's write to it fails: " + err.Error()
+			f.Why = "Every grant writes its fencing token there: each acquisition fails"
+			f.Fix = "GRANT SELECT, INSERT, UPDATE ON " + d.table + " TO the user"
+			if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && (me.Number == 1290 || me.Number == 1792) {
+				f.Fix = "Point the URL at a writable primary (see the read-only finding)"
+			}
+		}
 	default:
 		f.Found = d.table + " does not exist; the first grant creates it (CREATE privilege), or Migrate does beforehand"
 	}
 	return f
+}
+
+// tryBump runs bump in a transaction of its own on c and rolls it back.
+func tryBump(ctx context.Context, c *sql.Conn, bump string) error {
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, bump)
+	return errors.Join(err, tx.Rollback())
 }
 
 // variables returns the server variables named that exist.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlockgo/dlock"
 	"github.com/dlockgo/dlock/driver"
+	"github.com/dlockgo/dlock/internal/doctor"
 )
 
 const doctorHelp = `Usage: dlock doctor [flags] [URL]
@@ -108,7 +109,7 @@ func cmdDoctor(ctx context.Context, sio *stdio, args []string) int {
 		counts := map[driver.Severity]int{}
 		for _, fd := range findings {
 			counts[fd.Severity]++
-			fmt.Fprintln(sio.out, doctorLine(fd))
+			fmt.Fprintln(sio.out, doctor.Line(fd))
 		}
 		fmt.Fprintf(sio.out, "%d ok, %d warn, %d fail\n", counts[driver.OK], counts[driver.Warn], counts[driver.Fail])
 	}
@@ -116,21 +117,4 @@ func cmdDoctor(ctx context.Context, sio *stdio, args []string) int {
 		return exitFailure
 	}
 	return exitOK
-}
-
-// doctorLine is one finding on one line: severity, check, what was found,
-// and for a warning or failure why it matters, the fix and the docs.
-func doctorLine(fd driver.Finding) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-4s  %s: %s", fd.Severity, fd.Check, fd.Found)
-	if fd.Why != "" {
-		fmt.Fprintf(&b, ". %s", fd.Why)
-	}
-	if fd.Fix != "" {
-		fmt.Fprintf(&b, ". Fix: %s", fd.Fix)
-	}
-	if fd.Severity != driver.OK && fd.Doc != "" {
-		fmt.Fprintf(&b, ". See %s", fd.Doc)
-	}
-	return b.String()
 }

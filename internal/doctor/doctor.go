@@ -5,6 +5,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlockgo/dlock/driver"
@@ -121,4 +122,22 @@ func round(d time.Duration) time.Duration {
 		return d.Round(time.Microsecond)
 	}
 	return d.Round(10 * time.Microsecond)
+}
+
+// Line is a finding on one line, as dlock doctor prints it: severity,
+// check, what was found, and for a warning or failure why it matters, the
+// fix and the docs.
+func Line(f driver.Finding) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-4s  %s: %s", f.Severity, f.Check, f.Found)
+	if f.Why != "" {
+		fmt.Fprintf(&b, ". %s", f.Why)
+	}
+	if f.Fix != "" {
+		fmt.Fprintf(&b, ". Fix: %s", f.Fix)
+	}
+	if f.Severity != driver.OK && f.Doc != "" {
+		fmt.Fprintf(&b, ". See %s", f.Doc)
+	}
+	return b.String()
 }
