@@ -91,12 +91,8 @@ func hasReplicas(ctx context.Context, c redis.UniversalClient) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-				return v != "0", nil
-			}
-		}
-		return false, nil
+		v := redisutil.InfoField(info, "connected_slaves")
+		return v != "" && v != "0", nil
 	}
 	return false, nil // a Ring: no replicas to ask for
 }

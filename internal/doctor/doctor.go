@@ -24,27 +24,22 @@ const MaxSkew = time.Second
 // docs page. The error is the first sample's: a store that cannot be
 // asked at all.
 func Clock(ctx context.Context, ttl time.Duration, doc string, now func(context.Context) (time.Time, error)) ([]driver.Finding, error) {
-	var best, worst time.Duration
 	var skew time.Duration
-	for i := range Samples {
+	fastest := time.Duration(-1)
+	best, worst, err := RoundTrips(ctx, func(ctx context.Context) error {
 		start := time.Now()
 		at, err := now(ctx)
-		rtt := time.Since(start)
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			break
-		}
-		if i == 0 || rtt < best {
-			best = rtt
+		if rtt := time.Since(start); err == nil && (fastest < 0 || rtt < fastest) {
 			// The store read its clock somewhere in the round trip: the
 			// middle is the best guess, within ±rtt/2.
-			skew = at.Sub(start.Add(rtt / 2))
+			fastest, skew = rtt, at.Sub(start.Add(rtt/2))
 		}
-		worst = max(worst, rtt)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return []driver.Finding{RoundTrip(best, worst, ttl), Skew(skew, best/2, doc)}, nil
+	return []driver.Finding{RoundTrip(best, worst, ttl), Skew(skew, fastest/2, doc)}, nil
 }
 
 // RoundTrips times Samples calls of f, each one round trip to the store,
