@@ -118,9 +118,11 @@ type Result struct {
 	// counts grants where StillHeld counts pairs.
 	Excess int
 	// BadObservations counts leaders shown by Observe that no campaign
-	// was granted (value and token), and tokens that went back in one
-	// observer's sequence.
-	BadObservations int
+	// was granted (value and token) and no campaign of theirs can explain,
+	// and tokens that went back in one observer's sequence; Abandoned
+	// counts the leaders shown that a campaign left in the store while
+	// giving them up (see CheckObserved).
+	BadObservations, Abandoned int
 	// NotLinearizable and LinearUnknown count the runs whose history
 	// CheckLinear found not linearizable, or could not decide in time.
 	NotLinearizable, LinearUnknown int
@@ -229,29 +231,62 @@ type Observation struct {
 	At     int64  // Unix nanoseconds
 }
 
+// A Call is an acquire call a client started at At (Unix nanoseconds),
+// whether it was granted or failed.
+type Call struct {
+	Client int
+	At     int64
+}
+
 // CheckObserved counts the observations that show a leader no campaign
 // was granted (by value and token), and the ones whose token is lower
-// than one the same observer showed before.
-func CheckObserved(acqs []Acquisition, obs []Observation) int {
+// than one the same observer showed before: bad, both. It counts apart,
+// as abandoned, the leaders no campaign was granted whose value names a
+// client that had started a campaign (one of calls) before the
+// observation: a candidate's key the store made leader while its
+// campaign was giving it up (its session ended, its answer was lost, its
+// context ended), which leads for observers until it is deleted or its
+// lease expires. Observe reports the store's leader, so these are
+// correct; a leader with a token granted to someone else, or with a value
+// no client had campaigned with by then, is not.
+func CheckObserved(acqs []Acquisition, calls []Call, obs []Observation) (bad, abandoned int) {
 	granted := map[uint64]string{}
+	first := map[string]int64{} // each client's first campaign call
+	note := func(client int, at int64) {
+		v := strconv.Itoa(client)
+		if f, ok := first[v]; !ok || at < f {
+			first[v] = at
+		}
+	}
 	for _, a := range acqs {
 		if a.Mode == "leader" {
 			granted[a.Token] = strconv.Itoa(a.Client)
+			note(a.Client, a.Call)
 		}
 	}
-	bad := 0
+	for _, c := range calls {
+		note(c.Client, c.At)
+	}
 	last := map[int]uint64{}
 	for _, o := range obs {
 		if o.Token == 0 {
 			continue
 		}
-		if v, ok := granted[o.Token]; !ok || v != o.Value {
+		v, ok := granted[o.Token]
+		switch {
+		case ok && v != o.Value:
 			bad++
+		case !ok:
+			if f, campaigned := first[o.Value]; campaigned && f < o.At {
+				abandoned++
+			} else {
+				bad++
+			}
 		}
 		if o.Token < last[o.Client] {
 			bad++
 		}
 		last[o.Client] = max(last[o.Client], o.Token)
 	}
-	return bad
+	return bad, abandoned
 }

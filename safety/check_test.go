@@ -147,28 +147,33 @@ func TestCheck(t *testing.T) {
 }
 
 func TestResultAdd(t *testing.T) {
-	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
-	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26}); got != want {
+	a := Result{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+	if got, want := a.Add(a), (Result{2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28}); got != want {
 		t.Errorf("Add = %+v, want %+v", got, want)
 	}
 }
 
 func TestCheckObserved(t *testing.T) {
-	acqs := []Acquisition{{Client: 1, Token: 10, Mode: "leader"}, {Client: 2, Token: 11, Mode: "leader"}}
+	acqs := []Acquisition{{Client: 1, Token: 10, Call: 5, Mode: "leader"}, {Client: 2, Token: 11, Call: 5, Mode: "leader"}}
+	calls := []Call{{Client: 3, At: 20}} // a campaign of client 3 that failed
 	tests := []struct {
-		name string
-		obs  []Observation
-		want int
+		name           string
+		obs            []Observation
+		bad, abandoned int
 	}{
-		{"in order", []Observation{{1, "1", 10, 1}, {1, "", 0, 2}, {1, "2", 11, 3}, {2, "2", 11, 3}}, 0},
-		{"a leader nobody was granted", []Observation{{1, "3", 12, 1}}, 1},
-		{"the wrong value for a token", []Observation{{1, "2", 10, 1}}, 1},
-		{"a token going back", []Observation{{1, "2", 11, 1}, {1, "1", 10, 2}}, 1},
+		{"in order", []Observation{{1, "1", 10, 6}, {1, "", 0, 7}, {1, "2", 11, 8}, {2, "2", 11, 8}}, 0, 0},
+		{"a leader no client campaigned as", []Observation{{1, "4", 12, 30}}, 1, 0},
+		{"a failed campaign's key", []Observation{{1, "3", 12, 30}}, 0, 1},
+		{"a granted client's other key", []Observation{{1, "2", 12, 30}}, 0, 1},
+		{"before its campaign started", []Observation{{1, "3", 12, 10}}, 1, 0},
+		{"the wrong value for a token", []Observation{{1, "2", 10, 6}}, 1, 0},
+		{"a token going back", []Observation{{1, "2", 11, 6}, {1, "1", 10, 7}}, 1, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := CheckObserved(acqs, tc.obs); got != tc.want {
-				t.Errorf("CheckObserved = %d, want %d", got, tc.want)
+			bad, abandoned := CheckObserved(acqs, calls, tc.obs)
+			if bad != tc.bad || abandoned != tc.abandoned {
+				t.Errorf("CheckObserved = %d bad, %d abandoned; want %d, %d", bad, abandoned, tc.bad, tc.abandoned)
 			}
 		})
 	}

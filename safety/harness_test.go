@@ -183,6 +183,7 @@ type workers struct {
 	acqs   []Acquisition
 	obs    []Observation
 	errs   []string
+	calls  []Call   // the failed acquire calls
 	failed []string // workers that exited with an error
 }
 
@@ -270,7 +271,10 @@ func run(t *testing.T, wl workload, inject func(ctx context.Context, w *workers)
 		t.Error(f)
 	}
 	r := Check(w.acqs, res.writes())
-	r.BadObservations = CheckObserved(w.acqs, w.obs)
+	r.BadObservations, r.Abandoned = CheckObserved(w.acqs, w.calls, w.obs)
+	if r.BadObservations != 0 {
+		logObserved(t, w)
+	}
 	var lin porcupine.CheckResult
 	switch wl.kind {
 	case "", "mutex", "leader": // a lock with one holder
@@ -354,8 +358,27 @@ func (w *workers) read(out interface{ Read([]byte) (int, error) }) {
 			w.mu.Unlock()
 		case "err":
 			w.mu.Lock()
-			w.errs = append(w.errs, fmt.Sprintf("client %d: %s", e.Client, e.Msg))
+			w.errs = append(w.errs, fmt.Sprintf("client %d: called %d, failed %d: %s", e.Client, e.Call, e.At, e.Msg))
+			w.calls = append(w.calls, Call{Client: e.Client, At: e.Call})
 			w.mu.Unlock()
 		}
+	}
+}
+
+// logObserved logs, for a run whose observations CheckObserved found bad,
+// every leader Observe showed, each client's granted campaigns and its
+// failed ones, so that a failure says which observation it was.
+func logObserved(t *testing.T, w *workers) {
+	t.Helper()
+	for _, a := range w.acqs {
+		if a.Mode == "leader" {
+			t.Logf("granted: client %d token %d enter %d exit %d lost %v", a.Client, a.Token, a.Enter, a.Exit, a.Lost)
+		}
+	}
+	for _, o := range w.obs {
+		t.Logf("observed: by client %d at %d leader %q token %d", o.Client, o.At, o.Value, o.Token)
+	}
+	for _, e := range w.errs {
+		t.Logf("failed: %s", e)
 	}
 }

@@ -44,8 +44,8 @@ func (t *rows[R]) all() []R {
 // a stale write accepted is always an error.
 func report(t *testing.T, backend, fault string, guard bool, runs int, r Result) {
 	t.Helper()
-	t.Logf("%s / %s: runs %d, acquisitions %d, (a) overlaps %d (unnoticed %d, seen held after the other's grant %d), (b) stale writes accepted %d (guard %v), (c) token regressions %d; writes %d, refused %d, accepted with another client's token %d; grants beyond the kind's bound %d; bad observations %d; runs not linearizable %d (undecided %d)",
-		backend, fault, runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, r.StaleAccepted, guard, r.Regressions, r.Writes, r.Rejected, r.SharedAccepted, r.Excess, r.BadObservations, r.NotLinearizable, r.LinearUnknown)
+	t.Logf("%s / %s: runs %d, acquisitions %d, (a) overlaps %d (unnoticed %d, seen held after the other's grant %d), (b) stale writes accepted %d (guard %v), (c) token regressions %d; writes %d, refused %d, accepted with another client's token %d; grants beyond the kind's bound %d; bad observations %d (abandoned keys shown %d); runs not linearizable %d (undecided %d)",
+		backend, fault, runs, r.Acquisitions, r.Overlaps, r.Unnoticed, r.StillHeld, r.StaleAccepted, guard, r.Regressions, r.Writes, r.Rejected, r.SharedAccepted, r.Excess, r.BadObservations, r.Abandoned, r.NotLinearizable, r.LinearUnknown)
 	if guard && r.StaleAccepted != 0 {
 		t.Errorf("%d stale writes got through the guard", r.StaleAccepted)
 	}

@@ -7,7 +7,7 @@
 //	{"k":"acq","c":1,"t":42,"call":...,"enter":...,"wcall":...,"exit":...,"rel":...,"w":"ok"}
 //	                                       section done and released
 //	                                       ("lost":true and "lostAt" if the lease had ended by then)
-//	{"k":"err","c":1,"msg":"..."}                          an acquire failed
+//	{"k":"err","c":1,"call":...,"at":...,"msg":"..."}        an acquire called at call failed at at
 //	{"k":"obs","c":1,"t":42,"at":...,"msg":"2"}             Observe showed leader "2", token 42
 //
 // The write goes out after the hold time whatever happens meanwhile: the
@@ -169,7 +169,7 @@ func run(rawURL, name string, id int, dur, ttl, hold time.Duration, resource str
 		lease, mode, err := k.take(actx, locker, name, round)
 		cancel()
 		if err != nil {
-			emit(event{Kind: "err", Cl: id, Msg: err.Error()})
+			emit(event{Kind: "err", Cl: id, Call: call, At: time.Now().UnixNano(), Msg: err.Error()})
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
