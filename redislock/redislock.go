@@ -74,12 +74,13 @@ type Options struct {
 	// within WaitTimeout, an acquisition is released and a renewal fails,
 	// both matching ErrNotReplicated (the lease keeps the validity of the
 	// last acknowledged renewal). Zero, the default, means one where the
-	// server has replicas and none where it has not: the Driver asks once,
-	// at its first acquisition or renewal (INFO replication on the
-	// primary, a Sentinel-managed one included; CLUSTER SLOTS on a
-	// Cluster). Negative turns the wait off (URL wait_replicas=0). What
-	// the wait closes of the failover race, and what it costs: see
-	// Sentinel in docs/REDIS.md.
+	// server has replicas and none where it has not: the Driver asks at
+	// its first acquisition or renewal (INFO replication on the primary,
+	// a Sentinel-managed one included; CLUSTER SLOTS on a Cluster), and
+	// while the answer is none, again at the first one 10 s after the
+	// last ask; once it waits, it keeps waiting. Negative turns the wait
+	// off (URL wait_replicas=0). What the wait closes of the failover
+	// race, and what it costs: see Sentinel in docs/REDIS.md.
 	WaitReplicas int
 
 	// WaitTimeout bounds the wait for replicas (WaitReplicas); it must stay
@@ -133,6 +134,8 @@ type Driver struct {
 	shardState   atomic.Int32             // shardUnknown, shardOn or shardOff (see useShards)
 	waitReplicas atomic.Int64             // replicas to wait for; waitUnknown until asked (see replicasToWait)
 	waitAsk      sync.Mutex               // held while the server is asked
+	reask        *time.Timer              // forgets an answer of no replicas (see replicasToWait); guarded by mu
+	reaskAfter   time.Duration            // replicaReask; shorter in tests
 	log          *slog.Logger             // Options.Logger, or slog.Default()
 	waitTimeout  int64                    // Options.WaitTimeout, in milliseconds
 	lastTTL      atomic.Pointer[boxedTTL] // the script arguments of the last TTL used (see resolve)
@@ -182,7 +185,7 @@ func buildDriver(client redis.UniversalClient, o *Options) *Driver {
 	d.log = logger(&opt)
 	n, timeout := waitOptions(opt)
 	d.waitReplicas.Store(n)
-	d.waitTimeout = timeout
+	d.waitTimeout, d.reaskAfter = timeout, replicaReask
 	return d
 }
 
@@ -207,6 +210,9 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.mu.Lock()
 		d.closed.Store(true)
+		if d.reask != nil {
+			d.reask.Stop()
+		}
 		d.mu.Unlock()
 		close(d.done)
 		if d.stopCheck != nil {

@@ -41,7 +41,10 @@ func waitOptions(o Options) (int64, int64) {
 // replicasToWait returns how many replicas a grant or renewal waits for:
 // Options.WaitReplicas, or for its zero value 1 if the server has
 // replicas, which the first call asks (and a call that fails to ask asks
-// again).
+// again). An answer of none is asked again after replicaReask, by the
+// first call after it: a replica may attach to a primary that started
+// alone, and a fresh Cluster may not list its replicas yet. An answer of
+// one is kept.
 func (d *Driver) replicasToWait(ctx context.Context) (int64, error) {
 	if n := d.waitReplicas.Load(); n != waitUnknown {
 		return n, nil
@@ -52,11 +55,12 @@ func (d *Driver) replicasToWait(ctx context.Context) (int64, error) {
 		return n, nil
 	}
 	has, err := hasReplicas(ctx, d.client)
+	reask := true
 	if err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
 		// A user whose ACL lacks INFO (or CLUSTER SLOTS): the Driver
 		// cannot know, and does not wait.
 		d.log.Warn("redislock: not waiting for replicas: the server refused to say whether it has any; grant the user +info, or set wait_replicas", "error", err)
-		has, err = false, nil
+		has, err, reask = false, nil, false
 	}
 	if err != nil {
 		return 0, fmt.Errorf("redislock: asking the server for its replicas (Options.WaitReplicas): %w", err)
@@ -66,8 +70,21 @@ func (d *Driver) replicasToWait(ctx context.Context) (int64, error) {
 		n = 1
 	}
 	d.waitReplicas.Store(n)
+	if n == 0 && reask {
+		d.mu.Lock()
+		if !d.closed.Load() {
+			// A timer rather than a clock read on every call: the answer
+			// is read on every acquisition and renewal.
+			d.reask = time.AfterFunc(d.reaskAfter, func() { d.waitReplicas.CompareAndSwap(0, waitUnknown) })
+		}
+		d.mu.Unlock()
+	}
 	return n, nil
 }
+
+// replicaReask is how long a Driver that found no replica keeps that
+// answer (see replicasToWait).
+const replicaReask = 10 * time.Second
 
 // hasReplicas reports whether the server behind c has a replica: a
 // Cluster, one of a master in CLUSTER SLOTS; a primary, connected_slaves

@@ -150,12 +150,37 @@ func TestWaitReplicasDefault(t *testing.T) {
 		return r
 	}
 	alone := newDriverOn(t, primary.Client(), nil)
+	alone.reaskAfter = 100 * time.Millisecond
 	take(alone, "alone")
 	if n := alone.waitReplicas.Load(); n != 0 {
 		t.Fatalf("a primary without replicas: waits for %d", n)
 	}
 
 	replica := startReplica(t, primary).Client()
+	// The Driver that found none asks again: its grants wait from then on.
+	for i := 0; ; i++ {
+		r := take(alone, "alone-later")
+		if err := alone.Unlock(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if alone.waitReplicas.Load() == 1 {
+			break
+		}
+		if i == 100 { // 10 s: a hundred times the interval
+			t.Fatal("a Driver that found no replica never asked again after one attached")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := primary.Client().ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := take(alone, "alone-later")
+	if err := alone.Unlock(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if stats := primary.Client().Info(ctx, "commandstats").Val(); !strings.Contains(stats, "cmdstat_wait:") {
+		t.Fatal("a grant after the Driver learnt of the replica sent no WAIT")
+	}
 	d := newDriverOn(t, primary.Client(), nil)
 	for i := range 20 { // the race without WAIT would be lost now and then
 		if i%5 == 4 {

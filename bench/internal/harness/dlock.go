@@ -2,10 +2,13 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/dlockgo/dlock"
+	"github.com/dlockgo/dlock/driver"
 	_ "github.com/dlockgo/dlock/natslock" // the nats:// scheme
 	dlockredis "github.com/dlockgo/dlock/redislock"
 	_ "github.com/dlockgo/dlock/redlock" // the redlock:// scheme
@@ -17,6 +20,7 @@ func init() {
 		{Name: DlockRedis, New: newDlockRedis},
 		{Name: DlockRedisClient, OptIn: true, New: newDlockRedisClient},
 		{Name: DlockRedisAutoPipe, OptIn: true, New: newDlockRedisAutoPipe},
+		{Name: DlockRedisDriver, OptIn: true, New: newDlockRedisDriver},
 		{Name: DlockRedlock, Private: true, New: newDlockRedlock},
 		{Name: DlockNATS, NATS: true, New: newDlockNATS},
 	}, specs...)
@@ -92,6 +96,43 @@ func newDlockRedisAutoPipe(e *Env) (Impl, error) {
 		return nil, err
 	}
 	return &dlockImpl{l: l, client: c}, nil
+}
+
+// dlockDriver is a redislock.Driver called directly (DlockRedisDriver).
+type dlockDriver struct {
+	d *dlockredis.Driver
+	c *redis.Client
+}
+
+// driverHeld is a lock dlockDriver holds.
+type driverHeld struct {
+	d *dlockredis.Driver
+	r driver.Request
+}
+
+func newDlockRedisDriver(e *Env) (Impl, error) {
+	c := NewClient(e.Shared)
+	return &dlockDriver{d: dlockredis.NewDriver(c, nil), c: c}, nil
+}
+
+// Acquire waits for the lock as Locker.Acquire does (Lock: queued, told
+// of the release), with a new 128-bit owner as a Locker makes one.
+func (d *dlockDriver) Acquire(ctx context.Context, key string) (Held, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	r := driver.Request{Name: key, Owner: hex.EncodeToString(b[:]), TTL: TTL}
+	if _, err := d.d.Lock(ctx, r); err != nil {
+		return nil, err
+	}
+	return &driverHeld{d: d.d, r: r}, nil
+}
+
+func (h *driverHeld) Release(ctx context.Context) error { return h.d.Unlock(ctx, h.r) }
+
+func (d *dlockDriver) Close() error {
+	err := d.d.Close()
+	_ = d.c.Close()
+	return err
 }
 
 func (d *dlockImpl) Acquire(ctx context.Context, key string) (Held, error) {

@@ -97,6 +97,12 @@ const (
 	// Client.AutoPipeline(), the documented way to coalesce calls (a
 	// diagnostic, run only when named).
 	DlockRedisAutoPipe = "dlock-redis-autopipe"
+	// DlockRedisDriver is dlock's redis Driver alone, without a Locker:
+	// redislock.NewDriver over a go-redis client with default options,
+	// Lock and Unlock with a random owner (a diagnostic, run only when
+	// named). Against DlockRedisClient it shows what the Locker and its
+	// lease cost; against the peers, what the driver and its scripts do.
+	DlockRedisDriver = "dlock-redis-driver"
 	// RawHop is the raw loop with each call made from a new goroutine
 	// while the caller waits for its result on a channel, as redsync
 	// makes its per-node calls (a diagnostic, run only when named): it
