@@ -2,8 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -118,9 +116,7 @@ func newDlockRedisDriver(e *Env) (Impl, error) {
 // Acquire waits for the lock as Locker.Acquire does (Lock: queued, told
 // of the release), with a new 128-bit owner as a Locker makes one.
 func (d *dlockDriver) Acquire(ctx context.Context, key string) (Held, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	r := driver.Request{Name: key, Owner: hex.EncodeToString(b[:]), TTL: TTL}
+	r := driver.Request{Name: key, Owner: ownerValue(), TTL: TTL}
 	if _, err := d.d.Lock(ctx, r); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,14 @@ type Env struct {
 	Run string
 }
 
+// ownerValue returns 128 random bits in hex, the value a lock holder
+// writes, as dlock and the peers make theirs.
+func ownerValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // NewEnv returns an Env with a fresh run id.
 func NewEnv(shared string, nodes []string, natsURL string) *Env {
 	var b [4]byte

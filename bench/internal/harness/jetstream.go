@@ -2,8 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -64,9 +62,7 @@ func newRawJetStream(e *Env) (Impl, error) {
 }
 
 func (r *rawJS) Acquire(ctx context.Context, key string) (Held, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	val := []byte(hex.EncodeToString(b[:]))
+	val := []byte(ownerValue())
 	return poll(ctx, func() (Held, error) {
 		rev, err := r.kv.Create(ctx, key, val, jetstream.KeyTTL(TTL))
 		if err == nil {

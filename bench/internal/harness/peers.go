@@ -2,8 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,9 +76,7 @@ type rawHeld struct {
 }
 
 func (r *raw) Acquire(ctx context.Context, key string) (Held, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	val := hex.EncodeToString(b[:])
+	val := ownerValue()
 	return poll(ctx, func() (Held, error) {
 		// SET key val NX PX ttl
 		err := r.c.Do(ctx, "set", key, val, "nx", "px", r.ttlMS).Err()
