@@ -61,18 +61,27 @@ const foldedClass = "_other"
 // metricSets are the attribute sets of the measurements about locks of
 // one name class (or, in plain, of every lock when there are no classes).
 type metricSets struct {
-	class   string                   // "" without classes
-	obs     *leaseObs                // for a lease with these sets and no span
-	backend metric.MeasurementOption // the backend (and class)
-	// onBackend is backend as an Add's options, built once: a variadic
-	// argument list built at each call escapes to the heap.
-	onBackend []metric.AddOption
-	byResult  map[string]metric.MeasurementOption
-	renewOK   metric.MeasurementOption
-	renewErr  metric.MeasurementOption
-	released  metric.MeasurementOption
-	lostOpt   metric.MeasurementOption
-	byReason  map[string]metric.MeasurementOption // dlock.lost, by reason
+	class    string    // "" without classes
+	obs      *leaseObs // for a lease with these sets and no span
+	backend  opts      // the backend (and class)
+	byResult map[string]opts
+	renewOK  opts
+	renewErr opts
+	released opts
+	lostOpt  opts
+	byReason map[string]opts // dlock.lost, by reason
+}
+
+// opts is one attribute set as the options of an Add and of a Record,
+// built once: a variadic argument list built at each call escapes to the
+// heap, an allocation per measurement.
+type opts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func optsOf(o metric.MeasurementOption) opts {
+	return opts{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
 }
 
 // newMetricSets builds the sets of the backend attribute and class (none
@@ -82,14 +91,13 @@ func newMetricSets(backend attribute.KeyValue, class string) *metricSets {
 	if class != "" {
 		base = append(base, attribute.String("class", class))
 	}
-	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(append(kv, base...)...))
+	with := func(kv ...attribute.KeyValue) opts {
+		return optsOf(metric.WithAttributeSet(attribute.NewSet(append(kv, base...)...)))
 	}
-	x := &metricSets{class: class, backend: with(), byResult: map[string]metric.MeasurementOption{}, byReason: map[string]metric.MeasurementOption{}}
+	x := &metricSets{class: class, backend: with(), byResult: map[string]opts{}, byReason: map[string]opts{}}
 	for _, r := range []string{resultAcquired, resultNotAcquired, resultCanceled, resultError} {
 		x.byResult[r] = with(attribute.String("result", r))
 	}
-	x.onBackend = []metric.AddOption{x.backend}
 	x.obs = &leaseObs{ms: x}
 	x.renewOK = with(attribute.String("result", "ok"))
 	x.renewErr = with(attribute.String("result", "error"))
@@ -120,7 +128,7 @@ func (m *metrics) sets(name string) *metricSets {
 		return x
 	}
 	if len(m.classes) >= maxNameClasses {
-		m.folded.Add(context.Background(), 1, m.plain.onBackend...)
+		m.folded.Add(context.Background(), 1, m.plain.backend.add...)
 		if x, ok := m.classes[foldedClass]; ok {
 			return x
 		}
@@ -138,16 +146,16 @@ func (m *metrics) sets(name string) *metricSets {
 // (or failure) of each reason if that event created the series.
 func (m *metrics) zero(x *metricSets) {
 	ctx := context.Background()
-	for _, opt := range x.byResult {
-		m.acquires.Add(ctx, 0, opt)
+	for _, o := range x.byResult {
+		m.acquires.Add(ctx, 0, o.add...)
 	}
-	for _, opt := range x.byReason {
-		m.lost.Add(ctx, 0, opt)
+	for _, o := range x.byReason {
+		m.lost.Add(ctx, 0, o.add...)
 	}
-	m.renewals.Add(ctx, 0, x.renewOK)
-	m.renewals.Add(ctx, 0, x.renewErr)
-	m.held.Add(ctx, 0, x.backend)
-	m.waiting.Add(ctx, 0, x.backend)
+	m.renewals.Add(ctx, 0, x.renewOK.add...)
+	m.renewals.Add(ctx, 0, x.renewErr.add...)
+	m.held.Add(ctx, 0, x.backend.add...)
+	m.waiting.Add(ctx, 0, x.backend.add...)
 }
 
 // Why a lease was lost: the values of dlock.lost's reason attribute.
@@ -196,43 +204,43 @@ func newMetrics(mp metric.MeterProvider, backend string, classOf func(string) st
 	if classOf == nil {
 		x.zero(x.plain) // with classes, each class's sets are zeroed as made
 	} else {
-		x.folded.Add(context.Background(), 0, x.plain.onBackend...)
+		x.folded.Add(context.Background(), 0, x.plain.backend.add...)
 	}
 	return &x
 }
 
 func (m *metrics) acquired(x *metricSets, result string, waited time.Duration) {
 	ctx := context.Background()
-	opt := x.byResult[result]
-	m.wait.Record(ctx, waited.Seconds(), opt)
-	m.acquires.Add(ctx, 1, opt)
+	o := x.byResult[result]
+	m.wait.Record(ctx, waited.Seconds(), o.record...)
+	m.acquires.Add(ctx, 1, o.add...)
 	if result == resultAcquired {
-		m.held.Add(ctx, 1, x.backend)
+		m.held.Add(ctx, 1, x.backend.add...)
 	}
 }
 
 // waits adds n (1 when an Acquire call starts, -1 when it returns) to
 // dlock.waiting.
 func (m *metrics) waits(x *metricSets, n int64) {
-	m.waiting.Add(context.Background(), n, x.onBackend...)
+	m.waiting.Add(context.Background(), n, x.backend.add...)
 }
 
 func (m *metrics) renewed(x *metricSets, ok bool) {
-	opt := x.renewErr
+	o := x.renewErr
 	if ok {
-		opt = x.renewOK
+		o = x.renewOK
 	}
-	m.renewals.Add(context.Background(), 1, opt)
+	m.renewals.Add(context.Background(), 1, o.add...)
 }
 
 // ended records a lease's end: lost is why it was lost, "" for a release.
 func (m *metrics) ended(x *metricSets, lost string, held time.Duration) {
 	ctx := context.Background()
-	m.held.Add(ctx, -1, x.backend)
-	opt := x.released
+	m.held.Add(ctx, -1, x.backend.add...)
+	o := x.released
 	if lost != "" {
-		m.lost.Add(ctx, 1, x.byReason[lost])
-		opt = x.lostOpt
+		m.lost.Add(ctx, 1, x.byReason[lost].add...)
+		o = x.lostOpt
 	}
-	m.hold.Record(ctx, held.Seconds(), opt)
+	m.hold.Record(ctx, held.Seconds(), o.record...)
 }
