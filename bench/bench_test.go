@@ -23,7 +23,10 @@ import (
 	"github.com/dlockgo/dlock/bench/internal/harness"
 )
 
-var sharedAddr = flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback)")
+var (
+	sharedAddr = flag.String("redis", "127.0.0.1:6379", "address of the shared Redis server (loopback)")
+	optIn      = flag.Bool("optin", false, "also run the diagnostic implementations (dlock-redis-driver and the others cmd/compare runs only when -impls names them)")
+)
 
 var (
 	env   *harness.Env
@@ -95,8 +98,8 @@ func bench(b *testing.B, scenario string, report func(b *testing.B, r harness.Re
 
 func benchKind(b *testing.B, scenario, kind string, report func(b *testing.B, r harness.Result)) {
 	for _, s := range harness.Specs() {
-		if s.OptIn {
-			continue // diagnostics: cmd/compare -impls runs them
+		if s.OptIn && !*optIn {
+			continue // diagnostics: -optin, or cmd/compare -impls, runs them
 		}
 		b.Run("impl="+s.Name, func(b *testing.B) {
 			im := impl(b, s)
