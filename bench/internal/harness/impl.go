@@ -116,6 +116,17 @@ const (
 	// makes its per-node calls (a diagnostic, run only when named): it
 	// shows what that hand-off alone does to latency.
 	RawHop = "raw-goredis-hop"
+	// RawLua is a raw loop that takes the lock in a script as
+	// bsm/redislock does (SET NX PX) and releases it with the same Lua
+	// delete (a diagnostic, run only when named): the peers' server work
+	// without any library's client code.
+	RawLua = "raw-goredis-lua"
+	// RawFenced is RawLua's loop with dlock's server work on a free lock:
+	// the acquire script also increments a fencing counter, the release
+	// script also checks that no queue exists (a diagnostic, run only
+	// when named). Against RawLua it prices that work alone, with the
+	// same client code.
+	RawFenced = "raw-goredis-fenced"
 	// DlockNATS is dlock's nats:// backend on the private nats-server.
 	DlockNATS = "dlock-nats"
 	// RawJetStream is a hand-written loop over nats.go's jetstream KV
@@ -128,6 +139,8 @@ const (
 var specs = []Spec{
 	{Name: Raw, New: newRaw},
 	{Name: RawHop, OptIn: true, New: newRawHop},
+	{Name: RawLua, OptIn: true, New: newRawLua},
+	{Name: RawFenced, OptIn: true, New: newRawFenced},
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},

@@ -225,3 +225,78 @@ func (r *rs) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ---- raw go-redis loops with scripts on both sides ----
+
+var (
+	// rawLuaAcquire is bsm/redislock's acquisition of a free key.
+	rawLuaAcquire = redis.NewScript(`if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end return 0`)
+	// rawFencedAcquire adds dlock's fencing counter to it (dlock's
+	// acquire.lua on a free lock, less the seeding of a new counter).
+	rawFencedAcquire = redis.NewScript(`if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return redis.call("incr", KEYS[2]) end return 0`)
+	// rawFencedRelease adds dlock's queue check to rawRelease (dlock's
+	// release.lua when nobody waits).
+	rawFencedRelease = redis.NewScript(`if redis.call("exists", KEYS[2]) == 0 then if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) return 1 end return 0 end return -1`)
+)
+
+// rawScripted is a raw loop whose acquire and release are both scripts.
+type rawScripted struct {
+	c                *redis.Client
+	ttlMS            string
+	acquire, release *redis.Script
+	fenced           bool // the scripts take the counter's and the queue's keys
+}
+
+func newRawLua(e *Env) (Impl, error) {
+	return &rawScripted{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10),
+		acquire: rawLuaAcquire, release: rawRelease}, nil
+}
+
+func newRawFenced(e *Env) (Impl, error) {
+	return &rawScripted{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10),
+		acquire: rawFencedAcquire, release: rawFencedRelease, fenced: true}, nil
+}
+
+type rawScriptedHeld struct {
+	r    *rawScripted
+	keys []string
+	val  string
+}
+
+func (r *rawScripted) Acquire(ctx context.Context, key string) (Held, error) {
+	// Both build every key, so that their client work is the same: the
+	// acquire's from keys[0], the release's from keys[2].
+	keys := []string{key, key + ":fence", key, key + ":queue"}
+	n := 1
+	if r.fenced {
+		n = 2
+	}
+	val := ownerValue()
+	return poll(ctx, func() (Held, error) {
+		n, err := r.acquire.Run(ctx, r.c, keys[:n], val, r.ttlMS).Int64()
+		switch {
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return nil, errHeld
+		}
+		return &rawScriptedHeld{r: r, keys: keys, val: val}, nil
+	})
+}
+
+func (h *rawScriptedHeld) Release(ctx context.Context) error {
+	keys := h.keys[2:3]
+	if h.r.fenced {
+		keys = h.keys[2:4]
+	}
+	n, err := h.r.release.Run(ctx, h.r.c, keys, h.val).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%s: lock not held at release (%d)", RawLua, n)
+	}
+	return nil
+}
+
+func (r *rawScripted) Close() error { return r.c.Close() }
