@@ -239,64 +239,61 @@ var (
 	rawFencedRelease = redis.NewScript(`if redis.call("exists", KEYS[2]) == 0 then if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) return 1 end return 0 end return -1`)
 )
 
-// rawScripted is a raw loop whose acquire and release are both scripts.
+// rawScripted is the raw loop with its SET sent in a script too.
 type rawScripted struct {
-	c                *redis.Client
-	ttlMS            string
+	*raw
+	name             string
 	acquire, release *redis.Script
-	fenced           bool // the scripts take the counter's and the queue's keys
+	fenced           bool // the scripts also take the counter's and the queue's keys
 }
 
-func newRawLua(e *Env) (Impl, error) {
-	return &rawScripted{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10),
-		acquire: rawLuaAcquire, release: rawRelease}, nil
-}
+func newRawLua(e *Env) (Impl, error) { return newRawScripted(e, false) }
 
-func newRawFenced(e *Env) (Impl, error) {
-	return &rawScripted{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10),
-		acquire: rawFencedAcquire, release: rawFencedRelease, fenced: true}, nil
+func newRawFenced(e *Env) (Impl, error) { return newRawScripted(e, true) }
+
+func newRawScripted(e *Env, fenced bool) (Impl, error) {
+	r := &rawScripted{raw: &raw{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10)},
+		name: RawLua, acquire: rawLuaAcquire, release: rawRelease, fenced: fenced}
+	if fenced {
+		r.name, r.acquire, r.release = RawFenced, rawFencedAcquire, rawFencedRelease
+	}
+	return r, nil
 }
 
 type rawScriptedHeld struct {
 	r    *rawScripted
-	keys []string
+	keys []string // the release's
 	val  string
 }
 
 func (r *rawScripted) Acquire(ctx context.Context, key string) (Held, error) {
-	// Both build every key, so that their client work is the same: the
-	// acquire's from keys[0], the release's from keys[2].
+	// Both loops build every key, so that their client work is the same:
+	// the acquire's are keys[:2], the release's keys[2:].
 	keys := []string{key, key + ":fence", key, key + ":queue"}
-	n := 1
+	acq, rel := keys[:1], keys[2:3]
 	if r.fenced {
-		n = 2
+		acq, rel = keys[:2], keys[2:]
 	}
 	val := ownerValue()
 	return poll(ctx, func() (Held, error) {
-		n, err := r.acquire.Run(ctx, r.c, keys[:n], val, r.ttlMS).Int64()
+		got, err := r.acquire.Run(ctx, r.c, acq, val, r.ttlMS).Int64()
 		switch {
 		case err != nil:
 			return nil, err
-		case n == 0:
+		case got == 0:
 			return nil, errHeld
 		}
-		return &rawScriptedHeld{r: r, keys: keys, val: val}, nil
+		return &rawScriptedHeld{r: r, keys: rel, val: val}, nil
 	})
 }
 
 func (h *rawScriptedHeld) Release(ctx context.Context) error {
-	keys := h.keys[2:3]
-	if h.r.fenced {
-		keys = h.keys[2:4]
-	}
-	n, err := h.r.release.Run(ctx, h.r.c, keys, h.val).Int()
+	n, err := h.r.release.Run(ctx, h.r.c, h.keys, h.val).Int()
 	if err != nil {
 		return err
 	}
 	if n != 1 {
-		return fmt.Errorf("%s: lock not held at release (%d)", RawLua, n)
+		return fmt.Errorf("%s: lock not held at release (%d)", h.r.name, n)
 	}
 	return nil
 }
-
-func (r *rawScripted) Close() error { return r.c.Close() }
