@@ -127,6 +127,12 @@ const (
 	// when named). Against RawLua it prices that work alone, with the
 	// same client code.
 	RawFenced = "raw-goredis-fenced"
+	// RawLuaDeadline is RawLua's loop with bsm/redislock's one other
+	// client step: an Acquire whose context has no deadline runs under
+	// context.WithDeadline(now+TTL) (a diagnostic, run only when named).
+	// Against RawLua it shows what that per-call timer alone does to a
+	// round trip's latency.
+	RawLuaDeadline = "raw-goredis-lua-deadline"
 	// DlockNATS is dlock's nats:// backend on the private nats-server.
 	DlockNATS = "dlock-nats"
 	// RawJetStream is a hand-written loop over nats.go's jetstream KV
@@ -141,6 +147,7 @@ var specs = []Spec{
 	{Name: RawHop, OptIn: true, New: newRawHop},
 	{Name: RawLua, OptIn: true, New: newRawLua},
 	{Name: RawFenced, OptIn: true, New: newRawFenced},
+	{Name: RawLuaDeadline, OptIn: true, New: newRawLuaDeadline},
 	{Name: BSM, New: newBSM},
 	{Name: Redsync1, New: newRedsync1},
 	{Name: Redsync5, Private: true, New: newRedsync5},

@@ -245,11 +245,22 @@ type rawScripted struct {
 	name             string
 	acquire, release *redis.Script
 	fenced           bool // the scripts also take the counter's and the queue's keys
+	deadline         bool // Acquire bounds a ctx without deadline, as bsm/redislock's Obtain does
 }
 
 func newRawLua(e *Env) (Impl, error) { return newRawScripted(e, false) }
 
 func newRawFenced(e *Env) (Impl, error) { return newRawScripted(e, true) }
+
+func newRawLuaDeadline(e *Env) (Impl, error) {
+	im, err := newRawScripted(e, false)
+	if err != nil {
+		return nil, err
+	}
+	r := im.(*rawScripted)
+	r.name, r.deadline = RawLuaDeadline, true
+	return r, nil
+}
 
 func newRawScripted(e *Env, fenced bool) (Impl, error) {
 	r := &rawScripted{raw: &raw{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10)},
@@ -275,6 +286,13 @@ func (r *rawScripted) Acquire(ctx context.Context, key string) (Held, error) {
 		acq, rel = keys[:2], keys[2:]
 	}
 	val := ownerValue()
+	if _, ok := ctx.Deadline(); r.deadline && !ok {
+		// bsm/redislock's Obtain: a context.WithDeadline, and so a
+		// timer, on every call whose context has no deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(TTL))
+		defer cancel()
+	}
 	return poll(ctx, func() (Held, error) {
 		got, err := r.acquire.Run(ctx, r.c, acq, val, r.ttlMS).Int64()
 		switch {
