@@ -55,6 +55,21 @@ func TestValidateName(t *testing.T) {
 	}
 }
 
+// BenchmarkValidateName: the check every acquisition makes of its name.
+func BenchmarkValidateName(b *testing.B) {
+	for _, c := range []struct{ kind, name string }{{"flat", "bench-s2-7"}, {"segments", "orders/2026/invoice-42:lock"}} {
+		name := c.name
+		b.Run(c.kind, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := dlock.ValidateName(name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func FuzzValidateName(f *testing.F) {
 	for _, s := range []string{"a", "a/b", "../x", "a//b", "{x}"} {
 		f.Add(s)

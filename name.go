@@ -36,23 +36,36 @@ func ValidateName(name string) error {
 	if len(name) > MaxNameLen {
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
 	}
-	for i, r := range name {
-		if r == utf8.RuneError && !strings.HasPrefix(name[i:], string(utf8.RuneError)) {
-			return fmt.Errorf("%w: %q: byte %#02x at %d is not UTF-8: a name holds ASCII letters, digits and - _ . : @ + = /",
-				ErrInvalidName, name, name[i], i)
-		}
-		if r >= utf8.RuneSelf || !nameBytes[r] {
-			return fmt.Errorf("%w: %q: character %q (%U) at byte %d is not allowed: a name holds ASCII letters, digits and - _ . : @ + = /",
-				ErrInvalidName, name, r, r, i)
+	// Every allowed byte is ASCII, so the first byte refused starts the
+	// first character refused.
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= utf8.RuneSelf || !nameBytes[c] {
+			return badNameChar(name, i)
 		}
 	}
-	for seg := range strings.SplitSeq(name, "/") {
+	for rest := name; ; {
+		seg, after, more := strings.Cut(rest, "/")
 		switch seg {
 		case "":
 			return fmt.Errorf("%w: %q: empty segment (leading, trailing or double slash)", ErrInvalidName, name)
 		case ".", "..":
 			return fmt.Errorf("%w: %q: segment %q is not allowed", ErrInvalidName, name, seg)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return nil
+}
+
+// badNameChar is ValidateName's error for the character of name that
+// starts at byte i, which is not allowed or not UTF-8.
+func badNameChar(name string, i int) error {
+	r, size := utf8.DecodeRuneInString(name[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Errorf("%w: %q: byte %#02x at %d is not UTF-8: a name holds ASCII letters, digits and - _ . : @ + = /",
+			ErrInvalidName, name, name[i], i)
+	}
+	return fmt.Errorf("%w: %q: character %q (%U) at byte %d is not allowed: a name holds ASCII letters, digits and - _ . : @ + = /",
+		ErrInvalidName, name, r, r, i)
 }
