@@ -123,13 +123,14 @@ func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 	if len(o.Hosts) != 0 && len(o.Hosts) != o.Members {
 		t.Fatalf("StartEtcd: %d hosts for %d members", len(o.Hosts), o.Members)
 	}
+	ports := freePortsFor(t, 2*o.Members) // a client and a peer port each
 	for i := range o.Members {
 		h := hostAt(o.Hosts, i)
 		m := &EtcdMember{
 			c:        c,
 			Name:     fmt.Sprintf("m%d", i),
-			Endpoint: h.ip() + ":" + strconv.Itoa(freePort(t)),
-			peerURL:  "http://" + h.ip() + ":" + strconv.Itoa(freePort(t)),
+			Endpoint: h.ip() + ":" + strconv.Itoa(ports[2*i]),
+			peerURL:  "http://" + h.ip() + ":" + strconv.Itoa(ports[2*i+1]),
 			Host:     h,
 		}
 		m.dataDir = dir + "/" + m.Name

@@ -97,13 +97,13 @@ func StartNATSWith(t testing.TB, n int, o NATSOptions) *NATSCluster {
 	dir := t.TempDir()
 	c := &NATSCluster{t: t, o: o}
 	routes := make([]string, n)
-	clusterPorts := make([]int, n)
+	ports := freePortsFor(t, 2*n) // n route ports, then n client ports
+	clusterPorts := ports[:n]
 	for i := range n {
-		clusterPorts[i] = freePort(t)
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i])
 	}
 	for i := range n {
-		s := &NATSServer{Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
+		s := &NATSServer{Name: fmt.Sprintf("n%d", i), Addr: "127.0.0.1:" + strconv.Itoa(ports[n+i])}
 		conf := filepath.Join(dir, s.Name+".conf")
 		s.t, s.what, s.logPath, s.timeout = t, s.String(), filepath.Join(dir, s.Name+".log"), 30*time.Second
 		s.newCmd = func() *exec.Cmd { return exec.Command(bin, "-c", conf) }

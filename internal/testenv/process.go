@@ -217,14 +217,22 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// freePort returns a loopback port free now.
+// freePort returns a loopback port free now. A server that needs
+// several ports takes them from one freePortsFor call: ports from
+// separate calls may be the same.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ports, err := freePorts(1)
+	return freePortsFor(t, 1)[0]
+}
+
+// freePortsFor returns n distinct loopback ports free now, or fails t.
+func freePortsFor(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := freePorts(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ports[0]
+	return ports
 }
 
 // freePorts returns n distinct loopback ports free now.

@@ -45,7 +45,8 @@ func StartPGStandby(t testing.TB) *PGStandby {
 	hba := "local all all trust\nhost all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n"
 	must(t, os.WriteFile(filepath.Join(primary, "pg_hba.conf"), []byte(hba), 0o600))
 	must(t, chownTree(primary, uid, gid))
-	pport, sport := freePort(t), freePort(t)
+	ports := freePortsFor(t, 2)
+	pport, sport := ports[0], ports[1]
 	s.Primary = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", pport)
 	s.Standby = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", sport)
 	server := func(p *process, data, what, url string, port int) {
