@@ -248,27 +248,21 @@ type rawScripted struct {
 	deadline         bool // Acquire bounds a ctx without deadline, as bsm/redislock's Obtain does
 }
 
-func newRawLua(e *Env) (Impl, error) { return newRawScripted(e, false) }
+func newRawLua(e *Env) (Impl, error) { return newRawScripted(e, RawLua, false, false), nil }
 
-func newRawFenced(e *Env) (Impl, error) { return newRawScripted(e, true) }
+func newRawFenced(e *Env) (Impl, error) { return newRawScripted(e, RawFenced, true, false), nil }
 
 func newRawLuaDeadline(e *Env) (Impl, error) {
-	im, err := newRawScripted(e, false)
-	if err != nil {
-		return nil, err
-	}
-	r := im.(*rawScripted)
-	r.name, r.deadline = RawLuaDeadline, true
-	return r, nil
+	return newRawScripted(e, RawLuaDeadline, false, true), nil
 }
 
-func newRawScripted(e *Env, fenced bool) (Impl, error) {
+func newRawScripted(e *Env, name string, fenced, deadline bool) *rawScripted {
 	r := &rawScripted{raw: &raw{c: NewClient(e.Shared), ttlMS: strconv.FormatInt(TTL.Milliseconds(), 10)},
-		name: RawLua, acquire: rawLuaAcquire, release: rawRelease, fenced: fenced}
+		name: name, acquire: rawLuaAcquire, release: rawRelease, fenced: fenced, deadline: deadline}
 	if fenced {
-		r.name, r.acquire, r.release = RawFenced, rawFencedAcquire, rawFencedRelease
+		r.acquire, r.release = rawFencedAcquire, rawFencedRelease
 	}
-	return r, nil
+	return r
 }
 
 type rawScriptedHeld struct {
